@@ -1,0 +1,312 @@
+//! The bank: an object store plus a root prefix, opened from a URL.
+//!
+//! Layout under the prefix (every id is validated before it becomes a path segment):
+//!
+//! ```text
+//! leases/<owner_id>                     owner lease (JSON)
+//! checkpoints/<id>/index.json           checkpoint metadata
+//! checkpoints/<id>/data/...             checkpoint data objects
+//! index/protecting/<owner_id>/<id>      one marker per protecting checkpoint
+//! decisions/<id>                        who moved the checkpoint out of `protecting` (create-if-absent)
+//! _banklease/clock                      store-clock probe
+//! _banklease/probe/<uuid>               capability probe (deleted after use)
+//! ```
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use object_store::memory::InMemory;
+use object_store::path::{Path, PathPart};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use crate::capability::Capabilities;
+use crate::clock::SharedClock;
+use crate::error::{Error, Result};
+use crate::id::OwnerId;
+
+/// A handle on one bank. Cheap to clone; clones share the capability cache.
+#[derive(Clone)]
+pub struct Bank {
+    inner: Arc<BankInner>,
+}
+
+struct BankInner {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    label: String,
+    capabilities: tokio::sync::OnceCell<Capabilities>,
+}
+
+impl fmt::Debug for Bank {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bank")
+            .field("url", &self.inner.label)
+            .field("prefix", &self.inner.prefix.as_ref())
+            .finish()
+    }
+}
+
+impl Bank {
+    /// Open a bank from its URL:
+    ///
+    /// - `file:///abs/path` or `file:relative/path` (resolved against the working directory): a
+    ///   directory on the local filesystem, created if missing — the embedded default;
+    /// - `memory://` (optionally `memory:///prefix`): in-process, for tests;
+    /// - `s3://bucket/prefix`: S3 or an S3-compatible server, configured by the `AWS_*`
+    ///   environment variables (`AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, `AWS_REGION`, ...), with
+    ///   conditional writes by ETag enabled;
+    /// - `swift://container/prefix`: reserved for the native Swift backend.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> banklease::Result<()> {
+    /// let bank = banklease::Bank::open("memory:///tenant-a")?;
+    /// assert_eq!(bank.prefix().as_ref(), "tenant-a");
+    /// # Ok(()) }
+    /// ```
+    pub fn open(url: &str) -> Result<Self> {
+        let bad = |reason: &str| Error::InvalidUrl {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let url = url.trim();
+        if url.is_empty() {
+            return Err(bad("it is empty; use file:///path, memory://, s3://bucket/prefix"));
+        }
+        if let Some(rest) = url.strip_prefix("file:") {
+            let path = file_url_path(rest).map_err(|r| bad(&r))?;
+            std::fs::create_dir_all(&path).map_err(|e| {
+                bad(&format!(
+                    "cannot create directory `{}`: {e}",
+                    path.display()
+                ))
+            })?;
+            let store = object_store::local::LocalFileSystem::new_with_prefix(&path)
+                .map_err(|e| bad(&format!("cannot open directory: {e}")))?;
+            return Ok(Self::from_store(
+                Arc::new(store),
+                "",
+                &format!("file://{}", path.display()),
+            ));
+        }
+        if let Some(rest) = url.strip_prefix("memory://") {
+            return Ok(Self::from_store(Arc::new(InMemory::new()), rest, url));
+        }
+        if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(bad("no bucket; use s3://bucket/prefix"));
+            }
+            let store = object_store::aws::AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
+                .build()
+                .map_err(|e| bad(&format!("cannot configure S3 from AWS_* variables: {e}")))?;
+            return Ok(Self::from_store(Arc::new(store), prefix, url));
+        }
+        if url.starts_with("swift://") {
+            return Err(bad(
+                "the native Swift backend is not available in this build; use s3:// through \
+                 Swift's s3api middleware meanwhile",
+            ));
+        }
+        Err(bad(
+            "unknown scheme; use file:///path, file:relative/path, memory://, s3://bucket/prefix \
+             or swift://container/prefix",
+        ))
+    }
+
+    /// A bank on an existing store, with `prefix` as its root. `label` names it in messages and
+    /// must not contain secrets.
+    pub fn from_store(store: Arc<dyn ObjectStore>, prefix: &str, label: &str) -> Self {
+        Self {
+            inner: Arc::new(BankInner {
+                store,
+                prefix: Path::from(prefix.trim_matches('/')),
+                label: label.to_owned(),
+                capabilities: tokio::sync::OnceCell::new(),
+            }),
+        }
+    }
+
+    /// The underlying store.
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.inner.store
+    }
+
+    /// The root prefix of the bank within the store (empty for a whole directory or bucket).
+    pub fn prefix(&self) -> &Path {
+        &self.inner.prefix
+    }
+
+    /// The bank's URL, for messages.
+    pub fn label(&self) -> &str {
+        &self.inner.label
+    }
+
+    /// The path of `parts` under the bank's prefix. Parts must already be validated ids or
+    /// fixed names; [`PathPart`] escapes anything else so it stays one segment.
+    pub fn path(&self, parts: &[&str]) -> Path {
+        let mut path = self.inner.prefix.clone();
+        for part in parts {
+            path = path.join(PathPart::from(*part));
+        }
+        path
+    }
+
+    /// `leases/<owner_id>`
+    pub fn lease_path(&self, owner: &OwnerId) -> Path {
+        self.path(&["leases", owner.as_str()])
+    }
+
+    /// What the store really enforces, probed once per bank and cached.
+    pub async fn capabilities(&self) -> Result<&Capabilities> {
+        self.inner
+            .capabilities
+            .get_or_try_init(|| Capabilities::probe(self))
+            .await
+    }
+
+    /// The store's current time, read by writing a small probe object and reading back its
+    /// `last_modified`. See [`StoreTime`].
+    pub async fn store_time(&self, clock: &SharedClock) -> Result<StoreTime> {
+        let path = self.path(&["_banklease", "clock"]);
+        let body = uuid::Uuid::new_v4().to_string();
+        self.store()
+            .put(&path, PutPayload::from(body.into_bytes()))
+            .await
+            .map_err(|e| Error::store("put", &path, e))?;
+        let meta = self
+            .store()
+            .head(&path)
+            .await
+            .map_err(|e| Error::store("head", &path, e))?;
+        Ok(StoreTime {
+            at: meta.last_modified,
+            observed: clock.now(),
+        })
+    }
+}
+
+fn file_url_path(rest: &str) -> std::result::Result<PathBuf, String> {
+    let path = if let Some(after) = rest.strip_prefix("//") {
+        // file://host/path: only an empty host or localhost is local.
+        let (host, path) = match after.find('/') {
+            Some(i) => after.split_at(i),
+            None => (after, ""),
+        };
+        if !host.is_empty() && host != "localhost" {
+            return Err(format!(
+                "host `{host}` is not local; use file:///abs/path"
+            ));
+        }
+        PathBuf::from(path)
+    } else {
+        PathBuf::from(rest)
+    };
+    if path.as_os_str().is_empty() {
+        return Err("no path; use file:///abs/path or file:relative/path".to_owned());
+    }
+    if path == std::path::Path::new("/") {
+        return Err("the filesystem root cannot be a bank; name a directory".to_owned());
+    }
+    let path = if path.is_absolute() {
+        path
+    } else {
+        std::env::current_dir()
+            .map_err(|e| format!("cannot resolve relative path: {e}"))?
+            .join(path)
+    };
+    Ok(path)
+}
+
+/// The store's clock, read once and carried forward on this host's monotonic clock.
+///
+/// Invariant: every expiry judgement on the observer side compares a `last_modified` written by
+/// the store with a time also from the store — never with this host's wall clock.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreTime {
+    /// The store's `last_modified` of the clock probe.
+    pub at: DateTime<Utc>,
+    /// This host's monotonic instant when the probe's answer arrived.
+    pub observed: Instant,
+}
+
+impl StoreTime {
+    /// A lower bound on the store's time at monotonic instant `now`: the probe was stamped no
+    /// later than its answer arrived, so at most `now - observed` has passed on the store since.
+    /// Under-estimating the store's time only ever makes a lease look younger (safe).
+    pub fn at_instant(&self, now: Instant) -> DateTime<Utc> {
+        let elapsed = now.saturating_duration_since(self.observed);
+        self.at + chrono::Duration::from_std(elapsed).unwrap_or(chrono::Duration::MAX)
+    }
+
+    /// The difference `later - earlier` as a std duration (zero if negative).
+    pub fn between(earlier: DateTime<Utc>, later: DateTime<Utc>) -> Duration {
+        (later - earlier).to_std().unwrap_or(Duration::ZERO)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_parsed() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().join("b").display());
+        let bank = Bank::open(&url).unwrap();
+        assert!(dir.path().join("b").is_dir());
+        assert_eq!(bank.prefix().as_ref(), "");
+        let bank = Bank::open("memory://").unwrap();
+        assert_eq!(bank.prefix().as_ref(), "");
+        let bank = Bank::open("memory:///a/b/").unwrap();
+        assert_eq!(
+            bank.path(&["leases", "x"]).as_ref(),
+            "a/b/leases/x"
+        );
+    }
+
+    #[test]
+    fn bad_urls_are_refused_with_reason() {
+        for (url, needle) in [
+            ("", "empty"),
+            ("   ", "empty"),
+            ("file:///", "root"),
+            ("file://", "no path"),
+            ("file://otherhost/x", "not local"),
+            ("ftp://x", "unknown scheme"),
+            ("swift://c/p", "Swift"),
+            ("s3://", "no bucket"),
+        ] {
+            let err = Bank::open(url).unwrap_err().to_string();
+            assert!(err.contains(needle), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn relative_file_url_resolves_against_cwd() {
+        let p = file_url_path("some/dir").unwrap();
+        assert!(p.is_absolute());
+        assert!(p.ends_with("some/dir"));
+    }
+
+    #[test]
+    fn path_parts_cannot_escape() {
+        let bank = Bank::open("memory:///p").unwrap();
+        let path = bank.path(&["leases", "a/../../b"]);
+        assert_eq!(path.parts().count(), 3);
+        assert!(path.as_ref().starts_with("p/leases/"));
+    }
+
+    #[tokio::test]
+    async fn store_time_reads_last_modified() {
+        let bank = Bank::open("memory://").unwrap();
+        let clock: SharedClock = Arc::new(crate::clock::SystemClock);
+        let t = bank.store_time(&clock).await.unwrap();
+        let later = t.at_instant(t.observed + Duration::from_secs(3));
+        assert_eq!(StoreTime::between(t.at, later), Duration::from_secs(3));
+    }
+}

@@ -1,0 +1,191 @@
+//! What a store really enforces, measured rather than assumed.
+//!
+//! A condition a store silently ignores is worse than one it refuses: the caller believes it is
+//! protected when it is not. So before a bank is used for leasing, [`Capabilities::probe`] writes a
+//! probe key and checks each condition against its actual effect.
+
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use serde::Serialize;
+
+use crate::bank::Bank;
+use crate::error::{Error, Result};
+
+/// How a store treats one kind of conditional write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Condition {
+    /// The condition is checked: a write whose condition fails is rejected.
+    Enforced,
+    /// The store refuses conditional writes of this kind (NotImplemented or an error).
+    Refused,
+    /// The store accepts the write and ignores the condition. Never rely on it.
+    Ignored,
+}
+
+/// How an owner renews its lease on this bank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RenewalMechanism {
+    /// One conditional overwrite (If-Match on the ETag the owner wrote last). Atomic.
+    ConditionalUpdate,
+    /// Read the lease's ETag, then overwrite unconditionally. Not atomic: a replacement or
+    /// deletion landing between the two requests is not seen. The GC cannot fall into that gap,
+    /// because it acts only after the lease expired (store clock) plus grace, and a renewal counts
+    /// only if its answer arrived while the lease was still valid on the owner's clock.
+    VerifyThenOverwrite,
+}
+
+/// The measured capabilities of a bank.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Capabilities {
+    /// `PutMode::Create` on an existing key.
+    pub create_if_absent: Condition,
+    /// `PutMode::Update` with a stale ETag.
+    pub conditional_overwrite: Condition,
+    /// The renewal mechanism chosen from the two above.
+    pub renewal: RenewalMechanism,
+}
+
+impl Capabilities {
+    /// Probe `bank`: write a fresh key twice with create-if-absent, then overwrite it with the
+    /// current and with a stale version. The probe key is removed afterwards.
+    ///
+    /// Refuses the bank (an [`Error::Unsupported`]) when create-if-absent is not enforced: lease
+    /// acquisition and the completion-versus-collection decision both rest on it.
+    pub async fn probe(bank: &Bank) -> Result<Self> {
+        let store = bank.store();
+        let path = bank.path(&["_banklease", "probe", &uuid::Uuid::new_v4().to_string()]);
+        let create = PutOptions::from(PutMode::Create);
+        let first = store
+            .put_opts(&path, PutPayload::from_static(b"probe-1"), create.clone())
+            .await;
+        let first = match first {
+            Ok(r) => r,
+            Err(object_store::Error::NotImplemented { .. }) => {
+                return Err(unsupported(bank, "create-if-absent is refused by the store"))
+            }
+            Err(e) => return Err(Error::store("put", &path, e)),
+        };
+        let second = store
+            .put_opts(&path, PutPayload::from_static(b"probe-2"), create)
+            .await;
+        let create_if_absent = match second {
+            Err(object_store::Error::AlreadyExists { .. }) => Condition::Enforced,
+            Ok(_) => Condition::Ignored,
+            Err(e) => {
+                let _ = store.delete(&path).await;
+                return Err(Error::store("put", &path, e));
+            }
+        };
+
+        let conditional_overwrite = if create_if_absent == Condition::Enforced {
+            probe_update(store.as_ref(), &path, &first).await
+        } else {
+            Ok(Condition::Refused)
+        };
+        // Best effort: a leftover probe key is harmless and identifiable by its path.
+        let _ = store.delete(&path).await;
+        let conditional_overwrite = conditional_overwrite.map_err(|e| Error::store("put", &path, e))?;
+
+        if create_if_absent != Condition::Enforced {
+            return Err(unsupported(
+                bank,
+                "create-if-absent is silently ignored (a second create of the same key succeeded); \
+                 leases and checkpoint decisions cannot be kept on this store",
+            ));
+        }
+        let renewal = match conditional_overwrite {
+            Condition::Enforced => RenewalMechanism::ConditionalUpdate,
+            // An ignored condition is never relied on: fall back to the mechanism that does not
+            // use it at all.
+            Condition::Refused | Condition::Ignored => RenewalMechanism::VerifyThenOverwrite,
+        };
+        let caps = Self {
+            create_if_absent,
+            conditional_overwrite,
+            renewal,
+        };
+        tracing::debug!(bank = bank.label(), ?caps, "probed bank capabilities");
+        Ok(caps)
+    }
+}
+
+async fn probe_update(
+    store: &dyn ObjectStore,
+    path: &object_store::path::Path,
+    first: &object_store::PutResult,
+) -> std::result::Result<Condition, object_store::Error> {
+    let current = UpdateVersion {
+        e_tag: first.e_tag.clone(),
+        version: first.version.clone(),
+    };
+    let stale = UpdateVersion {
+        e_tag: Some("\"banklease-stale-etag\"".to_owned()),
+        version: None,
+    };
+    match store
+        .put_opts(
+            path,
+            PutPayload::from_static(b"probe-3"),
+            PutOptions::from(PutMode::Update(current)),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(object_store::Error::NotImplemented { .. })
+        | Err(object_store::Error::NotSupported { .. }) => return Ok(Condition::Refused),
+        // A matching version was rejected: the store does not implement the condition usefully.
+        Err(object_store::Error::Precondition { .. }) => return Ok(Condition::Refused),
+        Err(e) => return Err(e),
+    }
+    match store
+        .put_opts(
+            path,
+            PutPayload::from_static(b"probe-4"),
+            PutOptions::from(PutMode::Update(stale)),
+        )
+        .await
+    {
+        Err(object_store::Error::Precondition { .. }) => Ok(Condition::Enforced),
+        Ok(_) => Ok(Condition::Ignored),
+        Err(object_store::Error::NotImplemented { .. })
+        | Err(object_store::Error::NotSupported { .. }) => Ok(Condition::Refused),
+        Err(e) => Err(e),
+    }
+}
+
+fn unsupported(bank: &Bank, detail: &str) -> Error {
+    Error::Unsupported {
+        bank: bank.label().to_owned(),
+        usage: "leasing",
+        detail: detail.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn memory_enforces_both() {
+        let bank = Bank::open("memory://").unwrap();
+        let caps = bank.capabilities().await.unwrap();
+        assert_eq!(caps.create_if_absent, Condition::Enforced);
+        assert_eq!(caps.conditional_overwrite, Condition::Enforced);
+        assert_eq!(caps.renewal, RenewalMechanism::ConditionalUpdate);
+    }
+
+    #[tokio::test]
+    async fn local_files_refuse_update() {
+        let dir = tempfile::tempdir().unwrap();
+        let bank = Bank::open(&format!("file://{}", dir.path().display())).unwrap();
+        let caps = bank.capabilities().await.unwrap().clone();
+        assert_eq!(caps.create_if_absent, Condition::Enforced);
+        assert_eq!(caps.conditional_overwrite, Condition::Refused);
+        assert_eq!(caps.renewal, RenewalMechanism::VerifyThenOverwrite);
+        // The probe cleans up after itself.
+        let probe_dir = dir.path().join("_banklease/probe");
+        let left = std::fs::read_dir(&probe_dir).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(left, 0);
+    }
+}

@@ -1,0 +1,199 @@
+//! Time and randomness, behind traits so that tests control them.
+//!
+//! The library never reads the system clock or sleeps directly (clippy's `disallowed_methods`
+//! enforces this outside this file). Owner-side lease expiry uses [`Clock::now`], a *monotonic*
+//! instant, so wall-clock jumps on the owner's host cannot extend a lease.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use rand::{Rng, SeedableRng};
+
+/// A boxed sleep future.
+pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The source of time for owners, keepers and the GC.
+pub trait Clock: Send + Sync + fmt::Debug + 'static {
+    /// The current monotonic instant. Never goes backwards.
+    fn now(&self) -> Instant;
+    /// The current wall-clock time, used only for human-readable fields.
+    fn system_now(&self) -> SystemTime;
+    /// A future that completes once `duration` has passed on this clock.
+    fn sleep(&self, duration: Duration) -> Sleep;
+}
+
+/// A shared clock.
+pub type SharedClock = Arc<dyn Clock>;
+
+/// The real clock. Sleeps and instants go through tokio, so tokio's paused time
+/// (`#[tokio::test(start_paused = true)]`) also controls it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    #[allow(clippy::disallowed_methods)]
+    fn now(&self) -> Instant {
+        tokio::time::Instant::now().into_std()
+    }
+
+    #[allow(clippy::disallowed_methods)]
+    fn system_now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+
+    #[allow(clippy::disallowed_methods)]
+    fn sleep(&self, duration: Duration) -> Sleep {
+        Box::pin(tokio::time::sleep(duration))
+    }
+}
+
+/// A clock that moves only when told to, for deterministic tests.
+///
+/// ```
+/// use banklease::clock::{Clock, MockClock};
+/// use std::time::Duration;
+///
+/// let clock = MockClock::new();
+/// let t0 = clock.now();
+/// clock.advance(Duration::from_secs(5));
+/// assert_eq!(clock.now() - t0, Duration::from_secs(5));
+/// ```
+#[derive(Clone)]
+pub struct MockClock {
+    inner: Arc<MockInner>,
+}
+
+struct MockInner {
+    base: Instant,
+    base_system: SystemTime,
+    offset: tokio::sync::watch::Sender<Duration>,
+}
+
+impl fmt::Debug for MockClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MockClock")
+            .field("offset", &*self.inner.offset.borrow())
+            .finish()
+    }
+}
+
+impl Default for MockClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MockClock {
+    /// A mock clock starting at an arbitrary instant and at 2026-01-01T00:00:00Z.
+    #[allow(clippy::disallowed_methods)]
+    pub fn new() -> Self {
+        let (offset, _) = tokio::sync::watch::channel(Duration::ZERO);
+        Self {
+            inner: Arc::new(MockInner {
+                base: Instant::now(),
+                base_system: SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600),
+                offset,
+            }),
+        }
+    }
+
+    /// Move time forward, waking every sleeper whose deadline has come.
+    pub fn advance(&self, by: Duration) {
+        self.inner.offset.send_modify(|o| *o += by);
+    }
+
+    /// How far this clock has been advanced since it was made.
+    pub fn elapsed(&self) -> Duration {
+        *self.inner.offset.borrow()
+    }
+}
+
+impl Clock for MockClock {
+    fn now(&self) -> Instant {
+        self.inner.base + self.elapsed()
+    }
+
+    fn system_now(&self) -> SystemTime {
+        self.inner.base_system + self.elapsed()
+    }
+
+    fn sleep(&self, duration: Duration) -> Sleep {
+        let deadline = self.elapsed() + duration;
+        let mut rx = self.inner.offset.subscribe();
+        Box::pin(async move {
+            // `wait_for` checks the current value first, so an advance that happened before the
+            // first poll is not missed. An error means the clock was dropped: never wake.
+            if rx.wait_for(|o| *o >= deadline).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        })
+    }
+}
+
+/// A seeded source of jitter, so that a test run is reproducible.
+#[derive(Debug, Clone)]
+pub struct Jitter {
+    rng: Arc<Mutex<rand::rngs::StdRng>>,
+}
+
+impl Jitter {
+    /// Jitter from a fixed seed.
+    pub fn seeded(seed: u64) -> Self {
+        Self {
+            rng: Arc::new(Mutex::new(rand::rngs::StdRng::seed_from_u64(seed))),
+        }
+    }
+
+    /// Jitter seeded from the operating system's entropy.
+    pub fn from_entropy() -> Self {
+        Self {
+            rng: Arc::new(Mutex::new(rand::rngs::StdRng::from_entropy())),
+        }
+    }
+
+    /// `base` scaled by a uniform factor in `[1 - fraction, 1]`. Jitter only ever shortens a wait,
+    /// so a renewal is never later than its window.
+    pub fn shorten(&self, base: Duration, fraction: f64) -> Duration {
+        let fraction = fraction.clamp(0.0, 1.0);
+        let f: f64 = self
+            .rng
+            .lock()
+            .expect("jitter rng poisoned")
+            .gen_range(0.0..=fraction);
+        base.mul_f64(1.0 - f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn mock_sleep_wakes_only_after_advance() {
+        let clock = MockClock::new();
+        let sleep = clock.sleep(Duration::from_secs(10));
+        let handle = tokio::spawn(sleep);
+        clock.advance(Duration::from_secs(9));
+        tokio::task::yield_now().await;
+        assert!(!handle.is_finished());
+        clock.advance(Duration::from_secs(1));
+        tokio::time::timeout(Duration::from_secs(5), handle)
+            .await
+            .expect("sleep woke")
+            .unwrap();
+    }
+
+    #[test]
+    fn jitter_is_reproducible_and_only_shortens() {
+        let a = Jitter::seeded(7);
+        let b = Jitter::seeded(7);
+        for _ in 0..100 {
+            let x = a.shorten(Duration::from_secs(10), 0.2);
+            assert_eq!(x, b.shorten(Duration::from_secs(10), 0.2));
+            assert!(x <= Duration::from_secs(10) && x >= Duration::from_secs(8));
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! The library's error type.
+//!
+//! Every message is lowercase, says what went wrong and what to do next, and carries its details as
+//! key=`value` pairs. The underlying cause is kept as `#[source]` and is not repeated in the message.
+
+use std::time::Duration;
+
+/// A specialised `Result` for banklease operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in banklease.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration could not be read or holds an invalid value.
+    #[error("invalid configuration: {message}")]
+    Config {
+        /// What is wrong, naming the key and the file where known.
+        message: String,
+    },
+
+    /// The lease windows break one of the ordering rules.
+    #[error("invalid lease windows: {rule} is violated ({detail}); change the windows in [lease]")]
+    InvalidWindows {
+        /// The rule that failed, e.g. `renew_window < expire_window`.
+        rule: &'static str,
+        /// The values and by how much the rule is missed.
+        detail: String,
+    },
+
+    /// An identifier (owner id, checkpoint id, key) is not acceptable as part of an object path.
+    #[error("invalid {kind} id=`{id}`: {reason}")]
+    InvalidId {
+        /// What kind of id: `owner`, `checkpoint`, ...
+        kind: &'static str,
+        /// The offending id, escaped and shortened for display.
+        id: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+
+    /// A bank URL could not be understood.
+    #[error("invalid bank url=`{url}`: {reason}")]
+    InvalidUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it and what is accepted.
+        reason: String,
+    },
+
+    /// A request to the object store failed.
+    #[error("store request failed: op=`{op}` path=`{path}`; check that the bank is reachable")]
+    Store {
+        /// The operation, e.g. `put`, `get`, `head`.
+        op: &'static str,
+        /// The object path.
+        path: String,
+        /// The store's error.
+        #[source]
+        source: object_store::Error,
+    },
+
+    /// `acquire` found a lease object for this owner already in the bank.
+    #[error(
+        "lease already exists: owner_id=`{owner_id}`; owner ids must be unique per process, \
+         do not reuse the id of another (possibly crashed) process"
+    )]
+    LeaseExists {
+        /// The owner whose lease is present.
+        owner_id: String,
+    },
+
+    /// The lease is lost: it was deleted or replaced, or its validity ran out before a renewal
+    /// succeeded. Lost is final; the owner must stop updating its checkpoints.
+    #[error(
+        "lease lost: owner_id=`{owner_id}` reason=`{reason}`; stop updating checkpoints and \
+         start again under a new owner id"
+    )]
+    LeaseLost {
+        /// The owner whose lease is lost.
+        owner_id: String,
+        /// Why the lease is considered lost.
+        reason: String,
+    },
+
+    /// Not enough validity is left on the owner's lease to start an update.
+    #[error(
+        "lease validity too short: owner_id=`{owner_id}` remaining=`{remaining:?}` \
+         validity_window=`{validity_window:?}`; wait for the keeper to renew, or give up"
+    )]
+    ValidityTooShort {
+        /// The owner.
+        owner_id: String,
+        /// The lease time left.
+        remaining: Duration,
+        /// The time that must be left to start an update.
+        validity_window: Duration,
+    },
+
+    /// The bank cannot give a guarantee that the requested operation rests on.
+    #[error("bank cannot be used for {usage}: bank=`{bank}`: {detail}")]
+    Unsupported {
+        /// The bank URL (without secrets).
+        bank: String,
+        /// What the bank was to be used for.
+        usage: &'static str,
+        /// What the store lacks, as measured.
+        detail: String,
+    },
+
+    /// An object in the bank could not be parsed.
+    #[error("corrupt object: path=`{path}`: {reason}; inspect or remove it by hand")]
+    Corrupt {
+        /// The object's path.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl Error {
+    pub(crate) fn store(op: &'static str, path: impl ToString, source: object_store::Error) -> Self {
+        Error::Store {
+            op,
+            path: path.to_string(),
+            source,
+        }
+    }
+
+    pub(crate) fn config(message: impl Into<String>) -> Self {
+        Error::Config {
+            message: message.into(),
+        }
+    }
+
+    /// True when the error is a store error that may go away if the request is retried
+    /// (as opposed to a definite answer such as NotFound or Precondition).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Store { source, .. } => !matches!(
+                source,
+                object_store::Error::NotFound { .. }
+                    | object_store::Error::AlreadyExists { .. }
+                    | object_store::Error::Precondition { .. }
+                    | object_store::Error::NotImplemented { .. }
+                    | object_store::Error::NotSupported { .. }
+                    | object_store::Error::InvalidPath { .. }
+                    | object_store::Error::PermissionDenied { .. }
+                    | object_store::Error::Unauthenticated { .. }
+            ),
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,685 @@
+//! The owner lease: one object per owner at `leases/<owner_id>`.
+//!
+//! An owner *acquires* its lease with create-if-absent, *renews* it with a write that succeeds only
+//! if the object is still the one it wrote last, and *releases* it on orderly shutdown. Between
+//! requests it answers [`OwnerLease::check_validity`] from memory.
+//!
+//! Invariants kept here (see ARCHITECTURE.md):
+//! - **Send-time expiry**: `valid_until = t_send + expire_window`, where `t_send` is the monotonic
+//!   instant taken *before* the write was sent, and only when the write succeeded. A slow request
+//!   therefore shortens the validity, never lengthens it.
+//! - **Lost is final**: a lease whose object is gone or changed, or whose validity ran out before a
+//!   renewal succeeded, is Lost. Nothing here ever re-creates or revives it: a GC may already have
+//!   collected its checkpoints.
+//! - **Ambiguity is resolved by reading back**: when a write's outcome is unknown (a timeout, or a
+//!   retry answered AlreadyExists/Precondition), the object is read and its per-write `token`
+//!   compared with the tokens this owner sent.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use object_store::{ObjectMeta, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::bank::Bank;
+use crate::capability::RenewalMechanism;
+use crate::clock::SharedClock;
+use crate::error::{Error, Result};
+use crate::id::{local_hostname, OwnerId};
+use crate::windows::LeaseWindows;
+
+/// The lease body format this version writes and understands.
+pub const LEASE_FORMAT: u32 = 1;
+/// Lease objects larger than this are refused unread.
+pub const MAX_LEASE_BYTES: u64 = 64 * 1024;
+/// The longest expire window a lease record may claim (anything longer is treated as corrupt).
+pub const MAX_EXPIRE_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The JSON body of a lease object. Unknown fields are ignored on read so that newer writers of
+/// the same format stay readable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    /// Body format version.
+    pub format: u32,
+    /// The owner.
+    pub owner_id: OwnerId,
+    /// Host of the owner, for humans.
+    pub host: String,
+    /// Process id of the owner, for humans.
+    pub pid: u32,
+    /// The owner's renew window in milliseconds.
+    pub renew_window_ms: u64,
+    /// The owner's expire window in milliseconds; observers judge expiry with it.
+    pub expire_window_ms: u64,
+    /// The owner's validity window in milliseconds.
+    pub validity_window_ms: u64,
+    /// When the lease was acquired, owner's wall clock, for humans only.
+    pub acquired_at: DateTime<Utc>,
+    /// When this write was made, owner's wall clock, for humans only.
+    pub renewed_at: DateTime<Utc>,
+    /// 1 for the acquiring write, +1 on each renewal.
+    pub generation: u64,
+    /// A random token unique to this write, to recognise it when reading back.
+    pub token: String,
+}
+
+impl LeaseRecord {
+    /// The expire window the owner declared.
+    pub fn expire_window(&self) -> Duration {
+        Duration::from_millis(self.expire_window_ms)
+    }
+
+    /// Parse a lease body read from `path`, checking its format version and bounds.
+    pub fn parse(path: &str, bytes: &[u8]) -> Result<Self> {
+        let corrupt = |reason: String| Error::Corrupt {
+            path: path.to_owned(),
+            reason,
+        };
+        #[derive(Deserialize)]
+        struct Version {
+            format: u32,
+        }
+        let version: Version = serde_json::from_slice(bytes)
+            .map_err(|e| corrupt(format!("not a lease record: {e}")))?;
+        if version.format > LEASE_FORMAT {
+            return Err(corrupt(format!(
+                "lease format `{}` is newer than this banklease understands (`{LEASE_FORMAT}`); \
+                 upgrade banklease",
+                version.format
+            )));
+        }
+        let record: LeaseRecord = serde_json::from_slice(bytes)
+            .map_err(|e| corrupt(format!("not a lease record: {e}")))?;
+        if record.expire_window_ms == 0 || record.expire_window() > MAX_EXPIRE_WINDOW {
+            return Err(corrupt(format!(
+                "expire_window_ms=`{}` is out of range",
+                record.expire_window_ms
+            )));
+        }
+        Ok(record)
+    }
+}
+
+/// Read the lease object of `owner`: `None` when the store says it does not exist.
+pub async fn read_lease(bank: &Bank, owner: &OwnerId) -> Result<Option<(LeaseRecord, ObjectMeta)>> {
+    let path = bank.lease_path(owner);
+    let got = match bank.store().get(&path).await {
+        Ok(g) => g,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(Error::store("get", &path, e)),
+    };
+    let meta = got.meta.clone();
+    if meta.size > MAX_LEASE_BYTES {
+        return Err(Error::Corrupt {
+            path: path.to_string(),
+            reason: format!("size `{}` exceeds {MAX_LEASE_BYTES} bytes", meta.size),
+        });
+    }
+    let bytes = got
+        .bytes()
+        .await
+        .map_err(|e| Error::store("get", &path, e))?;
+    if bytes.len() as u64 > MAX_LEASE_BYTES {
+        return Err(Error::Corrupt {
+            path: path.to_string(),
+            reason: format!("size exceeds {MAX_LEASE_BYTES} bytes"),
+        });
+    }
+    let record = LeaseRecord::parse(path.as_ref(), &bytes)?;
+    if record.owner_id != *owner {
+        return Err(Error::Corrupt {
+            path: path.to_string(),
+            reason: format!("it names owner_id=`{}`", record.owner_id),
+        });
+    }
+    Ok(Some((record, meta)))
+}
+
+/// The owner-side state of a lease, as published to watchers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseState {
+    /// The lease is held until `valid_until` (monotonic, owner's clock).
+    Held {
+        /// When the lease stops being valid unless renewed.
+        valid_until: Instant,
+    },
+    /// The lease is lost; final.
+    Lost {
+        /// Why.
+        reason: String,
+    },
+    /// The lease was released by its owner; final.
+    Released,
+}
+
+#[derive(Debug, Clone)]
+struct Held {
+    e_tag: Option<String>,
+    version: Option<String>,
+    generation: u64,
+    token: String,
+    valid_until: Instant,
+}
+
+/// A write whose outcome is unknown: it may have landed.
+#[derive(Debug, Clone)]
+struct Pending {
+    token: String,
+    generation: u64,
+    t_send: Instant,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Held(Held),
+    Lost(String),
+    Released,
+}
+
+#[derive(Debug)]
+struct Inner {
+    phase: Phase,
+    pending: Vec<Pending>,
+}
+
+struct Shared {
+    bank: Bank,
+    owner: OwnerId,
+    windows: LeaseWindows,
+    clock: SharedClock,
+    mechanism: RenewalMechanism,
+    host: String,
+    acquired_at: DateTime<Utc>,
+    inner: Mutex<Inner>,
+    /// Serialises renew and release; `inner` is only held briefly and never across an await.
+    op: tokio::sync::Mutex<()>,
+    state_tx: watch::Sender<LeaseState>,
+}
+
+/// An owner's lease. Cheap to clone; clones share state.
+///
+/// See the crate documentation for a complete example.
+#[derive(Clone)]
+pub struct OwnerLease {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for OwnerLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnerLease")
+            .field("owner_id", &self.shared.owner)
+            .field("bank", &self.shared.bank.label())
+            .field("state", &*self.shared.state_tx.borrow())
+            .finish()
+    }
+}
+
+/// Retries of a transient error inside one acquire call (same token, so a landed write is
+/// recognised).
+const ACQUIRE_ATTEMPTS: usize = 3;
+/// Pending writes remembered; older ones are forgotten (each is a renewal that timed out).
+const MAX_PENDING: usize = 16;
+
+impl OwnerLease {
+    /// Acquire the lease of `owner` in `bank`: create-if-absent of `leases/<owner_id>`.
+    ///
+    /// Fails with [`Error::LeaseExists`] if the object is already there (owner ids are unique;
+    /// a second acquire of the same id is a bug or a stale id), and with [`Error::Unsupported`] if
+    /// the bank cannot keep leases (see [`crate::capability`]).
+    pub async fn acquire(
+        bank: &Bank,
+        owner: OwnerId,
+        windows: LeaseWindows,
+        clock: SharedClock,
+    ) -> Result<Self> {
+        for warning in windows.validate()? {
+            tracing::warn!(owner_id = %owner, "{warning}");
+        }
+        let mechanism = bank.capabilities().await?.renewal;
+        let path = bank.lease_path(&owner);
+        let acquired_at: DateTime<Utc> = clock.system_now().into();
+        let (state_tx, _) = watch::channel(LeaseState::Lost {
+            reason: "not yet acquired".to_owned(),
+        });
+        let lease = OwnerLease {
+            shared: Arc::new(Shared {
+                bank: bank.clone(),
+                owner,
+                windows,
+                clock,
+                mechanism,
+                host: local_hostname(),
+                acquired_at,
+                inner: Mutex::new(Inner {
+                    phase: Phase::Lost("not yet acquired".to_owned()),
+                    pending: Vec::new(),
+                }),
+                op: tokio::sync::Mutex::new(()),
+                state_tx,
+            }),
+        };
+        let token = new_token();
+        let body = lease.body(1, &token)?;
+        let opts = PutOptions::from(PutMode::Create);
+        let mut last_err = None;
+        for attempt in 0..ACQUIRE_ATTEMPTS {
+            let t_send = lease.shared.clock.now();
+            let result = bank
+                .store()
+                .put_opts(&path, body.clone(), opts.clone())
+                .await;
+            match result {
+                Ok(put) => {
+                    lease.commit(t_send, put.e_tag, put.version, 1, token)?;
+                    return Ok(lease);
+                }
+                Err(object_store::Error::AlreadyExists { .. }) => {
+                    // Ours, if an earlier attempt (or the client's own retry) landed.
+                    return match read_lease(bank, &lease.shared.owner).await {
+                        Ok(Some((record, meta))) if record.token == token => {
+                            lease.commit(t_send, meta.e_tag, meta.version, 1, token)?;
+                            Ok(lease)
+                        }
+                        _ => Err(Error::LeaseExists {
+                            owner_id: lease.shared.owner.to_string(),
+                        }),
+                    };
+                }
+                Err(e) => {
+                    let err = Error::store("put", &path, e);
+                    if !err.is_transient() {
+                        return Err(err);
+                    }
+                    tracing::warn!(owner_id = %lease.shared.owner, attempt, error = %err,
+                        "lease acquire failed; retrying with the same token");
+                    last_err = Some(err);
+                }
+            }
+        }
+        Err(last_err.expect("at least one attempt"))
+    }
+
+    /// The owner.
+    pub fn owner_id(&self) -> &OwnerId {
+        &self.shared.owner
+    }
+
+    /// The bank the lease lives in.
+    pub fn bank(&self) -> &Bank {
+        &self.shared.bank
+    }
+
+    /// The lease windows.
+    pub fn windows(&self) -> LeaseWindows {
+        self.shared.windows
+    }
+
+    /// The clock the lease runs on.
+    pub fn clock(&self) -> &SharedClock {
+        &self.shared.clock
+    }
+
+    /// The renewal mechanism chosen for this bank.
+    pub fn mechanism(&self) -> RenewalMechanism {
+        self.shared.mechanism
+    }
+
+    /// Lease time left on the owner's clock; zero when lost, released or run out.
+    /// Makes no request.
+    pub fn remaining(&self) -> Duration {
+        let now = self.shared.clock.now();
+        match &self.lock().phase {
+            Phase::Held(h) => h.valid_until.saturating_duration_since(now),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// True iff at least `validity_window` of lease time is left. Makes **no request**: call it
+    /// before every update of a checkpoint.
+    pub fn check_validity(&self) -> bool {
+        self.remaining() >= self.shared.windows.validity_window
+            && matches!(self.lock().phase, Phase::Held(_))
+    }
+
+    /// Like [`check_validity`](Self::check_validity), but says why not.
+    pub fn ensure_valid(&self) -> Result<()> {
+        let now = self.shared.clock.now();
+        let inner = self.lock();
+        match &inner.phase {
+            Phase::Held(h) => {
+                let remaining = h.valid_until.saturating_duration_since(now);
+                if remaining >= self.shared.windows.validity_window {
+                    Ok(())
+                } else {
+                    Err(Error::ValidityTooShort {
+                        owner_id: self.shared.owner.to_string(),
+                        remaining,
+                        validity_window: self.shared.windows.validity_window,
+                    })
+                }
+            }
+            Phase::Lost(reason) => Err(self.lost_error(reason)),
+            Phase::Released => Err(self.lost_error("released")),
+        }
+    }
+
+    /// The current state. A held lease whose validity has run out is reported Lost.
+    pub fn state(&self) -> LeaseState {
+        let now = self.shared.clock.now();
+        let mut inner = self.lock();
+        self.expire_if_due(&mut inner, now);
+        phase_state(&inner.phase)
+    }
+
+    /// Watch the state: every change (renewed, lost, released) is published.
+    pub fn subscribe(&self) -> watch::Receiver<LeaseState> {
+        self.shared.state_tx.subscribe()
+    }
+
+    /// Renew once. On success returns the new `valid_until`.
+    ///
+    /// Errors: [`Error::LeaseLost`] (final) when the object is gone or changed or the validity
+    /// ran out first; a store error (transient, try again while time remains) otherwise.
+    pub async fn renew(&self) -> Result<Instant> {
+        let _op = self.shared.op.lock().await;
+        let held = self.held_for_write()?;
+        let path = self.shared.bank.lease_path(&self.shared.owner);
+        let store = self.shared.bank.store();
+        let generation = held.generation + 1;
+        let token = new_token();
+        let body = self.body(generation, &token)?;
+
+        let mode = match self.shared.mechanism {
+            RenewalMechanism::ConditionalUpdate => PutMode::Update(UpdateVersion {
+                e_tag: held.e_tag.clone(),
+                version: held.version.clone(),
+            }),
+            RenewalMechanism::VerifyThenOverwrite => {
+                let meta = match store.head(&path).await {
+                    Ok(m) => m,
+                    Err(object_store::Error::NotFound { .. }) => {
+                        return Err(self.mark_lost("lease object is gone (deleted)".to_owned()))
+                    }
+                    Err(e) => return Err(Error::store("head", &path, e)),
+                };
+                if meta.e_tag != held.e_tag {
+                    // Changed since our last write: ours only if it carries one of our tokens.
+                    if let Reconciled::Adopted(valid_until) = self.reconcile(&held).await? {
+                        return Ok(valid_until);
+                    }
+                }
+                PutMode::Overwrite
+            }
+        };
+        let t_send = self.shared.clock.now();
+        match store
+            .put_opts(&path, body, PutOptions::from(mode))
+            .await
+        {
+            Ok(put) => self.commit(t_send, put.e_tag, put.version, generation, token),
+            Err(
+                object_store::Error::Precondition { .. }
+                | object_store::Error::NotFound { .. }
+                | object_store::Error::AlreadyExists { .. },
+            ) => {
+                // Either someone else changed or deleted the object, or our own write landed and
+                // a retry of it was refused. Only reading back can tell.
+                self.remember_pending(&token, generation, t_send);
+                match self.reconcile(&held).await? {
+                    Reconciled::Adopted(valid_until) => Ok(valid_until),
+                    // Still our previous write under a new ETag: not renewed; try again.
+                    Reconciled::Unchanged => Err(Error::store(
+                        "put",
+                        &path,
+                        object_store::Error::Precondition {
+                            path: path.to_string(),
+                            source: "lease etag changed but content is ours; retry".into(),
+                        },
+                    )),
+                }
+            }
+            Err(e) => {
+                self.remember_pending(&token, generation, t_send);
+                Err(Error::store("put", &path, e))
+            }
+        }
+    }
+
+    /// Release the lease (delete its object). After this, `check_validity` is false for good.
+    /// Releasing a lost lease deletes nothing (the object may no longer be ours).
+    pub async fn release(&self) -> Result<()> {
+        let _op = self.shared.op.lock().await;
+        {
+            let inner = self.lock();
+            match &inner.phase {
+                Phase::Released => return Ok(()),
+                Phase::Lost(reason) => {
+                    tracing::warn!(owner_id = %self.shared.owner, reason = %reason,
+                        "releasing a lost lease: leaving its object alone");
+                    drop(inner);
+                    self.set_phase(Phase::Released);
+                    return Ok(());
+                }
+                Phase::Held(_) => {}
+            }
+        }
+        let path = self.shared.bank.lease_path(&self.shared.owner);
+        match self.shared.bank.store().delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+                self.set_phase(Phase::Released);
+                tracing::info!(owner_id = %self.shared.owner, "lease released");
+                Ok(())
+            }
+            Err(e) => Err(Error::store("delete", &path, e)),
+        }
+    }
+
+    // ---- internals -------------------------------------------------------------------------
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.shared.inner.lock().expect("lease state poisoned")
+    }
+
+    fn lost_error(&self, reason: &str) -> Error {
+        Error::LeaseLost {
+            owner_id: self.shared.owner.to_string(),
+            reason: reason.to_owned(),
+        }
+    }
+
+    fn body(&self, generation: u64, token: &str) -> Result<PutPayload> {
+        let w = self.shared.windows;
+        let record = LeaseRecord {
+            format: LEASE_FORMAT,
+            owner_id: self.shared.owner.clone(),
+            host: self.shared.host.clone(),
+            pid: std::process::id(),
+            renew_window_ms: w.renew_window.as_millis() as u64,
+            // Rounded up: observers must never see a shorter window than the owner uses.
+            expire_window_ms: w.expire_window.as_micros().div_ceil(1000) as u64,
+            validity_window_ms: w.validity_window.as_millis() as u64,
+            acquired_at: self.shared.acquired_at,
+            renewed_at: self.shared.clock.system_now().into(),
+            generation,
+            token: token.to_owned(),
+        };
+        let bytes = serde_json::to_vec(&record).map_err(|e| Error::Corrupt {
+            path: self.shared.bank.lease_path(&self.shared.owner).to_string(),
+            reason: format!("cannot encode lease record: {e}"),
+        })?;
+        Ok(PutPayload::from(bytes))
+    }
+
+    fn set_phase(&self, phase: Phase) {
+        let state = phase_state(&phase);
+        self.lock().phase = phase;
+        self.shared.state_tx.send_replace(state);
+    }
+
+    fn mark_lost(&self, reason: String) -> Error {
+        {
+            let inner = self.lock();
+            if let Phase::Lost(existing) = &inner.phase {
+                return self.lost_error(existing);
+            }
+        }
+        tracing::error!(owner_id = %self.shared.owner, reason = %reason, "lease lost");
+        self.set_phase(Phase::Lost(reason.clone()));
+        self.lost_error(&reason)
+    }
+
+    /// Mark a held lease whose validity has run out as Lost. Returns true if it did.
+    fn expire_if_due(&self, inner: &mut Inner, now: Instant) -> bool {
+        if let Phase::Held(h) = &inner.phase {
+            if now >= h.valid_until {
+                let reason = "validity ran out before a renewal succeeded".to_owned();
+                tracing::error!(owner_id = %self.shared.owner, reason = %reason, "lease lost");
+                inner.phase = Phase::Lost(reason);
+                self.shared.state_tx.send_replace(phase_state(&inner.phase));
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The held state, or the final error if the lease is no longer held.
+    fn held_for_write(&self) -> Result<Held> {
+        let now = self.shared.clock.now();
+        let mut inner = self.lock();
+        self.expire_if_due(&mut inner, now);
+        match &inner.phase {
+            Phase::Held(h) => Ok(h.clone()),
+            Phase::Lost(reason) => Err(self.lost_error(reason)),
+            Phase::Released => Err(self.lost_error("released")),
+        }
+    }
+
+    fn remember_pending(&self, token: &str, generation: u64, t_send: Instant) {
+        let mut inner = self.lock();
+        if inner.pending.len() >= MAX_PENDING {
+            inner.pending.remove(0);
+        }
+        inner.pending.push(Pending {
+            token: token.to_owned(),
+            generation,
+            t_send,
+        });
+    }
+
+    /// Record a successful write sent at `t_send`.
+    ///
+    /// Invariant: a write counts only if its answer arrived while the lease was still valid on
+    /// the owner's clock. Once the validity ran out, a GC may have judged the owner dead, so a
+    /// late success must not revive the lease.
+    fn commit(
+        &self,
+        t_send: Instant,
+        e_tag: Option<String>,
+        version: Option<String>,
+        generation: u64,
+        token: String,
+    ) -> Result<Instant> {
+        let now = self.shared.clock.now();
+        let mut inner = self.lock();
+        if let Phase::Held(h) = &inner.phase {
+            if now >= h.valid_until {
+                drop(inner);
+                return Err(self.mark_lost(
+                    "renewal answered after the validity had run out; a GC may have acted"
+                        .to_owned(),
+                ));
+            }
+        } else if generation > 1 {
+            let reason = match &inner.phase {
+                Phase::Lost(r) => r.clone(),
+                _ => "released".to_owned(),
+            };
+            return Err(self.lost_error(&reason));
+        }
+        let valid_until = t_send + self.shared.windows.expire_window;
+        if now >= valid_until {
+            drop(inner);
+            return Err(self.mark_lost(
+                "the write took longer than the expire window".to_owned(),
+            ));
+        }
+        inner.pending.clear();
+        inner.phase = Phase::Held(Held {
+            e_tag,
+            version,
+            generation,
+            token,
+            valid_until,
+        });
+        self.shared.state_tx.send_replace(LeaseState::Held { valid_until });
+        Ok(valid_until)
+    }
+
+    /// Read the lease back. If it carries the token of our last committed write, nothing
+    /// changed but its ETag; if it carries a pending token, that write landed: adopt it. Any
+    /// other content, or no object, means the lease is Lost.
+    async fn reconcile(&self, held: &Held) -> Result<Reconciled> {
+        let read = read_lease(&self.shared.bank, &self.shared.owner).await;
+        let (record, meta) = match read {
+            Ok(Some(found)) => found,
+            Ok(None) => return Err(self.mark_lost("lease object is gone (deleted)".to_owned())),
+            Err(e @ Error::Corrupt { .. }) => {
+                return Err(self.mark_lost(format!("lease object was replaced: {e}")))
+            }
+            Err(e) => return Err(e),
+        };
+        if record.token == held.token {
+            let mut inner = self.lock();
+            if let Phase::Held(h) = &mut inner.phase {
+                h.e_tag = meta.e_tag;
+                h.version = meta.version;
+            }
+            return Ok(Reconciled::Unchanged);
+        }
+        let pending = self
+            .lock()
+            .pending
+            .iter()
+            .find(|p| p.token == record.token)
+            .cloned();
+        match pending {
+            Some(p) => {
+                tracing::info!(owner_id = %self.shared.owner, generation = p.generation,
+                    "an earlier renewal whose answer was lost did land; adopting it");
+                self.commit(p.t_send, meta.e_tag, meta.version, p.generation, p.token)
+                    .map(Reconciled::Adopted)
+            }
+            None => Err(self.mark_lost(format!(
+                "lease object was replaced by another writer (generation `{}`, host `{}`)",
+                record.generation, record.host
+            ))),
+        }
+    }
+}
+
+/// What reading the lease back found.
+enum Reconciled {
+    /// Our last committed write, under a new ETag.
+    Unchanged,
+    /// A pending write of ours landed; the lease is valid until the instant given.
+    Adopted(Instant),
+}
+
+fn phase_state(phase: &Phase) -> LeaseState {
+    match phase {
+        Phase::Held(h) => LeaseState::Held {
+            valid_until: h.valid_until,
+        },
+        Phase::Lost(reason) => LeaseState::Lost {
+            reason: reason.clone(),
+        },
+        Phase::Released => LeaseState::Released,
+    }
+}
+
+fn new_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
