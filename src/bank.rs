@@ -73,7 +73,9 @@ impl Bank {
         };
         let url = url.trim();
         if url.is_empty() {
-            return Err(bad("it is empty; use file:///path, memory://, s3://bucket/prefix"));
+            return Err(bad(
+                "it is empty; use file:///path, memory://, s3://bucket/prefix",
+            ));
         }
         if let Some(rest) = url.strip_prefix("file:") {
             let path = file_url_path(rest).map_err(|r| bad(&r))?;
@@ -198,9 +200,7 @@ fn file_url_path(rest: &str) -> std::result::Result<PathBuf, String> {
             None => (after, ""),
         };
         if !host.is_empty() && host != "localhost" {
-            return Err(format!(
-                "host `{host}` is not local; use file:///abs/path"
-            ));
+            return Err(format!("host `{host}` is not local; use file:///abs/path"));
         }
         PathBuf::from(path)
     } else {
@@ -263,10 +263,7 @@ mod tests {
         let bank = Bank::open("memory://").unwrap();
         assert_eq!(bank.prefix().as_ref(), "");
         let bank = Bank::open("memory:///a/b/").unwrap();
-        assert_eq!(
-            bank.path(&["leases", "x"]).as_ref(),
-            "a/b/leases/x"
-        );
+        assert_eq!(bank.path(&["leases", "x"]).as_ref(), "a/b/leases/x");
     }
 
     #[test]

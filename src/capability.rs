@@ -62,7 +62,10 @@ impl Capabilities {
         let first = match first {
             Ok(r) => r,
             Err(object_store::Error::NotImplemented { .. }) => {
-                return Err(unsupported(bank, "create-if-absent is refused by the store"))
+                return Err(unsupported(
+                    bank,
+                    "create-if-absent is refused by the store",
+                ))
             }
             Err(e) => return Err(Error::store("put", &path, e)),
         };
@@ -85,7 +88,8 @@ impl Capabilities {
         };
         // Best effort: a leftover probe key is harmless and identifiable by its path.
         let _ = store.delete(&path).await;
-        let conditional_overwrite = conditional_overwrite.map_err(|e| Error::store("put", &path, e))?;
+        let conditional_overwrite =
+            conditional_overwrite.map_err(|e| Error::store("put", &path, e))?;
 
         if create_if_absent != Condition::Enforced {
             return Err(unsupported(
@@ -185,7 +189,9 @@ mod tests {
         assert_eq!(caps.renewal, RenewalMechanism::VerifyThenOverwrite);
         // The probe cleans up after itself.
         let probe_dir = dir.path().join("_banklease/probe");
-        let left = std::fs::read_dir(&probe_dir).map(|d| d.count()).unwrap_or(0);
+        let left = std::fs::read_dir(&probe_dir)
+            .map(|d| d.count())
+            .unwrap_or(0);
         assert_eq!(left, 0);
     }
 }

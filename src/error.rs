@@ -119,7 +119,11 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn store(op: &'static str, path: impl ToString, source: object_store::Error) -> Self {
+    pub(crate) fn store(
+        op: &'static str,
+        path: impl ToString,
+        source: object_store::Error,
+    ) -> Self {
         Error::Store {
             op,
             path: path.to_string(),

@@ -55,6 +55,7 @@ struct Script {
     latency: HashMap<Op, Duration>,
     failures: HashMap<Op, Vec<Strike>>,
     partitioned: bool,
+    ignore_conditions: bool,
     calls: HashMap<Op, u64>,
 }
 
@@ -123,6 +124,12 @@ impl<T: ObjectStore> FailingStore<T> {
     /// While partitioned, every request fails before reaching the inner store.
     pub fn set_partitioned(&self, partitioned: bool) {
         self.script().partitioned = partitioned;
+    }
+
+    /// Turn every conditional put (create-if-absent, update-if-match) into a plain overwrite
+    /// that reports success: a store that silently ignores conditions.
+    pub fn set_ignore_conditions(&self, ignore: bool) {
+        self.script().ignore_conditions = ignore;
     }
 
     /// How many `op` requests were made (including failed ones).
@@ -194,8 +201,11 @@ impl<T: ObjectStore> ObjectStore for FailingStore<T> {
         &self,
         location: &Path,
         payload: PutPayload,
-        opts: PutOptions,
+        mut opts: PutOptions,
     ) -> Result<PutResult> {
+        if self.script().ignore_conditions {
+            opts.mode = object_store::PutMode::Overwrite;
+        }
         self.run(Op::Put, self.inner.put_opts(location, payload, opts))
             .await
     }
@@ -294,6 +304,6 @@ impl<T: ObjectStore> FailingStore<T> {
             }
         })
         .flatten()
-            .boxed()
+        .boxed()
     }
 }

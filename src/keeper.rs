@@ -24,12 +24,7 @@ impl OwnerLease {
     /// of up to `jitter_fraction` so that many owners do not renew in lockstep.
     pub fn spawn_keeper(&self, jitter: Jitter, jitter_fraction: f64) -> Keeper {
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(keep(
-            self.clone(),
-            cancel.clone(),
-            jitter,
-            jitter_fraction,
-        ));
+        let task = tokio::spawn(keep(self.clone(), cancel.clone(), jitter, jitter_fraction));
         Keeper {
             lease: self.clone(),
             cancel,

@@ -415,10 +415,7 @@ impl OwnerLease {
             }
         };
         let t_send = self.shared.clock.now();
-        match store
-            .put_opts(&path, body, PutOptions::from(mode))
-            .await
-        {
+        match store.put_opts(&path, body, PutOptions::from(mode)).await {
             Ok(put) => self.commit(t_send, put.e_tag, put.version, generation, token),
             Err(
                 object_store::Error::Precondition { .. }
@@ -602,9 +599,7 @@ impl OwnerLease {
         let valid_until = t_send + self.shared.windows.expire_window;
         if now >= valid_until {
             drop(inner);
-            return Err(self.mark_lost(
-                "the write took longer than the expire window".to_owned(),
-            ));
+            return Err(self.mark_lost("the write took longer than the expire window".to_owned()));
         }
         inner.pending.clear();
         inner.phase = Phase::Held(Held {
@@ -614,7 +609,9 @@ impl OwnerLease {
             token,
             valid_until,
         });
-        self.shared.state_tx.send_replace(LeaseState::Held { valid_until });
+        self.shared
+            .state_tx
+            .send_replace(LeaseState::Held { valid_until });
         Ok(valid_until)
     }
 

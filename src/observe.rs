@@ -65,7 +65,8 @@ pub fn judge(
     margin: Duration,
 ) -> LeaseView {
     let margin = chrono::Duration::from_std(margin).unwrap_or(chrono::Duration::MAX);
-    let expire = chrono::Duration::from_std(record.expire_window()).unwrap_or(chrono::Duration::MAX);
+    let expire =
+        chrono::Duration::from_std(record.expire_window()).unwrap_or(chrono::Duration::MAX);
     let expires_at = last_modified + expire;
     if store_now >= expires_at + margin {
         LeaseView::Expired {

@@ -1,0 +1,441 @@
+//! The owner lease protocol on memory and file banks, under a controlled clock and injected
+//! faults.
+#![allow(clippy::disallowed_methods)] // tests may wait on real time
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use banklease::clock::{Clock, Jitter, MockClock, SystemClock};
+use banklease::failing::{Op, Strike};
+use banklease::{
+    Bank, Error, LeaseObserver, LeaseState, LeaseView, LeaseWindows, OwnerId, OwnerLease,
+    RenewalMechanism,
+};
+use common::{bank, Backend, BACKENDS};
+use object_store::{ObjectStoreExt, PutPayload};
+
+fn windows() -> LeaseWindows {
+    LeaseWindows::new(
+        Duration::from_secs(10),
+        Duration::from_secs(30),
+        Duration::from_secs(5),
+    )
+    .unwrap()
+}
+
+fn owner(name: &str) -> OwnerId {
+    OwnerId::parse(name).unwrap()
+}
+
+async fn acquire(b: &Bank, clock: &MockClock, name: &str) -> OwnerLease {
+    OwnerLease::acquire(b, owner(name), windows(), Arc::new(clock.clone()))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn mechanism_follows_the_store() {
+    for (backend, expected) in [
+        (Backend::Memory, RenewalMechanism::ConditionalUpdate),
+        (Backend::File, RenewalMechanism::VerifyThenOverwrite),
+    ] {
+        let clock = MockClock::new();
+        let (b, _, _dir) = bank(backend, &clock);
+        assert_eq!(acquire(&b, &clock, "o1").await.mechanism(), expected);
+    }
+}
+
+#[tokio::test]
+async fn acquire_twice_fails() {
+    for backend in BACKENDS {
+        let clock = MockClock::new();
+        let (b, _, _dir) = bank(backend, &clock);
+        let _first = acquire(&b, &clock, "o1").await;
+        let err = OwnerLease::acquire(&b, owner("o1"), windows(), Arc::new(clock.clone()))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::LeaseExists { .. }),
+            "{backend:?}: {err}"
+        );
+        // A different owner is unaffected.
+        acquire(&b, &clock, "o2").await;
+    }
+}
+
+#[tokio::test]
+async fn renew_extends_from_send_time_and_generation_grows() {
+    for backend in BACKENDS {
+        let clock = MockClock::new();
+        let (b, _, _dir) = bank(backend, &clock);
+        let lease = acquire(&b, &clock, "o1").await;
+        assert_eq!(lease.remaining(), Duration::from_secs(30));
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(lease.remaining(), Duration::from_secs(20));
+        lease.renew().await.unwrap();
+        assert_eq!(lease.remaining(), Duration::from_secs(30));
+        let (record, _) = banklease::lease::read_lease(&b, lease.owner_id())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.generation, 2);
+        assert_eq!(record.expire_window(), Duration::from_secs(30));
+    }
+}
+
+#[tokio::test]
+async fn slow_request_shortens_validity() {
+    for backend in BACKENDS {
+        let clock = MockClock::new();
+        let (b, store, _dir) = bank(backend, &clock);
+        // Probe the capabilities first, so the latency applies to lease writes only.
+        b.capabilities().await.unwrap();
+        store.set_latency(Op::Put, Duration::from_secs(4));
+        let lease = acquire(&b, &clock, "o1").await;
+        // Sent at t0, answered at t0+4: valid until t0+30, so 26 s are left, not 30.
+        assert_eq!(lease.remaining(), Duration::from_secs(26), "{backend:?}");
+        lease.renew().await.unwrap();
+        assert_eq!(lease.remaining(), Duration::from_secs(26), "{backend:?}");
+        // A write slower than the whole expire window never counts.
+        store.set_latency(Op::Put, Duration::from_secs(31));
+        let err = lease.renew().await.unwrap_err();
+        assert!(matches!(err, Error::LeaseLost { .. }), "{backend:?}: {err}");
+        assert!(!lease.check_validity());
+    }
+}
+
+#[tokio::test]
+async fn check_validity_makes_no_request_and_respects_the_window() {
+    for backend in BACKENDS {
+        let clock = MockClock::new();
+        let (b, store, _dir) = bank(backend, &clock);
+        let lease = acquire(&b, &clock, "o1").await;
+        let before: u64 = [Op::Put, Op::Get, Op::Head, Op::Delete, Op::List]
+            .iter()
+            .map(|op| store.calls(*op))
+            .sum();
+        assert!(lease.check_validity());
+        clock.advance(Duration::from_secs(25));
+        assert!(lease.check_validity(), "exactly 5 s left = validity_window");
+        clock.advance(Duration::from_millis(1));
+        assert!(!lease.check_validity());
+        assert!(matches!(
+            lease.ensure_valid(),
+            Err(Error::ValidityTooShort { .. })
+        ));
+        let after: u64 = [Op::Put, Op::Get, Op::Head, Op::Delete, Op::List]
+            .iter()
+            .map(|op| store.calls(*op))
+            .sum();
+        assert_eq!(before, after, "check_validity made requests");
+    }
+}
+
+#[tokio::test]
+async fn renew_after_replacement_is_lost() {
+    for backend in BACKENDS {
+        let clock = MockClock::new();
+        let (b, _, _dir) = bank(backend, &clock);
+        let lease = acquire(&b, &clock, "o1").await;
+        // Someone else writes the same key (a duplicate owner, an operator).
+        let (mut record, _) = banklease::lease::read_lease(&b, lease.owner_id())
+            .await
+            .unwrap()
+            .unwrap();
+        record.token = "someone-else".into();
+        record.generation = 99;
+        b.store()
+            .put(
+                &b.lease_path(lease.owner_id()),
+                PutPayload::from(serde_json::to_vec(&record).unwrap()),
+            )
+            .await
+            .unwrap();
+        let err = lease.renew().await.unwrap_err();
+        assert!(matches!(err, Error::LeaseLost { .. }), "{backend:?}: {err}");
+        assert!(!lease.check_validity());
+        assert!(matches!(lease.state(), LeaseState::Lost { .. }));
+        // Lost is final: another renew does not even try.
+        assert!(matches!(
+            lease.renew().await.unwrap_err(),
+            Error::LeaseLost { .. }
+        ));
+        // The other writer's object is untouched.
+        let (now, _) = banklease::lease::read_lease(&b, lease.owner_id())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(now.token, "someone-else");
+        // Releasing a lost lease leaves the other writer's object alone.
+        lease.release().await.unwrap();
+        assert!(b
+            .store()
+            .head(&b.lease_path(lease.owner_id()))
+            .await
+            .is_ok());
+    }
+}
+
+#[tokio::test]
+async fn renew_after_delete_is_lost_and_does_not_recreate() {
+    for backend in BACKENDS {
+        let clock = MockClock::new();
+        let (b, _, _dir) = bank(backend, &clock);
+        let lease = acquire(&b, &clock, "o1").await;
+        let path = b.lease_path(lease.owner_id());
+        b.store().delete(&path).await.unwrap();
+        let err = lease.renew().await.unwrap_err();
+        assert!(matches!(err, Error::LeaseLost { .. }), "{backend:?}: {err}");
+        assert!(
+            matches!(
+                b.store().head(&path).await,
+                Err(object_store::Error::NotFound { .. })
+            ),
+            "{backend:?}: the lease was re-created"
+        );
+    }
+}
+
+#[tokio::test]
+async fn validity_running_out_is_lost_even_if_the_object_is_intact() {
+    for backend in BACKENDS {
+        let clock = MockClock::new();
+        let (b, _, _dir) = bank(backend, &clock);
+        let lease = acquire(&b, &clock, "o1").await;
+        clock.advance(Duration::from_secs(30));
+        assert!(matches!(lease.state(), LeaseState::Lost { .. }));
+        assert!(matches!(
+            lease.renew().await.unwrap_err(),
+            Error::LeaseLost { .. }
+        ));
+    }
+}
+
+#[tokio::test]
+async fn ambiguous_acquire_is_resolved_by_reading_back() {
+    for backend in BACKENDS {
+        let clock = MockClock::new();
+        let (b, store, _dir) = bank(backend, &clock);
+        b.capabilities().await.unwrap();
+        // The create lands, but the caller sees an error; the retry then gets AlreadyExists.
+        store.fail_next(Op::Put, Strike::After, 1);
+        let lease = acquire(&b, &clock, "o1").await;
+        assert!(lease.check_validity(), "{backend:?}");
+        lease.renew().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn renewal_whose_answer_was_lost_is_adopted_not_lost() {
+    for backend in BACKENDS {
+        let clock = MockClock::new();
+        let (b, store, _dir) = bank(backend, &clock);
+        let lease = acquire(&b, &clock, "o1").await;
+        clock.advance(Duration::from_secs(10));
+        store.fail_next(Op::Put, Strike::After, 1);
+        let err = lease.renew().await.unwrap_err();
+        assert!(
+            !matches!(err, Error::LeaseLost { .. }),
+            "{backend:?}: {err}"
+        );
+        // Not renewed as far as the owner knows: validity still counts from the acquire.
+        assert_eq!(lease.remaining(), Duration::from_secs(20));
+        clock.advance(Duration::from_secs(1));
+        // The next attempt finds our own landed write and adopts it, then carries on.
+        lease.renew().await.unwrap();
+        assert!(lease.check_validity());
+        lease.renew().await.unwrap();
+        let (record, _) = banklease::lease::read_lease(&b, lease.owner_id())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(record.generation >= 3, "{backend:?}: {record:?}");
+    }
+}
+
+#[tokio::test]
+async fn release_deletes_and_is_final() {
+    for backend in BACKENDS {
+        let clock = MockClock::new();
+        let (b, _, _dir) = bank(backend, &clock);
+        let lease = acquire(&b, &clock, "o1").await;
+        lease.release().await.unwrap();
+        assert_eq!(lease.state(), LeaseState::Released);
+        assert!(!lease.check_validity());
+        assert!(b
+            .store()
+            .head(&b.lease_path(lease.owner_id()))
+            .await
+            .is_err());
+        assert!(lease.renew().await.is_err());
+        lease.release().await.unwrap();
+    }
+}
+
+async fn wait_for_lost(rx: &mut tokio::sync::watch::Receiver<LeaseState>) {
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        rx.wait_for(|s| matches!(s, LeaseState::Lost { .. })),
+    )
+    .await
+    .expect("keeper reported Lost")
+    .unwrap();
+}
+
+/// Advance the mock clock in small steps, letting the keeper run between them.
+async fn advance(clock: &MockClock, total: Duration, step: Duration) {
+    let mut done = Duration::ZERO;
+    while done < total {
+        clock.advance(step);
+        done += step;
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test]
+async fn keeper_renews_and_reports_loss_within_one_renew_window() {
+    for backend in BACKENDS {
+        let clock = MockClock::new();
+        let (b, _, _dir) = bank(backend, &clock);
+        let lease = acquire(&b, &clock, "o1").await;
+        let keeper = lease.spawn_keeper(Jitter::seeded(1), 0.1);
+        let mut rx = keeper.state();
+        // Run well past the expire window: the keeper keeps the lease.
+        advance(&clock, Duration::from_secs(95), Duration::from_millis(500)).await;
+        assert!(lease.check_validity(), "{backend:?}: {:?}", lease.state());
+        let (record, _) = banklease::lease::read_lease(&b, lease.owner_id())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(record.generation >= 9, "{backend:?}: {record:?}");
+        // Now the lease object disappears (an operator, or a GC that judged it dead).
+        b.store()
+            .delete(&b.lease_path(lease.owner_id()))
+            .await
+            .unwrap();
+        advance(&clock, Duration::from_secs(10), Duration::from_millis(500)).await;
+        wait_for_lost(&mut rx).await;
+        assert!(!lease.check_validity());
+        keeper.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn keeper_retries_through_a_short_partition_and_loses_a_long_one() {
+    for backend in BACKENDS {
+        let clock = MockClock::new();
+        let (b, store, _dir) = bank(backend, &clock);
+        let lease = acquire(&b, &clock, "o1").await;
+        let keeper = lease.spawn_keeper(Jitter::seeded(2), 0.1);
+        let mut rx = keeper.state();
+        store.set_partitioned(true);
+        advance(&clock, Duration::from_secs(15), Duration::from_millis(250)).await;
+        store.set_partitioned(false);
+        advance(&clock, Duration::from_secs(5), Duration::from_millis(250)).await;
+        assert!(lease.check_validity(), "{backend:?}: {:?}", lease.state());
+        store.set_partitioned(true);
+        advance(&clock, Duration::from_secs(31), Duration::from_millis(250)).await;
+        wait_for_lost(&mut rx).await;
+        // Healing the partition does not bring a lost lease back.
+        store.set_partitioned(false);
+        advance(&clock, Duration::from_secs(20), Duration::from_millis(500)).await;
+        assert!(matches!(lease.state(), LeaseState::Lost { .. }));
+        keeper.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn keeper_release_deletes_the_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Bank::open(&format!("file://{}", dir.path().display())).unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let w = LeaseWindows::new(
+        Duration::from_millis(100),
+        Duration::from_millis(400),
+        Duration::from_millis(50),
+    )
+    .unwrap();
+    let lease = OwnerLease::acquire(&b, OwnerId::random(), w, clock)
+        .await
+        .unwrap();
+    let keeper = lease.spawn_keeper(Jitter::seeded(3), 0.1);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(lease.check_validity());
+    keeper.release().await.unwrap();
+    assert!(!dir
+        .path()
+        .join("leases")
+        .join(lease.owner_id().as_str())
+        .exists());
+}
+
+#[tokio::test]
+async fn capability_probe_refuses_a_store_that_ignores_create_if_absent() {
+    let clock = MockClock::new();
+    let (b, store, _dir) = bank(Backend::Memory, &clock);
+    store.set_ignore_conditions(true);
+    let err = OwnerLease::acquire(&b, owner("o1"), windows(), Arc::new(clock.clone()))
+        .await
+        .unwrap_err();
+    match err {
+        Error::Unsupported { detail, .. } => assert!(detail.contains("ignored"), "{detail}"),
+        e => panic!("{e}"),
+    }
+}
+
+#[tokio::test]
+async fn observer_judges_on_the_store_clock() {
+    for backend in BACKENDS {
+        let dir = tempfile::tempdir().unwrap();
+        let b = match backend {
+            Backend::Memory => Bank::open("memory://").unwrap(),
+            Backend::File => Bank::open(&format!("file://{}", dir.path().display())).unwrap(),
+        };
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let w = LeaseWindows::new(
+            Duration::from_millis(100),
+            Duration::from_millis(300),
+            Duration::from_millis(50),
+        )
+        .unwrap();
+        let observer = LeaseObserver::new(b.clone(), clock.clone(), Duration::from_millis(50));
+        let lease = OwnerLease::acquire(&b, OwnerId::random(), w, clock.clone())
+            .await
+            .unwrap();
+        let t = observer.store_time().await.unwrap();
+        match observer.view(lease.owner_id(), &t).await {
+            LeaseView::Alive { remaining, .. } => {
+                assert!(remaining <= Duration::from_millis(250), "{remaining:?}")
+            }
+            v => panic!("{backend:?}: {v:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let t = observer.store_time().await.unwrap();
+        assert!(
+            matches!(
+                observer.view(lease.owner_id(), &t).await,
+                LeaseView::Expired { .. }
+            ),
+            "{backend:?}"
+        );
+        assert_eq!(
+            observer.view(&OwnerId::random(), &t).await,
+            LeaseView::Missing
+        );
+        // Garbage in the lease object: unreadable, never expired.
+        let bad = OwnerId::random();
+        b.store()
+            .put(&b.lease_path(&bad), PutPayload::from_static(b"{not json"))
+            .await
+            .unwrap();
+        assert!(matches!(
+            observer.view(&bad, &t).await,
+            LeaseView::Unreadable { .. }
+        ));
+    }
+}
