@@ -108,6 +108,28 @@ pub enum Error {
         detail: String,
     },
 
+    /// The checkpoint was already moved out of `protecting` by someone else (the GC collected
+    /// it). The owner must not report it as available.
+    #[error(
+        "checkpoint fenced: checkpoint_id=`{checkpoint_id}` decided_by=`{decided_by}` \
+         outcome=`{outcome}`; do not report it as available"
+    )]
+    Fenced {
+        /// The checkpoint.
+        checkpoint_id: String,
+        /// Who won the decision: `gc` or `owner`.
+        decided_by: String,
+        /// The decided outcome.
+        outcome: String,
+    },
+
+    /// A checkpoint with this id already exists.
+    #[error("checkpoint already exists: checkpoint_id=`{checkpoint_id}`; use a new id")]
+    CheckpointExists {
+        /// The checkpoint.
+        checkpoint_id: String,
+    },
+
     /// An object in the bank could not be parsed.
     #[error("corrupt object: path=`{path}`: {reason}; inspect or remove it by hand")]
     Corrupt {

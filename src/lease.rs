@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -105,7 +106,21 @@ impl LeaseRecord {
 
 /// Read the lease object of `owner`: `None` when the store says it does not exist.
 pub async fn read_lease(bank: &Bank, owner: &OwnerId) -> Result<Option<(LeaseRecord, ObjectMeta)>> {
-    let path = bank.lease_path(owner);
+    let record = read_lease_at(bank, &bank.lease_path(owner)).await?;
+    if let Some((r, _)) = &record {
+        if r.owner_id != *owner {
+            return Err(Error::Corrupt {
+                path: bank.lease_path(owner).to_string(),
+                reason: format!("it names owner_id=`{}`", r.owner_id),
+            });
+        }
+    }
+    Ok(record)
+}
+
+/// Read a lease object at any path: `None` when the store says it does not exist.
+pub async fn read_lease_at(bank: &Bank, path: &Path) -> Result<Option<(LeaseRecord, ObjectMeta)>> {
+    let path = path.clone();
     let got = match bank.store().get(&path).await {
         Ok(g) => g,
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
@@ -129,12 +144,6 @@ pub async fn read_lease(bank: &Bank, owner: &OwnerId) -> Result<Option<(LeaseRec
         });
     }
     let record = LeaseRecord::parse(path.as_ref(), &bytes)?;
-    if record.owner_id != *owner {
-        return Err(Error::Corrupt {
-            path: path.to_string(),
-            reason: format!("it names owner_id=`{}`", record.owner_id),
-        });
-    }
     Ok(Some((record, meta)))
 }
 
@@ -187,6 +196,7 @@ struct Inner {
 
 struct Shared {
     bank: Bank,
+    path: Path,
     owner: OwnerId,
     windows: LeaseWindows,
     clock: SharedClock,
@@ -235,11 +245,83 @@ impl OwnerLease {
         windows: LeaseWindows,
         clock: SharedClock,
     ) -> Result<Self> {
+        let path = bank.lease_path(&owner);
+        Self::acquire_at(bank, path, owner, windows, clock).await
+    }
+
+    /// Acquire a lease object at any `path` (the GC's single-active lease uses this), with the
+    /// same protocol as [`acquire`](Self::acquire).
+    pub async fn acquire_at(
+        bank: &Bank,
+        path: Path,
+        owner: OwnerId,
+        windows: LeaseWindows,
+        clock: SharedClock,
+    ) -> Result<Self> {
+        Self::acquire_with(bank, path, owner, windows, clock, PutMode::Create).await
+    }
+
+    /// Acquire the lease at `path`, taking it over if its holder's lease has expired on the
+    /// store's clock (by more than `margin`). Fails with [`Error::LeaseExists`] while the holder
+    /// is alive, or when its lease cannot be read (never take over on doubt).
+    ///
+    /// On a bank with enforced conditional overwrite the takeover is one If-Match write on the
+    /// expired object, so of two racing standbys exactly one wins. Elsewhere it is delete, then
+    /// create-if-absent: two standbys may both succeed and the loser learns it at its first
+    /// renewal (within one renew window).
+    pub async fn take_over_at(
+        bank: &Bank,
+        path: Path,
+        owner: OwnerId,
+        windows: LeaseWindows,
+        clock: SharedClock,
+        margin: Duration,
+    ) -> Result<Self> {
+        match Self::acquire_at(bank, path.clone(), owner.clone(), windows, clock.clone()).await {
+            Err(Error::LeaseExists { .. }) => {}
+            other => return other,
+        }
+        let store_time = bank.store_time(&clock).await?;
+        let Some((record, meta)) = read_lease_at(bank, &path).await? else {
+            return Self::acquire_at(bank, path, owner, windows, clock).await;
+        };
+        let holder = record.owner_id.to_string();
+        let view = crate::observe::judge(
+            record,
+            meta.last_modified,
+            store_time.at_instant(clock.now()),
+            margin,
+        );
+        if !matches!(view, crate::observe::LeaseView::Expired { .. }) {
+            return Err(Error::LeaseExists { owner_id: holder });
+        }
+        tracing::info!(path = %path, previous = %holder, "taking over an expired lease");
+        if bank.capabilities().await?.renewal == RenewalMechanism::ConditionalUpdate {
+            let mode = PutMode::Update(UpdateVersion {
+                e_tag: meta.e_tag,
+                version: meta.version,
+            });
+            return Self::acquire_with(bank, path, owner, windows, clock, mode).await;
+        }
+        match bank.store().delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(Error::store("delete", &path, e)),
+        }
+        Self::acquire_at(bank, path, owner, windows, clock).await
+    }
+
+    async fn acquire_with(
+        bank: &Bank,
+        path: Path,
+        owner: OwnerId,
+        windows: LeaseWindows,
+        clock: SharedClock,
+        mode: PutMode,
+    ) -> Result<Self> {
         for warning in windows.validate()? {
             tracing::warn!(owner_id = %owner, "{warning}");
         }
         let mechanism = bank.capabilities().await?.renewal;
-        let path = bank.lease_path(&owner);
         let acquired_at: DateTime<Utc> = clock.system_now().into();
         let (state_tx, _) = watch::channel(LeaseState::Lost {
             reason: "not yet acquired".to_owned(),
@@ -247,6 +329,7 @@ impl OwnerLease {
         let lease = OwnerLease {
             shared: Arc::new(Shared {
                 bank: bank.clone(),
+                path: path.clone(),
                 owner,
                 windows,
                 clock,
@@ -263,7 +346,7 @@ impl OwnerLease {
         };
         let token = new_token();
         let body = lease.body(1, &token)?;
-        let opts = PutOptions::from(PutMode::Create);
+        let opts = PutOptions::from(mode);
         let mut last_err = None;
         for attempt in 0..ACQUIRE_ATTEMPTS {
             let t_send = lease.shared.clock.now();
@@ -276,13 +359,19 @@ impl OwnerLease {
                     lease.commit(t_send, put.e_tag, put.version, 1, token)?;
                     return Ok(lease);
                 }
-                Err(object_store::Error::AlreadyExists { .. }) => {
+                Err(
+                    object_store::Error::AlreadyExists { .. }
+                    | object_store::Error::Precondition { .. },
+                ) => {
                     // Ours, if an earlier attempt (or the client's own retry) landed.
-                    return match read_lease(bank, &lease.shared.owner).await {
+                    return match read_lease_at(bank, &path).await {
                         Ok(Some((record, meta))) if record.token == token => {
                             lease.commit(t_send, meta.e_tag, meta.version, 1, token)?;
                             Ok(lease)
                         }
+                        Ok(Some((record, _))) => Err(Error::LeaseExists {
+                            owner_id: record.owner_id.to_string(),
+                        }),
                         _ => Err(Error::LeaseExists {
                             owner_id: lease.shared.owner.to_string(),
                         }),
@@ -386,7 +475,7 @@ impl OwnerLease {
     pub async fn renew(&self) -> Result<Instant> {
         let _op = self.shared.op.lock().await;
         let held = self.held_for_write()?;
-        let path = self.shared.bank.lease_path(&self.shared.owner);
+        let path = self.shared.path.clone();
         let store = self.shared.bank.store();
         let generation = held.generation + 1;
         let token = new_token();
@@ -463,7 +552,7 @@ impl OwnerLease {
                 Phase::Held(_) => {}
             }
         }
-        let path = self.shared.bank.lease_path(&self.shared.owner);
+        let path = self.shared.path.clone();
         match self.shared.bank.store().delete(&path).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {
                 self.set_phase(Phase::Released);
@@ -504,7 +593,7 @@ impl OwnerLease {
             token: token.to_owned(),
         };
         let bytes = serde_json::to_vec(&record).map_err(|e| Error::Corrupt {
-            path: self.shared.bank.lease_path(&self.shared.owner).to_string(),
+            path: self.shared.path.to_string(),
             reason: format!("cannot encode lease record: {e}"),
         })?;
         Ok(PutPayload::from(bytes))
@@ -619,7 +708,7 @@ impl OwnerLease {
     /// changed but its ETag; if it carries a pending token, that write landed: adopt it. Any
     /// other content, or no object, means the lease is Lost.
     async fn reconcile(&self, held: &Held) -> Result<Reconciled> {
-        let read = read_lease(&self.shared.bank, &self.shared.owner).await;
+        let read = read_lease_at(&self.shared.bank, &self.shared.path).await;
         let (record, meta) = match read {
             Ok(Some(found)) => found,
             Ok(None) => return Err(self.mark_lost("lease object is gone (deleted)".to_owned())),

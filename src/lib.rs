@@ -55,12 +55,14 @@
 //! - [`bank`]: opening a bank from a URL, the object layout, the store's clock;
 //! - [`capability`]: what the store really enforces, probed once per bank;
 //! - [`lease`]: acquire, renew, release and the zero-request validity check;
+//! - [`checkpoint`]: checkpoints, the protecting index and the completion/collection decision;
 //! - [`keeper`]: the background renewal task;
 //! - [`observe`]: the observer's (GC's, CLI's) judgement of a lease on the store's clock;
 //! - [`config`], [`windows`], [`id`], [`clock`], [`error`].
 
 pub mod bank;
 pub mod capability;
+pub mod checkpoint;
 pub mod clock;
 pub mod config;
 pub mod error;
@@ -71,6 +73,7 @@ pub mod observe;
 pub mod windows;
 
 pub use bank::{Bank, StoreTime};
+pub use checkpoint::{Checkpoint, Status};
 pub use capability::{Capabilities, Condition, RenewalMechanism};
 pub use config::Config;
 pub use error::{Error, Result};
