@@ -64,6 +64,6 @@ impl Collector {
     /// Run one pass.
     pub async fn run_pass(&self) -> banklease::Result<PassReport> {
         let _ = (&self.bank, &self.clock);
-        Err(banklease::Error::config("gc pass: under construction"))
+        Err(banklease::Error::Config { message: "gc pass: under construction".into() })
     }
 }
