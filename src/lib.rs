@@ -65,6 +65,7 @@ pub mod capability;
 pub mod checkpoint;
 pub mod clock;
 pub mod config;
+pub mod counting;
 pub mod error;
 pub mod id;
 pub mod keeper;

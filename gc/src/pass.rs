@@ -1,13 +1,40 @@
 //! One GC pass: list the protecting index, judge each owner once, collect the dead owners'
 //! checkpoints.
+//!
+//! Requests of a pass: 2 to read the store clock, the listing pages of `index/protecting/`, one
+//! lease read per owner, then per dead owner a listing of its markers, and per collected
+//! checkpoint: read `index.json` (owner check), create `decisions/<id>`, list and delete its data,
+//! delete `index.json`, delete the marker.
+//!
+//! Invariants kept here (see ARCHITECTURE.md):
+//! - **never trust a listing for absence**: an owner is judged by reading its lease object, not by
+//!   whether a listing shows it;
+//! - **never delete on doubt**: an unreadable lease, a store error, or an `index.json` naming
+//!   another owner skips the checkpoint;
+//! - **fencing before collecting**: nothing of a checkpoint is deleted before the GC has won (or
+//!   finds a GC decision in) `decisions/<id>`;
+//! - **resumable**: the marker is deleted last, so a pass interrupted anywhere leaves the
+//!   checkpoint on the next pass's work list, and every step is idempotent.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use banklease::bank::StoreTime;
+use banklease::checkpoint::{
+    self, data_prefix, decide, decision_path, finish_owner_decision, index_path, marker_path,
+    parse_marker, protecting_prefix, Decided, Decider, Decision, Status, CHECKPOINT_FORMAT,
+};
 use banklease::clock::SharedClock;
-use banklease::Bank;
+use banklease::counting::CountingStore;
+use banklease::observe::error_chain;
+use banklease::{Bank, LeaseObserver, OwnerId};
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{ObjectMeta, ObjectStoreExt};
 use serde::Serialize;
 
-use crate::plan::GcOptions;
+use crate::plan::{plan, GcOptions, OwnerTally, Verdict};
 
 /// What a pass did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -18,13 +45,17 @@ pub struct PassReport {
     pub owners: u64,
     /// Owners whose lease is alive.
     pub alive: u64,
+    /// Owners whose lease expired, but less than `grace` ago.
+    pub in_grace: u64,
     /// Owners whose lease is expired past grace, or missing.
     pub dead: u64,
     /// Owners whose lease could not be read or judged (never collected).
     pub unreadable: u64,
     /// Checkpoints collected (or, with `dry_run`, that would have been).
     pub collected: u64,
-    /// Protecting checkpoints left alone (live, doubtful, or held back by limits).
+    /// Checkpoints found already decided by their owner, whose move the GC finished.
+    pub repaired: u64,
+    /// Protecting checkpoints left alone (live, doubtful, too young, or held back by limits).
     pub skipped: u64,
     /// Errors met (each one leaves its checkpoint for the next pass).
     pub errors: u64,
@@ -46,6 +77,13 @@ pub struct Collector {
     options: GcOptions,
 }
 
+/// What happened to one checkpoint.
+enum Outcome {
+    Collected,
+    Repaired,
+    Skipped,
+}
+
 impl Collector {
     /// A collector on `bank`.
     pub fn new(bank: Bank, clock: SharedClock, options: GcOptions) -> Self {
@@ -61,9 +99,281 @@ impl Collector {
         &self.options
     }
 
-    /// Run one pass.
+    /// Run one pass. Errors on single checkpoints are counted in the report; the pass itself
+    /// fails only when the store clock cannot be read (then nothing can be judged).
     pub async fn run_pass(&self) -> banklease::Result<PassReport> {
-        let _ = (&self.bank, &self.clock);
-        Err(banklease::Error::Config { message: "gc pass: under construction".into() })
+        let started = self.clock.now();
+        // Count this pass's requests on a view of the same store and prefix.
+        let counting = CountingStore::new(Arc::clone(self.bank.store()));
+        let counters = Arc::clone(counting.counters());
+        let bank = Bank::from_store(
+            Arc::new(counting),
+            self.bank.prefix().as_ref(),
+            self.bank.label(),
+        );
+        let mut report = PassReport {
+            dry_run: self.options.dry_run,
+            ..PassReport::default()
+        };
+
+        let observer = LeaseObserver::new(
+            bank.clone(),
+            Arc::clone(&self.clock),
+            self.options.skew_margin,
+        );
+        let store_time = observer.store_time().await?;
+
+        // 1. Stream the protecting index; memory grows with owners, not checkpoints.
+        let mut markers: HashMap<OwnerId, u64> = HashMap::new();
+        let mut order: Vec<OwnerId> = Vec::new();
+        let mut listing = bank.store().list(Some(&protecting_prefix(&bank)));
+        while let Some(item) = listing.next().await {
+            match item {
+                Ok(meta) => match parse_marker(&bank, &meta.location) {
+                    Some((owner, _)) => {
+                        report.scanned += 1;
+                        let n = markers.entry(owner.clone()).or_insert_with(|| {
+                            order.push(owner);
+                            0
+                        });
+                        *n += 1;
+                    }
+                    None => {
+                        tracing::warn!(path = %meta.location, "malformed protecting marker: skipped");
+                        report.skipped += 1;
+                    }
+                },
+                Err(e) => {
+                    // Judge what was seen; the rest waits for the next pass.
+                    tracing::warn!(error = %error_chain(&e), "listing the protecting index failed");
+                    report.errors += 1;
+                    break;
+                }
+            }
+        }
+        drop(listing);
+        report.owners = order.len() as u64;
+
+        // 2. Judge each owner once, by reading its lease (never by a listing).
+        let views: Vec<(OwnerId, Verdict)> = futures::stream::iter(order)
+            .map(|owner| {
+                let observer = &observer;
+                let store_time = &store_time;
+                async move {
+                    let view = observer.view(&owner, store_time).await;
+                    let verdict = Verdict::of(&view, self.options.grace);
+                    tracing::debug!(owner_id = %owner, view = view.name(), ?verdict, "judged owner");
+                    (owner, verdict)
+                }
+            })
+            .buffered(self.options.concurrency)
+            .collect()
+            .await;
+        let tallies: Vec<OwnerTally> = views
+            .into_iter()
+            .map(|(owner, verdict)| {
+                let n = markers.get(&owner).copied().unwrap_or(0);
+                match &verdict {
+                    Verdict::Alive => report.alive += 1,
+                    Verdict::InGrace => report.in_grace += 1,
+                    Verdict::Unreadable(error) => {
+                        tracing::warn!(owner_id = %owner, %error, "lease unreadable: not collecting");
+                        report.unreadable += 1;
+                    }
+                    Verdict::Expired | Verdict::Missing => report.dead += 1,
+                }
+                if !verdict.is_dead() {
+                    report.skipped += n;
+                }
+                OwnerTally {
+                    owner,
+                    markers: n,
+                    verdict,
+                }
+            })
+            .collect();
+
+        // 3. Decide (pure), then act.
+        let plan = plan(&tallies, report.scanned, &self.options);
+        if let Some(reason) = &plan.braked {
+            tracing::error!("{reason}");
+            report.braked = Some(reason.clone());
+            report.skipped += plan.candidates;
+        } else {
+            let taken = AtomicU64::new(0);
+            for tally in &plan.dead {
+                self.collect_owner(&bank, tally, &store_time, plan.limit, &taken, &mut report)
+                    .await;
+            }
+        }
+
+        report.requests = counters.snapshot();
+        report.duration_ms = self
+            .clock
+            .now()
+            .saturating_duration_since(started)
+            .as_millis() as u64;
+        tracing::info!(
+            scanned = report.scanned,
+            owners = report.owners,
+            dead = report.dead,
+            collected = report.collected,
+            skipped = report.skipped,
+            errors = report.errors,
+            dry_run = report.dry_run,
+            "gc pass done"
+        );
+        Ok(report)
     }
+
+    /// Collect the protecting checkpoints of one dead owner, `concurrency` at a time.
+    async fn collect_owner(
+        &self,
+        bank: &Bank,
+        tally: &OwnerTally,
+        store_time: &StoreTime,
+        limit: Option<u64>,
+        taken: &AtomicU64,
+        report: &mut PassReport,
+    ) {
+        let prefix = protecting_prefix(bank).join(tally.owner.as_str());
+        let listing = bank.store().list(Some(&prefix));
+        let prefix = &prefix;
+        let mut results = listing
+            .map(|item| async move {
+                let meta = item.map_err(|e| banklease::Error::Store {
+                    op: "list",
+                    path: prefix.to_string(),
+                    source: e,
+                })?;
+                let Some((owner, id)) = parse_marker(bank, &meta.location) else {
+                    return Ok(Outcome::Skipped);
+                };
+                if owner != tally.owner {
+                    return Ok(Outcome::Skipped);
+                }
+                if !self.old_enough(&tally.verdict, &meta, store_time) {
+                    return Ok(Outcome::Skipped);
+                }
+                // Reserve a slot under the per-pass limit before acting.
+                let n = taken.fetch_add(1, Ordering::SeqCst);
+                if limit.is_some_and(|l| n >= l) {
+                    return Ok(Outcome::Skipped);
+                }
+                if self.options.dry_run {
+                    return Ok(Outcome::Collected);
+                }
+                self.collect_one(bank, &owner, &id).await
+            })
+            .buffer_unordered(self.options.concurrency);
+        // Consumed as it comes: memory stays bounded by `concurrency`, not by the owner's size.
+        while let Some(result) = results.next().await {
+            match result {
+                Ok(Outcome::Collected) => report.collected += 1,
+                Ok(Outcome::Repaired) => report.repaired += 1,
+                Ok(Outcome::Skipped) => report.skipped += 1,
+                Err(e) => {
+                    tracing::warn!(owner_id = %tally.owner, error = %error_chain(&e),
+                        "collecting a checkpoint failed; the next pass resumes it");
+                    report.errors += 1;
+                }
+            }
+        }
+    }
+
+    /// A missing lease gives no expiry time, so its markers must themselves be older than
+    /// `grace` (store clock) — a guard against reading a lease before its write is visible.
+    fn old_enough(&self, verdict: &Verdict, marker: &ObjectMeta, store_time: &StoreTime) -> bool {
+        match verdict {
+            Verdict::Missing => {
+                let now = store_time.at_instant(self.clock.now());
+                StoreTime::between(marker.last_modified, now)
+                    >= self.options.grace + self.options.skew_margin
+            }
+            _ => true,
+        }
+    }
+
+    /// Collect one checkpoint: check its owner, win the decision, delete data, metadata,
+    /// marker — in that order.
+    async fn collect_one(
+        &self,
+        bank: &Bank,
+        owner: &OwnerId,
+        id: &str,
+    ) -> banklease::Result<Outcome> {
+        // Never delete on doubt: the metadata, if present, must name the marker's owner.
+        if let Some(record) = checkpoint::read_checkpoint(bank, id).await? {
+            if record.owner_id != *owner {
+                tracing::warn!(checkpoint_id = id, marker_owner = %owner, owner_id = %record.owner_id,
+                    "marker and index.json disagree on the owner: not collecting");
+                return Ok(Outcome::Skipped);
+            }
+        }
+        let decision = Decision {
+            format: CHECKPOINT_FORMAT,
+            checkpoint_id: id.to_owned(),
+            owner_id: owner.clone(),
+            by: Decider::Gc,
+            outcome: Status::Deleted,
+            token: uuid_token(),
+            decided_at: self.clock.system_now().into(),
+        };
+        match decide(bank, decision).await? {
+            Decided::Won(_) => {}
+            Decided::Lost(existing) if existing.by == Decider::Gc => {
+                // An earlier pass (or another GC) decided and was interrupted: resume.
+            }
+            Decided::Lost(existing) => {
+                // The owner completed it but crashed before finishing the move: finish it.
+                finish_owner_decision(bank, &existing).await?;
+                return Ok(Outcome::Repaired);
+            }
+        }
+        delete_prefix(bank, &data_prefix(bank, id)).await?;
+        delete_ok_if_missing(bank, &index_path(bank, id)).await?;
+        delete_ok_if_missing(bank, &marker_path(bank, owner, id)).await?;
+        tracing::info!(checkpoint_id = id, owner_id = %owner, decision = %decision_path(bank, id),
+            "collected");
+        Ok(Outcome::Collected)
+    }
+}
+
+fn uuid_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+async fn delete_ok_if_missing(bank: &Bank, path: &Path) -> banklease::Result<()> {
+    match bank.store().delete(path).await {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(banklease::Error::Store {
+            op: "delete",
+            path: path.to_string(),
+            source: e,
+        }),
+    }
+}
+
+/// Delete every object under `prefix`. A listing may still show objects already deleted;
+/// deleting them again is harmless.
+async fn delete_prefix(bank: &Bank, prefix: &Path) -> banklease::Result<()> {
+    let store = bank.store();
+    let locations = store
+        .list(Some(prefix))
+        .map_ok(|m| m.location)
+        .boxed();
+    let mut deleted = store.delete_stream(locations);
+    while let Some(r) = deleted.next().await {
+        match r {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => {
+                return Err(banklease::Error::Store {
+                    op: "delete",
+                    path: prefix.to_string(),
+                    source: e,
+                })
+            }
+        }
+    }
+    Ok(())
 }

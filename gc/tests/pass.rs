@@ -1,0 +1,343 @@
+//! GC passes in-process on memory and file banks: the dead owner's protecting checkpoints go,
+//! everything else stays — under faults too.
+#![allow(clippy::disallowed_methods)] // tests wait on real time: the store stamps real times
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use banklease::checkpoint::{self, Checkpoint, Decided, Decider, Decision, Status};
+use banklease::clock::{Clock, MockClock, SharedClock, SystemClock};
+use banklease::failing::{FailingStore, Op, Strike};
+use banklease::{Bank, Error, LeaseWindows, OwnerId, OwnerLease};
+use banklease_gc::{Collector, GcOptions, PassReport};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+const EXPIRE: Duration = Duration::from_millis(400);
+const GRACE: Duration = Duration::from_millis(200);
+const MARGIN: Duration = Duration::from_millis(50);
+
+fn windows() -> LeaseWindows {
+    LeaseWindows::new(Duration::from_millis(100), EXPIRE, Duration::from_millis(50)).unwrap()
+}
+
+fn options() -> GcOptions {
+    GcOptions {
+        grace: GRACE,
+        skew_margin: MARGIN,
+        concurrency: 4,
+        max_deletions: 0,
+        brake_ratio: 1.0,
+        brake_min: 1_000_000,
+        dry_run: false,
+        force: false,
+    }
+}
+
+struct Fixture {
+    bank: Bank,
+    faults: FailingStore<Arc<dyn ObjectStore>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+fn fixtures() -> Vec<(&'static str, Fixture)> {
+    let mut out = Vec::new();
+    for name in ["memory", "file"] {
+        let (inner, dir): (Arc<dyn ObjectStore>, _) = if name == "memory" {
+            (Arc::new(object_store::memory::InMemory::new()), None)
+        } else {
+            let dir = tempfile::tempdir().unwrap();
+            (
+                Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap()),
+                Some(dir),
+            )
+        };
+        let faults = FailingStore::new(inner);
+        let bank = Bank::from_store(Arc::new(faults.clone()), "bank", name);
+        out.push((
+            name,
+            Fixture {
+                bank,
+                faults,
+                _dir: dir,
+            },
+        ));
+    }
+    out
+}
+
+/// An owner with `n` checkpoints (3 data objects each), the first `complete` of them available.
+async fn owner_with(
+    bank: &Bank,
+    clock: SharedClock,
+    n: usize,
+    complete: usize,
+) -> (OwnerLease, Vec<Checkpoint>) {
+    let lease = OwnerLease::acquire(bank, OwnerId::random(), windows(), clock)
+        .await
+        .unwrap();
+    let mut cps = Vec::new();
+    for i in 0..n {
+        let id = format!("cp-{}-{i}", &lease.owner_id().as_str()[..8]);
+        let cp = Checkpoint::create(&lease, &id).await.unwrap();
+        for d in 0..3 {
+            cp.put_data(&format!("d{d}"), PutPayload::from_static(b"bytes"))
+                .await
+                .unwrap();
+        }
+        if i < complete {
+            cp.complete(Status::Available).await.unwrap();
+        }
+        cps.push(cp);
+    }
+    (lease, cps)
+}
+
+async fn status(bank: &Bank, id: &str) -> Option<Status> {
+    checkpoint::read_checkpoint(bank, id)
+        .await
+        .unwrap()
+        .map(|r| r.status)
+}
+
+async fn data_count(bank: &Bank, id: &str) -> usize {
+    use futures::TryStreamExt;
+    let v: Vec<_> = bank
+        .store()
+        .list(Some(&checkpoint::data_prefix(bank, id)))
+        .try_collect()
+        .await
+        .unwrap();
+    v.len()
+}
+
+fn collector(bank: &Bank, options: GcOptions) -> Collector {
+    Collector::new(bank.clone(), Arc::new(SystemClock), options)
+}
+
+async fn pass(bank: &Bank, options: GcOptions) -> PassReport {
+    collector(bank, options).run_pass().await.unwrap()
+}
+
+fn past_expiry() -> Duration {
+    EXPIRE + GRACE + MARGIN + Duration::from_millis(150)
+}
+
+#[tokio::test]
+async fn collects_exactly_the_dead_owners_protecting_checkpoints() {
+    for (name, f) in fixtures() {
+        let b = &f.bank;
+        let real: SharedClock = Arc::new(SystemClock);
+        // The dead owner: its clock is frozen and it never renews, so the store sees it expire.
+        let (dead, dead_cps) = owner_with(b, Arc::new(MockClock::new()), 4, 1).await;
+        // The live owner keeps its lease.
+        let (live, live_cps) = owner_with(b, real.clone(), 3, 1).await;
+        let keeper = live.spawn_keeper(banklease::clock::Jitter::seeded(1), 0.1);
+
+        // Before expiry: nothing is collected.
+        let r = pass(b, options()).await;
+        assert_eq!(r.collected, 0, "{name}: {r:?}");
+        assert_eq!(r.scanned, 5, "{name}: {r:?}");
+        assert_eq!(r.alive, 2, "{name}: {r:?}");
+
+        tokio::time::sleep(past_expiry()).await;
+        let r = pass(b, options()).await;
+        assert_eq!(r.collected, 3, "{name}: {r:?}");
+        assert_eq!(r.dead, 1, "{name}: {r:?}");
+        assert_eq!(r.errors, 0, "{name}: {r:?}");
+        assert!(r.requests["list"] >= 1 && r.requests["delete"] >= 3 * 5, "{name}: {r:?}");
+
+        assert_eq!(status(b, dead_cps[0].id()).await, Some(Status::Available));
+        assert_eq!(data_count(b, dead_cps[0].id()).await, 3);
+        for cp in &dead_cps[1..] {
+            assert_eq!(status(b, cp.id()).await, None, "{name}");
+            assert_eq!(data_count(b, cp.id()).await, 0, "{name}");
+            let d = checkpoint::read_decision(b, cp.id()).await.unwrap().unwrap();
+            assert_eq!(d.by, Decider::Gc);
+        }
+        assert_eq!(status(b, live_cps[0].id()).await, Some(Status::Available));
+        for cp in &live_cps[1..] {
+            assert_eq!(status(b, cp.id()).await, Some(Status::Protecting), "{name}");
+            assert_eq!(data_count(b, cp.id()).await, 3, "{name}");
+        }
+
+        // The dead owner, which still believes its lease (frozen clock), is fenced.
+        assert!(dead.check_validity());
+        let err = dead_cps[1].complete(Status::Available).await.unwrap_err();
+        assert!(matches!(err, Error::Fenced { .. }), "{name}: {err}");
+
+        // A second pass has nothing left to do.
+        let r = pass(b, options()).await;
+        assert_eq!((r.collected, r.scanned), (0, 2), "{name}: {r:?}");
+        keeper.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn missing_lease_is_collected_unreadable_lease_never() {
+    for (name, f) in fixtures() {
+        let b = &f.bank;
+        let frozen: SharedClock = Arc::new(MockClock::new());
+        // Released without completing: its protecting checkpoints are zombies.
+        let (gone, gone_cps) = owner_with(b, frozen.clone(), 2, 0).await;
+        gone.release().await.unwrap();
+        // A garbage lease body: doubt, so never collected.
+        let (garbled, garbled_cps) = owner_with(b, frozen.clone(), 2, 0).await;
+        b.store()
+            .put(
+                &b.lease_path(garbled.owner_id()),
+                PutPayload::from_static(b"\x00garbage"),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(past_expiry()).await;
+        let r = pass(b, options()).await;
+        assert_eq!(r.collected, 2, "{name}: {r:?}");
+        assert_eq!(r.unreadable, 1, "{name}: {r:?}");
+        for cp in &gone_cps {
+            assert_eq!(status(b, cp.id()).await, None);
+        }
+        for cp in &garbled_cps {
+            assert_eq!(status(b, cp.id()).await, Some(Status::Protecting));
+        }
+    }
+}
+
+#[tokio::test]
+async fn dry_run_brake_and_limit() {
+    for (name, f) in fixtures() {
+        let b = &f.bank;
+        let (_dead, cps) = owner_with(b, Arc::new(MockClock::new()), 5, 0).await;
+        tokio::time::sleep(past_expiry()).await;
+
+        let dry = GcOptions {
+            dry_run: true,
+            ..options()
+        };
+        let r = pass(b, dry).await;
+        assert_eq!((r.collected, r.dry_run), (5, true), "{name}: {r:?}");
+        assert_eq!(r.requests.get("delete"), None, "{name}: {r:?}");
+        assert_eq!(status(b, cps[0].id()).await, Some(Status::Protecting));
+
+        let braking = GcOptions {
+            brake_ratio: 0.5,
+            brake_min: 2,
+            ..options()
+        };
+        let r = pass(b, braking.clone()).await;
+        assert_eq!(r.collected, 0, "{name}: {r:?}");
+        assert!(r.braked.as_deref().unwrap().contains("5 of 5"), "{name}: {r:?}");
+
+        let limited = GcOptions {
+            max_deletions: 2,
+            force: true,
+            ..braking
+        };
+        let r = pass(b, limited).await;
+        assert_eq!((r.collected, r.skipped), (2, 3), "{name}: {r:?}");
+        let r = pass(b, options()).await;
+        assert_eq!(r.collected, 3, "{name}: {r:?}");
+    }
+}
+
+#[tokio::test]
+async fn owner_decision_interrupted_is_finished_not_collected() {
+    for (name, f) in fixtures() {
+        let b = &f.bank;
+        let (dead, cps) = owner_with(b, Arc::new(MockClock::new()), 1, 0).await;
+        // The owner won the decision, then crashed before writing index.json and the marker.
+        let decided = checkpoint::decide(
+            b,
+            Decision {
+                format: checkpoint::CHECKPOINT_FORMAT,
+                checkpoint_id: cps[0].id().to_owned(),
+                owner_id: dead.owner_id().clone(),
+                by: Decider::Owner,
+                outcome: Status::Available,
+                token: "t".into(),
+                decided_at: chrono::Utc::now(),
+            },
+        )
+        .await
+        .unwrap();
+        assert!(matches!(decided, Decided::Won(_)));
+        tokio::time::sleep(past_expiry()).await;
+        let r = pass(b, options()).await;
+        assert_eq!((r.collected, r.repaired), (0, 1), "{name}: {r:?}");
+        assert_eq!(status(b, cps[0].id()).await, Some(Status::Available));
+        assert_eq!(data_count(b, cps[0].id()).await, 3);
+    }
+}
+
+#[tokio::test]
+async fn interrupted_collection_resumes_on_the_next_pass() {
+    for (name, f) in fixtures() {
+        let b = &f.bank;
+        let (_dead, cps) = owner_with(b, Arc::new(MockClock::new()), 3, 0).await;
+        tokio::time::sleep(past_expiry()).await;
+        // Deletions fail: some after the delete really happened.
+        f.faults.fail_next(Op::Delete, Strike::After, 2);
+        f.faults.fail_next(Op::Delete, Strike::Before, 2);
+        let r = pass(
+            b,
+            GcOptions {
+                concurrency: 1,
+                ..options()
+            },
+        )
+        .await;
+        assert!(r.errors >= 1, "{name}: {r:?}");
+        assert!(r.collected < 3, "{name}: {r:?}");
+        // Each later pass resumes what is left; the scripted faults run out within a few.
+        let mut collected = r.collected;
+        let mut passes = 1;
+        loop {
+            let r = pass(b, options()).await;
+            collected += r.collected;
+            passes += 1;
+            if r.scanned == 0 {
+                assert_eq!(r.errors, 0, "{name}: {r:?}");
+                break;
+            }
+            assert!(passes < 6, "{name}: faults never drained: {r:?}");
+        }
+        assert_eq!(collected, 3, "{name}");
+        for cp in &cps {
+            assert_eq!(status(b, cp.id()).await, None);
+            assert_eq!(data_count(b, cp.id()).await, 0);
+        }
+    }
+}
+
+#[tokio::test]
+async fn store_errors_on_lease_reads_never_collect() {
+    for (name, f) in fixtures() {
+        let b = &f.bank;
+        let (_dead, cps) = owner_with(b, Arc::new(MockClock::new()), 2, 0).await;
+        tokio::time::sleep(past_expiry()).await;
+        // The clock probe's put and head succeed; the lease read fails.
+        f.faults.fail_next(Op::Get, Strike::Before, 1);
+        let r = pass(b, options()).await;
+        assert_eq!((r.collected, r.unreadable), (0, 1), "{name}: {r:?}");
+        assert_eq!(status(b, cps[0].id()).await, Some(Status::Protecting));
+        // A partition makes the pass fail as a whole (no store clock), deleting nothing.
+        f.faults.set_partitioned(true);
+        assert!(collector(b, options()).run_pass().await.is_err());
+        f.faults.set_partitioned(false);
+        assert_eq!(pass(b, options()).await.collected, 2, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn only_objects_under_the_prefix_are_touched() {
+    let (_, f) = fixtures().remove(0);
+    let outside = object_store::path::Path::from("elsewhere/index/protecting/x/y");
+    f.faults
+        .put(&outside, PutPayload::from_static(b""))
+        .await
+        .unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(MockClock::new());
+    let (_dead, _cps) = owner_with(&f.bank, clock, 2, 0).await;
+    tokio::time::sleep(past_expiry()).await;
+    assert_eq!(pass(&f.bank, options()).await.collected, 2);
+    assert!(f.faults.head(&outside).await.is_ok());
+}
