@@ -163,6 +163,16 @@ impl LeaseConfig {
     }
 }
 
+impl LeaseConfig {
+    /// A new owner id by the configured scheme; `started` is the process start time.
+    pub fn new_owner_id(&self, started: std::time::SystemTime) -> crate::id::OwnerId {
+        match self.owner_id_scheme {
+            OwnerIdScheme::HostStart => crate::id::OwnerId::for_this_process(started),
+            OwnerIdScheme::Uuid => crate::id::OwnerId::random(),
+        }
+    }
+}
+
 impl GcConfig {
     /// The GC's own lease windows.
     pub fn lease_windows(&self) -> LeaseWindows {

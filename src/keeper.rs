@@ -91,7 +91,9 @@ async fn keep(lease: OwnerLease, cancel: CancellationToken, jitter: Jitter, frac
         match lease.renew().await {
             Ok(valid_until) => {
                 backoff = first_backoff;
-                next = clock.now() + jitter.shorten(renew, fraction);
+                // Count from the renewal's send time (valid_until - expire), as validity does,
+                // so a slow answer does not push the next renewal later.
+                next = valid_until - lease.windows().expire_window + jitter.shorten(renew, fraction);
                 tracing::debug!(owner_id = %lease.owner_id(), remaining = ?valid_until.saturating_duration_since(clock.now()), "lease renewed");
             }
             Err(Error::LeaseLost { .. }) => return,
