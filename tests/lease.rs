@@ -439,3 +439,51 @@ async fn observer_judges_on_the_store_clock() {
         ));
     }
 }
+
+#[tokio::test]
+async fn take_over_only_an_expired_lease_and_only_once_on_atomic_stores() {
+    for backend in BACKENDS {
+        let dir = tempfile::tempdir().unwrap();
+        let b = match backend {
+            Backend::Memory => Bank::open("memory://").unwrap(),
+            Backend::File => Bank::open(&format!("file://{}", dir.path().display())).unwrap(),
+        };
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let w = LeaseWindows::new(
+            Duration::from_millis(100),
+            Duration::from_millis(300),
+            Duration::from_millis(50),
+        )
+        .unwrap();
+        let margin = Duration::from_millis(50);
+        let path = b.path(&["gc", "active"]);
+        let first =
+            OwnerLease::take_over_at(&b, path.clone(), owner("gc-a"), w, clock.clone(), margin)
+                .await
+                .unwrap();
+        // Alive: nobody takes it over.
+        let err =
+            OwnerLease::take_over_at(&b, path.clone(), owner("gc-b"), w, clock.clone(), margin)
+                .await
+                .unwrap_err();
+        assert!(
+            matches!(err, Error::LeaseExists { .. }),
+            "{backend:?}: {err}"
+        );
+        // The holder dies (no renewals); after expiry + margin a standby takes over.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (b1, b2) = tokio::join!(
+            OwnerLease::take_over_at(&b, path.clone(), owner("gc-b"), w, clock.clone(), margin),
+            OwnerLease::take_over_at(&b, path.clone(), owner("gc-c"), w, clock.clone(), margin),
+        );
+        let winners = [&b1, &b2].iter().filter(|r| r.is_ok()).count();
+        match backend {
+            // If-Match takeover: exactly one of two racing standbys wins.
+            Backend::Memory => assert_eq!(winners, 1, "{b1:?} {b2:?}"),
+            // Delete-then-create: at least one wins; a second learns it lost at renewal.
+            Backend::File => assert!(winners >= 1, "{b1:?} {b2:?}"),
+        }
+        // The old holder is lost for good.
+        assert!(first.renew().await.is_err());
+    }
+}
