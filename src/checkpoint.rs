@@ -219,7 +219,10 @@ async fn read_json<T: serde::de::DeserializeOwned>(bank: &Bank, path: &Path) -> 
             reason: format!("size `{}` exceeds {MAX_META_BYTES} bytes", got.meta.size),
         });
     }
-    let bytes = got.bytes().await.map_err(|e| Error::store("get", path, e))?;
+    let bytes = got
+        .bytes()
+        .await
+        .map_err(|e| Error::store("get", path, e))?;
     #[derive(Deserialize)]
     struct Version {
         format: u32,
@@ -376,7 +379,11 @@ impl Checkpoint {
         lease.ensure_valid()?;
         match bank
             .store()
-            .put_opts(&index, to_payload(&record), PutOptions::from(PutMode::Create))
+            .put_opts(
+                &index,
+                to_payload(&record),
+                PutOptions::from(PutMode::Create),
+            )
             .await
         {
             Ok(_) => {}

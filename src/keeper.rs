@@ -93,7 +93,8 @@ async fn keep(lease: OwnerLease, cancel: CancellationToken, jitter: Jitter, frac
                 backoff = first_backoff;
                 // Count from the renewal's send time (valid_until - expire), as validity does,
                 // so a slow answer does not push the next renewal later.
-                next = valid_until - lease.windows().expire_window + jitter.shorten(renew, fraction);
+                next =
+                    valid_until - lease.windows().expire_window + jitter.shorten(renew, fraction);
                 tracing::debug!(owner_id = %lease.owner_id(), remaining = ?valid_until.saturating_duration_since(clock.now()), "lease renewed");
             }
             Err(Error::LeaseLost { .. }) => return,

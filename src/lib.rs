@@ -74,8 +74,8 @@ pub mod observe;
 pub mod windows;
 
 pub use bank::{Bank, StoreTime};
-pub use checkpoint::{Checkpoint, Status};
 pub use capability::{Capabilities, Condition, RenewalMechanism};
+pub use checkpoint::{Checkpoint, Status};
 pub use config::Config;
 pub use error::{Error, Result};
 pub use id::OwnerId;

@@ -358,10 +358,7 @@ async fn delete_ok_if_missing(bank: &Bank, path: &Path) -> banklease::Result<()>
 /// deleting them again is harmless.
 async fn delete_prefix(bank: &Bank, prefix: &Path) -> banklease::Result<()> {
     let store = bank.store();
-    let locations = store
-        .list(Some(prefix))
-        .map_ok(|m| m.location)
-        .boxed();
+    let locations = store.list(Some(prefix)).map_ok(|m| m.location).boxed();
     let mut deleted = store.delete_stream(locations);
     while let Some(r) = deleted.next().await {
         match r {

@@ -164,12 +164,7 @@ mod tests {
         let g = Duration::from_secs(60);
         assert_eq!(Verdict::of(&LeaseView::Missing, g), Verdict::Missing);
         assert_eq!(
-            Verdict::of(
-                &LeaseView::Unreadable {
-                    error: "x".into()
-                },
-                g
-            ),
+            Verdict::of(&LeaseView::Unreadable { error: "x".into() }, g),
             Verdict::Unreadable("x".into())
         );
         assert!(!Verdict::Unreadable("x".into()).is_dead());
@@ -195,7 +190,10 @@ mod tests {
 
     #[test]
     fn brake_refuses_mass_collection_unless_forced() {
-        let owners = vec![tally("a", 4, Verdict::Alive), tally("b", 8, Verdict::Expired)];
+        let owners = vec![
+            tally("a", 4, Verdict::Alive),
+            tally("b", 8, Verdict::Expired),
+        ];
         let p = plan(&owners, 12, &options());
         assert!(p.braked.as_deref().unwrap().contains("8 of 12"), "{p:?}");
         let mut forced = options();

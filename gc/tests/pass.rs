@@ -17,7 +17,12 @@ const GRACE: Duration = Duration::from_millis(200);
 const MARGIN: Duration = Duration::from_millis(50);
 
 fn windows() -> LeaseWindows {
-    LeaseWindows::new(Duration::from_millis(100), EXPIRE, Duration::from_millis(50)).unwrap()
+    LeaseWindows::new(
+        Duration::from_millis(100),
+        EXPIRE,
+        Duration::from_millis(50),
+    )
+    .unwrap()
 }
 
 fn options() -> GcOptions {
@@ -47,7 +52,9 @@ fn fixtures() -> Vec<(&'static str, Fixture)> {
         } else {
             let dir = tempfile::tempdir().unwrap();
             (
-                Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap()),
+                Arc::new(
+                    object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap(),
+                ),
                 Some(dir),
             )
         };
@@ -144,14 +151,20 @@ async fn collects_exactly_the_dead_owners_protecting_checkpoints() {
         assert_eq!(r.collected, 3, "{name}: {r:?}");
         assert_eq!(r.dead, 1, "{name}: {r:?}");
         assert_eq!(r.errors, 0, "{name}: {r:?}");
-        assert!(r.requests["list"] >= 1 && r.requests["delete"] >= 3 * 5, "{name}: {r:?}");
+        assert!(
+            r.requests["list"] >= 1 && r.requests["delete"] >= 3 * 5,
+            "{name}: {r:?}"
+        );
 
         assert_eq!(status(b, dead_cps[0].id()).await, Some(Status::Available));
         assert_eq!(data_count(b, dead_cps[0].id()).await, 3);
         for cp in &dead_cps[1..] {
             assert_eq!(status(b, cp.id()).await, None, "{name}");
             assert_eq!(data_count(b, cp.id()).await, 0, "{name}");
-            let d = checkpoint::read_decision(b, cp.id()).await.unwrap().unwrap();
+            let d = checkpoint::read_decision(b, cp.id())
+                .await
+                .unwrap()
+                .unwrap();
             assert_eq!(d.by, Decider::Gc);
         }
         assert_eq!(status(b, live_cps[0].id()).await, Some(Status::Available));
@@ -225,7 +238,10 @@ async fn dry_run_brake_and_limit() {
         };
         let r = pass(b, braking.clone()).await;
         assert_eq!(r.collected, 0, "{name}: {r:?}");
-        assert!(r.braked.as_deref().unwrap().contains("5 of 5"), "{name}: {r:?}");
+        assert!(
+            r.braked.as_deref().unwrap().contains("5 of 5"),
+            "{name}: {r:?}"
+        );
 
         let limited = GcOptions {
             max_deletions: 2,
