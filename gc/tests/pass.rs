@@ -357,3 +357,40 @@ async fn only_objects_under_the_prefix_are_touched() {
     assert_eq!(pass(&f.bank, options()).await.collected, 2);
     assert!(f.faults.head(&outside).await.is_ok());
 }
+
+#[tokio::test]
+async fn malformed_index_entries_are_counted_and_dangling_markers_collected() {
+    for (name, f) in fixtures() {
+        let b = &f.bank;
+        let (_dead, _cps) = owner_with(b, Arc::new(MockClock::new()), 1, 0).await;
+        let dead_owner = _dead.owner_id().clone();
+        // Entries no valid marker looks like: too deep, too shallow, bad ids.
+        for bad in [
+            "index/protecting/only-owner",
+            "index/protecting/o/cp/extra",
+            "index/protecting/.hidden/cp",
+        ] {
+            let path = object_store::path::Path::from(format!("bank/{bad}"));
+            f.faults
+                .put(&path, PutPayload::from_static(b""))
+                .await
+                .unwrap();
+        }
+        // A marker of the dead owner pointing at a checkpoint that has no metadata or data.
+        f.faults
+            .put(
+                &checkpoint::marker_path(b, &dead_owner, "dangling"),
+                PutPayload::from_static(b""),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(past_expiry()).await;
+        let r = pass(b, options()).await;
+        assert_eq!(r.collected, 2, "{name}: {r:?}");
+        assert!(r.skipped >= 2, "{name}: {r:?}");
+        assert_eq!(r.errors, 0, "{name}: {r:?}");
+        // The malformed entries are left for a human: the GC deletes only what it understands.
+        let r = pass(b, options()).await;
+        assert_eq!(r.collected, 0, "{name}: {r:?}");
+    }
+}
