@@ -6,9 +6,19 @@
 //! ```
 //! use banklease::config::Config;
 //!
-//! let env = [("BANKLEASE_LEASE__EXPIRE_WINDOW".to_string(), "3s".to_string())];
+//! let env = [
+//!     ("BANKLEASE_LEASE__RENEW_WINDOW", "1s"),
+//!     ("BANKLEASE_LEASE__EXPIRE_WINDOW", "3s"),
+//!     ("BANKLEASE_LEASE__VALIDITY_WINDOW", "500ms"),
+//! ]
+//! .map(|(k, v)| (k.to_string(), v.to_string()));
 //! let config = Config::load_from(None, env).unwrap();
 //! assert_eq!(config.lease.expire_window, std::time::Duration::from_secs(3));
+//!
+//! // Windows that break a rule are refused, saying which rule and by how much.
+//! let env = [("BANKLEASE_LEASE__EXPIRE_WINDOW".to_string(), "3s".to_string())];
+//! let err = Config::load_from(None, env).unwrap_err();
+//! assert!(err.to_string().contains("renew_window < expire_window"));
 //! ```
 
 use std::path::{Path, PathBuf};
