@@ -131,6 +131,9 @@ pub struct GcConfig {
     pub brake_min: usize,
     /// Plan and report only; delete nothing.
     pub dry_run: bool,
+    /// Delete lease objects of owners expired past grace once none of their protecting
+    /// checkpoints is left (every restart makes a new owner; their leases would pile up).
+    pub reap_leases: bool,
     /// Address for `/metrics` and `/healthz` (daemon only), e.g. `127.0.0.1:9187`.
     pub metrics_addr: Option<String>,
     /// Renew window of the GC's own lease (one active GC per bank).
@@ -154,6 +157,7 @@ impl Default for GcConfig {
             brake_ratio: 0.5,
             brake_min: 100,
             dry_run: false,
+            reap_leases: true,
             metrics_addr: None,
             lease_renew_window: Duration::from_secs(10),
             lease_expire_window: Duration::from_secs(60),

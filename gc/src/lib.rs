@@ -7,8 +7,12 @@
 //! [`pass`] does the I/O around it. The daemon ([`daemon`]) runs passes on an interval while it
 //! holds the bank's single GC lease.
 
+pub mod daemon;
+pub mod metrics;
 pub mod pass;
 pub mod plan;
 
+pub use daemon::Daemon;
+pub use metrics::Metrics;
 pub use pass::{Collector, PassReport};
 pub use plan::GcOptions;

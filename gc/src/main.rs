@@ -1,1 +1,229 @@
-fn main() {}
+//! `banklease-gc`: the garbage-collector daemon of a banklease bank.
+//!
+//! Runs passes on an interval while it holds the bank's single GC lease, standing by otherwise
+//! (see `banklease_gc::daemon`). SIGTERM or SIGINT: no new passes, the pass in flight finishes,
+//! the GC lease is released, exit 0. `--once`: one pass, its report as one JSON line on stdout.
+
+use std::future::Future;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use banklease::Config;
+use banklease_gc::Daemon;
+use clap::{Parser, ValueEnum};
+use tokio::signal::unix::{signal, SignalKind};
+use tracing::{info, warn};
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::EnvFilter;
+
+/// Collects checkpoints left `protecting` by dead banklease owners. One daemon per bank is
+/// active; others stand by and take over when it dies.
+#[derive(Debug, Parser)]
+#[command(name = "banklease-gc", version, about, long_about = None)]
+struct Cli {
+    /// Configuration file (TOML); `BANKLEASE_<SECTION>__<KEY>` variables override it.
+    #[arg(long, value_name = "FILE", env = banklease::config::CONFIG_ENV)]
+    config: Option<PathBuf>,
+    /// Bank URL, overriding `bank.url`.
+    #[arg(long, value_name = "URL")]
+    bank: Option<String>,
+    /// Wait to become the active GC, run a single pass, print its report as JSON and exit.
+    #[arg(long)]
+    once: bool,
+    /// Plan and report only; delete nothing (sets `gc.dry_run`).
+    #[arg(long)]
+    dry_run: bool,
+    /// Time between passes, e.g. `5m` (overrides `gc.interval`).
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    interval: Option<Duration>,
+    /// Serve `/metrics` and `/healthz` on this address, e.g. `127.0.0.1:9187`
+    /// (overrides `gc.metrics_addr`).
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<String>,
+    /// Log line format on stderr; the level comes from `RUST_LOG` (default `info`).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl Cli {
+    /// Apply the command-line overrides to a loaded configuration.
+    fn apply(&self, config: &mut Config) {
+        if let Some(url) = &self.bank {
+            config.bank.url = url.clone();
+        }
+        if self.dry_run {
+            config.gc.dry_run = true;
+        }
+        if let Some(interval) = self.interval {
+            config.gc.interval = interval;
+        }
+        if let Some(addr) = &self.metrics_addr {
+            config.gc.metrics_addr = Some(addr.clone());
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = init_tracing(cli.log_format) {
+        eprintln!("banklease-gc: {e:#}");
+        return ExitCode::FAILURE;
+    }
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "banklease-gc stopped on an error");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    // First, so that a signal during start-up is a shutdown request, not an abrupt kill.
+    let shutdown = shutdown_signals()?;
+    let mut config =
+        Config::load(cli.config.as_deref()).context("cannot load the configuration")?;
+    cli.apply(&mut config);
+    let warnings = config
+        .validate()
+        .context("invalid configuration after command-line overrides")?;
+    for warning in warnings {
+        warn!("{warning}");
+    }
+    let daemon = Daemon::open(config)?;
+    if !cli.once {
+        return daemon.run(shutdown).await;
+    }
+    let report = daemon
+        .run_once(shutdown)
+        .await?
+        .context("shut down before a pass could run; nothing was collected")?;
+    let line = serde_json::to_string(&report).context("cannot encode the pass report")?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}")
+        .and_then(|()| stdout.flush())
+        .context("cannot write the pass report to stdout")?;
+    Ok(())
+}
+
+fn init_tracing(format: LogFormat) -> anyhow::Result<()> {
+    let filter = env_filter(std::env::var(EnvFilter::DEFAULT_ENV))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    Ok(())
+}
+
+/// The log filter from `RUST_LOG`'s value: `info` when unset or empty; a typo is an error rather
+/// than silently dropped directives.
+fn env_filter(var: Result<String, std::env::VarError>) -> anyhow::Result<EnvFilter> {
+    let directives = match var {
+        Ok(directives) => directives,
+        Err(std::env::VarError::NotPresent) => String::new(),
+        Err(e) => return Err(e).context("invalid RUST_LOG"),
+    };
+    EnvFilter::builder()
+        .with_default_directive(LevelFilter::INFO.into())
+        .parse(&directives)
+        .with_context(|| format!("invalid RUST_LOG=`{directives}`"))
+}
+
+/// A future that completes at the first SIGTERM or SIGINT.
+fn shutdown_signals() -> anyhow::Result<impl Future<Output = ()>> {
+    let mut term = signal(SignalKind::terminate()).context("cannot install a SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot install a SIGINT handler")?;
+    Ok(async move {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        info!(signal = name, "shutting down");
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn overrides_replace_config_values() {
+        let cli = Cli::try_parse_from([
+            "banklease-gc",
+            "--bank",
+            "memory://",
+            "--dry-run",
+            "--interval",
+            "90s",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ])
+        .unwrap();
+        assert_eq!(cli.log_format, LogFormat::Json);
+        let mut config = Config::default();
+        cli.apply(&mut config);
+        assert_eq!(config.bank.url, "memory://");
+        assert!(config.gc.dry_run);
+        assert_eq!(config.gc.interval, Duration::from_secs(90));
+        assert_eq!(config.gc.metrics_addr.as_deref(), Some("127.0.0.1:0"));
+    }
+
+    #[test]
+    fn no_flags_leave_the_config_alone() {
+        let cli = Cli::try_parse_from(["banklease-gc"]).unwrap();
+        let mut config = Config::default();
+        config.gc.dry_run = true;
+        cli.apply(&mut config);
+        assert!(
+            config.gc.dry_run,
+            "--dry-run absent does not turn a dry run off"
+        );
+        assert_eq!(config.bank.url, Config::default().bank.url);
+        assert_eq!(cli.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn log_filter_defaults_to_info_and_refuses_typos() {
+        use std::env::VarError;
+        let unset = env_filter(Err(VarError::NotPresent)).unwrap();
+        assert_eq!(unset.max_level_hint(), Some(LevelFilter::INFO));
+        let empty = env_filter(Ok(String::new())).unwrap();
+        assert_eq!(empty.max_level_hint(), Some(LevelFilter::INFO));
+        let debug = env_filter(Ok("banklease_gc=debug".into())).unwrap();
+        assert_eq!(debug.max_level_hint(), Some(LevelFilter::DEBUG));
+        let msg = format!(
+            "{:#}",
+            env_filter(Ok("banklease_gc=loud".into())).unwrap_err()
+        );
+        assert!(msg.contains("banklease_gc=loud"), "{msg}");
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        assert!(Cli::try_parse_from(["banklease-gc", "--interval", "soon"]).is_err());
+        assert!(Cli::try_parse_from(["banklease-gc", "--log-format", "xml"]).is_err());
+    }
+}

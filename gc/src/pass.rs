@@ -16,7 +16,7 @@
 //! - **resumable**: the marker is deleted last, so a pass interrupted anywhere leaves the
 //!   checkpoint on the next pass's work list, and every step is idempotent.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -59,6 +59,8 @@ pub struct PassReport {
     pub skipped: u64,
     /// Errors met (each one leaves its checkpoint for the next pass).
     pub errors: u64,
+    /// Lease objects of dead owners deleted (expired past grace, nothing left to collect).
+    pub leases_reaped: u64,
     /// Whether this was a dry run.
     pub dry_run: bool,
     /// Why the brake refused the pass, if it did.
@@ -201,8 +203,18 @@ impl Collector {
             report.skipped += plan.candidates;
         } else {
             let taken = AtomicU64::new(0);
+            let mut cleared: HashSet<OwnerId> = HashSet::new();
             for tally in &plan.dead {
-                self.collect_owner(&bank, tally, &store_time, plan.limit, &taken, &mut report)
+                let clean = self
+                    .collect_owner(&bank, tally, &store_time, plan.limit, &taken, &mut report)
+                    .await;
+                if clean && tally.verdict == Verdict::Expired {
+                    cleared.insert(tally.owner.clone());
+                }
+            }
+            if self.options.reap_leases && !self.options.dry_run {
+                let seen: HashSet<OwnerId> = tallies.iter().map(|t| t.owner.clone()).collect();
+                self.reap_leases(&bank, &observer, &store_time, &seen, &cleared, &mut report)
                     .await;
             }
         }
@@ -226,7 +238,77 @@ impl Collector {
         Ok(report)
     }
 
-    /// Collect the protecting checkpoints of one dead owner, `concurrency` at a time.
+    /// Delete the lease objects of owners that are expired past grace and have no protecting
+    /// checkpoint left: those whose markers this pass removed without a skip or error
+    /// (`cleared`), and those with no marker in the listing at all (judged here, once each).
+    ///
+    /// Safe: an owner expired on the store clock (plus margin and grace) has long judged its own
+    /// lease Lost, never renews it, and cannot create checkpoints.
+    async fn reap_leases(
+        &self,
+        bank: &Bank,
+        observer: &LeaseObserver,
+        store_time: &StoreTime,
+        seen: &HashSet<OwnerId>,
+        cleared: &HashSet<OwnerId>,
+        report: &mut PassReport,
+    ) {
+        let prefix = bank.path(&["leases"]);
+        let mut listing = bank.store().list(Some(&prefix));
+        let mut candidates = Vec::new();
+        while let Some(item) = listing.next().await {
+            let meta = match item {
+                Ok(meta) => meta,
+                Err(e) => {
+                    tracing::warn!(error = %error_chain(&e), "listing leases failed");
+                    report.errors += 1;
+                    break;
+                }
+            };
+            let Some(owner) = meta
+                .location
+                .prefix_match(&prefix)
+                .and_then(|mut parts| {
+                    let first = parts.next()?;
+                    parts.next().is_none().then_some(first)
+                })
+                .and_then(|part| OwnerId::parse(part.as_ref()).ok())
+            else {
+                continue;
+            };
+            if cleared.contains(&owner) || !seen.contains(&owner) {
+                candidates.push(owner);
+            }
+        }
+        drop(listing);
+        let mut reaped = futures::stream::iter(candidates)
+            .map(|owner| async move {
+                // Cleared owners were judged this pass; the others are judged now. Either way the
+                // lease is re-read, so one renewed since (impossible when expired) is never lost.
+                match Verdict::of(&observer.view(&owner, store_time).await, self.options.grace) {
+                    Verdict::Expired => {
+                        delete_ok_if_missing(bank, &bank.lease_path(&owner)).await?;
+                        tracing::info!(owner_id = %owner, "reaped the lease of a dead owner");
+                        Ok(true)
+                    }
+                    _ => Ok::<bool, banklease::Error>(false),
+                }
+            })
+            .buffer_unordered(self.options.concurrency);
+        while let Some(result) = reaped.next().await {
+            match result {
+                Ok(true) => report.leases_reaped += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %error_chain(&e), "reaping a lease failed");
+                    report.errors += 1;
+                }
+            }
+        }
+    }
+
+    /// Collect the protecting checkpoints of one dead owner, `concurrency` at a time. True when
+    /// every marker was removed (nothing skipped, no error).
     async fn collect_owner(
         &self,
         bank: &Bank,
@@ -235,7 +317,8 @@ impl Collector {
         limit: Option<u64>,
         taken: &AtomicU64,
         report: &mut PassReport,
-    ) {
+    ) -> bool {
+        let mut clean = true;
         let prefix = protecting_prefix(bank).join(tally.owner.as_str());
         let listing = bank.store().list(Some(&prefix));
         let prefix = &prefix;
@@ -271,14 +354,20 @@ impl Collector {
             match result {
                 Ok(Outcome::Collected) => report.collected += 1,
                 Ok(Outcome::Repaired) => report.repaired += 1,
-                Ok(Outcome::Skipped) => report.skipped += 1,
+                Ok(Outcome::Skipped) => {
+                    report.skipped += 1;
+                    clean = false;
+                }
                 Err(e) => {
                     tracing::warn!(owner_id = %tally.owner, error = %error_chain(&e),
                         "collecting a checkpoint failed; the next pass resumes it");
                     report.errors += 1;
+                    clean = false;
                 }
             }
         }
+        // A dry run removed nothing.
+        clean && !self.options.dry_run
     }
 
     /// A missing lease gives no expiry time, so its markers must themselves be older than

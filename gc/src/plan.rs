@@ -24,6 +24,8 @@ pub struct GcOptions {
     pub dry_run: bool,
     /// Collect even when the brake would refuse, and allow an empty bank prefix.
     pub force: bool,
+    /// Delete lease objects of owners expired past grace with nothing left to collect.
+    pub reap_leases: bool,
 }
 
 impl GcOptions {
@@ -38,6 +40,7 @@ impl GcOptions {
             brake_min: config.gc.brake_min,
             dry_run: config.gc.dry_run,
             force: false,
+            reap_leases: config.gc.reap_leases,
         }
     }
 }
@@ -148,6 +151,7 @@ mod tests {
             brake_min: 10,
             dry_run: false,
             force: false,
+            reap_leases: true,
         }
     }
 

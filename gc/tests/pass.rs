@@ -35,6 +35,7 @@ fn options() -> GcOptions {
         brake_min: 1_000_000,
         dry_run: false,
         force: false,
+        reap_leases: true,
     }
 }
 
@@ -392,5 +393,52 @@ async fn malformed_index_entries_are_counted_and_dangling_markers_collected() {
         // The malformed entries are left for a human: the GC deletes only what it understands.
         let r = pass(b, options()).await;
         assert_eq!(r.collected, 0, "{name}: {r:?}");
+    }
+}
+
+#[tokio::test]
+async fn dead_owners_leases_are_reaped_once_nothing_is_left() {
+    for (name, f) in fixtures() {
+        let b = &f.bank;
+        let frozen: SharedClock = Arc::new(MockClock::new());
+        let (dead, _) = owner_with(b, frozen.clone(), 2, 0).await;
+        // A dead owner that never created a checkpoint, and one whose lease is garbage.
+        let (idle, _) = owner_with(b, frozen.clone(), 0, 0).await;
+        let (live, _) = owner_with(b, Arc::new(SystemClock), 1, 0).await;
+        let keeper = live.spawn_keeper(banklease::clock::Jitter::seeded(5), 0.1);
+        tokio::time::sleep(past_expiry()).await;
+
+        // A dry run reaps nothing.
+        let dry = GcOptions {
+            dry_run: true,
+            ..options()
+        };
+        assert_eq!(pass(b, dry).await.leases_reaped, 0, "{name}");
+
+        let r = pass(b, options()).await;
+        assert_eq!((r.collected, r.leases_reaped), (2, 2), "{name}: {r:?}");
+        for gone in [&dead, &idle] {
+            assert!(
+                banklease::lease::read_lease(b, gone.owner_id())
+                    .await
+                    .unwrap()
+                    .is_none(),
+                "{name}"
+            );
+        }
+        assert!(live.check_validity());
+        assert!(banklease::lease::read_lease(b, live.owner_id())
+            .await
+            .unwrap()
+            .is_some());
+        // With reaping off, nothing is reaped.
+        let (_late, _) = owner_with(b, frozen.clone(), 0, 0).await;
+        tokio::time::sleep(past_expiry()).await;
+        let off = GcOptions {
+            reap_leases: false,
+            ..options()
+        };
+        assert_eq!(pass(b, off).await.leases_reaped, 0, "{name}");
+        keeper.release().await.unwrap();
     }
 }

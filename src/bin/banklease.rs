@@ -40,7 +40,7 @@ const LIST_CONCURRENCY: usize = 16;
 #[derive(Debug, Parser)]
 #[command(name = "banklease", version)]
 struct Cli {
-    /// Configuration file (TOML); BANKLEASE_<SECTION>__<KEY> variables override it.
+    /// Configuration file (TOML); `BANKLEASE_<SECTION>__<KEY>` variables override it.
     #[arg(long, global = true, env = "BANKLEASE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
 
@@ -937,7 +937,8 @@ async fn gc(ctx: &Ctx, dry_run: bool, force: bool) -> Result<Outcome> {
         };
         out_line(&format!(
             "gc pass{}: scanned {} protecting checkpoint(s) of {} owner(s) ({} alive, {} in \
-             grace, {} dead, {} unreadable); {verb} {}, repaired {}, skipped {}, errors {} in {}",
+             grace, {} dead, {} unreadable); {verb} {}, repaired {}, skipped {}, errors {}, leases \
+             reaped {} in {}",
             if report.dry_run { " (dry run)" } else { "" },
             report.scanned,
             report.owners,
@@ -949,6 +950,7 @@ async fn gc(ctx: &Ctx, dry_run: bool, force: bool) -> Result<Outcome> {
             report.repaired,
             report.skipped,
             report.errors,
+            report.leases_reaped,
             human(Duration::from_millis(report.duration_ms)),
         ))?;
     }

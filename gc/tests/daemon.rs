@@ -1,0 +1,353 @@
+//! The `banklease-gc` binary as a process: one active daemon per bank, failover after SIGKILL,
+//! clean stop on SIGTERM, `--once`, start-up refusal.
+//!
+//! Every daemon runs on a `file:` bank in a tempdir with GC lease windows of a fraction of a
+//! second, and serves `/metrics` on 127.0.0.1 only. Every wait is a bounded polling loop that
+//! fails with what it waited for and the daemons' logs.
+#![allow(clippy::disallowed_methods)] // tests measure and wait on the real clock
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+const RENEW: Duration = Duration::from_millis(200);
+const EXPIRE: Duration = Duration::from_secs(1);
+const SKEW: Duration = Duration::from_millis(100);
+/// Generous for a loaded 2-core CI machine; the waits return as soon as the condition holds.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A running `banklease-gc`, killed if the test ends while it runs.
+struct Daemon {
+    name: &'static str,
+    child: Child,
+    port: u16,
+    log: PathBuf,
+    stdout: PathBuf,
+}
+
+impl Daemon {
+    /// Start a daemon on `bank` with short GC lease windows, serving metrics on `port`.
+    fn spawn(name: &'static str, dir: &Path, bank: &Path, port: u16, args: &[&str]) -> Self {
+        let log = dir.join(format!("{name}.log"));
+        let stdout = dir.join(format!("{name}.out"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_banklease-gc"));
+        // Only what the test sets: a developer's BANKLEASE_* must not leak in.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("BANKLEASE_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.args(args)
+            .env("BANKLEASE_BANK__URL", format!("file://{}", bank.display()))
+            .env("BANKLEASE_GC__LEASE_RENEW_WINDOW", "200ms")
+            .env("BANKLEASE_GC__LEASE_EXPIRE_WINDOW", "1s")
+            .env("BANKLEASE_GC__LEASE_VALIDITY_WINDOW", "100ms")
+            .env("BANKLEASE_GC__INTERVAL", "300ms")
+            .env("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")
+            .env("BANKLEASE_LEASE__OWNER_ID_SCHEME", "uuid")
+            .env("BANKLEASE_GC__METRICS_ADDR", format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "info,banklease_gc=debug")
+            .stdin(Stdio::null())
+            // Files, not pipes: an unread pipe would block the daemon once full.
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = cmd.spawn().expect("start banklease-gc");
+        Self {
+            name,
+            child,
+            port,
+            log,
+            stdout,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `Some(true)` when `/metrics` says active, `Some(false)` standby, `None` not answering.
+    fn active(&self) -> Option<bool> {
+        let (status, body) = http_get(self.port, "/metrics").ok()?;
+        if status != 200 {
+            return None;
+        }
+        sample(&body, "banklease_gc_active").map(|v| v == 1.0)
+    }
+
+    fn logs(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        format!("---- {} (pid {}) stderr ----\n{log}", self.name, self.pid())
+    }
+
+    /// Send SIGTERM (through kill(1): the crate forbids unsafe code, so no libc call).
+    fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM {} failed", self.pid());
+    }
+
+    /// Wait for the process to exit, at most `timeout`.
+    fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not exit within {timeout:?}\n{}",
+                self.name,
+                self.logs()
+            );
+            sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Ports free right now on 127.0.0.1, distinct (all bound at once, then released).
+fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|i| listeners[i].local_addr().unwrap().port())
+}
+
+/// A minimal HTTP/1.1 GET on 127.0.0.1: the status code and the body.
+fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let bad = |what: &str| std::io::Error::other(format!("{what} in response: {response:?}"));
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| bad("no end of headers"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("no status code"))?;
+    Ok((status, body.to_owned()))
+}
+
+/// The value of the unlabelled sample `name` in OpenMetrics text.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Poll `probe` every 50 ms until it returns `Some`, at most `timeout`; fail with `what` and
+/// the daemons' logs.
+fn wait_for<T>(
+    timeout: Duration,
+    what: &str,
+    daemons: &[&Daemon],
+    mut probe: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            let logs: Vec<String> = daemons.iter().map(|d| d.logs()).collect();
+            panic!(
+                "timed out after {timeout:?} waiting until {what}\n{}",
+                logs.join("\n")
+            );
+        }
+        sleep(Duration::from_millis(50));
+    }
+}
+
+/// The pid recorded in the GC lease object, `None` when there is none.
+fn lease_pid(bank: &Path) -> Option<u64> {
+    let bytes = std::fs::read(bank.join("gc/active")).ok()?;
+    let record: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    record["pid"].as_u64()
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn bank_in(dir: &Path) -> PathBuf {
+    dir.join("bank")
+}
+
+#[test]
+fn one_active_per_bank_failover_on_kill_and_clean_stop_on_term() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = bank_in(dir.path());
+    let [pa, pb] = free_ports::<2>();
+    let a = Daemon::spawn("a", dir.path(), &bank, pa, &[]);
+    let b = Daemon::spawn("b", dir.path(), &bank, pb, &[]);
+
+    let a_active = wait_for(
+        START_TIMEOUT,
+        "both daemons serve /metrics and exactly one is active",
+        &[&a, &b],
+        || match (a.active()?, b.active()?) {
+            (true, false) => Some(true),
+            (false, true) => Some(false),
+            _ => None,
+        },
+    );
+    let (mut active, mut standby) = if a_active { (a, b) } else { (b, a) };
+
+    // For several renew windows and passes: still exactly one, and the lease names it.
+    let hold_until = Instant::now() + 8 * RENEW;
+    while Instant::now() < hold_until {
+        assert_eq!(
+            (active.active(), standby.active()),
+            (Some(true), Some(false)),
+            "the roles must not change while both live\n{}\n{}",
+            active.logs(),
+            standby.logs()
+        );
+        sleep(Duration::from_millis(100));
+    }
+    assert_eq!(lease_pid(&bank), Some(u64::from(active.pid())));
+
+    for (daemon, role) in [(&active, "active"), (&standby, "standby")] {
+        let (status, body) = http_get(daemon.port, "/healthz").unwrap();
+        assert_eq!(status, 200, "{}: /healthz", daemon.name);
+        assert_eq!(
+            body.trim(),
+            format!("ok {role}"),
+            "{}: /healthz",
+            daemon.name
+        );
+    }
+
+    // SIGKILL: no release. The standby must wait for the lease to expire on the store's clock,
+    // then take over.
+    let killed_at = Instant::now();
+    active.child.kill().unwrap();
+    active.child.wait().unwrap();
+    let takeover_bound = EXPIRE + SKEW + 10 * RENEW + Duration::from_secs(3);
+    wait_for(
+        takeover_bound,
+        "the standby takes over after the active daemon was killed",
+        &[&standby, &active],
+        || standby.active()?.then_some(()),
+    );
+    let took = killed_at.elapsed();
+    // The killed daemon's last renewal was at most one renew window before the kill.
+    assert!(
+        took >= EXPIRE - RENEW - Duration::from_millis(100),
+        "took over after {took:?}: before the killed daemon's lease (expire_window {EXPIRE:?}) \
+         could have expired\n{}",
+        standby.logs()
+    );
+    assert_eq!(lease_pid(&bank), Some(u64::from(standby.pid())));
+
+    // SIGTERM: exit 0 in bounded time, GC lease released.
+    standby.terminate();
+    let status = standby.wait_exit(STOP_TIMEOUT);
+    assert!(status.success(), "exit status {status}\n{}", standby.logs());
+    assert!(
+        !bank.join("gc/active").exists(),
+        "the gc lease must be released on SIGTERM\n{}",
+        standby.logs()
+    );
+    assert!(standby.logs().contains("gc lease released"));
+}
+
+#[test]
+fn a_standby_stops_without_disturbing_the_active_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = bank_in(dir.path());
+    // Metrics ports by flag; the environment names other (unused) ports, which the flags must
+    // override.
+    let [pa, pb, env_a, env_b] = free_ports::<4>();
+    let flags = |port: u16| {
+        vec![
+            "--interval".to_owned(),
+            "250ms".to_owned(),
+            "--metrics-addr".to_owned(),
+            format!("127.0.0.1:{port}"),
+        ]
+    };
+    let fa = flags(pa);
+    let mut a = Daemon::spawn("a", dir.path(), &bank, env_a, &strs(&fa));
+    a.port = pa;
+    wait_for(START_TIMEOUT, "a is active", &[&a], || {
+        a.active()?.then_some(())
+    });
+    let fb = flags(pb);
+    let mut b = Daemon::spawn("b", dir.path(), &bank, env_b, &strs(&fb));
+    b.port = pb;
+    wait_for(
+        START_TIMEOUT,
+        "b serves /metrics as standby",
+        &[&a, &b],
+        || (!b.active()?).then_some(()),
+    );
+
+    b.terminate();
+    let status = b.wait_exit(STOP_TIMEOUT);
+    assert!(status.success(), "exit status {status}\n{}", b.logs());
+    assert_eq!(a.active(), Some(true), "{}", a.logs());
+    assert_eq!(lease_pid(&bank), Some(u64::from(a.pid())));
+
+    a.terminate();
+    let status = a.wait_exit(STOP_TIMEOUT);
+    assert!(status.success(), "exit status {status}\n{}", a.logs());
+    assert!(!bank.join("gc/active").exists(), "{}", a.logs());
+}
+
+#[test]
+fn once_runs_a_single_pass_and_prints_its_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = bank_in(dir.path());
+    let [port] = free_ports::<1>();
+    let mut d = Daemon::spawn("once", dir.path(), &bank, port, &["--once", "--dry-run"]);
+    let status = d.wait_exit(START_TIMEOUT);
+    assert!(status.success(), "exit status {status}\n{}", d.logs());
+    let out = std::fs::read_to_string(&d.stdout).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "one JSON line on stdout: {out:?}");
+    let report: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(report["dry_run"], true, "{report}");
+    assert_eq!(report["scanned"], 0, "an empty bank: {report}");
+    assert_eq!(report["collected"], 0, "{report}");
+    assert!(!bank.join("gc/active").exists(), "{}", d.logs());
+}
+
+#[test]
+fn refuses_to_start_on_an_unusable_bank() {
+    let dir = tempfile::tempdir().unwrap();
+    // A bank "directory" below a regular file cannot be created.
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    let bank = file.join("bank");
+    let [port] = free_ports::<1>();
+    let mut d = Daemon::spawn("bad", dir.path(), &bank, port, &[]);
+    let status = d.wait_exit(START_TIMEOUT);
+    assert!(!status.success(), "must fail to start\n{}", d.logs());
+    let logs = d.logs();
+    assert!(logs.contains("cannot open the bank"), "{logs}");
+    assert!(logs.contains("not-a-dir"), "{logs}");
+}
