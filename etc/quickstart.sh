@@ -38,7 +38,7 @@ A=$(owner_of A); B=$(owner_of B)
 "$BIN/banklease" checkpoint list
 
 echo; echo "== service A crashes (SIGKILL); a GC pass right away must collect nothing"
-kill -9 "$A_PID"
+kill -9 "$A_PID"; wait "$A_PID" 2>/dev/null || true
 "$BIN/banklease" gc
 "$BIN/banklease" validity-check --owner "$B" || true
 "$BIN/banklease" validity-check --owner "$A" || true
