@@ -388,21 +388,33 @@ async fn capability_probe_refuses_a_store_that_ignores_create_if_absent() {
     }
 }
 
+/// A bank without fault injection, for tests that run on real time (the store stamps real
+/// `last_modified` times, so expiry there cannot be simulated with a mock clock).
+fn real_time_bank(backend: Backend) -> (Bank, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = match backend {
+        Backend::Memory => Bank::open("memory://").unwrap(),
+        Backend::File => Bank::open(&format!("file://{}", dir.path().display())).unwrap(),
+    };
+    (bank, dir)
+}
+
+/// Windows short enough for real-time tests: renew 100 ms, expire 300 ms, validity 50 ms.
+fn short_windows() -> LeaseWindows {
+    LeaseWindows::new(
+        Duration::from_millis(100),
+        Duration::from_millis(300),
+        Duration::from_millis(50),
+    )
+    .unwrap()
+}
+
 #[tokio::test]
 async fn observer_judges_on_the_store_clock() {
     for backend in BACKENDS {
-        let dir = tempfile::tempdir().unwrap();
-        let b = match backend {
-            Backend::Memory => Bank::open("memory://").unwrap(),
-            Backend::File => Bank::open(&format!("file://{}", dir.path().display())).unwrap(),
-        };
+        let (b, _dir) = real_time_bank(backend);
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let w = LeaseWindows::new(
-            Duration::from_millis(100),
-            Duration::from_millis(300),
-            Duration::from_millis(50),
-        )
-        .unwrap();
+        let w = short_windows();
         let observer = LeaseObserver::new(b.clone(), clock.clone(), Duration::from_millis(50));
         let lease = OwnerLease::acquire(&b, OwnerId::random(), w, clock.clone())
             .await
@@ -443,18 +455,9 @@ async fn observer_judges_on_the_store_clock() {
 #[tokio::test]
 async fn take_over_only_an_expired_lease_and_only_once_on_atomic_stores() {
     for backend in BACKENDS {
-        let dir = tempfile::tempdir().unwrap();
-        let b = match backend {
-            Backend::Memory => Bank::open("memory://").unwrap(),
-            Backend::File => Bank::open(&format!("file://{}", dir.path().display())).unwrap(),
-        };
+        let (b, _dir) = real_time_bank(backend);
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let w = LeaseWindows::new(
-            Duration::from_millis(100),
-            Duration::from_millis(300),
-            Duration::from_millis(50),
-        )
-        .unwrap();
+        let w = short_windows();
         let margin = Duration::from_millis(50);
         let path = b.path(&["gc", "active"]);
         let first =
