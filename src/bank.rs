@@ -108,11 +108,21 @@ impl Bank {
                 .map_err(|e| bad(&format!("cannot configure S3 from AWS_* variables: {e}")))?;
             return Ok(Self::from_store(Arc::new(store), prefix, url));
         }
-        if url.starts_with("swift://") {
-            return Err(bad(
-                "the native Swift backend is not available in this build; use s3:// through \
-                 Swift's s3api middleware meanwhile",
-            ));
+        if let Some(rest) = url.strip_prefix("swift://") {
+            let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if container.is_empty() {
+                return Err(bad("no container; use swift://container/prefix"));
+            }
+            let store = crate::swift::SwiftBuilder::from_env()
+                .with_container(container)
+                .build()
+                .map_err(|e| {
+                    bad(&format!(
+                        "cannot configure Swift from the ST_* (TempAuth) or OS_* (Keystone v3) \
+                         variables: {e}"
+                    ))
+                })?;
+            return Ok(Self::from_store(Arc::new(store), prefix, url));
         }
         Err(bad(
             "unknown scheme; use file:///path, file:relative/path, memory://, s3://bucket/prefix \
@@ -275,7 +285,7 @@ mod tests {
             ("file://", "no path"),
             ("file://otherhost/x", "not local"),
             ("ftp://x", "unknown scheme"),
-            ("swift://c/p", "Swift"),
+            ("swift://", "no container"),
             ("s3://", "no bucket"),
         ] {
             let err = Bank::open(url).unwrap_err().to_string();

@@ -71,6 +71,7 @@ pub mod id;
 pub mod keeper;
 pub mod lease;
 pub mod observe;
+pub mod swift;
 pub mod windows;
 
 pub use bank::{Bank, StoreTime};

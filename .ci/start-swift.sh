@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# Start a single-node OpenStack Swift ("SAIO") on 127.0.0.1 for banklease's tests.
+#
+#   - Debian packages (Swift 2.30 on Debian 12), installed if missing (needs root and apt);
+#   - tempauth: user test:tester, key testing -> account AUTH_test, auth at /auth/v1.0;
+#   - s3api in the proxy pipeline: the same port also speaks S3 (access key test:tester,
+#     secret testing, region us-east-1, path-style);
+#   - 1-replica rings, storage in a plain directory; everything under $SWIFT_ROOT
+#     (default /tmp/banklease-stores/swift) except /etc/swift/swift.conf, whose path
+#     Swift 2.30 hard-codes (written only if missing or without a hash suffix).
+#
+# Idempotent: already-running daemons are left alone, rings and configs are reused.
+# No reaper daemons by default (tests rely on expired objects staying listed); set
+# SWIFT_REAPER_DAEMONS=1 to also run container-updater + object-expirer.
+#
+# Usage:  .ci/start-swift.sh          then eval the printed `export` line
+#         .ci/stop-swift.sh [--wipe]
+# Env:    SWIFT_ROOT, SWIFT_PORT (8080), SWIFT_BASE_PORT (6200), MEMCACHED_PORT (11211),
+#         SWIFT_CONTAINER (banklease-test), SWIFT_REAPER_DAEMONS (0), SWIFT_REAPER_INTERVAL (5)
+set -euo pipefail
+
+ROOT=${SWIFT_ROOT:-/tmp/banklease-stores/swift}
+PORT=${SWIFT_PORT:-8080}
+BP=${SWIFT_BASE_PORT:-6200}
+MCPORT=${MEMCACHED_PORT:-11211}
+CONTAINER=${SWIFT_CONTAINER:-banklease-test}
+ETC=$ROOT/etc DATA=$ROOT/data RUN=$ROOT/run CACHE=$ROOT/cache
+OPORT=$BP CPORT=$((BP + 1)) APORT=$((BP + 2))
+BIN=/usr/bin
+
+fail() { echo "start-swift: $*" >&2; exit 1; }
+
+# ---- 1. packages ------------------------------------------------------------------------
+PKGS="swift swift-proxy swift-object swift-container swift-account swift-object-expirer
+      python3-swiftclient memcached curl"
+missing=""
+for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  [ "$(id -u)" = 0 ] || fail "packages missing:$missing; run as root (or install them first)"
+  echo "start-swift: installing:$missing (1-2 min)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq || fail "apt-get update failed"
+  # shellcheck disable=SC2086
+  apt-get install -y -qq --no-install-recommends $missing >/dev/null \
+    || fail "apt-get install failed for:$missing"
+fi
+# The Debian packages start nothing we need; make sure their own services (if any) do not
+# hold our ports. We only ever start/stop our own processes (by recorded pid).
+
+# ---- 2. swift.conf ------------------------------------------------------------------------
+SWIFT_CONF='[swift-hash]
+swift_hash_path_suffix = banklease
+swift_hash_path_prefix = banklease
+[storage-policy:0]
+name = Policy-0
+default = yes
+[swift-constraints]'
+if ! grep -q '^swift_hash_path_suffix' /etc/swift/swift.conf 2>/dev/null; then
+  mkdir -p /etc/swift
+  echo "$SWIFT_CONF" >/etc/swift/swift.conf
+fi
+
+# ---- 3. configs ---------------------------------------------------------------------------
+mkdir -p "$ETC" "$DATA/d1" "$RUN" "$CACHE"
+echo "$SWIFT_CONF" >"$ETC/swift.conf"
+common() { # $1 = port
+  cat <<EOF
+[DEFAULT]
+bind_ip = 127.0.0.1
+bind_port = $1
+user = root
+swift_dir = $ETC
+devices = $DATA
+mount_check = false
+disable_fallocate = true
+recon_cache_path = $CACHE
+log_level = INFO
+workers = 1
+EOF
+}
+server() { # $1 = kind, $2 = port, $3 = extra sections
+  { common "$2"; cat <<EOF
+log_name = $1-server
+[pipeline:main]
+pipeline = healthcheck recon $1-server
+[app:$1-server]
+use = egg:swift#$1
+[filter:healthcheck]
+use = egg:swift#healthcheck
+[filter:recon]
+use = egg:swift#recon
+recon_cache_path = $CACHE
+$3
+EOF
+  } >"$ETC/$1-server.conf"
+}
+server object "$OPORT" '[object-replicator]
+[object-updater]
+[object-auditor]'
+server container "$CPORT" "[container-replicator]
+[container-updater]
+interval = ${SWIFT_REAPER_INTERVAL:-5}
+[container-auditor]
+[container-sync]
+[container-sharder]"
+server account "$APORT" '[account-replicator]
+[account-auditor]
+[account-reaper]'
+
+cat >"$ETC/proxy-server.conf" <<EOF
+[DEFAULT]
+bind_ip = 127.0.0.1
+bind_port = $PORT
+workers = 1
+user = root
+swift_dir = $ETC
+log_name = proxy-server
+log_level = INFO
+
+[pipeline:main]
+pipeline = catch_errors gatekeeper healthcheck proxy-logging cache listing_formats s3api tempauth copy slo dlo symlink proxy-logging proxy-server
+
+[app:proxy-server]
+use = egg:swift#proxy
+account_autocreate = true
+allow_account_management = true
+conn_timeout = 1
+node_timeout = 10
+
+[filter:tempauth]
+use = egg:swift#tempauth
+user_admin_admin = admin .admin .reseller_admin
+user_test_tester = testing .admin
+
+[filter:s3api]
+use = egg:swift#s3api
+location = us-east-1
+s3_acl = false
+
+[filter:cache]
+use = egg:swift#memcache
+memcache_servers = 127.0.0.1:$MCPORT
+
+[filter:catch_errors]
+use = egg:swift#catch_errors
+[filter:gatekeeper]
+use = egg:swift#gatekeeper
+[filter:healthcheck]
+use = egg:swift#healthcheck
+[filter:proxy-logging]
+use = egg:swift#proxy_logging
+[filter:listing_formats]
+use = egg:swift#listing_formats
+[filter:copy]
+use = egg:swift#copy
+[filter:slo]
+use = egg:swift#slo
+[filter:dlo]
+use = egg:swift#dlo
+[filter:symlink]
+use = egg:swift#symlink
+EOF
+
+cat >"$ETC/object-expirer.conf" <<EOF
+[DEFAULT]
+user = root
+swift_dir = $ETC
+log_name = object-expirer
+[object-expirer]
+interval = ${SWIFT_REAPER_INTERVAL:-5}
+recon_cache_path = $CACHE
+[pipeline:main]
+pipeline = catch_errors proxy-logging cache proxy-server
+[app:proxy-server]
+use = egg:swift#proxy
+[filter:cache]
+use = egg:swift#memcache
+memcache_servers = 127.0.0.1:$MCPORT
+[filter:catch_errors]
+use = egg:swift#catch_errors
+[filter:proxy-logging]
+use = egg:swift#proxy_logging
+EOF
+
+# ---- 4. rings: 1 replica, 1 device, part power 8 ------------------------------------------
+if [ ! -f "$ETC/object.ring.gz" ] || [ ! -f "$ETC/container.ring.gz" ] || [ ! -f "$ETC/account.ring.gz" ]; then
+  (
+    cd "$ETC"
+    rm -f ./*.builder ./*.ring.gz
+    for r in object:$OPORT container:$CPORT account:$APORT; do
+      n=${r%%:*} p=${r##*:}
+      "$BIN/swift-ring-builder" "$n.builder" create 8 1 1 >/dev/null
+      "$BIN/swift-ring-builder" "$n.builder" add "r1z1-127.0.0.1:$p/d1" 1 >/dev/null
+      "$BIN/swift-ring-builder" "$n.builder" rebalance >/dev/null || true
+    done
+  ) || fail "building the rings failed"
+fi
+
+# ---- 5. processes (pid in $RUN/<name>.pid, log in $RUN/<name>.log) ------------------------
+start() { # name cmd...
+  local name=$1
+  shift
+  if [ -f "$RUN/$name.pid" ] && kill -0 "$(cat "$RUN/$name.pid")" 2>/dev/null; then
+    echo "start-swift: $name already running (pid $(cat "$RUN/$name.pid"))"
+    return
+  fi
+  setsid "$@" >"$RUN/$name.log" 2>&1 </dev/null &
+  echo $! >"$RUN/$name.pid"
+}
+start memcached memcached -u memcache -l 127.0.0.1 -p "$MCPORT" -U 0 -m 64
+start account "$BIN/swift-account-server" "$ETC/account-server.conf" -v
+start container "$BIN/swift-container-server" "$ETC/container-server.conf" -v
+start object "$BIN/swift-object-server" "$ETC/object-server.conf" -v
+start proxy "$BIN/swift-proxy-server" "$ETC/proxy-server.conf" -v
+if [ "${SWIFT_REAPER_DAEMONS:-0}" = 1 ]; then
+  start container-updater "$BIN/swift-container-updater" "$ETC/container-server.conf" -v
+  start object-expirer "$BIN/swift-object-expirer" "$ETC/object-expirer.conf" -v
+fi
+
+# ---- 6. ready = auth answers and the test container exists (bounded: 30 s) ----------------
+AUTH=http://127.0.0.1:$PORT/auth/v1.0
+ok=""
+for _ in $(seq 1 150); do
+  if curl -fsS -m 2 "http://127.0.0.1:$PORT/healthcheck" >/dev/null 2>&1; then
+    hdrs=$(curl -fsS -m 2 -D - -o /dev/null -H 'X-Auth-User: test:tester' -H 'X-Auth-Key: testing' \
+      "$AUTH" 2>/dev/null | tr -d '\r' || true)
+    token=$(awk -F': ' 'tolower($1)=="x-auth-token"{print $2}' <<<"$hdrs")
+    storage=$(awk -F': ' 'tolower($1)=="x-storage-url"{print $2}' <<<"$hdrs")
+    if [ -n "$token" ] && [ -n "$storage" ]; then
+      code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' -X PUT -H "X-Auth-Token: $token" \
+        "$storage/$CONTAINER" || true)
+      if [ "$code" = 201 ] || [ "$code" = 202 ]; then ok=1; break; fi
+    fi
+  fi
+  sleep 0.2
+done
+if [ -z "$ok" ]; then
+  echo "start-swift: Swift NOT ready after 30 s; logs in $RUN:" >&2
+  tail -n 15 "$RUN"/*.log >&2 || true
+  exit 1
+fi
+version=$(dpkg-query -W -f='${Version}' swift 2>/dev/null || echo '?')
+echo "start-swift: Swift $version ready on http://127.0.0.1:$PORT (container $CONTAINER; S3 via s3api on the same port)"
+echo "export ST_AUTH=$AUTH ST_USER=test:tester ST_KEY=testing SWIFT_CONTAINER=$CONTAINER"

@@ -1,0 +1,330 @@
+//! The HTTP side of the Swift backend: sessions, retries, URLs.
+//!
+//! Every request goes through [`SwiftClient::send`]:
+//!
+//! 1. take the current [`Session`] (authenticating first if there is none or it is about to
+//!    expire);
+//! 2. execute the request, retrying connection errors, 5xx and 429 with exponential backoff
+//!    ([`RetryConfig`], sleeping on the [`Clock`] so tests control it);
+//! 3. on 401, re-authenticate **once** (unless another request already did) and go to 1.
+//!
+//! Statuses are returned to the caller, which knows what a 404 or 412 means for its operation.
+//!
+//! Retried writes behave like object_store's own clients: a PUT whose first attempt landed but
+//! whose answer was lost is sent again, so a create-if-absent PUT can report `AlreadyExists`
+//! for an object it wrote itself. Read back to resolve.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use object_store::client::{HttpClient, HttpErrorKind, HttpRequestBody, HttpResponse};
+use object_store::path::Path;
+use object_store::{ClientOptions, PutPayload, RetryConfig};
+use url::Url;
+
+use super::auth::{Credentials, Session};
+use super::error::{snippet, Error};
+use crate::clock::{Jitter, SharedClock};
+
+/// `X-Auth-Token`
+pub(crate) const AUTH_TOKEN: HeaderName = HeaderName::from_static("x-auth-token");
+
+/// What a request addresses inside the account.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Target<'a> {
+    /// The configured container itself.
+    Container,
+    /// An object in the configured container.
+    Object(&'a Path),
+}
+
+/// One logical request; re-issued as is on retries and after re-authentication.
+#[derive(Debug)]
+pub(crate) struct Request<'a> {
+    pub(crate) method: Method,
+    pub(crate) target: Target<'a>,
+    pub(crate) query: Vec<(&'static str, String)>,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Option<PutPayload>,
+}
+
+impl<'a> Request<'a> {
+    pub(crate) fn new(method: Method, target: Target<'a>) -> Self {
+        Self {
+            method,
+            target,
+            query: Vec::new(),
+            headers: HeaderMap::new(),
+            body: None,
+        }
+    }
+
+    pub(crate) fn header(mut self, name: impl Into<HeaderName>, value: HeaderValue) -> Self {
+        self.headers.insert(name.into(), value);
+        self
+    }
+
+    pub(crate) fn headers(mut self, headers: HeaderMap) -> Self {
+        self.headers.extend(headers);
+        self
+    }
+
+    pub(crate) fn query(mut self, key: &'static str, value: impl Into<String>) -> Self {
+        self.query.push((key, value.into()));
+        self
+    }
+
+    pub(crate) fn body(mut self, payload: PutPayload) -> Self {
+        self.body = Some(payload);
+        self
+    }
+
+    /// The path for messages: the object name, or empty for the container.
+    pub(crate) fn path(&self) -> String {
+        match self.target {
+            Target::Container => String::new(),
+            Target::Object(p) => p.to_string(),
+        }
+    }
+}
+
+pub(crate) struct SwiftClient {
+    pub(crate) http: HttpClient,
+    pub(crate) credentials: Credentials,
+    /// Used instead of the storage URL the authentication returns (`OS_STORAGE_URL`).
+    pub(crate) storage_url_override: Option<Url>,
+    pub(crate) container: String,
+    pub(crate) retry: RetryConfig,
+    pub(crate) clock: SharedClock,
+    pub(crate) jitter: Jitter,
+    pub(crate) list_limit: usize,
+    pub(crate) client_options: ClientOptions,
+    /// The current session; the lock is held across an authentication, so concurrent callers
+    /// wait for one authentication instead of each making their own.
+    pub(crate) session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// How many authentications this client has made.
+    pub(crate) authentications: AtomicU64,
+}
+
+impl fmt::Debug for SwiftClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SwiftClient")
+            .field("container", &self.container)
+            .field("credentials", &self.credentials)
+            .field(
+                "storage_url_override",
+                &self.storage_url_override.as_ref().map(Url::as_str),
+            )
+            .field("retry", &self.retry)
+            .field("list_limit", &self.list_limit)
+            .field("authentications", &self.authentications)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SwiftClient {
+    /// The session to use now, authenticating if there is none or it is about to expire.
+    pub(crate) async fn session(&self) -> Result<Arc<Session>, Error> {
+        let mut guard = self.session.lock().await;
+        let now = self.now_utc();
+        if let Some(s) = guard.as_ref() {
+            if !s.expiring(now) || !self.credentials.can_authenticate() {
+                return Ok(Arc::clone(s));
+            }
+        }
+        let fresh = Arc::new(self.authenticate().await?);
+        *guard = Some(Arc::clone(&fresh));
+        Ok(fresh)
+    }
+
+    /// Replace `stale` (which Swift refused) with a new session, unless another request has
+    /// already done so.
+    async fn reauthenticate(&self, stale: &Session) -> Result<Arc<Session>, Error> {
+        let mut guard = self.session.lock().await;
+        if let Some(s) = guard.as_ref() {
+            if s.generation != stale.generation {
+                return Ok(Arc::clone(s));
+            }
+        }
+        tracing::debug!(container = %self.container, "swift answered 401; re-authenticating");
+        let fresh = Arc::new(self.authenticate().await?);
+        *guard = Some(Arc::clone(&fresh));
+        Ok(fresh)
+    }
+
+    async fn authenticate(&self) -> Result<Session, Error> {
+        let endpoint = self.credentials.endpoint();
+        let response = self
+            .execute(&self.credentials.method(), &endpoint, || {
+                self.credentials.request()
+            })
+            .await?;
+        let mut session = self.credentials.session(response, self.now_utc()).await?;
+        if let Some(url) = &self.storage_url_override {
+            session.storage_url = url.clone();
+        }
+        session.generation = self.authentications.fetch_add(1, Ordering::SeqCst) + 1;
+        tracing::debug!(
+            endpoint = %endpoint,
+            storage_url = %session.storage_url,
+            generation = session.generation,
+            "swift authenticated"
+        );
+        Ok(session)
+    }
+
+    fn now_utc(&self) -> DateTime<Utc> {
+        DateTime::<Utc>::from(self.clock.system_now())
+    }
+
+    /// Send `req` with the session's token; re-authenticate once on 401.
+    pub(crate) async fn send(&self, req: &Request<'_>) -> Result<HttpResponse, Error> {
+        let mut session = self.session().await?;
+        let mut reauthenticated = false;
+        loop {
+            let url = self.url(&session.storage_url, req);
+            let token = session.token.header_value()?;
+            let path = req.path();
+            let response = self
+                .execute(&req.method, &path, || {
+                    let mut b = http::Request::builder()
+                        .method(req.method.clone())
+                        .uri(url.as_str());
+                    if let Some(h) = b.headers_mut() {
+                        h.extend(req.headers.clone());
+                        h.insert(AUTH_TOKEN, token.clone());
+                    }
+                    let body = match &req.body {
+                        Some(p) => HttpRequestBody::from(p.clone()),
+                        None => HttpRequestBody::empty(),
+                    };
+                    b.body(body).map_err(|source| Error::BuildRequest {
+                        method: req.method.clone(),
+                        path: path.clone(),
+                        source,
+                    })
+                })
+                .await?;
+            if response.status() == StatusCode::UNAUTHORIZED
+                && !reauthenticated
+                && self.credentials.can_authenticate()
+            {
+                reauthenticated = true;
+                session = self.reauthenticate(&session).await?;
+                continue;
+            }
+            return Ok(response);
+        }
+    }
+
+    /// Execute a request built by `make`, retrying transport errors, 5xx and 429.
+    async fn execute(
+        &self,
+        method: &Method,
+        path: &str,
+        make: impl Fn() -> Result<http::Request<HttpRequestBody>, Error>,
+    ) -> Result<HttpResponse, Error> {
+        let started = self.clock.now();
+        let mut retries = 0;
+        loop {
+            let outcome = self.http.execute(make()?).await;
+            let retryable = match &outcome {
+                Ok(r) => Credentials::retryable(r.status()),
+                Err(e) => matches!(
+                    e.kind(),
+                    HttpErrorKind::Connect
+                        | HttpErrorKind::Request
+                        | HttpErrorKind::Timeout
+                        | HttpErrorKind::Interrupted
+                ),
+            };
+            let elapsed = self.clock.now().saturating_duration_since(started);
+            if !retryable
+                || retries >= self.retry.max_retries
+                || elapsed >= self.retry.retry_timeout
+            {
+                return outcome.map_err(|source| Error::Request {
+                    method: method.clone(),
+                    path: path.to_owned(),
+                    retries,
+                    source,
+                });
+            }
+            let wait = self.backoff(retries);
+            match &outcome {
+                Ok(r) => {
+                    tracing::debug!(%method, path, status = %r.status(), ?wait, "swift: retrying")
+                }
+                Err(e) => tracing::debug!(%method, path, error = %e, ?wait, "swift: retrying"),
+            }
+            drop(outcome);
+            self.clock.sleep(wait).await;
+            retries += 1;
+        }
+    }
+
+    /// `init * base^n`, capped, with up to half of it taken off at random.
+    fn backoff(&self, retries: usize) -> Duration {
+        let b = &self.retry.backoff;
+        let exp = b.base.max(1.0).powi(retries.min(64) as i32);
+        let full = b.init_backoff.mul_f64(exp.min(1e6)).min(b.max_backoff);
+        self.jitter.shorten(full, 0.5)
+    }
+
+    /// `{storage_url}/{container}[/{object name}]?{query}`, each part percent-encoded.
+    ///
+    /// An object_store [`Path`] is already a string of `/`-separated, percent-encoded parts
+    /// (`a/b%2Fc`); that string is the Swift object name, so each part is encoded once more as a
+    /// URL path segment (`a/b%252Fc`) and Swift decodes it back to the name.
+    pub(crate) fn url(&self, storage_url: &Url, req: &Request<'_>) -> Url {
+        let mut url = storage_url.clone();
+        if let Ok(mut segs) = url.path_segments_mut() {
+            segs.pop_if_empty().push(&self.container);
+            if let Target::Object(p) = req.target {
+                segs.extend(p.parts());
+            }
+        }
+        if !req.query.is_empty() {
+            let mut q = url.query_pairs_mut();
+            for (k, v) in &req.query {
+                q.append_pair(k, v);
+            }
+        }
+        url
+    }
+
+    /// `/{container}/{object name}`, encoded, as `X-Copy-From` wants it.
+    pub(crate) fn copy_source(&self, path: &Path) -> String {
+        let mut url = Url::parse("http://x/").expect("static url");
+        if let Ok(mut segs) = url.path_segments_mut() {
+            segs.pop_if_empty()
+                .push(&self.container)
+                .extend(path.parts());
+        }
+        url.path().to_owned()
+    }
+
+    /// Turn an error status into [`Error::Status`] (reading a snippet of the body).
+    pub(crate) async fn status_error(
+        &self,
+        method: &Method,
+        path: &str,
+        response: HttpResponse,
+    ) -> Error {
+        let status = response.status();
+        let body = match response.into_body().bytes().await {
+            Ok(b) => snippet(&b),
+            Err(_) => String::new(),
+        };
+        Error::Status {
+            method: method.clone(),
+            path: path.to_owned(),
+            status,
+            body,
+        }
+    }
+}

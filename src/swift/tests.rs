@@ -1,0 +1,274 @@
+//! Unit tests against an in-process fake of Keystone + Swift (an [`HttpService`]), for what the
+//! live TempAuth server of `tests/swift_store.rs` cannot show: Keystone v3, re-authentication
+//! when the server revokes a token, retries, and that no secret is ever printed.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use http::{Method, StatusCode};
+use object_store::client::{
+    HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse, HttpResponseBody, HttpService,
+};
+use object_store::path::Path;
+use object_store::{BackoffConfig, ClientOptions, ObjectStoreExt, RetryConfig};
+
+use super::*;
+
+const PASSWORD: &str = "s3cret-password";
+
+#[derive(Debug, Default)]
+struct FakeState {
+    /// The token Swift currently accepts.
+    valid: Option<String>,
+    issued: u32,
+    /// Answer the next object request with these statuses first.
+    fail_with: Vec<StatusCode>,
+    /// Invalidate the token after this many object requests.
+    revoke_after: Option<u32>,
+    object_requests: u32,
+    auth_bodies: Vec<String>,
+    seen_urls: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Fake(Arc<Mutex<FakeState>>);
+
+impl Fake {
+    fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        self.0.lock().unwrap()
+    }
+}
+
+fn respond(status: StatusCode, headers: &[(&str, String)], body: String) -> HttpResponse {
+    let mut b = http::Response::builder().status(status);
+    for (k, v) in headers {
+        b = b.header(*k, v.as_str());
+    }
+    b.body(HttpResponseBody::from(body)).unwrap()
+}
+
+#[async_trait]
+impl HttpService for Fake {
+    async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
+        let (parts, body) = req.into_parts();
+        let mut s = self.state();
+        s.seen_urls.push(parts.uri.to_string());
+        if parts.uri.path() == "/v3/auth/tokens" && parts.method == Method::POST {
+            let body = String::from_utf8(body.as_bytes().unwrap().to_vec()).unwrap();
+            s.auth_bodies.push(body);
+            s.issued += 1;
+            let token = format!("tok-{}", s.issued);
+            s.valid = Some(token.clone());
+            let catalog = serde_json::json!({"token": {
+                "expires_at": "2999-01-01T00:00:00.000000Z",
+                "catalog": [{"type": "object-store", "endpoints": [
+                    {"interface": "public", "region": "r1",
+                     "url": "http://swift.invalid/v1/AUTH_p"}]}]}});
+            return Ok(respond(
+                StatusCode::CREATED,
+                &[("X-Subject-Token", token)],
+                catalog.to_string(),
+            ));
+        }
+        s.object_requests += 1;
+        if !s.fail_with.is_empty() {
+            let status = s.fail_with.remove(0);
+            return Ok(respond(status, &[], "<html>fail</html>".into()));
+        }
+        let token = parts
+            .headers
+            .get("x-auth-token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        if token.is_none() || token != s.valid {
+            return Ok(respond(
+                StatusCode::UNAUTHORIZED,
+                &[],
+                "<html>401</html>".into(),
+            ));
+        }
+        if s.revoke_after == Some(s.object_requests) {
+            s.valid = None;
+        }
+        let date = ("Date", "Sun, 22 Nov 2026 14:20:11 GMT".to_owned());
+        Ok(match parts.method {
+            Method::PUT => respond(
+                StatusCode::CREATED,
+                &[("Etag", "abc".into()), date],
+                String::new(),
+            ),
+            _ => respond(StatusCode::NOT_FOUND, &[date], "<html>nf</html>".into()),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct FakeConnector(Fake);
+
+impl HttpConnector for FakeConnector {
+    fn connect(&self, _options: &ClientOptions) -> object_store::Result<HttpClient> {
+        Ok(HttpClient::new(self.0.clone()))
+    }
+}
+
+fn keystone_store(fake: &Fake) -> SwiftStore {
+    SwiftBuilder::new()
+        .with_config(SwiftConfigKey::OsAuthUrl, "http://keystone.invalid:5000")
+        .with_config(SwiftConfigKey::OsUsername, "alice")
+        .with_config(SwiftConfigKey::OsPassword, PASSWORD)
+        .with_config(SwiftConfigKey::OsProjectName, "proj")
+        .with_config(SwiftConfigKey::OsUserDomainName, "Default")
+        .with_config(SwiftConfigKey::OsProjectDomainName, "Default")
+        .with_config(SwiftConfigKey::OsRegionName, "r1")
+        .with_container("c")
+        .with_http_connector(FakeConnector(fake.clone()))
+        .with_retry(RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: Duration::from_millis(1),
+                max_backoff: Duration::from_millis(2),
+                base: 2.0,
+            },
+            max_retries: 3,
+            retry_timeout: Duration::from_secs(5),
+        })
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn keystone_v3_token_and_catalog_endpoint_are_used() {
+    let fake = Fake::default();
+    let store = keystone_store(&fake);
+    assert_eq!(store.authentications(), 0, "building does not authenticate");
+    let r = store.put(&Path::from("a/b"), "x".into()).await.unwrap();
+    assert_eq!(r.e_tag.as_deref(), Some("abc"));
+    assert_eq!(store.authentications(), 1);
+    let s = fake.state();
+    assert_eq!(
+        s.seen_urls[0],
+        "http://keystone.invalid:5000/v3/auth/tokens"
+    );
+    assert_eq!(s.seen_urls[1], "http://swift.invalid/v1/AUTH_p/c/a/b");
+    let body: serde_json::Value = serde_json::from_str(&s.auth_bodies[0]).unwrap();
+    assert_eq!(
+        body["auth"]["identity"]["password"]["user"]["name"],
+        "alice"
+    );
+    assert_eq!(
+        body["auth"]["scope"]["project"]["domain"]["name"],
+        "Default"
+    );
+}
+
+#[tokio::test]
+async fn a_revoked_token_is_renewed_once_and_the_request_repeated() {
+    let fake = Fake::default();
+    fake.state().revoke_after = Some(1);
+    let store = keystone_store(&fake);
+    store.put(&Path::from("one"), "1".into()).await.unwrap();
+    // The token was revoked after that request: the next one meets 401, re-authenticates.
+    store.put(&Path::from("two"), "2".into()).await.unwrap();
+    assert_eq!(store.authentications(), 2);
+    assert_eq!(fake.state().issued, 2);
+}
+
+#[tokio::test]
+async fn a_bogus_preauthenticated_token_falls_back_to_the_credentials() {
+    let fake = Fake::default();
+    let store = SwiftBuilder::new()
+        .with_config(SwiftConfigKey::OsAuthUrl, "http://keystone.invalid:5000/v3")
+        .with_config(SwiftConfigKey::OsUsername, "alice")
+        .with_config(SwiftConfigKey::OsPassword, PASSWORD)
+        .with_config(SwiftConfigKey::OsProjectId, "p-id")
+        .with_storage_url("http://swift.invalid/v1/AUTH_p")
+        .with_token("bogus-token")
+        .with_container("c")
+        .with_http_connector(FakeConnector(fake.clone()))
+        .build()
+        .unwrap();
+    store.put(&Path::from("x"), "x".into()).await.unwrap();
+    assert_eq!(store.authentications(), 1);
+}
+
+#[tokio::test]
+async fn a_refused_token_without_credentials_is_unauthenticated_and_not_printed() {
+    let fake = Fake::default();
+    let store = SwiftBuilder::new()
+        .with_storage_url("http://swift.invalid/v1/AUTH_p")
+        .with_token("bogus-token-123")
+        .with_container("c")
+        .with_http_connector(FakeConnector(fake.clone()))
+        .build()
+        .unwrap();
+    let err = store.put(&Path::from("x"), "x".into()).await.unwrap_err();
+    assert!(
+        matches!(err, object_store::Error::Unauthenticated { .. }),
+        "{err}"
+    );
+    for shown in [err.to_string(), format!("{err:?}"), format!("{store:?}")] {
+        assert!(!shown.contains("bogus-token-123"), "{shown}");
+    }
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_and_404_is_not_found() {
+    let fake = Fake::default();
+    let store = keystone_store(&fake);
+    fake.state().fail_with = vec![StatusCode::SERVICE_UNAVAILABLE, StatusCode::BAD_GATEWAY];
+    store.put(&Path::from("x"), "x".into()).await.unwrap();
+    let err = store.head(&Path::from("missing")).await.unwrap_err();
+    assert!(matches!(err, object_store::Error::NotFound { .. }), "{err}");
+    fake.state().fail_with = vec![StatusCode::SERVICE_UNAVAILABLE; 10];
+    let err = store.head(&Path::from("x")).await.unwrap_err();
+    assert!(err.to_string().contains("503"), "{err}");
+}
+
+#[test]
+fn secrets_never_print_in_debug_or_errors() {
+    let builder = SwiftBuilder::new()
+        .with_tempauth(
+            "http://127.0.0.1:8080/auth/v1.0",
+            "test:tester",
+            "k3y-value",
+        )
+        .with_config(SwiftConfigKey::OsPassword, PASSWORD)
+        .with_token("tok-secret");
+    let shown = format!("{builder:?}");
+    for secret in ["k3y-value", PASSWORD, "tok-secret"] {
+        assert!(!shown.contains(secret), "{shown}");
+    }
+    let store = builder.clone().with_container("c").build().unwrap();
+    let shown = format!("{store:?} {store}");
+    for secret in ["k3y-value", PASSWORD, "tok-secret"] {
+        assert!(!shown.contains(secret), "{shown}");
+    }
+    assert_eq!(store.to_string(), "SwiftStore(c)");
+}
+
+#[test]
+fn configuration_errors_name_what_is_missing() {
+    let err = |b: SwiftBuilder| b.build().unwrap_err().to_string();
+    assert!(err(SwiftBuilder::new().with_container("c")).contains("ST_AUTH"));
+    assert!(err(SwiftBuilder::new()
+        .with_config(SwiftConfigKey::AuthUrl, "http://x/auth/v1.0")
+        .with_config(SwiftConfigKey::User, "a:b")
+        .with_container("c"))
+    .contains("ST_KEY"));
+    assert!(err(SwiftBuilder::new()
+        .with_config(SwiftConfigKey::OsAuthUrl, "http://x:5000")
+        .with_config(SwiftConfigKey::OsUsername, "u")
+        .with_config(SwiftConfigKey::OsPassword, "p")
+        .with_container("c"))
+    .contains("OS_PROJECT_NAME"));
+    assert!(err(SwiftBuilder::new().with_tempauth("http://x/a", "u", "k")).contains("container"));
+    assert!(err(SwiftBuilder::new()
+        .with_tempauth("http://u:pw@x/a", "u", "k")
+        .with_container("c"))
+    .contains("credentials in the URL"));
+    assert!("NOT_A_KEY".parse::<SwiftConfigKey>().is_err());
+    assert_eq!(
+        "os_auth_url".parse::<SwiftConfigKey>().unwrap(),
+        SwiftConfigKey::OsAuthUrl
+    );
+}
