@@ -38,6 +38,9 @@ struct BankInner {
     prefix: Path,
     label: String,
     capabilities: tokio::sync::OnceCell<Capabilities>,
+    /// The native Swift store behind `store`, when the bank is on Swift: the lease layer uses
+    /// Swift's own primitives (X-Delete-After, POST) that the `ObjectStore` trait cannot carry.
+    swift: Option<crate::swift::SwiftStore>,
 }
 
 impl fmt::Debug for Bank {
@@ -122,7 +125,7 @@ impl Bank {
                          variables: {e}"
                     ))
                 })?;
-            return Ok(Self::from_store(Arc::new(store), prefix, url));
+            return Ok(Self::from_swift(store, prefix, url));
         }
         Err(bad(
             "unknown scheme; use file:///path, file:relative/path, memory://, s3://bucket/prefix \
@@ -133,14 +136,45 @@ impl Bank {
     /// A bank on an existing store, with `prefix` as its root. `label` names it in messages and
     /// must not contain secrets.
     pub fn from_store(store: Arc<dyn ObjectStore>, prefix: &str, label: &str) -> Self {
+        Self::build(store, None, prefix, label)
+    }
+
+    /// A bank on a native Swift store: leases use Swift's server-side expiry and POST renewal.
+    pub fn from_swift(store: crate::swift::SwiftStore, prefix: &str, label: &str) -> Self {
+        Self::build(Arc::new(store.clone()), Some(store), prefix, label)
+    }
+
+    /// A view of this bank through another store that wraps the same objects (a counting or
+    /// fault-injecting wrapper); the Swift handle, if any, is kept.
+    pub fn with_store(&self, store: Arc<dyn ObjectStore>) -> Self {
+        Self::build(
+            store,
+            self.inner.swift.clone(),
+            self.inner.prefix.as_ref(),
+            &self.inner.label,
+        )
+    }
+
+    fn build(
+        store: Arc<dyn ObjectStore>,
+        swift: Option<crate::swift::SwiftStore>,
+        prefix: &str,
+        label: &str,
+    ) -> Self {
         Self {
             inner: Arc::new(BankInner {
                 store,
                 prefix: Path::from(prefix.trim_matches('/')),
                 label: label.to_owned(),
                 capabilities: tokio::sync::OnceCell::new(),
+                swift,
             }),
         }
+    }
+
+    /// The native Swift store, when the bank is on Swift.
+    pub fn swift(&self) -> Option<&crate::swift::SwiftStore> {
+        self.inner.swift.as_ref()
     }
 
     /// The underlying store.

@@ -33,6 +33,11 @@ pub enum RenewalMechanism {
     /// because it acts only after the lease expired (store clock) plus grace, and a renewal counts
     /// only if its answer arrived while the lease was still valid on the owner's clock.
     VerifyThenOverwrite,
+    /// Native Swift: the lease object is written with `X-Delete-After` and renewed by a HEAD
+    /// (the ETag must still be ours) then a POST that resets `X-Delete-After`. A POST on a
+    /// deleted object answers 404 and never re-creates it; Swift ignores If-Match, so a
+    /// replacement landing between the HEAD and the POST is not seen (timing, as above).
+    SwiftPost,
 }
 
 /// The measured capabilities of a bank.
@@ -44,6 +49,8 @@ pub struct Capabilities {
     pub conditional_overwrite: Condition,
     /// The renewal mechanism chosen from the two above.
     pub renewal: RenewalMechanism,
+    /// The store deletes expired lease objects by itself (Swift's `X-Delete-After`).
+    pub server_side_expiry: bool,
 }
 
 impl Capabilities {
@@ -100,6 +107,9 @@ impl Capabilities {
         }
         let renewal = match conditional_overwrite {
             Condition::Enforced => RenewalMechanism::ConditionalUpdate,
+            // Swift refuses If-Match through our backend (it would silently ignore it) but has
+            // POST, which cannot re-create a deleted lease.
+            _ if bank.swift().is_some() => RenewalMechanism::SwiftPost,
             // An ignored condition is never relied on: fall back to the mechanism that does not
             // use it at all.
             Condition::Refused | Condition::Ignored => RenewalMechanism::VerifyThenOverwrite,
@@ -108,6 +118,7 @@ impl Capabilities {
             create_if_absent,
             conditional_overwrite,
             renewal,
+            server_side_expiry: bank.swift().is_some(),
         };
         tracing::debug!(bank = bank.label(), ?caps, "probed bank capabilities");
         Ok(caps)

@@ -350,13 +350,20 @@ impl OwnerLease {
         let mut last_err = None;
         for attempt in 0..ACQUIRE_ATTEMPTS {
             let t_send = lease.shared.clock.now();
-            let result = bank
-                .store()
-                .put_opts(&path, body.clone(), opts.clone())
-                .await;
+            let result = match (bank.swift(), &opts.mode) {
+                (Some(swift), PutMode::Create) if mechanism == RenewalMechanism::SwiftPost => swift
+                    .put_with_delete_after(&path, body.clone(), swift_ttl_secs(windows), true)
+                    .await
+                    .map(|w| (w.e_tag, None)),
+                _ => bank
+                    .store()
+                    .put_opts(&path, body.clone(), opts.clone())
+                    .await
+                    .map(|put| (put.e_tag, put.version)),
+            };
             match result {
-                Ok(put) => {
-                    lease.commit(t_send, put.e_tag, put.version, 1, token)?;
+                Ok((e_tag, version)) => {
+                    lease.commit(t_send, e_tag, version, 1, token)?;
                     return Ok(lease);
                 }
                 Err(
@@ -476,6 +483,11 @@ impl OwnerLease {
         let _op = self.shared.op.lock().await;
         let held = self.held_for_write()?;
         let path = self.shared.path.clone();
+        if let (RenewalMechanism::SwiftPost, Some(swift)) =
+            (self.shared.mechanism, self.shared.bank.swift())
+        {
+            return self.renew_swift(swift, &held, &path).await;
+        }
         let store = self.shared.bank.store();
         let generation = held.generation + 1;
         let token = new_token();
@@ -486,7 +498,9 @@ impl OwnerLease {
                 e_tag: held.e_tag.clone(),
                 version: held.version.clone(),
             }),
-            RenewalMechanism::VerifyThenOverwrite => {
+            // Only reached if a Swift-mechanism lease lost its Swift handle: verify, then
+            // overwrite, which rests on the same timing argument.
+            RenewalMechanism::VerifyThenOverwrite | RenewalMechanism::SwiftPost => {
                 let meta = match store.head(&path).await {
                     Ok(m) => m,
                     Err(object_store::Error::NotFound { .. }) => {
@@ -564,6 +578,49 @@ impl OwnerLease {
     }
 
     // ---- internals -------------------------------------------------------------------------
+
+    /// Swift: HEAD (still our object?), then POST a fresh `X-Delete-After`. A POST on a deleted
+    /// object is a 404 and never re-creates it. The body (token, generation) is unchanged, so
+    /// there is nothing to reconcile when a POST's answer is lost: the next renewal simply
+    /// posts again, and the owner's validity was never extended on the unknown outcome.
+    async fn renew_swift(
+        &self,
+        swift: &crate::swift::SwiftStore,
+        held: &Held,
+        path: &Path,
+    ) -> Result<Instant> {
+        let head = match swift.head_swift(path).await {
+            Ok(h) => h,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(self.mark_lost("lease object is gone (deleted or expired)".to_owned()))
+            }
+            Err(e) => return Err(Error::store("head", path, e)),
+        };
+        if head.meta.e_tag != held.e_tag {
+            if let Reconciled::Adopted(valid_until) = self.reconcile(held).await? {
+                return Ok(valid_until);
+            }
+        }
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            http::HeaderName::from_static("x-delete-after"),
+            http::HeaderValue::from(swift_ttl_secs(self.shared.windows)),
+        );
+        let t_send = self.shared.clock.now();
+        match swift.post_metadata(path, headers).await {
+            Ok(_) => self.commit(
+                t_send,
+                held.e_tag.clone(),
+                held.version.clone(),
+                held.generation + 1,
+                held.token.clone(),
+            ),
+            Err(object_store::Error::NotFound { .. }) => {
+                Err(self.mark_lost("lease object is gone (deleted or expired)".to_owned()))
+            }
+            Err(e) => Err(Error::store("post", path, e)),
+        }
+    }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.shared.inner.lock().expect("lease state poisoned")
@@ -764,6 +821,18 @@ fn phase_state(phase: &Phase) -> LeaseState {
         },
         Phase::Released => LeaseState::Released,
     }
+}
+
+/// Extra lifetime of a Swift lease object beyond its expire window before Swift deletes it by
+/// itself. Observers judge expiry from `last_modified` long before; the server-side deletion is
+/// a backstop that removes dead owners' leases even when no GC runs. The slack keeps the lease
+/// readable (Expired, with a known `since`) through a typical GC grace, and absorbs
+/// `X-Delete-At`'s whole-second rounding (a TTL of N s lasts somewhere in (N−1, N]).
+pub const SWIFT_TTL_SLACK: Duration = Duration::from_secs(60);
+
+/// `X-Delete-After` for a lease with these windows: never before the owner's own expiry.
+fn swift_ttl_secs(windows: LeaseWindows) -> u64 {
+    (windows.expire_window + SWIFT_TTL_SLACK).as_secs() + 1
 }
 
 fn new_token() -> String {

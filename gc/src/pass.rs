@@ -108,11 +108,7 @@ impl Collector {
         // Count this pass's requests on a view of the same store and prefix.
         let counting = CountingStore::new(Arc::clone(self.bank.store()));
         let counters = Arc::clone(counting.counters());
-        let bank = Bank::from_store(
-            Arc::new(counting),
-            self.bank.prefix().as_ref(),
-            self.bank.label(),
-        );
+        let bank = self.bank.with_store(Arc::new(counting));
         let mut report = PassReport {
             dry_run: self.options.dry_run,
             ..PassReport::default()

@@ -1,4 +1,4 @@
-//! Shared helpers for the integration tests.
+//! Shared helpers for the integration tests: the same suites run on every backend available.
 #![allow(dead_code)]
 
 use std::sync::Arc;
@@ -8,34 +8,86 @@ use banklease::failing::FailingStore;
 use banklease::Bank;
 use object_store::ObjectStore;
 
-/// The backends every suite runs on. Real servers join through `BANKLEASE_TEST_*` variables.
-#[derive(Debug, Clone, Copy)]
+/// The backends a suite runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Memory,
     File,
+    /// Native Swift; needs `BANKLEASE_TEST_SWIFT=1` and `ST_*` (started by `.ci/start-swift.sh`).
+    Swift,
+    /// S3-compatible (moto); needs `BANKLEASE_TEST_S3=1` and `AWS_*`, `S3_BUCKET`
+    /// (started by `.ci/start-s3.sh`).
+    S3,
 }
 
-pub const BACKENDS: [Backend; 2] = [Backend::Memory, Backend::File];
+impl Backend {
+    /// Whether faults injected by `FailingStore` reach lease writes. On Swift the lease layer
+    /// talks to the Swift store directly (X-Delete-After, POST), below the wrapper.
+    pub fn faults_reach_lease_writes(self) -> bool {
+        self != Backend::Swift
+    }
+}
 
-/// A bank on `backend` behind a `FailingStore` driven by `clock`. The tempdir (for `file`)
-/// lives as long as the returned guard.
+/// Memory and file always; Swift and S3 when their servers are configured. Says which are
+/// skipped, once per test binary.
+pub fn backends() -> Vec<Backend> {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    let mut out = vec![Backend::Memory, Backend::File];
+    let swift = std::env::var("BANKLEASE_TEST_SWIFT").as_deref() == Ok("1");
+    let s3 = std::env::var("BANKLEASE_TEST_S3").as_deref() == Ok("1");
+    if swift {
+        out.push(Backend::Swift);
+    }
+    if s3 {
+        out.push(Backend::S3);
+    }
+    SAID.call_once(|| {
+        if !swift {
+            eprintln!(
+                "note: Swift suites skipped: set BANKLEASE_TEST_SWIFT=1 (.ci/run starts Swift)"
+            );
+        }
+        if !s3 {
+            eprintln!("note: S3 suites skipped: set BANKLEASE_TEST_S3=1 (.ci/run starts moto)");
+        }
+    });
+    out
+}
+
+/// Keeps a test's bank alive (a temporary directory for `file:`).
+pub struct Guard(Option<tempfile::TempDir>);
+
+/// A fresh, empty bank on `backend` (a unique prefix on the shared servers).
+pub fn plain_bank(backend: Backend) -> (Bank, Guard) {
+    let unique = format!("t-{}", uuid::Uuid::new_v4().simple());
+    match backend {
+        Backend::Memory => (Bank::open("memory://").unwrap(), Guard(None)),
+        Backend::File => {
+            let dir = tempfile::tempdir().unwrap();
+            let bank = Bank::open(&format!("file://{}", dir.path().display())).unwrap();
+            (bank, Guard(Some(dir)))
+        }
+        Backend::Swift => {
+            let container =
+                std::env::var("SWIFT_CONTAINER").unwrap_or_else(|_| "banklease-test".to_owned());
+            let bank = Bank::open(&format!("swift://{container}/{unique}")).unwrap();
+            (bank, Guard(None))
+        }
+        Backend::S3 => {
+            let bucket = std::env::var("S3_BUCKET").unwrap_or_else(|_| "banklease-test".to_owned());
+            let bank = Bank::open(&format!("s3://{bucket}/{unique}")).unwrap();
+            (bank, Guard(None))
+        }
+    }
+}
+
+/// A fresh bank on `backend` behind a `FailingStore` driven by `clock`.
 pub fn bank(
     backend: Backend,
     clock: &MockClock,
-) -> (
-    Bank,
-    FailingStore<Arc<dyn ObjectStore>>,
-    Option<tempfile::TempDir>,
-) {
-    let (inner, dir): (Arc<dyn ObjectStore>, _) = match backend {
-        Backend::Memory => (Arc::new(object_store::memory::InMemory::new()), None),
-        Backend::File => {
-            let dir = tempfile::tempdir().unwrap();
-            let store = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
-            (Arc::new(store), Some(dir))
-        }
-    };
-    let failing = FailingStore::new(inner).with_clock(clock.clone());
-    let bank = Bank::from_store(Arc::new(failing.clone()), "", &format!("{backend:?}"));
-    (bank, failing, dir)
+) -> (Bank, FailingStore<Arc<dyn ObjectStore>>, Guard) {
+    let (plain, guard) = plain_bank(backend);
+    let failing = FailingStore::new(Arc::clone(plain.store())).with_clock(clock.clone());
+    let bank = plain.with_store(Arc::new(failing.clone()));
+    (bank, failing, guard)
 }
