@@ -16,73 +16,93 @@ const EXPIRE: Duration = Duration::from_millis(400);
 const GRACE: Duration = Duration::from_millis(200);
 const MARGIN: Duration = Duration::from_millis(50);
 
-fn windows() -> LeaseWindows {
-    LeaseWindows::new(
-        Duration::from_millis(100),
-        EXPIRE,
-        Duration::from_millis(50),
-    )
-    .unwrap()
-}
+#[path = "../../tests/common/mod.rs"]
+mod common;
 
-fn options() -> GcOptions {
-    GcOptions {
-        grace: GRACE,
-        skew_margin: MARGIN,
-        concurrency: 4,
-        max_deletions: 0,
-        brake_ratio: 1.0,
-        brake_min: 1_000_000,
-        dry_run: false,
-        force: false,
-        reap_leases: true,
-    }
-}
-
+/// One backend's bank for a test, behind a fault-injecting wrapper.
 struct Fixture {
     bank: Bank,
     faults: FailingStore<Arc<dyn ObjectStore>>,
-    _dir: Option<tempfile::TempDir>,
+    /// Skew margin: S3 servers stamp `last_modified` in whole seconds.
+    margin: Duration,
+    /// Owners' expire window: longer on real servers, where setting up an owner takes a while.
+    expire: Duration,
+    _guard: common::Guard,
 }
 
-fn fixtures() -> Vec<(&'static str, Fixture)> {
-    let mut out = Vec::new();
-    for name in ["memory", "file"] {
-        let (inner, dir): (Arc<dyn ObjectStore>, _) = if name == "memory" {
-            (Arc::new(object_store::memory::InMemory::new()), None)
-        } else {
-            let dir = tempfile::tempdir().unwrap();
-            (
-                Arc::new(
-                    object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap(),
-                ),
-                Some(dir),
-            )
-        };
-        let faults = FailingStore::new(inner);
-        let bank = Bank::from_store(Arc::new(faults.clone()), "bank", name);
-        out.push((
-            name,
-            Fixture {
-                bank,
-                faults,
-                _dir: dir,
-            },
-        ));
+impl Fixture {
+    fn options(&self) -> GcOptions {
+        GcOptions {
+            grace: GRACE,
+            skew_margin: self.margin,
+            concurrency: 4,
+            max_deletions: 0,
+            brake_ratio: 1.0,
+            brake_min: 1_000_000,
+            dry_run: false,
+            force: false,
+            reap_leases: true,
+        }
     }
-    out
+
+    /// Long enough for the store to judge an owner dead: its store-time reading may lag by up
+    /// to the timestamp resolution (1 s on S3) on top of the margin.
+    fn past_expiry(&self) -> Duration {
+        let resolution = self.margin - MARGIN;
+        self.expire + GRACE + self.margin + resolution + Duration::from_millis(150)
+    }
+
+    fn windows(&self) -> LeaseWindows {
+        LeaseWindows::new(
+            Duration::from_millis(100),
+            self.expire,
+            Duration::from_millis(50),
+        )
+        .unwrap()
+    }
 }
 
-/// An owner with `n` checkpoints (3 data objects each), the first `complete` of them available.
+/// A fresh bank on every available backend (memory, file; Swift and S3 when configured).
+fn fixtures() -> Vec<(String, Fixture)> {
+    common::backends()
+        .into_iter()
+        .map(|backend| {
+            let (bank, faults, guard) = common::bank(backend, &MockClock::new());
+            let margin = if backend == common::Backend::S3 {
+                MARGIN + Duration::from_secs(1)
+            } else {
+                MARGIN
+            };
+            let expire = match backend {
+                common::Backend::Memory | common::Backend::File => EXPIRE,
+                common::Backend::Swift | common::Backend::S3 => Duration::from_secs(2),
+            };
+            (
+                format!("{backend:?}"),
+                Fixture {
+                    bank,
+                    faults,
+                    margin,
+                    expire,
+                    _guard: guard,
+                },
+            )
+        })
+        .collect()
+}
+
+/// An owner with `n` checkpoints (3 data objects each), the first `complete` of them available,
+/// and its keeper (which never wakes on a frozen mock clock: such an owner dies on the store).
 async fn owner_with(
-    bank: &Bank,
+    f: &Fixture,
     clock: SharedClock,
     n: usize,
     complete: usize,
-) -> (OwnerLease, Vec<Checkpoint>) {
-    let lease = OwnerLease::acquire(bank, OwnerId::random(), windows(), clock)
+) -> (OwnerLease, Vec<Checkpoint>, banklease::Keeper) {
+    let lease = OwnerLease::acquire(&f.bank, OwnerId::random(), f.windows(), clock)
         .await
         .unwrap();
+    let keeper = lease.spawn_keeper(banklease::clock::Jitter::seeded(1), 0.1);
     let mut cps = Vec::new();
     for i in 0..n {
         let id = format!("cp-{}-{i}", &lease.owner_id().as_str()[..8]);
@@ -97,7 +117,7 @@ async fn owner_with(
         }
         cps.push(cp);
     }
-    (lease, cps)
+    (lease, cps, keeper)
 }
 
 async fn status(bank: &Bank, id: &str) -> Option<Status> {
@@ -126,29 +146,24 @@ async fn pass(bank: &Bank, options: GcOptions) -> PassReport {
     collector(bank, options).run_pass().await.unwrap()
 }
 
-fn past_expiry() -> Duration {
-    EXPIRE + GRACE + MARGIN + Duration::from_millis(150)
-}
-
 #[tokio::test]
 async fn collects_exactly_the_dead_owners_protecting_checkpoints() {
     for (name, f) in fixtures() {
         let b = &f.bank;
         let real: SharedClock = Arc::new(SystemClock);
+        // The live owner keeps its lease (set up first: the dead owner's expiry starts later).
+        let (live, live_cps, keeper) = owner_with(&f, real.clone(), 3, 1).await;
         // The dead owner: its clock is frozen and it never renews, so the store sees it expire.
-        let (dead, dead_cps) = owner_with(b, Arc::new(MockClock::new()), 4, 1).await;
-        // The live owner keeps its lease.
-        let (live, live_cps) = owner_with(b, real.clone(), 3, 1).await;
-        let keeper = live.spawn_keeper(banklease::clock::Jitter::seeded(1), 0.1);
+        let (dead, dead_cps, _keeper) = owner_with(&f, Arc::new(MockClock::new()), 4, 1).await;
 
         // Before expiry: nothing is collected.
-        let r = pass(b, options()).await;
+        let r = pass(b, f.options()).await;
         assert_eq!(r.collected, 0, "{name}: {r:?}");
         assert_eq!(r.scanned, 5, "{name}: {r:?}");
         assert_eq!(r.alive, 2, "{name}: {r:?}");
 
-        tokio::time::sleep(past_expiry()).await;
-        let r = pass(b, options()).await;
+        tokio::time::sleep(f.past_expiry()).await;
+        let r = pass(b, f.options()).await;
         assert_eq!(r.collected, 3, "{name}: {r:?}");
         assert_eq!(r.dead, 1, "{name}: {r:?}");
         assert_eq!(r.errors, 0, "{name}: {r:?}");
@@ -180,7 +195,7 @@ async fn collects_exactly_the_dead_owners_protecting_checkpoints() {
         assert!(matches!(err, Error::Fenced { .. }), "{name}: {err}");
 
         // A second pass has nothing left to do.
-        let r = pass(b, options()).await;
+        let r = pass(b, f.options()).await;
         assert_eq!((r.collected, r.scanned), (0, 2), "{name}: {r:?}");
         keeper.release().await.unwrap();
     }
@@ -192,10 +207,10 @@ async fn missing_lease_is_collected_unreadable_lease_never() {
         let b = &f.bank;
         let frozen: SharedClock = Arc::new(MockClock::new());
         // Released without completing: its protecting checkpoints are zombies.
-        let (gone, gone_cps) = owner_with(b, frozen.clone(), 2, 0).await;
+        let (gone, gone_cps, _keeper) = owner_with(&f, frozen.clone(), 2, 0).await;
         gone.release().await.unwrap();
         // A garbage lease body: doubt, so never collected.
-        let (garbled, garbled_cps) = owner_with(b, frozen.clone(), 2, 0).await;
+        let (garbled, garbled_cps, _keeper) = owner_with(&f, frozen.clone(), 2, 0).await;
         b.store()
             .put(
                 &b.lease_path(garbled.owner_id()),
@@ -203,8 +218,8 @@ async fn missing_lease_is_collected_unreadable_lease_never() {
             )
             .await
             .unwrap();
-        tokio::time::sleep(past_expiry()).await;
-        let r = pass(b, options()).await;
+        tokio::time::sleep(f.past_expiry()).await;
+        let r = pass(b, f.options()).await;
         assert_eq!(r.collected, 2, "{name}: {r:?}");
         assert_eq!(r.unreadable, 1, "{name}: {r:?}");
         for cp in &gone_cps {
@@ -220,12 +235,12 @@ async fn missing_lease_is_collected_unreadable_lease_never() {
 async fn dry_run_brake_and_limit() {
     for (name, f) in fixtures() {
         let b = &f.bank;
-        let (_dead, cps) = owner_with(b, Arc::new(MockClock::new()), 5, 0).await;
-        tokio::time::sleep(past_expiry()).await;
+        let (_dead, cps, _keeper) = owner_with(&f, Arc::new(MockClock::new()), 5, 0).await;
+        tokio::time::sleep(f.past_expiry()).await;
 
         let dry = GcOptions {
             dry_run: true,
-            ..options()
+            ..f.options()
         };
         let r = pass(b, dry).await;
         assert_eq!((r.collected, r.dry_run), (5, true), "{name}: {r:?}");
@@ -235,7 +250,7 @@ async fn dry_run_brake_and_limit() {
         let braking = GcOptions {
             brake_ratio: 0.5,
             brake_min: 2,
-            ..options()
+            ..f.options()
         };
         let r = pass(b, braking.clone()).await;
         assert_eq!(r.collected, 0, "{name}: {r:?}");
@@ -251,7 +266,7 @@ async fn dry_run_brake_and_limit() {
         };
         let r = pass(b, limited).await;
         assert_eq!((r.collected, r.skipped), (2, 3), "{name}: {r:?}");
-        let r = pass(b, options()).await;
+        let r = pass(b, f.options()).await;
         assert_eq!(r.collected, 3, "{name}: {r:?}");
     }
 }
@@ -260,7 +275,7 @@ async fn dry_run_brake_and_limit() {
 async fn owner_decision_interrupted_is_finished_not_collected() {
     for (name, f) in fixtures() {
         let b = &f.bank;
-        let (dead, cps) = owner_with(b, Arc::new(MockClock::new()), 1, 0).await;
+        let (dead, cps, _keeper) = owner_with(&f, Arc::new(MockClock::new()), 1, 0).await;
         // The owner won the decision, then crashed before writing index.json and the marker.
         let decided = checkpoint::decide(
             b,
@@ -277,8 +292,8 @@ async fn owner_decision_interrupted_is_finished_not_collected() {
         .await
         .unwrap();
         assert!(matches!(decided, Decided::Won(_)));
-        tokio::time::sleep(past_expiry()).await;
-        let r = pass(b, options()).await;
+        tokio::time::sleep(f.past_expiry()).await;
+        let r = pass(b, f.options()).await;
         assert_eq!((r.collected, r.repaired), (0, 1), "{name}: {r:?}");
         assert_eq!(status(b, cps[0].id()).await, Some(Status::Available));
         assert_eq!(data_count(b, cps[0].id()).await, 3);
@@ -289,8 +304,8 @@ async fn owner_decision_interrupted_is_finished_not_collected() {
 async fn interrupted_collection_resumes_on_the_next_pass() {
     for (name, f) in fixtures() {
         let b = &f.bank;
-        let (_dead, cps) = owner_with(b, Arc::new(MockClock::new()), 3, 0).await;
-        tokio::time::sleep(past_expiry()).await;
+        let (_dead, cps, _keeper) = owner_with(&f, Arc::new(MockClock::new()), 3, 0).await;
+        tokio::time::sleep(f.past_expiry()).await;
         // Deletions fail: some after the delete really happened.
         f.faults.fail_next(Op::Delete, Strike::After, 2);
         f.faults.fail_next(Op::Delete, Strike::Before, 2);
@@ -298,7 +313,7 @@ async fn interrupted_collection_resumes_on_the_next_pass() {
             b,
             GcOptions {
                 concurrency: 1,
-                ..options()
+                ..f.options()
             },
         )
         .await;
@@ -308,7 +323,7 @@ async fn interrupted_collection_resumes_on_the_next_pass() {
         let mut collected = r.collected;
         let mut passes = 1;
         loop {
-            let r = pass(b, options()).await;
+            let r = pass(b, f.options()).await;
             collected += r.collected;
             passes += 1;
             if r.scanned == 0 {
@@ -329,33 +344,41 @@ async fn interrupted_collection_resumes_on_the_next_pass() {
 async fn store_errors_on_lease_reads_never_collect() {
     for (name, f) in fixtures() {
         let b = &f.bank;
-        let (_dead, cps) = owner_with(b, Arc::new(MockClock::new()), 2, 0).await;
-        tokio::time::sleep(past_expiry()).await;
+        let (_dead, cps, _keeper) = owner_with(&f, Arc::new(MockClock::new()), 2, 0).await;
+        tokio::time::sleep(f.past_expiry()).await;
         // The clock probe's put and head succeed; the lease read fails.
         f.faults.fail_next(Op::Get, Strike::Before, 1);
-        let r = pass(b, options()).await;
+        let r = pass(b, f.options()).await;
         assert_eq!((r.collected, r.unreadable), (0, 1), "{name}: {r:?}");
         assert_eq!(status(b, cps[0].id()).await, Some(Status::Protecting));
         // A partition makes the pass fail as a whole (no store clock), deleting nothing.
         f.faults.set_partitioned(true);
-        assert!(collector(b, options()).run_pass().await.is_err());
+        assert!(collector(b, f.options()).run_pass().await.is_err());
         f.faults.set_partitioned(false);
-        assert_eq!(pass(b, options()).await.collected, 2, "{name}");
+        assert_eq!(pass(b, f.options()).await.collected, 2, "{name}");
     }
 }
 
 #[tokio::test]
 async fn only_objects_under_the_prefix_are_touched() {
-    let (_, f) = fixtures().remove(0);
+    let faults: FailingStore<Arc<dyn ObjectStore>> =
+        FailingStore::new(Arc::new(object_store::memory::InMemory::new()));
+    let f = Fixture {
+        bank: Bank::from_store(Arc::new(faults.clone()), "bank", "memory"),
+        faults,
+        margin: MARGIN,
+        expire: EXPIRE,
+        _guard: common::plain_bank(common::Backend::Memory).1,
+    };
     let outside = object_store::path::Path::from("elsewhere/index/protecting/x/y");
     f.faults
         .put(&outside, PutPayload::from_static(b""))
         .await
         .unwrap();
     let clock: Arc<dyn Clock> = Arc::new(MockClock::new());
-    let (_dead, _cps) = owner_with(&f.bank, clock, 2, 0).await;
-    tokio::time::sleep(past_expiry()).await;
-    assert_eq!(pass(&f.bank, options()).await.collected, 2);
+    let (_dead, _cps, _keeper) = owner_with(&f, clock, 2, 0).await;
+    tokio::time::sleep(f.past_expiry()).await;
+    assert_eq!(pass(&f.bank, f.options()).await.collected, 2);
     assert!(f.faults.head(&outside).await.is_ok());
 }
 
@@ -363,15 +386,15 @@ async fn only_objects_under_the_prefix_are_touched() {
 async fn malformed_index_entries_are_counted_and_dangling_markers_collected() {
     for (name, f) in fixtures() {
         let b = &f.bank;
-        let (_dead, _cps) = owner_with(b, Arc::new(MockClock::new()), 1, 0).await;
+        let (_dead, _cps, _keeper) = owner_with(&f, Arc::new(MockClock::new()), 1, 0).await;
         let dead_owner = _dead.owner_id().clone();
         // Entries no valid marker looks like: too deep, too shallow, bad ids.
         for bad in [
-            "index/protecting/only-owner",
-            "index/protecting/o/cp/extra",
-            "index/protecting/.hidden/cp",
+            b.path(&["index", "protecting", "only-owner"]),
+            b.path(&["index", "protecting", "o", "cp", "extra"]),
+            b.path(&["index", "protecting", ".hidden", "cp"]),
         ] {
-            let path = object_store::path::Path::from(format!("bank/{bad}"));
+            let path = bad;
             f.faults
                 .put(&path, PutPayload::from_static(b""))
                 .await
@@ -385,13 +408,13 @@ async fn malformed_index_entries_are_counted_and_dangling_markers_collected() {
             )
             .await
             .unwrap();
-        tokio::time::sleep(past_expiry()).await;
-        let r = pass(b, options()).await;
+        tokio::time::sleep(f.past_expiry()).await;
+        let r = pass(b, f.options()).await;
         assert_eq!(r.collected, 2, "{name}: {r:?}");
         assert!(r.skipped >= 2, "{name}: {r:?}");
         assert_eq!(r.errors, 0, "{name}: {r:?}");
         // The malformed entries are left for a human: the GC deletes only what it understands.
-        let r = pass(b, options()).await;
+        let r = pass(b, f.options()).await;
         assert_eq!(r.collected, 0, "{name}: {r:?}");
     }
 }
@@ -401,21 +424,20 @@ async fn dead_owners_leases_are_reaped_once_nothing_is_left() {
     for (name, f) in fixtures() {
         let b = &f.bank;
         let frozen: SharedClock = Arc::new(MockClock::new());
-        let (dead, _) = owner_with(b, frozen.clone(), 2, 0).await;
+        let (dead, _, _keeper) = owner_with(&f, frozen.clone(), 2, 0).await;
         // A dead owner that never created a checkpoint, and one whose lease is garbage.
-        let (idle, _) = owner_with(b, frozen.clone(), 0, 0).await;
-        let (live, _) = owner_with(b, Arc::new(SystemClock), 1, 0).await;
-        let keeper = live.spawn_keeper(banklease::clock::Jitter::seeded(5), 0.1);
-        tokio::time::sleep(past_expiry()).await;
+        let (idle, _, _keeper) = owner_with(&f, frozen.clone(), 0, 0).await;
+        let (live, _, keeper) = owner_with(&f, Arc::new(SystemClock), 1, 0).await;
+        tokio::time::sleep(f.past_expiry()).await;
 
         // A dry run reaps nothing.
         let dry = GcOptions {
             dry_run: true,
-            ..options()
+            ..f.options()
         };
         assert_eq!(pass(b, dry).await.leases_reaped, 0, "{name}");
 
-        let r = pass(b, options()).await;
+        let r = pass(b, f.options()).await;
         assert_eq!((r.collected, r.leases_reaped), (2, 2), "{name}: {r:?}");
         for gone in [&dead, &idle] {
             assert!(
@@ -432,11 +454,11 @@ async fn dead_owners_leases_are_reaped_once_nothing_is_left() {
             .unwrap()
             .is_some());
         // With reaping off, nothing is reaped.
-        let (_late, _) = owner_with(b, frozen.clone(), 0, 0).await;
-        tokio::time::sleep(past_expiry()).await;
+        let (_late, _, _keeper) = owner_with(&f, frozen.clone(), 0, 0).await;
+        tokio::time::sleep(f.past_expiry()).await;
         let off = GcOptions {
             reap_leases: false,
-            ..options()
+            ..f.options()
         };
         assert_eq!(pass(b, off).await.leases_reaped, 0, "{name}");
         keeper.release().await.unwrap();
