@@ -184,13 +184,72 @@ impl Run {
 struct Bench {
     dir: tempfile::TempDir,
     url: String,
+    /// Observer skew margin: S3 servers stamp `last_modified` in whole seconds.
+    margin: Duration,
+    /// Owners' expire window: on S3 it must dwarf the 1 s timestamps for "time left" to be
+    /// meaningful.
+    expire: Duration,
+}
+
+/// Where a scenario's bank lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    File,
+    Swift,
+    S3,
 }
 
 impl Bench {
     fn new() -> Self {
+        Self::on(Store::File).expect("a file bank is always available")
+    }
+
+    /// A fresh bank on `store`, or `None` (with a note) when that server is not configured.
+    /// The children inherit the `ST_*` / `AWS_*` variables that reach the server.
+    fn on(store: Store) -> Option<Self> {
         let dir = tempfile::tempdir().expect("tempdir");
-        let url = format!("file://{}", dir.path().join("bank").display());
-        Self { dir, url }
+        let unique = format!("e2e-{}", std::process::id())
+            + &format!("-{:?}", Instant::now())
+                .chars()
+                .filter(char::is_ascii_digit)
+                .collect::<String>();
+        let configured = |var: &str| std::env::var(var).as_deref() == Ok("1");
+        let (url, margin) = match store {
+            Store::File => (
+                format!("file://{}", dir.path().join("bank").display()),
+                SKEW_MARGIN,
+            ),
+            Store::Swift if configured("BANKLEASE_TEST_SWIFT") => {
+                let c =
+                    std::env::var("SWIFT_CONTAINER").unwrap_or_else(|_| "banklease-test".into());
+                (format!("swift://{c}/{unique}"), SKEW_MARGIN)
+            }
+            Store::S3 if configured("BANKLEASE_TEST_S3") => {
+                let b = std::env::var("S3_BUCKET").unwrap_or_else(|_| "banklease-test".into());
+                (
+                    format!("s3://{b}/{unique}"),
+                    SKEW_MARGIN + Duration::from_secs(1),
+                )
+            }
+            _ => {
+                eprintln!(
+                    "skipping the {store:?} scenario: set BANKLEASE_TEST_SWIFT=1 / \
+                     BANKLEASE_TEST_S3=1 (.ci/run starts the servers)"
+                );
+                return None;
+            }
+        };
+        let expire = if store == Store::S3 {
+            Duration::from_secs(5)
+        } else {
+            EXPIRE_WINDOW
+        };
+        Some(Self {
+            dir,
+            url,
+            margin,
+            expire,
+        })
     }
 
     /// Run `banklease --bank <url> <args>`.
@@ -203,6 +262,7 @@ impl Bench {
     /// Run `banklease <args>` with nothing added.
     fn cli_raw(&self, args: &[String]) -> Run {
         let mut child = command(&bins().cli, self.dir.path())
+            .env("BANKLEASE_LEASE__SKEW_MARGIN", ms(self.margin))
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -260,11 +320,12 @@ impl Bench {
         let log_path = self.dir.path().join(format!("{name}.log"));
         let log = std::fs::File::create(&log_path).expect("service log");
         let mut child = command(&bins().service, self.dir.path())
+            .env("BANKLEASE_LEASE__SKEW_MARGIN", ms(self.margin))
             .args(["--bank", &self.url])
             .args(["--checkpoints", &checkpoints.to_string()])
             .args(["--complete", &complete.to_string()])
             .args(["--renew-window", &ms(RENEW_WINDOW)])
-            .args(["--expire-window", &ms(EXPIRE_WINDOW)])
+            .args(["--expire-window", &ms(self.expire)])
             .args(["--validity-window", &ms(VALIDITY_WINDOW)])
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
@@ -389,7 +450,24 @@ fn ids<'a>(a: &'a [String], b: &'a [String]) -> Vec<&'a String> {
 /// its lease expired past grace, and nothing else is touched; a terminated owner cleans up.
 #[test]
 fn killed_owner_is_collected_and_live_owner_is_untouched() {
-    let bench = Bench::new();
+    killed_owner_scenario(Bench::new());
+}
+
+#[test]
+fn killed_owner_scenario_on_swift() {
+    if let Some(bench) = Bench::on(Store::Swift) {
+        killed_owner_scenario(bench);
+    }
+}
+
+#[test]
+fn killed_owner_scenario_on_s3() {
+    if let Some(bench) = Bench::on(Store::S3) {
+        killed_owner_scenario(bench);
+    }
+}
+
+fn killed_owner_scenario(bench: Bench) {
     let mut a = bench.start_service("A", 4, 2);
     let mut b = bench.start_service("B", 3, 1);
 
@@ -406,7 +484,7 @@ fn killed_owner_is_collected_and_live_owner_is_untouched() {
     let killed = Instant::now();
     // A's last renewal was at most one renew window before the kill, so nothing of A may be
     // collected before expire + margin + grace after that.
-    let earliest_collection = EXPIRE_WINDOW + SKEW_MARGIN + GRACE - RENEW_WINDOW;
+    let earliest_collection = bench.expire + bench.margin + GRACE - RENEW_WINDOW;
     let first = bench.gc();
     let elapsed = killed.elapsed();
     assert!(
@@ -428,7 +506,7 @@ fn killed_owner_is_collected_and_live_owner_is_untouched() {
 
     // Wait until A's lease has been expired (store clock, margin deducted) for longer than the
     // grace, with some slack so that the next pass certainly judges A dead.
-    let deadline = Instant::now() + EXPIRE_WINDOW + GRACE + Duration::from_secs(15);
+    let deadline = Instant::now() + bench.expire + GRACE + Duration::from_secs(15);
     loop {
         let (code, v) = bench.validity(&a.owner_id);
         if v["state"] == "expired" {
