@@ -189,6 +189,8 @@ async fn collects_exactly_the_dead_owners_protecting_checkpoints() {
             assert_eq!(data_count(b, cp.id()).await, 3, "{name}");
         }
 
+        // The live owner never noticed: its lease is valid from its own point of view.
+        assert!(live.check_validity(), "{name}: {:?}", live.state());
         // The dead owner, which still believes its lease (frozen clock), is fenced.
         assert!(dead.check_validity());
         let err = dead_cps[1].complete(Status::Available).await.unwrap_err();
