@@ -15,7 +15,8 @@
 //!   metadata: the GC collects it once the owner is dead. The reverse order could leave a
 //!   protecting checkpoint that no listing of the protecting index ever finds.
 //! - **complete** (owner) and **collect** (GC): first win `decisions/<id>` with create-if-absent;
-//!   only the winner acts. The owner then writes `index.json` with the outcome and deletes the
+//!   only the winner acts. The GC leaves `index.json` as a `deleted` tombstone, so a paused
+//!   owner's late create of the same id fails rather than resurrect it without a marker. The owner then writes `index.json` with the outcome and deletes the
 //!   marker. A crash after the decision leaves the marker, so the GC sees the checkpoint again,
 //!   finds the owner's decision and finishes the owner's move instead of collecting
 //!   ([`finish_owner_decision`]).
@@ -328,6 +329,31 @@ pub async fn finish_owner_decision(bank: &Bank, decision: &Decision) -> Result<(
     }
 }
 
+/// Overwrite `checkpoints/<id>/index.json` with a `deleted` record: the GC's last word on a
+/// collected checkpoint. It stays (like the decision) so that a late create-if-absent of the
+/// same id by a paused owner fails instead of resurrecting a marker-less protecting checkpoint.
+pub async fn write_tombstone(
+    bank: &Bank,
+    id: &str,
+    owner: &OwnerId,
+    created_at: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let index = index_path(bank, id);
+    let record = CheckpointRecord {
+        format: CHECKPOINT_FORMAT,
+        id: id.to_owned(),
+        owner_id: owner.clone(),
+        status: Status::Deleted,
+        created_at: created_at.unwrap_or(now),
+    };
+    bank.store()
+        .put(&index, to_payload(&record))
+        .await
+        .map_err(|e| Error::store("put", &index, e))?;
+    Ok(())
+}
+
 /// A checkpoint being written by the owner holding `lease`.
 ///
 /// ```
@@ -391,6 +417,16 @@ impl Checkpoint {
                 // Ours if a lost reply hid our own success (same owner, protecting, same time).
                 match read_checkpoint(bank, id).await {
                     Ok(Some(existing)) if existing == record => {}
+                    Ok(Some(existing)) if existing.status == Status::Deleted => {
+                        // The GC collected this id while our create was in flight (we were
+                        // paused past our lease): fenced, and its marker is not ours to keep.
+                        let _ = bank.store().delete(&marker).await;
+                        return Err(Error::Fenced {
+                            checkpoint_id: id.to_owned(),
+                            decided_by: Decider::Gc.to_string(),
+                            outcome: Status::Deleted.to_string(),
+                        });
+                    }
                     existing => {
                         // Our marker stays only if it marks our own protecting checkpoint;
                         // otherwise it would point the GC at someone else's id.

@@ -138,6 +138,78 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+
+    /// A named lock (see [`crate::lock`]) is held by someone else — or, for a claim, by anyone;
+    /// for an expire, it has not expired yet; for a blocking acquire, it stayed held (or promised
+    /// to an earlier waiter) until the caller stopped waiting.
+    #[error(
+        "lock unavailable: key=`{key}` holder=`{holder}` remaining=`{remaining:?}`; wait for it \
+         to be released or to expire, or use another key"
+    )]
+    Unavailable {
+        /// The lock key (`<namespace>/<key>`; several keys are joined by `,`).
+        key: String,
+        /// Who holds it (or the first waiter it is promised to).
+        holder: String,
+        /// Its time left on the store's clock, as judged (zero when unknown).
+        remaining: Duration,
+    },
+
+    /// The caller's hold on a named lock is gone: its time ran out, or another owner held the
+    /// key in between (even if it has released it since), or it never held it.
+    #[error(
+        "lock lost: key=`{key}` owner=`{owner}` reason=`{reason}`; stop acting as its holder \
+         and acquire it again"
+    )]
+    LockLost {
+        /// The lock key (`<namespace>/<key>`).
+        key: String,
+        /// The owner that thought it held the lock.
+        owner: String,
+        /// Why the hold is considered gone.
+        reason: String,
+    },
+
+    /// A lock payload is larger than the limit.
+    #[error(
+        "lock payload too large: key=`{key}` size=`{size}` limit=`{limit}`; keep large data \
+         in its own object and put a reference in the payload"
+    )]
+    PayloadTooLarge {
+        /// The lock key (`<namespace>/<key>`).
+        key: String,
+        /// The payload's size in bytes.
+        size: usize,
+        /// The largest payload accepted, in bytes.
+        limit: usize,
+    },
+
+    /// A lock duration or end time cannot be used.
+    #[error(
+        "invalid lock term: key=`{key}`: {detail}; give a positive duration or a future end time"
+    )]
+    InvalidTerm {
+        /// The lock key (`<namespace>/<key>`).
+        key: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+
+    /// A fenced write was refused: a newer holder of the lock has already written there.
+    #[error(
+        "stale fence: path=`{path}` lock=`{lock}` fence=`{fence}` highest_seen=`{seen}`; a newer \
+         holder of the lock has written here, stop writing"
+    )]
+    StaleFence {
+        /// The guarded object.
+        path: String,
+        /// The lock whose fencing tokens guard it.
+        lock: String,
+        /// The fencing token of the refused write.
+        fence: u64,
+        /// The highest fencing token already seen by the object.
+        seen: u64,
+    },
 }
 
 impl Error {

@@ -548,8 +548,9 @@ impl OwnerLease {
         }
     }
 
-    /// Release the lease (delete its object). After this, `check_validity` is false for good.
-    /// Releasing a lost lease deletes nothing (the object may no longer be ours).
+    /// Release the lease (delete its object). From the moment this is called, `check_validity`
+    /// is false for good — even if the delete then fails (the object then expires on the store
+    /// clock). Releasing a lost lease deletes nothing (the object may no longer be ours).
     pub async fn release(&self) -> Result<()> {
         let _op = self.shared.op.lock().await;
         {
@@ -566,10 +567,14 @@ impl OwnerLease {
                 Phase::Held(_) => {}
             }
         }
+        // Invariant: the lease stops being valid *before* the delete is sent. Once the delete
+        // lands, observers see the lease Missing and may collect; an owner still believing its
+        // lease (answer pending, or lost) would then race the GC. Released is final either way:
+        // a failed delete leaves an object that simply expires on the store clock.
+        self.set_phase(Phase::Released);
         let path = self.shared.path.clone();
         match self.shared.bank.store().delete(&path).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {
-                self.set_phase(Phase::Released);
                 tracing::info!(owner_id = %self.shared.owner, "lease released");
                 Ok(())
             }

@@ -66,10 +66,12 @@ pub mod checkpoint;
 pub mod clock;
 pub mod config;
 pub mod counting;
+pub mod doctor;
 pub mod error;
 pub mod id;
 pub mod keeper;
 pub mod lease;
+pub mod lock;
 pub mod observe;
 pub mod swift;
 pub mod windows;
@@ -86,3 +88,5 @@ pub use observe::{LeaseObserver, LeaseView};
 pub use windows::LeaseWindows;
 #[cfg(any(test, feature = "test-util"))]
 pub mod failing;
+#[cfg(any(test, feature = "test-util"))]
+pub mod sim_store;

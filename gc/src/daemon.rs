@@ -177,7 +177,18 @@ impl Daemon {
                 )
             })?,
         };
+        // Cheap: from the probe alone; `banklease doctor` runs the races.
+        let lease = banklease::doctor::owner_lease_verdict(capabilities);
+        if lease.basis == banklease::doctor::Basis::NotAtAll {
+            return Err(anyhow!(
+                "refusing to start: owner leases cannot be kept on bank=`{}`: {}; run \
+                 `banklease doctor` for the full capability table",
+                self.bank.label(),
+                lease.why
+            ));
+        }
         info!(bank = self.bank.label(), renewal = ?capabilities.renewal,
+            owner_lease = %lease.basis,
             interval = %humantime::format_duration(self.config.gc.interval),
             dry_run = self.config.gc.dry_run, "bank probed; starting as standby");
 

@@ -4,7 +4,7 @@
 //! Requests of a pass: 2 to read the store clock, the listing pages of `index/protecting/`, one
 //! lease read per owner, then per dead owner a listing of its markers, and per collected
 //! checkpoint: read `index.json` (owner check), create `decisions/<id>`, list and delete its data,
-//! delete `index.json`, delete the marker.
+//! overwrite `index.json` with a `deleted` tombstone, delete the marker.
 //!
 //! Invariants kept here (see ARCHITECTURE.md):
 //! - **never trust a listing for absence**: an owner is judged by reading its lease object, not by
@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use banklease::bank::StoreTime;
 use banklease::checkpoint::{
-    self, data_prefix, decide, decision_path, finish_owner_decision, index_path, marker_path,
-    parse_marker, protecting_prefix, Decided, Decider, Decision, Status, CHECKPOINT_FORMAT,
+    self, data_prefix, decide, decision_path, finish_owner_decision, marker_path, parse_marker,
+    protecting_prefix, Decided, Decider, Decision, Status, CHECKPOINT_FORMAT,
 };
 use banklease::clock::SharedClock;
 use banklease::counting::CountingStore;
@@ -388,7 +388,8 @@ impl Collector {
         id: &str,
     ) -> banklease::Result<Outcome> {
         // Never delete on doubt: the metadata, if present, must name the marker's owner.
-        if let Some(record) = checkpoint::read_checkpoint(bank, id).await? {
+        let existing = checkpoint::read_checkpoint(bank, id).await?;
+        if let Some(record) = &existing {
             if record.owner_id != *owner {
                 tracing::warn!(checkpoint_id = id, marker_owner = %owner, owner_id = %record.owner_id,
                     "marker and index.json disagree on the owner: not collecting");
@@ -416,7 +417,13 @@ impl Collector {
             }
         }
         delete_prefix(bank, &data_prefix(bank, id)).await?;
-        delete_ok_if_missing(bank, &index_path(bank, id)).await?;
+        // A tombstone, not a deletion: an owner paused inside `Checkpoint::create` may still
+        // have its create-if-absent of index.json in flight; against a tombstone it fails,
+        // where after a deletion it would land as a protecting checkpoint with no marker — a
+        // zombie no pass could ever find (found by the simulation, seed 8).
+        let created_at = existing.map(|r| r.created_at);
+        checkpoint::write_tombstone(bank, id, owner, created_at, self.clock.system_now().into())
+            .await?;
         delete_ok_if_missing(bank, &marker_path(bank, owner, id)).await?;
         tracing::info!(checkpoint_id = id, owner_id = %owner, decision = %decision_path(bank, id),
             "collected");

@@ -1,0 +1,202 @@
+//! `banklease doctor`: the bank's capability table and what each guarantee rests on.
+//!
+//! The measuring and judging is the library's ([`banklease::doctor`]); this prints it.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use banklease::capability::{Condition, CreateRace};
+use banklease::doctor::{self, Basis, DiagnoseOptions, Diagnosis, Expiry, Verdicts};
+use serde::Serialize;
+
+use super::{human, out_json, out_line, out_table, Ctx, Outcome};
+
+/// `doctor --json`: the measurements, the verdicts and the answer, as one object.
+#[derive(Debug, Serialize)]
+struct Report<'a> {
+    #[serde(flatten)]
+    diagnosis: &'a Diagnosis,
+    verdicts: &'a Verdicts,
+    /// Whether the bank supports owner leases and the GC (the exit code says the same).
+    supported: bool,
+}
+
+/// `banklease doctor`
+pub(super) async fn run(ctx: &Ctx, race_rounds: u32) -> Result<Outcome> {
+    let options = DiagnoseOptions {
+        race_rounds,
+        ..DiagnoseOptions::default()
+    };
+    let diagnosis = doctor::diagnose(&ctx.bank, &ctx.clock, &options)
+        .await
+        .with_context(|| format!("cannot diagnose bank=`{}`", ctx.bank.label()))?;
+    let verdicts = diagnosis.verdicts();
+    let supported = verdicts.supports_leasing_and_gc();
+    if ctx.json {
+        out_json(&Report {
+            diagnosis: &diagnosis,
+            verdicts: &verdicts,
+            supported,
+        })?;
+    } else {
+        print_human(&diagnosis, &verdicts, supported)?;
+    }
+    Ok(if supported { Outcome::Yes } else { Outcome::No })
+}
+
+fn condition(c: Condition) -> &'static str {
+    match c {
+        Condition::Enforced => "enforced",
+        Condition::Refused => "refused",
+        Condition::Ignored => "IGNORED (silently)",
+    }
+}
+
+fn yes_no(b: bool) -> String {
+    if b { "yes" } else { "no" }.to_owned()
+}
+
+fn race_cell(rounds: u32, writers: u32, bad: u32, max: u32, looked_atomic: bool) -> String {
+    if looked_atomic {
+        format!("looked atomic: one winner of {writers} in each of {rounds} rounds")
+    } else if rounds == 0 {
+        "not measured".to_owned()
+    } else {
+        format!(
+            "NOT atomic: several winners in {bad} of {rounds} rounds (at most {max} of {writers})"
+        )
+    }
+}
+
+fn create_race_cell(r: Option<&CreateRace>) -> String {
+    match r {
+        Some(r) => race_cell(
+            r.rounds,
+            r.writers,
+            r.rounds_with_several_winners,
+            r.max_winners,
+            r.rounds > 0 && r.looked_atomic(),
+        ),
+        None => "not measured (create-if-absent is refused)".to_owned(),
+    }
+}
+
+fn us(micros: u64) -> String {
+    if micros < 1_000 {
+        format!("{micros}µs")
+    } else if micros < 10_000 {
+        format!("{:.1}ms", micros as f64 / 1000.0)
+    } else {
+        human(Duration::from_micros(micros))
+    }
+}
+
+fn print_human(d: &Diagnosis, v: &Verdicts, supported: bool) -> Result<()> {
+    out_line(&format!("bank: {}", d.bank))?;
+    out_line("")?;
+    let update_race = match &d.update_race {
+        Some(r) => race_cell(
+            r.rounds,
+            r.writers,
+            r.rounds_with_several_winners,
+            r.max_winners,
+            r.looked_atomic(),
+        ),
+        None => "not measured (conditional overwrite is not enforced)".to_owned(),
+    };
+    let renewal = match (d.renewal, &d.refused_for_leasing) {
+        (Some(m), _) => serde_json::to_value(m)?.as_str().unwrap_or("?").to_owned(),
+        (None, Some(why)) => format!("none: refused for leasing ({why})"),
+        (None, None) => "none".to_owned(),
+    };
+    let expiry = match d.expiry {
+        Expiry::NotOffered => "not offered by this backend".to_owned(),
+        Expiry::Honoured { gone_after_ms } => format!(
+            "yes: HEAD answered 404 {} after a PUT with X-Delete-After: 1",
+            human(Duration::from_millis(gone_after_ms))
+        ),
+        Expiry::NotHonoured { waited_ms } => format!(
+            "NO: still served {} after a PUT with X-Delete-After: 1",
+            human(Duration::from_millis(waited_ms))
+        ),
+    };
+    let c = &d.clock_offset;
+    let offset = format!(
+        "{:+}ms ± {}ms (store minus this host: positive = the store is ahead){}",
+        c.offset_ms,
+        c.uncertainty_ms,
+        match c.store_resolution_ms {
+            0 => String::new(),
+            r => format!("; store stamps have {r}ms resolution"),
+        }
+    );
+    let latency = |s: &doctor::LatencyStats| {
+        format!(
+            "median {}, p95 {}, max {} ({} sequential)",
+            us(s.median_us),
+            us(s.p95_us),
+            us(s.max_us),
+            s.samples
+        )
+    };
+    let rows = vec![
+        vec![
+            "create-if-absent".to_owned(),
+            condition(d.create_if_absent).to_owned(),
+        ],
+        vec![
+            "  under a race".to_owned(),
+            create_race_cell(d.create_race.as_ref()),
+        ],
+        vec![
+            "conditional overwrite (If-Match)".to_owned(),
+            condition(d.conditional_overwrite).to_owned(),
+        ],
+        vec!["  under a race".to_owned(), update_race],
+        vec!["lease renewal".to_owned(), renewal],
+        vec!["server-side expiry".to_owned(), expiry],
+        vec![
+            "listing shows deleted objects".to_owned(),
+            yes_no(d.listing.shows_deleted),
+        ],
+        vec![
+            "listing shows expired objects".to_owned(),
+            d.listing
+                .shows_expired
+                .map_or_else(|| "-".to_owned(), yes_no),
+        ],
+        vec!["clock offset".to_owned(), offset],
+        vec!["latency PUT".to_owned(), latency(&d.latency.put)],
+        vec!["latency HEAD".to_owned(), latency(&d.latency.head)],
+    ];
+    out_table(&["CAPABILITY", "MEASURED"], &rows)?;
+    out_line("")?;
+    let rows: Vec<Vec<String>> = [
+        ("owner lease", &v.owner_lease),
+        ("completion vs collection", &v.completion_vs_collection),
+        ("named locks", &v.named_locks),
+    ]
+    .into_iter()
+    .map(|(name, verdict)| {
+        vec![
+            name.to_owned(),
+            verdict.basis.to_string(),
+            verdict.why.clone(),
+        ]
+    })
+    .collect();
+    out_table(&["GUARANTEE", "BASIS", "WHY"], &rows)?;
+    out_line("")?;
+    let timing = [&v.owner_lease, &v.completion_vs_collection]
+        .iter()
+        .any(|g| g.basis == Basis::Timing);
+    out_line(&if !supported {
+        "verdict: NOT supported: this bank cannot keep owner leases and the GC safe".to_owned()
+    } else if timing {
+        "verdict: supported, partly on timing only: keep expire_window, skew_margin and grace \
+         generous against the latency above"
+            .to_owned()
+    } else {
+        "verdict: supported: owner leases and the GC rest on atomic primitives".to_owned()
+    })
+}

@@ -1,0 +1,941 @@
+//! What a bank really offers, measured, and what each of banklease's guarantees rests on there.
+//!
+//! [`diagnose`] probes a bank: which conditions the store enforces ([`Bank::capabilities`]),
+//! whether they hold under concurrent races, whether the store expires objects by itself
+//! (native Swift only), whether a listing can show an object that is gone, how far the store's
+//! clock is from this host's, and how long requests take. [`Diagnosis::verdicts`] then says, per
+//! guarantee, whether the bank gives it by an atomic primitive, by timing only, or not at all.
+//! `banklease doctor` prints both.
+//!
+//! The verdicts are pure functions of the measurements, so they are tested on hand-made
+//! diagnoses; [`owner_lease_verdict`] is the part that needs only the capability probe, which the
+//! GC daemon checks at start without running any race.
+//!
+//! Scratch objects live under `_banklease/doctor/<uuid>/` and are deleted afterwards (best
+//! effort). On Swift that includes the expired one: its DELETE answers 404 but drops the listing
+//! entry that would otherwise stay until Swift's expirer ran.
+
+use std::fmt;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use serde::Serialize;
+
+use crate::bank::Bank;
+use crate::capability::{self, is_refusal, Condition, CreateRace, RenewalMechanism, UpdateRace};
+use crate::clock::SharedClock;
+use crate::error::{Error, Result};
+use crate::swift::SwiftStore;
+
+/// How much [`diagnose`] measures.
+#[derive(Debug, Clone)]
+pub struct DiagnoseOptions {
+    /// Concurrent writers per race round.
+    pub race_writers: u32,
+    /// Race rounds (one fresh key each), for create-if-absent and for If-Match. Races are
+    /// probabilistic: more rounds catch a non-atomic store more often. 0 measures nothing, and
+    /// an unmeasured race never counts as atomic.
+    pub race_rounds: u32,
+    /// PUT/HEAD pairs timed for latency and the clock offset (at least 1 is made).
+    pub latency_samples: u32,
+    /// How long an object written with a 1 s TTL may still be served before server-side expiry
+    /// counts as not honoured (native Swift banks only, see [`Bank::swift`]).
+    pub expiry_timeout: Duration,
+}
+
+impl Default for DiagnoseOptions {
+    fn default() -> Self {
+        Self {
+            race_writers: 16,
+            race_rounds: 8,
+            latency_samples: 10,
+            expiry_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Whether the store removes an object by itself once a deadline passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum Expiry {
+    /// Not a feature banklease can use on this backend (everything but native Swift).
+    NotOffered,
+    /// An object written with `X-Delete-After: 1` answered 404 to HEAD this long after the
+    /// write was sent.
+    Honoured {
+        /// Milliseconds from sending the write to the first 404.
+        gone_after_ms: u64,
+    },
+    /// The object was still served when the timeout ran out.
+    NotHonoured {
+        /// Milliseconds waited.
+        waited_ms: u64,
+    },
+}
+
+/// Whether a listing can show an object that is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Listing {
+    /// An object deleted (and the delete answered) was still listed right after.
+    pub shows_deleted: bool,
+    /// An object past its expiry (HEAD 404) was still listed; `None` when expiry is not offered
+    /// or not honoured.
+    pub shows_expired: Option<bool>,
+}
+
+impl Listing {
+    /// True when a listing was seen to show a deleted or an expired object.
+    pub fn can_show_gone(&self) -> bool {
+        self.shows_deleted || self.shows_expired == Some(true)
+    }
+}
+
+/// The store's clock against this host's wall clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ClockOffset {
+    /// Store time minus host time, in milliseconds: positive when the store's clock is ahead of
+    /// this host's, negative when it is behind.
+    pub offset_ms: i64,
+    /// The offset is known to ± this many milliseconds: half the round trip of the best sample
+    /// plus the store's timestamp resolution.
+    pub uncertainty_ms: u64,
+    /// The resolution the store's `last_modified` stamps appeared to have, in milliseconds
+    /// (0: finer than a millisecond).
+    pub store_resolution_ms: u64,
+    /// The store's stamp of the best sample (the `last_modified` expiry is judged on).
+    pub store_time: DateTime<Utc>,
+    /// This host's wall clock at the midpoint of that sample's write.
+    pub host_time: DateTime<Utc>,
+}
+
+/// Latency of one kind of request, over sequential samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LatencyStats {
+    /// Requests timed.
+    pub samples: u32,
+    /// Median, in microseconds.
+    pub median_us: u64,
+    /// 95th percentile (nearest rank), in microseconds.
+    pub p95_us: u64,
+    /// Slowest, in microseconds.
+    pub max_us: u64,
+}
+
+impl LatencyStats {
+    fn of(mut samples: Vec<Duration>) -> Self {
+        samples.sort();
+        let us = |d: Option<&Duration>| {
+            d.map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        };
+        let n = samples.len();
+        // Nearest rank: the smallest sample with at least p% of samples at or below it.
+        let rank = |p: usize| (n * p).div_ceil(100).max(1) - 1;
+        Self {
+            samples: u32::try_from(n).unwrap_or(u32::MAX),
+            median_us: us(samples.get(rank(50))),
+            p95_us: us(samples.get(rank(95))),
+            max_us: us(samples.last()),
+        }
+    }
+}
+
+/// Request latency: sequential overwriting PUTs of a small object, each followed by a HEAD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Latency {
+    /// PUT (overwrite, 64 bytes).
+    pub put: LatencyStats,
+    /// HEAD.
+    pub head: LatencyStats,
+}
+
+/// Everything [`diagnose`] measured on one bank.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diagnosis {
+    /// The bank's label (its URL, without secrets).
+    pub bank: String,
+    /// `PutMode::Create` on an existing key.
+    pub create_if_absent: Condition,
+    /// `PutMode::Update` with a stale ETag.
+    pub conditional_overwrite: Condition,
+    /// How owners renew their leases here; `None` when the bank is refused for leasing.
+    pub renewal: Option<RenewalMechanism>,
+    /// Why the capability probe refused the bank for leasing, if it did.
+    pub refused_for_leasing: Option<String>,
+    /// Concurrent create-if-absent writers on fresh keys; `None` when create-if-absent is
+    /// refused (nothing to race).
+    pub create_race: Option<CreateRace>,
+    /// Concurrent If-Match overwriters holding the same ETag; `None` unless conditional
+    /// overwrite is enforced.
+    pub update_race: Option<UpdateRace>,
+    /// Server-side expiry of objects.
+    pub expiry: Expiry,
+    /// Whether listings can show objects that are gone.
+    pub listing: Listing,
+    /// The store's clock against this host's.
+    pub clock_offset: ClockOffset,
+    /// Request latency.
+    pub latency: Latency,
+}
+
+/// What one guarantee rests on, on one bank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Basis {
+    /// An atomic primitive of the store decides it: no timing assumption is needed.
+    Atomic,
+    /// Only timing keeps it: the windows (expire + skew margin + grace against the owner's
+    /// validity window) must hold.
+    Timing,
+    /// The bank cannot give it; banklease refuses the bank for this use.
+    NotAtAll,
+    /// Offered only where atomic; banklease refuses it on this bank (no timing fallback).
+    Refused,
+}
+
+impl Basis {
+    /// The name used in JSON and tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Basis::Atomic => "atomic",
+            Basis::Timing => "timing",
+            Basis::NotAtAll => "not-at-all",
+            Basis::Refused => "refused",
+        }
+    }
+}
+
+impl fmt::Display for Basis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One guarantee's verdict: its basis and one sentence why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// What the guarantee rests on here.
+    pub basis: Basis,
+    /// Why, in one sentence.
+    pub why: String,
+}
+
+impl Verdict {
+    fn new(basis: Basis, why: impl Into<String>) -> Self {
+        Self {
+            basis,
+            why: why.into(),
+        }
+    }
+}
+
+/// The verdict for each guarantee.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdicts {
+    /// An owner's lease: acquired, renewed, and never renewed once replaced or deleted.
+    pub owner_lease: Verdict,
+    /// An owner's completion and the GC's collection of one checkpoint: at most one wins.
+    pub completion_vs_collection: Verdict,
+    /// Mutual exclusion of named locks: at most one holder at a time.
+    pub named_locks: Verdict,
+}
+
+impl Verdicts {
+    /// True when the bank can serve what banklease is configured for: owner leases and the GC.
+    /// Named locks are optional and do not count.
+    pub fn supports_leasing_and_gc(&self) -> bool {
+        self.owner_lease.basis != Basis::NotAtAll
+            && self.completion_vs_collection.basis != Basis::NotAtAll
+    }
+}
+
+impl Diagnosis {
+    /// One verdict per guarantee, from the measurements alone (no request).
+    pub fn verdicts(&self) -> Verdicts {
+        Verdicts {
+            owner_lease: owner_lease(
+                self.create_if_absent,
+                self.conditional_overwrite,
+                self.renewal,
+                self.update_race.as_ref(),
+            ),
+            completion_vs_collection: completion_vs_collection(
+                self.create_if_absent,
+                self.create_race.as_ref(),
+            ),
+            named_locks: named_locks(
+                self.create_if_absent,
+                self.conditional_overwrite,
+                self.create_race.as_ref(),
+                self.update_race.as_ref(),
+            ),
+        }
+    }
+}
+
+/// The owner-lease verdict from the capability probe alone, without racing anything: what the
+/// GC daemon checks before it starts.
+pub fn owner_lease_verdict(caps: &capability::Capabilities) -> Verdict {
+    owner_lease(
+        caps.create_if_absent,
+        caps.conditional_overwrite,
+        Some(caps.renewal),
+        None,
+    )
+}
+
+fn condition_name(c: Condition) -> &'static str {
+    match c {
+        Condition::Enforced => "enforced",
+        Condition::Refused => "refused",
+        Condition::Ignored => "silently ignored",
+    }
+}
+
+/// The kebab-case name serde gives the mechanism, so that variants added later print too.
+fn mechanism_name(m: RenewalMechanism) -> String {
+    serde_json::to_value(m)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{m:?}"))
+}
+
+fn owner_lease(
+    create: Condition,
+    overwrite: Condition,
+    renewal: Option<RenewalMechanism>,
+    update_race: Option<&UpdateRace>,
+) -> Verdict {
+    if create != Condition::Enforced {
+        return Verdict::new(
+            Basis::NotAtAll,
+            format!(
+                "create-if-absent is {}, so an owner cannot know that the lease it wrote is its \
+                 own; banklease refuses the bank for leasing",
+                condition_name(create)
+            ),
+        );
+    }
+    let Some(renewal) = renewal else {
+        return Verdict::new(
+            Basis::NotAtAll,
+            "the capability probe refused the bank for leasing",
+        );
+    };
+    if renewal != RenewalMechanism::ConditionalUpdate || overwrite != Condition::Enforced {
+        return Verdict::new(
+            Basis::Timing,
+            format!(
+                "acquired by create-if-absent but renewed by `{}` (conditional overwrite is {}), \
+                 which is not atomic against another writer: the GC stays out of that gap only \
+                 because it acts after expiry + skew margin + grace",
+                mechanism_name(renewal),
+                condition_name(overwrite)
+            ),
+        );
+    }
+    match update_race {
+        Some(race) if race.rounds_with_several_winners > 0 => Verdict::new(
+            Basis::Timing,
+            format!(
+                "renewed by If-Match, but more than one racing If-Match writer won in {} of {} \
+                 rounds, so a renewal can land on a replaced lease; only expiry + skew margin + \
+                 grace keeps the GC out",
+                race.rounds_with_several_winners, race.rounds
+            ),
+        ),
+        _ => Verdict::new(
+            Basis::Atomic,
+            "acquired by create-if-absent and renewed by an If-Match overwrite, so a renewal never \
+             lands on a lease that was replaced or deleted",
+        ),
+    }
+}
+
+fn completion_vs_collection(create: Condition, race: Option<&CreateRace>) -> Verdict {
+    if create != Condition::Enforced {
+        return Verdict::new(
+            Basis::NotAtAll,
+            format!(
+                "create-if-absent is {}, so the owner and the GC could both win `decisions/<id>` \
+                 and a completed checkpoint could be collected",
+                condition_name(create)
+            ),
+        );
+    }
+    match race {
+        Some(r) if r.rounds_with_several_winners > 0 => Verdict::new(
+            Basis::Timing,
+            format!(
+                "`decisions/<id>` is created if absent, but more than one racing creator won in \
+                 {} of {} rounds (at most {} of {}): exclusion rests on the owner deciding only \
+                 while check_validity() holds and the GC only after expiry + skew margin + grace",
+                r.rounds_with_several_winners, r.rounds, r.max_winners, r.writers
+            ),
+        ),
+        Some(r) if r.rounds > 0 => Verdict::new(
+            Basis::Atomic,
+            format!(
+                "the owner and the GC both create `decisions/<id>` if absent, and {} racing \
+                 creators had exactly one winner in each of {} rounds",
+                r.writers, r.rounds
+            ),
+        ),
+        _ => Verdict::new(
+            Basis::Timing,
+            "create-if-absent is enforced but was not raced, so it is not shown atomic; rely on \
+             expiry + skew margin + grace",
+        ),
+    }
+}
+
+fn named_locks(
+    create: Condition,
+    overwrite: Condition,
+    create_race: Option<&CreateRace>,
+    update_race: Option<&UpdateRace>,
+) -> Verdict {
+    let refused = |why: String| Verdict::new(Basis::Refused, why);
+    if create != Condition::Enforced {
+        return refused(format!(
+            "create-if-absent is {}, so two holders could take the same lock",
+            condition_name(create)
+        ));
+    }
+    if overwrite != Condition::Enforced {
+        return refused(format!(
+            "conditional overwrite is {}, so a holder could not renew or release a lock without \
+             possibly overwriting the next holder's",
+            condition_name(overwrite)
+        ));
+    }
+    match (create_race, update_race) {
+        (Some(c), _) if c.rounds_with_several_winners > 0 => refused(format!(
+            "more than one racing creator won in {} of {} rounds, so two holders could take the \
+             same lock",
+            c.rounds_with_several_winners, c.rounds
+        )),
+        (_, Some(u)) if u.rounds_with_several_winners > 0 => refused(format!(
+            "more than one racing If-Match writer won in {} of {} rounds, so two holders could \
+             renew the same lock",
+            u.rounds_with_several_winners, u.rounds
+        )),
+        (Some(c), Some(u)) if c.looked_atomic() && u.looked_atomic() => Verdict::new(
+            Basis::Atomic,
+            "create-if-absent and If-Match are enforced and every race had one winner",
+        ),
+        _ => refused("the races were not run, so the conditions are not shown atomic".to_owned()),
+    }
+}
+
+/// Measure `bank`. Makes a few dozen requests plus `2 × race_rounds × race_writers` racing
+/// writes, and on Swift waits up to `expiry_timeout` for an object to expire.
+///
+/// Errors only when the store fails a request (unreachable, denied ...). A store that refuses or
+/// ignores conditions is a finding, not an error.
+pub async fn diagnose(
+    bank: &Bank,
+    clock: &SharedClock,
+    options: &DiagnoseOptions,
+) -> Result<Diagnosis> {
+    let dir = bank.path(&["_banklease", "doctor", &uuid::Uuid::new_v4().to_string()]);
+    let (create_if_absent, conditional_overwrite, renewal, refused_for_leasing) =
+        match bank.capabilities().await {
+            Ok(caps) => (
+                caps.create_if_absent,
+                caps.conditional_overwrite,
+                Some(caps.renewal),
+                None,
+            ),
+            // The probe stops at the first missing condition; measure both for the table.
+            Err(Error::Unsupported { detail, .. }) => {
+                let (create, overwrite) = probe_conditions(bank.store().as_ref(), &dir).await?;
+                (create, overwrite, None, Some(detail))
+            }
+            // A refusal the capability probe cannot recognise (an HTTP 501 reported as a
+            // generic error) is a finding too.
+            Err(Error::Store { source, .. }) if is_refusal(&source) => {
+                let (create, overwrite) = probe_conditions(bank.store().as_ref(), &dir).await?;
+                let detail = "a conditional write was answered `501 Not Implemented` (after \
+                              object_store's retries): the store does not implement it"
+                    .to_owned();
+                (create, overwrite, None, Some(detail))
+            }
+            Err(e) => return Err(e),
+        };
+
+    let create_race = if create_if_absent == Condition::Refused {
+        None
+    } else {
+        Some(capability::probe_create_race(bank, options.race_writers, options.race_rounds).await?)
+    };
+    let update_race = if conditional_overwrite == Condition::Enforced {
+        Some(capability::probe_update_race(bank, options.race_writers, options.race_rounds).await?)
+    } else {
+        None
+    };
+
+    let shows_deleted = probe_listing_after_delete(bank.store().as_ref(), &dir).await?;
+    let (expiry, shows_expired) = match bank.swift() {
+        Some(swift) => probe_swift_expiry(swift, &dir, clock, options.expiry_timeout).await?,
+        None => (Expiry::NotOffered, None),
+    };
+    let (clock_offset, latency) =
+        probe_clock_and_latency(bank.store().as_ref(), &dir, clock, options.latency_samples)
+            .await?;
+
+    let diagnosis = Diagnosis {
+        bank: bank.label().to_owned(),
+        create_if_absent,
+        conditional_overwrite,
+        renewal,
+        refused_for_leasing,
+        create_race,
+        update_race,
+        expiry,
+        listing: Listing {
+            shows_deleted,
+            shows_expired,
+        },
+        clock_offset,
+        latency,
+    };
+    tracing::debug!(bank = bank.label(), ?diagnosis, "diagnosed bank");
+    Ok(diagnosis)
+}
+
+/// Classify both conditions on a store the capability probe refused (it stops at the first
+/// missing one): create twice, then overwrite with a stale ETag.
+async fn probe_conditions(store: &dyn ObjectStore, dir: &Path) -> Result<(Condition, Condition)> {
+    let path = dir.clone().join("conditions");
+    let put = |body: &'static [u8], mode: PutMode| {
+        store.put_opts(&path, PutPayload::from_static(body), PutOptions::from(mode))
+    };
+    let result = async {
+        let create = match put(b"1", PutMode::Create).await {
+            Err(e) if is_refusal(&e) => Condition::Refused,
+            Err(e) => return Err(e),
+            Ok(_) => match put(b"2", PutMode::Create).await {
+                Err(object_store::Error::AlreadyExists { .. }) => Condition::Enforced,
+                Ok(_) => Condition::Ignored,
+                Err(e) => return Err(e),
+            },
+        };
+        if create == Condition::Refused {
+            // A stale ETag on a missing object would fail for the wrong reason.
+            put(b"3", PutMode::Overwrite).await?;
+        }
+        let stale = UpdateVersion {
+            e_tag: Some("\"banklease-stale-etag\"".to_owned()),
+            version: None,
+        };
+        let overwrite = match put(b"4", PutMode::Update(stale)).await {
+            Err(object_store::Error::Precondition { .. }) => Condition::Enforced,
+            Ok(_) => Condition::Ignored,
+            Err(e) if is_refusal(&e) => Condition::Refused,
+            Err(e) => return Err(e),
+        };
+        Ok((create, overwrite))
+    }
+    .await;
+    let _ = store.delete(&path).await;
+    result.map_err(|e| Error::store("put", &path, e))
+}
+
+async fn is_listed(store: &dyn ObjectStore, prefix: &Path, path: &Path) -> Result<bool> {
+    let listed: Vec<_> = store
+        .list(Some(prefix))
+        .try_collect()
+        .await
+        .map_err(|e| Error::store("list", prefix, e))?;
+    Ok(listed.iter().any(|m| &m.location == path))
+}
+
+/// Write an object, delete it, and list its prefix at once.
+async fn probe_listing_after_delete(store: &dyn ObjectStore, dir: &Path) -> Result<bool> {
+    let prefix = dir.clone().join("deleted");
+    let path = prefix.clone().join("object");
+    store
+        .put(&path, PutPayload::from_static(b"deleted"))
+        .await
+        .map_err(|e| Error::store("put", &path, e))?;
+    store
+        .delete(&path)
+        .await
+        .map_err(|e| Error::store("delete", &path, e))?;
+    is_listed(store, &prefix, &path).await
+}
+
+/// Write an object with `X-Delete-After: 1`, poll HEAD until it answers 404 (at most
+/// `timeout`), then see whether a listing still shows it.
+async fn probe_swift_expiry(
+    swift: &SwiftStore,
+    dir: &Path,
+    clock: &SharedClock,
+    timeout: Duration,
+) -> Result<(Expiry, Option<bool>)> {
+    const POLL: Duration = Duration::from_millis(100);
+    let prefix = dir.clone().join("expired");
+    let path = prefix.clone().join("object");
+    let sent = clock.now();
+    swift
+        .put_with_delete_after(&path, PutPayload::from_static(b"expires"), 1, false)
+        .await
+        .map_err(|e| Error::store("put", &path, e))?;
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    // Bounded by the poll count as well as by elapsed time, whatever the clock does.
+    let max_polls = timeout.as_millis() / POLL.as_millis() + 1;
+    let mut gone = None;
+    for _ in 0..max_polls {
+        clock.sleep(POLL).await;
+        match swift.head(&path).await {
+            Ok(_) => {}
+            Err(object_store::Error::NotFound { .. }) => {
+                gone = Some(clock.now().saturating_duration_since(sent));
+                break;
+            }
+            Err(e) => return Err(Error::store("head", &path, e)),
+        }
+        if clock.now().saturating_duration_since(sent) > timeout {
+            break;
+        }
+    }
+    let Some(gone) = gone else {
+        let _ = swift.delete(&path).await;
+        let waited = clock.now().saturating_duration_since(sent);
+        return Ok((
+            Expiry::NotHonoured {
+                waited_ms: ms(waited),
+            },
+            None,
+        ));
+    };
+    let listed = is_listed(swift, &prefix, &path).await?;
+    // Swift answers 404 to the DELETE of an expired object but still drops its listing entry
+    // (measured on 2.30), so the scratch object does not wait for the expirer.
+    let _ = swift.delete(&path).await;
+    Ok((
+        Expiry::Honoured {
+            gone_after_ms: ms(gone),
+        },
+        Some(listed),
+    ))
+}
+
+/// One timed PUT + HEAD pair of the clock sample.
+struct Sample {
+    put: Duration,
+    head: Duration,
+    /// This host's wall clock just before the PUT and when its answer arrived.
+    host_before: DateTime<Utc>,
+    host_after: DateTime<Utc>,
+    stamped: DateTime<Utc>,
+}
+
+/// Sequential PUT + HEAD pairs: their durations, and from the stamp each PUT got, the store's
+/// clock against this host's. The stamp lies between sending the PUT and its answer, so the
+/// sample with the shortest PUT bounds the offset best (as NTP picks its best sample).
+async fn probe_clock_and_latency(
+    store: &dyn ObjectStore,
+    dir: &Path,
+    clock: &SharedClock,
+    samples: u32,
+) -> Result<(ClockOffset, Latency)> {
+    let path = dir.clone().join("latency");
+    let wall = |clock: &SharedClock| DateTime::<Utc>::from(clock.system_now());
+    let mut taken = Vec::new();
+    for _ in 0..samples.max(1) {
+        let host_before = wall(clock);
+        let t0 = clock.now();
+        let put = store
+            .put(&path, PutPayload::from(vec![b'x'; 64]))
+            .await
+            .map_err(|e| Error::store("put", &path, e));
+        let t1 = clock.now();
+        let host_after = wall(clock);
+        let head = match put {
+            Ok(_) => store
+                .head(&path)
+                .await
+                .map_err(|e| Error::store("head", &path, e)),
+            Err(e) => Err(e),
+        };
+        let t2 = clock.now();
+        let meta = match head {
+            Ok(meta) => meta,
+            Err(e) => {
+                let _ = store.delete(&path).await;
+                return Err(e);
+            }
+        };
+        taken.push(Sample {
+            put: t1.saturating_duration_since(t0),
+            head: t2.saturating_duration_since(t1),
+            host_before,
+            host_after,
+            stamped: meta.last_modified,
+        });
+    }
+    let _ = store.delete(&path).await;
+
+    let resolution_ms = stamp_resolution_ms(taken.iter().map(|s| s.stamped));
+    let best = taken
+        .iter()
+        .min_by_key(|s| s.host_after - s.host_before)
+        .expect("at least one sample was taken");
+    let half = (best.host_after - best.host_before) / 2;
+    let host_mid = best.host_before + half;
+    let clock_offset = ClockOffset {
+        offset_ms: (best.stamped - host_mid).num_milliseconds(),
+        uncertainty_ms: u64::try_from(half.num_milliseconds())
+            .unwrap_or(0)
+            .saturating_add(resolution_ms),
+        store_resolution_ms: resolution_ms,
+        store_time: best.stamped,
+        host_time: host_mid,
+    };
+    let latency = Latency {
+        put: LatencyStats::of(taken.iter().map(|s| s.put).collect()),
+        head: LatencyStats::of(taken.iter().map(|s| s.head).collect()),
+    };
+    Ok((clock_offset, latency))
+}
+
+/// The coarsest of 1 s and 1 ms that every stamp is a whole multiple of (0 when finer). A
+/// sub-second stamp that happens to fall on a whole second is possible but needs every sample
+/// to do so.
+fn stamp_resolution_ms(stamps: impl Iterator<Item = DateTime<Utc>>) -> u64 {
+    let mut resolution = 1000;
+    for stamp in stamps {
+        let nanos = stamp.timestamp_subsec_nanos();
+        if nanos % 1_000_000 != 0 {
+            return 0;
+        }
+        if nanos != 0 {
+            resolution = 1;
+        }
+    }
+    resolution
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn race(rounds: u32, bad: u32) -> CreateRace {
+        CreateRace {
+            rounds,
+            writers: 16,
+            rounds_with_several_winners: bad,
+            max_winners: if bad > 0 { 2 } else { 1 },
+        }
+    }
+
+    fn update_race(rounds: u32, bad: u32) -> UpdateRace {
+        UpdateRace {
+            rounds,
+            writers: 16,
+            rounds_with_several_winners: bad,
+            max_winners: if bad > 0 { 16 } else { 1 },
+        }
+    }
+
+    fn diagnosis(create: Condition, overwrite: Condition) -> Diagnosis {
+        let now = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap();
+        let stats = LatencyStats::of(vec![Duration::from_millis(1)]);
+        let renewal = match (create, overwrite) {
+            (Condition::Enforced, Condition::Enforced) => Some(RenewalMechanism::ConditionalUpdate),
+            (Condition::Enforced, _) => Some(RenewalMechanism::VerifyThenOverwrite),
+            _ => None,
+        };
+        Diagnosis {
+            bank: "hand-made".to_owned(),
+            create_if_absent: create,
+            conditional_overwrite: overwrite,
+            renewal,
+            refused_for_leasing: None,
+            create_race: Some(race(8, 0)),
+            update_race: (overwrite == Condition::Enforced).then(|| update_race(8, 0)),
+            expiry: Expiry::NotOffered,
+            listing: Listing {
+                shows_deleted: false,
+                shows_expired: None,
+            },
+            clock_offset: ClockOffset {
+                offset_ms: 0,
+                uncertainty_ms: 0,
+                store_resolution_ms: 0,
+                store_time: now,
+                host_time: now,
+            },
+            latency: Latency {
+                put: stats,
+                head: stats,
+            },
+        }
+    }
+
+    fn bases(v: &Verdicts) -> [Basis; 3] {
+        [
+            v.owner_lease.basis,
+            v.completion_vs_collection.basis,
+            v.named_locks.basis,
+        ]
+    }
+
+    #[test]
+    fn atomic_store_is_atomic_everywhere() {
+        let v = diagnosis(Condition::Enforced, Condition::Enforced).verdicts();
+        assert_eq!(bases(&v), [Basis::Atomic; 3]);
+        assert!(v.supports_leasing_and_gc());
+    }
+
+    #[test]
+    fn swift_like_store_rests_on_timing_and_refuses_locks() {
+        // Swift: create enforced but racy, If-Match refused by the backend, HEAD+POST renewal.
+        let mut d = diagnosis(Condition::Enforced, Condition::Refused);
+        d.renewal = Some(RenewalMechanism::SwiftPost);
+        d.create_race = Some(race(40, 9));
+        d.expiry = Expiry::Honoured { gone_after_ms: 900 };
+        let v = d.verdicts();
+        assert_eq!(bases(&v), [Basis::Timing, Basis::Timing, Basis::Refused]);
+        assert!(v.completion_vs_collection.why.contains("9 of 40"), "{v:?}");
+        assert!(v.owner_lease.why.contains("swift-post"), "{v:?}");
+        assert!(v.supports_leasing_and_gc());
+
+        // The same store in a lucky run: completion is atomic as far as measured, the lease
+        // still rests on timing, locks are still refused (no conditional overwrite).
+        d.create_race = Some(race(40, 0));
+        let v = d.verdicts();
+        assert_eq!(bases(&v), [Basis::Timing, Basis::Atomic, Basis::Refused]);
+    }
+
+    #[test]
+    fn local_files_renew_by_timing() {
+        let v = diagnosis(Condition::Enforced, Condition::Refused).verdicts();
+        assert_eq!(bases(&v), [Basis::Timing, Basis::Atomic, Basis::Refused]);
+        assert!(v.owner_lease.why.contains("verify-then-overwrite"), "{v:?}");
+        assert!(v
+            .named_locks
+            .why
+            .contains("conditional overwrite is refused"));
+    }
+
+    #[test]
+    fn ignored_create_is_not_at_all() {
+        let mut d = diagnosis(Condition::Ignored, Condition::Ignored);
+        d.create_race = Some(race(8, 8));
+        let v = d.verdicts();
+        assert_eq!(
+            bases(&v),
+            [Basis::NotAtAll, Basis::NotAtAll, Basis::Refused]
+        );
+        assert!(v.owner_lease.why.contains("silently ignored"), "{v:?}");
+        assert!(!v.supports_leasing_and_gc());
+
+        let mut d = diagnosis(Condition::Refused, Condition::Refused);
+        d.create_race = None;
+        assert!(!d.verdicts().supports_leasing_and_gc());
+    }
+
+    #[test]
+    fn racy_if_match_demotes_lease_and_locks() {
+        // s3s-fs: both conditions checked, neither atomic under a race.
+        let mut d = diagnosis(Condition::Enforced, Condition::Enforced);
+        d.create_race = Some(race(8, 1));
+        d.update_race = Some(update_race(8, 8));
+        let v = d.verdicts();
+        assert_eq!(bases(&v), [Basis::Timing, Basis::Timing, Basis::Refused]);
+        // Only the If-Match race failing still refuses locks and demotes the lease.
+        d.create_race = Some(race(8, 0));
+        let v = d.verdicts();
+        assert_eq!(bases(&v), [Basis::Timing, Basis::Atomic, Basis::Refused]);
+    }
+
+    #[test]
+    fn unmeasured_races_are_not_atomic() {
+        let mut d = diagnosis(Condition::Enforced, Condition::Enforced);
+        d.create_race = Some(race(0, 0));
+        d.update_race = Some(update_race(0, 0));
+        let v = d.verdicts();
+        assert_eq!(v.completion_vs_collection.basis, Basis::Timing);
+        assert_eq!(v.named_locks.basis, Basis::Refused);
+        d.create_race = None;
+        assert_eq!(d.verdicts().completion_vs_collection.basis, Basis::Timing);
+    }
+
+    #[test]
+    fn cheap_owner_lease_verdict_follows_the_probe() {
+        let caps = capability::Capabilities {
+            create_if_absent: Condition::Enforced,
+            conditional_overwrite: Condition::Enforced,
+            renewal: RenewalMechanism::ConditionalUpdate,
+            server_side_expiry: false,
+        };
+        assert_eq!(owner_lease_verdict(&caps).basis, Basis::Atomic);
+        let caps = capability::Capabilities {
+            conditional_overwrite: Condition::Refused,
+            renewal: RenewalMechanism::VerifyThenOverwrite,
+            ..caps
+        };
+        assert_eq!(owner_lease_verdict(&caps).basis, Basis::Timing);
+        let caps = capability::Capabilities {
+            renewal: RenewalMechanism::SwiftPost,
+            server_side_expiry: true,
+            ..caps
+        };
+        let verdict = owner_lease_verdict(&caps);
+        assert_eq!(verdict.basis, Basis::Timing);
+        assert!(verdict.why.contains("swift-post"), "{verdict:?}");
+        let caps = capability::Capabilities {
+            create_if_absent: Condition::Ignored,
+            ..caps
+        };
+        assert_eq!(owner_lease_verdict(&caps).basis, Basis::NotAtAll);
+    }
+
+    #[test]
+    fn latency_percentiles_are_nearest_rank() {
+        let ms = |v: &[u64]| v.iter().map(|&m| Duration::from_millis(m)).collect();
+        let s = LatencyStats::of(ms(&[5, 1, 4, 2, 3, 6, 7, 8, 9, 10]));
+        assert_eq!((s.median_us, s.p95_us, s.max_us), (5_000, 10_000, 10_000));
+        let s = LatencyStats::of(ms(&[7]));
+        assert_eq!((s.samples, s.median_us, s.p95_us), (1, 7_000, 7_000));
+        assert_eq!(LatencyStats::of(Vec::new()).median_us, 0);
+    }
+
+    #[test]
+    fn refusals_include_a_501_behind_a_generic_error() {
+        let generic = |msg: &str| object_store::Error::Generic {
+            store: "S3",
+            source: msg.to_owned().into(),
+        };
+        assert!(is_refusal(&generic(
+            "Server returned non-2xx status code: 501 Not Implemented: <Error/>"
+        )));
+        assert!(!is_refusal(&generic(
+            "Server returned non-2xx status code: 500 Internal Server Error"
+        )));
+        assert!(is_refusal(&object_store::Error::NotImplemented {
+            operation: "put".to_owned(),
+            implementer: "test".to_owned(),
+        }));
+        assert!(!is_refusal(&object_store::Error::Precondition {
+            path: "p".to_owned(),
+            source: "412".into(),
+        }));
+    }
+
+    #[test]
+    fn stamp_resolution_is_the_coarsest_common_one() {
+        let at = |s: i64, ns: u32| DateTime::<Utc>::from_timestamp(s, ns).unwrap();
+        assert_eq!(stamp_resolution_ms([at(1, 0), at(2, 0)].into_iter()), 1000);
+        assert_eq!(
+            stamp_resolution_ms([at(1, 0), at(2, 5_000_000)].into_iter()),
+            1
+        );
+        assert_eq!(stamp_resolution_ms([at(1, 0), at(2, 5_000)].into_iter()), 0);
+    }
+}

@@ -1,0 +1,278 @@
+//! Claims in namespaces, juju style: claim, extend, expire, and a snapshot of a namespace.
+//!
+//! These are stateless: the caller names the holder on every call, and gets back a [`Grant`]
+//! saying until when (on its own monotonic clock) the lease is guaranteed.
+//!
+//! **Guarantee: a successful claim or extend holds for at least the requested duration from the
+//! start of the call.** The store judges a lease from its `last_modified`, stamped after the write
+//! was sent, which is after the call started; the grant's `valid_until` is the send time of the
+//! write (or, when no write was needed, the start of the call) plus the duration.
+
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+
+use super::fence::Fence;
+use super::named::{info_of, new_record, take, LazyStoreClock, LockInfo, LockState, Mode, Spec};
+use super::record::{judge, read_record, update_of, write_record, Judged, Written};
+use super::{support, Locks};
+use crate::error::{Error, Result};
+
+/// Rounds of read-judge-write when the object keeps changing under us.
+const CONTENTION_ROUNDS: usize = 8;
+/// Lock objects read at once by a snapshot.
+const SNAPSHOT_CONCURRENCY: usize = 16;
+
+/// A claim or extension that succeeded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The holder.
+    pub holder: String,
+    /// The fencing token of the holding (an extension keeps it).
+    pub fence: Fence,
+    /// Held at least until then, on the caller's monotonic clock.
+    pub valid_until: Instant,
+    /// Whether a write was made (an extension that was already long enough makes none).
+    pub wrote: bool,
+}
+
+/// Every lease of a namespace, read and judged against one reading of the store's clock.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// The leases, by key.
+    pub leases: Vec<LockInfo>,
+    /// Objects that were listed but could not be read or parsed: `(key, error)`.
+    pub unreadable: Vec<(String, String)>,
+}
+
+impl Locks {
+    /// Claim `key` for `holder` for `duration`: succeeds only if nobody holds it (free, expired on
+    /// the store's clock, or never used) — a lease held by the same holder makes the claim fail
+    /// with [`Error::Unavailable`] too.
+    pub async fn claim(&self, key: &str, holder: &str, duration: Duration) -> Result<Grant> {
+        Self::validate_key(key)?;
+        crate::id::validate_id("owner", holder)?;
+        let duration = super::Term::For(duration).resolve(self, key)?;
+        let spec = Spec {
+            owner: holder,
+            duration,
+            payload: None,
+            mode: Mode::Claim,
+            ticket: None,
+        };
+        let granted = take(self, key, &spec).await?;
+        Ok(Grant {
+            holder: holder.to_owned(),
+            fence: Fence {
+                lock: self.full_key(key),
+                value: granted.record.fence,
+            },
+            valid_until: granted.t_send + duration,
+            wrote: true,
+        })
+    }
+
+    /// Extend `holder`'s lease on `key` so that it lasts at least `duration` from now.
+    ///
+    /// Never shortens: if the lease already lasts that long (store clock, margin deducted) nothing
+    /// is written; otherwise the new record's duration is chosen so that it also ends no earlier
+    /// than the old one. Racing extensions are benign: each is an If-Match write, a loser reads
+    /// the winner's record and starts over from it. Fails with [`Error::LockLost`] when `holder`
+    /// does not hold the key (it is free, or someone else's). A lease that ran out but that
+    /// nobody has claimed or expired since may still be extended.
+    pub async fn extend(&self, key: &str, holder: &str, duration: Duration) -> Result<Grant> {
+        let t_start = self.clock.now();
+        Self::validate_key(key)?;
+        crate::id::validate_id("owner", holder)?;
+        let duration = super::Term::For(duration).resolve(self, key)?;
+        support::ensure_supported(&self.bank).await?;
+        let path = self.lock_path(key);
+        let lost = |reason: String| Error::LockLost {
+            key: self.full_key(key),
+            owner: holder.to_owned(),
+            reason,
+        };
+        let mut sc = LazyStoreClock::new();
+        let mut first_seen: Option<Option<String>> = None;
+        for _ in 0..CONTENTION_ROUNDS {
+            let Some((rec, meta)) = read_record(&self.bank, &path).await? else {
+                return Err(lost("the key was never claimed".to_owned()));
+            };
+            match rec.holder.as_deref() {
+                Some(h) if h == holder => {}
+                Some(h) => return Err(lost(format!("the key is held by `{h}`"))),
+                None => return Err(lost("the key is free".to_owned())),
+            }
+            let fence = Fence {
+                lock: self.full_key(key),
+                value: rec.fence,
+            };
+            match &first_seen {
+                None => first_seen = Some(meta.e_tag.clone()),
+                // A racing extension (or claim) by the same holder landed after this call
+                // started, with at least our duration: it already holds for `duration` from the
+                // start of this call. Benign: nothing more to write.
+                Some(first) if *first != meta.e_tag && rec.duration() >= duration => {
+                    return Ok(Grant {
+                        holder: holder.to_owned(),
+                        fence,
+                        valid_until: t_start + duration,
+                        wrote: false,
+                    });
+                }
+                Some(_) => {}
+            }
+            let sc_now = sc.get(self).await?;
+            let now = self.clock.now();
+            let margin = chrono::Duration::from_std(self.margin).unwrap_or(chrono::Duration::MAX);
+            let old = chrono::Duration::from_std(rec.duration()).unwrap_or(chrono::Duration::MAX);
+            let ends = meta.last_modified + old;
+            // Held for at least this long more: the store may be ahead of our lower bound.
+            let left_at_least = (ends - margin - sc_now.upper(now))
+                .to_std()
+                .unwrap_or(Duration::ZERO);
+            if left_at_least >= duration {
+                return Ok(Grant {
+                    holder: holder.to_owned(),
+                    fence,
+                    valid_until: now + left_at_least,
+                    wrote: false,
+                });
+            }
+            // Held for at most this long more: the new record must not end before it.
+            let left_at_most = (ends + margin - sc_now.lower(now))
+                .to_std()
+                .unwrap_or(Duration::ZERO);
+            let new_duration = duration.max(left_at_most);
+            let record = new_record(
+                self,
+                key,
+                Some(holder),
+                rec.payload.as_deref(),
+                new_duration,
+                rec.fence,
+                rec.generation.saturating_add(1),
+            );
+            match write_record(&self.bank, &self.clock, &path, &record, update_of(&meta)).await? {
+                Written::Ours { t_send, .. } => {
+                    return Ok(Grant {
+                        holder: holder.to_owned(),
+                        fence,
+                        // t_send is after the start of the call, and new_duration >= duration.
+                        valid_until: t_send + new_duration,
+                        wrote: true,
+                    });
+                }
+                Written::Conflict => continue,
+            }
+        }
+        Err(Error::Unavailable {
+            key: self.full_key(key),
+            holder: "(contended)".to_owned(),
+            remaining: Duration::ZERO,
+        })
+    }
+
+    /// Expire `key`: succeeds only once the store's clock is past the lease's start (its
+    /// `last_modified`) plus its duration plus the skew margin, and then frees the key (keeping
+    /// its fencing counter). Returns the holder whose lease was expired, or `None` if the key was
+    /// free or never used. Fails with [`Error::Unavailable`] while the lease is still running.
+    pub async fn expire(&self, key: &str) -> Result<Option<String>> {
+        Self::validate_key(key)?;
+        support::ensure_supported(&self.bank).await?;
+        let path = self.lock_path(key);
+        let mut sc = LazyStoreClock::new();
+        for _ in 0..CONTENTION_ROUNDS {
+            let Some((rec, meta)) = read_record(&self.bank, &path).await? else {
+                return Ok(None);
+            };
+            let Some(holder) = rec.holder.clone() else {
+                return Ok(None);
+            };
+            let now = sc.lower_now(self).await?;
+            if let Judged::Held { remaining } = judge(&rec, meta.last_modified, now, self.margin) {
+                return Err(Error::Unavailable {
+                    key: self.full_key(key),
+                    holder,
+                    remaining,
+                });
+            }
+            let free = new_record(
+                self,
+                key,
+                None,
+                None,
+                Duration::ZERO,
+                rec.fence,
+                rec.generation.saturating_add(1),
+            );
+            match write_record(&self.bank, &self.clock, &path, &free, update_of(&meta)).await? {
+                Written::Ours { .. } => return Ok(Some(holder)),
+                Written::Conflict => continue,
+            }
+        }
+        Err(Error::Unavailable {
+            key: self.full_key(key),
+            holder: "(contended)".to_owned(),
+            remaining: Duration::ZERO,
+        })
+    }
+
+    /// Every lease of the namespace: the listing finds the lock objects, and each is then read
+    /// and judged (a listed object that is gone when read is left out).
+    pub async fn snapshot(&self) -> Result<Snapshot> {
+        support::ensure_supported(&self.bank).await?;
+        let dir = self.namespace_path();
+        let listed = self
+            .bank
+            .store()
+            .list_with_delimiter(Some(&dir))
+            .await
+            .map_err(|e| Error::store("list", &dir, e))?;
+        let store_clock = super::record::StoreClock::read(&self.bank, &self.clock).await?;
+        let keys: Vec<String> = listed
+            .objects
+            .iter()
+            .filter_map(|m| m.location.filename().map(str::to_owned))
+            .collect();
+        let reads = futures::stream::iter(keys.into_iter().map(|key| async move {
+            if let Err(e) = Self::validate_key(&key) {
+                return Ok::<_, Error>((key, Err(e.to_string())));
+            }
+            let read = read_record(&self.bank, &self.lock_path(&key)).await;
+            Ok((key, read.map_err(|e| crate::observe::error_chain(&e))))
+        }))
+        .buffered(SNAPSHOT_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+        let mut snapshot = Snapshot::default();
+        for (key, read) in reads {
+            match read {
+                Ok(None) => {}
+                Ok(Some((rec, meta))) => {
+                    let now = store_clock.lower(self.clock.now());
+                    let state = match (
+                        &rec.holder,
+                        judge(&rec, meta.last_modified, now, self.margin),
+                    ) {
+                        (Some(h), Judged::Held { remaining }) => LockState::Held {
+                            holder: h.clone(),
+                            remaining,
+                        },
+                        (Some(h), Judged::Expired { since }) => LockState::Expired {
+                            holder: h.clone(),
+                            since,
+                        },
+                        _ => LockState::Free,
+                    };
+                    snapshot
+                        .leases
+                        .push(info_of(&key, state, rec, meta.last_modified));
+                }
+                Err(error) => snapshot.unreadable.push((key, error)),
+            }
+        }
+        snapshot.leases.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(snapshot)
+    }
+}

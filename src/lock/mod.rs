@@ -1,0 +1,296 @@
+//! Named leases and locks on any key: everything the ancestor systems offered, on object storage.
+//!
+//! A lock lives in one object, `locks/<namespace>/<key>`, holding a JSON [`LockRecord`]: the
+//! holder (an owner string), its payload, the duration it is held for, a fencing counter and a
+//! per-write token. Three families of operations share it:
+//!
+//! - **named locks** ([`Lock`]): acquire (free, expired, or already ours), acquire-any over a
+//!   list of keys, heartbeat, release, get-current, background heartbeats ([`Heartbeat`]), and
+//!   answers from memory — [`Lock::is_owned`], [`Lock::am_owner`], [`Lock::expires`],
+//!   [`Lock::seconds_left`], [`Lock::seconds_to_renew`] — that keep working while the store is
+//!   unreachable;
+//! - **claims in namespaces** (juju style, [`Locks::claim`], [`Locks::extend`], [`Locks::expire`],
+//!   [`Locks::snapshot`]);
+//! - **blocking acquisition** with a fair first-come-first-served ticket queue
+//!   ([`Lock::acquire_blocking`], [`Blocking`]), and **fencing tokens** with a guarded write to
+//!   another object ([`Fence`], [`guarded_put`]).
+//!
+//! # Guarantees
+//!
+//! - **Expiry is judged on the store's clock.** Anyone deciding whether a lock has expired compares
+//!   the object's `last_modified` (stamped by the store) plus its declared duration with the
+//!   store's time ([`crate::Bank::store_time`]), and a skew margin ([`Locks::with_skew_margin`],
+//!   at least the store's timestamp resolution: 1 s on S3) is deducted in the holder's favour.
+//!   Nobody's wall clock is used.
+//! - **The holder counts from the send time.** A holder's own view is
+//!   `valid_until = t_send + duration`, where `t_send` is its monotonic instant taken *before*
+//!   the write was sent; a slow request shortens the hold, never lengthens it. A heartbeat counts
+//!   only if its answer arrived while the hold was still valid. Hence: **a successful acquire,
+//!   claim or extend holds for at least the requested duration from the start of the call.**
+//! - **One holder at a time.** Every change of holder is a conditional write: create-if-absent
+//!   for a key never used, If-Match on the ETag that was judged for a free or expired one. Of two
+//!   racing acquirers exactly one wins.
+//! - **A heartbeat fails if anyone else held the key in between**, even if they have released it
+//!   since: the heartbeat is an If-Match on the ETag of the holder's own last write, and a
+//!   conflict is read back and judged by token and fencing counter.
+//! - **Ambiguity is resolved by reading back.** Every write carries a random token; a write whose
+//!   answer was an error, AlreadyExists or Precondition is read back and recognised by it.
+//! - **Fencing tokens only grow.** The counter lives in the lock object, which is never deleted
+//!   (release and expire write a *free* record that keeps it); every acquisition writes
+//!   `old + 1` with If-Match. [`guarded_put`] refuses a write carrying a lower token than one the
+//!   guarded object has already seen.
+//! - **Nothing is faked.** Locks need create-if-absent and If-Match both enforced, and atomic
+//!   under races; a bank that cannot give that (local files, Swift) is refused with an
+//!   [`Error::Unsupported`] that says why (see [`support`]).
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use banklease::Bank;
+//! use banklease::clock::{Clock, SystemClock};
+//! use banklease::lock::{guarded_put, Locks, Term};
+//! use object_store::PutPayload;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> banklease::Result<()> {
+//! let bank = Bank::open("memory://")?;
+//! let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+//! let locks = Locks::new(&bank, "jobs", clock)?.with_skew_margin(Duration::from_millis(100));
+//!
+//! // Acquire: the key is free, so worker-1 gets it, with a payload anyone can read.
+//! let lock = locks
+//!     .acquire("nightly", "worker-1", Term::For(Duration::from_secs(30)), Some("host-a:4000"))
+//!     .await?;
+//! assert!(lock.am_owner()); // answered from memory, no request
+//! let fence = lock.fence().expect("held");
+//!
+//! // Someone else cannot, and sees who holds it.
+//! let err = locks
+//!     .acquire("nightly", "worker-2", Term::For(Duration::from_secs(30)), None)
+//!     .await
+//!     .unwrap_err();
+//! assert!(matches!(err, banklease::Error::Unavailable { .. }));
+//! let current = locks.current("nightly").await?.expect("held");
+//! assert_eq!(current.holder, "worker-1");
+//! assert_eq!(current.payload.as_deref(), Some("host-a:4000"));
+//!
+//! // Writes to other objects can be fenced with the lock's token.
+//! let report = bank.path(&["reports", "nightly.json"]);
+//! guarded_put(&bank, &fence, &report, PutPayload::from_static(b"{}")).await?;
+//!
+//! lock.heartbeat().await?; // extend by the same duration
+//! lock.release().await?;   // the key is free again; its fencing counter stays
+//! assert!(!lock.am_owner());
+//!
+//! // Juju-style claims: a claim fails while the lease is held, even by the same holder.
+//! let grant = locks.claim("leader", "unit-0", Duration::from_secs(10)).await?;
+//! assert!(locks.claim("leader", "unit-0", Duration::from_secs(10)).await.is_err());
+//! locks.extend("leader", "unit-0", Duration::from_secs(20)).await?;
+//! assert!(grant.fence.value >= 1);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod claim;
+pub mod fence;
+pub mod keeper;
+pub mod named;
+pub mod queue;
+pub mod record;
+pub mod support;
+
+use std::time::{Duration, SystemTime};
+
+use object_store::path::Path;
+
+use crate::bank::Bank;
+use crate::clock::SharedClock;
+use crate::error::{Error, Result};
+use crate::id::validate_id;
+
+pub use claim::{Grant, Snapshot};
+pub use fence::{fence_path, guarded_put, Fence};
+pub use keeper::{Heartbeat, HeartbeatFailure};
+pub use named::{Acquired, Current, Lock, LockInfo, LockState, Order, Release};
+pub use queue::{Blocking, Wait, Waiter};
+pub use record::{judge, Judged, LockRecord, MAX_PAYLOAD_BYTES};
+pub use support::ensure_supported;
+
+/// The namespace used when none is given.
+pub const DEFAULT_NAMESPACE: &str = "default";
+/// The default skew margin, as `[lease] skew_margin`.
+pub const DEFAULT_SKEW_MARGIN: Duration = Duration::from_secs(2);
+/// Suffix of a key's wait-queue directory (`locks/<ns>/<key>.queue/<ticket>`); keys may not
+/// end with it.
+pub const QUEUE_SUFFIX: &str = ".queue";
+
+/// How long a lock is to be held: a duration, or until an end time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Term {
+    /// Held for this long (from the send time of the write, on the holder's clock; from the
+    /// object's `last_modified`, on the store's).
+    For(Duration),
+    /// Held until this wall-clock time of the caller, turned into a duration once, at the start
+    /// of the call, with the lock's clock ([`crate::clock::Clock::system_now`]).
+    Until(SystemTime),
+}
+
+impl Term {
+    fn resolve(self, locks: &Locks, key: &str) -> Result<Duration> {
+        let bad = |detail: String| Error::InvalidTerm {
+            key: locks.full_key(key),
+            detail,
+        };
+        let duration = match self {
+            Term::For(d) => d,
+            Term::Until(end) => end
+                .duration_since(locks.clock.system_now())
+                .map_err(|_| bad("the end time is in the past".to_owned()))?,
+        };
+        if duration.is_zero() {
+            return Err(bad("the duration is zero".to_owned()));
+        }
+        if duration > record::MAX_DURATION {
+            return Err(bad(format!(
+                "the duration `{duration:?}` exceeds {:?}",
+                record::MAX_DURATION
+            )));
+        }
+        Ok(duration)
+    }
+}
+
+/// The locks of one namespace in one bank. Cheap to clone.
+///
+/// Every operation first checks, once per store, that the bank can keep locks
+/// ([`ensure_supported`]).
+#[derive(Debug, Clone)]
+pub struct Locks {
+    bank: Bank,
+    namespace: String,
+    clock: SharedClock,
+    margin: Duration,
+}
+
+impl Locks {
+    /// The locks of `namespace` in `bank`, timed by `clock` (the holder's monotonic clock; also
+    /// carries readings of the store's clock forward). No request is made.
+    pub fn new(bank: &Bank, namespace: &str, clock: SharedClock) -> Result<Self> {
+        validate_id("namespace", namespace)?;
+        Ok(Self {
+            bank: bank.clone(),
+            namespace: namespace.to_owned(),
+            clock,
+            margin: DEFAULT_SKEW_MARGIN,
+        })
+    }
+
+    /// Set the skew margin deducted, in the holder's favour, when judging expiry on the store's
+    /// clock. It must cover the store's timestamp resolution (1 s on S3) and any drift of the
+    /// store's clock during a lock's duration.
+    pub fn with_skew_margin(mut self, margin: Duration) -> Self {
+        self.margin = margin;
+        self
+    }
+
+    /// The bank.
+    pub fn bank(&self) -> &Bank {
+        &self.bank
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    /// The skew margin.
+    pub fn skew_margin(&self) -> Duration {
+        self.margin
+    }
+
+    /// `<namespace>/<key>`, as locks are named in records and messages.
+    pub fn full_key(&self, key: &str) -> String {
+        format!("{}/{key}", self.namespace)
+    }
+
+    /// `locks/<namespace>/<key>` (the key must be valid: see [`Locks::validate_key`]).
+    pub fn lock_path(&self, key: &str) -> Path {
+        self.bank.path(&["locks", &self.namespace, key])
+    }
+
+    /// `locks/<namespace>/` — every lock of the namespace lies directly under it.
+    pub fn namespace_path(&self) -> Path {
+        self.bank.path(&["locks", &self.namespace])
+    }
+
+    /// `locks/<namespace>/<key>.queue/` — the key's wait queue.
+    pub fn queue_path(&self, key: &str) -> Path {
+        self.bank
+            .path(&["locks", &self.namespace, &format!("{key}{QUEUE_SUFFIX}")])
+    }
+
+    /// Check a key: an id (see [`crate::id::validate_id`]) not ending with [`QUEUE_SUFFIX`].
+    pub fn validate_key(key: &str) -> Result<()> {
+        validate_id("lock key", key)?;
+        if key.ends_with(QUEUE_SUFFIX) {
+            return Err(Error::InvalidId {
+                kind: "lock key",
+                id: key.to_owned(),
+                reason: "it ends with `.queue`, which names wait queues",
+            });
+        }
+        Ok(())
+    }
+
+    fn check_payload(&self, key: &str, payload: Option<&str>) -> Result<()> {
+        match payload {
+            Some(p) if p.len() > MAX_PAYLOAD_BYTES => Err(Error::PayloadTooLarge {
+                key: self.full_key(key),
+                size: p.len(),
+                limit: MAX_PAYLOAD_BYTES,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// A handle on `key` for `owner`: no request is made until it is used.
+    pub fn lock(&self, key: &str, owner: &str) -> Result<Lock> {
+        Self::validate_key(key)?;
+        validate_id("owner", owner)?;
+        Ok(Lock::new(self.clone(), key, owner))
+    }
+
+    /// Acquire `key` for `owner` (see [`Lock::acquire`]) and return the handle.
+    pub async fn acquire(
+        &self,
+        key: &str,
+        owner: &str,
+        term: Term,
+        payload: Option<&str>,
+    ) -> Result<Lock> {
+        let lock = self.lock(key, owner)?;
+        lock.acquire(term, payload).await?;
+        Ok(lock)
+    }
+
+    /// Acquire `key` for `owner`, waiting as `blocking` says (see [`Lock::acquire_blocking`]).
+    pub async fn acquire_blocking(
+        &self,
+        key: &str,
+        owner: &str,
+        term: Term,
+        payload: Option<&str>,
+        blocking: &Blocking,
+    ) -> Result<Lock> {
+        let lock = self.lock(key, owner)?;
+        lock.acquire_blocking(term, payload, blocking).await?;
+        Ok(lock)
+    }
+}

@@ -1,0 +1,440 @@
+//! Blocking acquisition with a fair, first-come-first-served wait queue kept in the store.
+//!
+//! In the spirit of Lamport's bakery: a waiter takes a numbered ticket,
+//! `locks/<ns>/<key>.queue/<ticket>` (20 zero-padded digits), by listing the queue and creating
+//! `max + 1` with create-if-absent (on AlreadyExists it lists again). The ticket is itself a small
+//! lease that its waiter renews; a waiter that dies loses its ticket when the ticket's lease
+//! expires on the store's clock. A free (or expired) lock goes to the **lowest live ticket**:
+//! every acquirer, blocking or not, checks the queue before taking a free key.
+//!
+//! The listing is only used to *find* tickets. A ticket is skipped only after it has been read:
+//! gone (the store says so on a read), or expired on the store's clock (then it is also deleted).
+//! A ticket that cannot be read stops the check: never skip on doubt.
+//!
+//! Two waiters whose ticket-taking overlaps may be served in either order (as in the bakery); a
+//! waiter whose ticket was lost (paused past its ticket lease) takes a new one at the back.
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutMode};
+
+use super::named::{new_record, Acquired, LazyStoreClock, Lock};
+use super::record::{judge, read_record, write_record, Judged, Written};
+use super::{support, Locks, Term};
+use crate::error::{Error, Result};
+
+/// Digits of a ticket name.
+const TICKET_DIGITS: usize = 20;
+/// Attempts at taking a ticket number before giving up.
+const TICKET_ATTEMPTS: usize = 32;
+/// The shortest pause between two looks at a key while waiting.
+const MIN_POLL: Duration = Duration::from_millis(10);
+/// Bounds of the default ticket lease (the lock's duration, clamped).
+const MIN_TICKET_LEASE: Duration = Duration::from_secs(1);
+const MAX_TICKET_LEASE: Duration = Duration::from_secs(30);
+
+/// How long a blocking acquire waits for the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Do not block: one attempt (`0`).
+    No,
+    /// Wait at most this long.
+    For(Duration),
+    /// Wait until the lock is obtained (`-1`).
+    Forever,
+}
+
+impl FromStr for Wait {
+    type Err = String;
+
+    /// `0` (no), `-1` or `forever`, or a humantime duration (`30s`, `2m`).
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        match s.trim() {
+            "0" => Ok(Wait::No),
+            "-1" | "forever" => Ok(Wait::Forever),
+            other => match humantime::parse_duration(other) {
+                Ok(d) if d.is_zero() => Ok(Wait::No),
+                Ok(d) => Ok(Wait::For(d)),
+                Err(e) => Err(format!(
+                    "`{other}` is not a duration, `0` (do not block) or `-1` (forever): {e}"
+                )),
+            },
+        }
+    }
+}
+
+/// Options of a blocking acquire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocking {
+    /// How long to wait for the lock: [`Wait::No`], [`Wait::For`] or [`Wait::Forever`].
+    pub block_for: Wait,
+    /// While waiting, the key is looked at this many times per lease length (the requested
+    /// duration). Default 4.
+    pub attempts_per_lease: u32,
+    /// Obtention timeout: the whole call, store retries included, gives up after this long,
+    /// whatever `block_for` says. Default none.
+    pub timeout: Option<Duration>,
+    /// Consecutive store errors tolerated (each retried after `retry_interval`) before the call
+    /// fails with the last one. Default 3.
+    pub retries: u32,
+    /// Pause after a store error. Default 200 ms.
+    pub retry_interval: Duration,
+    /// The lease of the waiter's queue ticket; a waiter that dies holds its place this long.
+    /// Default: the requested duration, clamped to 1–30 s.
+    pub ticket_lease: Option<Duration>,
+}
+
+impl Default for Blocking {
+    fn default() -> Self {
+        Self::new(Wait::Forever)
+    }
+}
+
+impl Blocking {
+    /// Default options, waiting as `block_for` says.
+    pub fn new(block_for: Wait) -> Self {
+        Self {
+            block_for,
+            attempts_per_lease: 4,
+            timeout: None,
+            retries: 3,
+            retry_interval: Duration::from_millis(200),
+            ticket_lease: None,
+        }
+    }
+}
+
+/// A waiter in a key's queue, as read and judged on the store's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiter {
+    /// The ticket (its position: lower is served first).
+    pub ticket: String,
+    /// Who waits.
+    pub owner: String,
+    /// Time left on its ticket lease (zero when expired).
+    pub remaining: Duration,
+    /// Whether the ticket is live (not expired on the store's clock).
+    pub live: bool,
+}
+
+fn parse_ticket(path: &Path) -> Option<(u64, String)> {
+    let name = path.filename()?;
+    if name.len() != TICKET_DIGITS || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((name.parse().ok()?, name.to_owned()))
+}
+
+/// Ticket names under the key's queue, ascending. A listing: used to find tickets only.
+async fn list_tickets(locks: &Locks, key: &str) -> Result<Vec<(u64, String)>> {
+    let dir = locks.queue_path(key);
+    let mut found: Vec<(u64, String)> = locks
+        .bank
+        .store()
+        .list(Some(&dir))
+        .try_filter_map(|m| async move { Ok(parse_ticket(&m.location)) })
+        .try_collect()
+        .await
+        .map_err(|e| Error::store("list", &dir, e))?;
+    found.sort();
+    Ok(found)
+}
+
+/// The first live ticket of `key`'s queue that comes before `before` (every ticket when `None`).
+/// Expired tickets met on the way are deleted (best effort).
+pub(crate) async fn first_live(
+    locks: &Locks,
+    key: &str,
+    before: Option<&str>,
+    sc: &mut LazyStoreClock,
+) -> Result<Option<Waiter>> {
+    for (_, name) in list_tickets(locks, key).await? {
+        if before.is_some_and(|b| name.as_str() >= b) {
+            break;
+        }
+        let path = locks.queue_path(key).join(name.as_str());
+        // Absence is trusted only from a read; a read error stops the check.
+        let Some((rec, meta)) = read_record(&locks.bank, &path).await? else {
+            continue;
+        };
+        let Some(owner) = rec.holder.clone() else {
+            continue;
+        };
+        let now = sc.lower_now(locks).await?;
+        match judge(&rec, meta.last_modified, now, locks.margin) {
+            Judged::Held { remaining } => {
+                return Ok(Some(Waiter {
+                    ticket: name,
+                    owner,
+                    remaining,
+                    live: true,
+                }))
+            }
+            _ => {
+                // Its waiter judged it lost before this (send-time expiry, and a renewal counts
+                // only if answered in time), so it will never be renewed: safe to remove.
+                tracing::info!(ticket = %path, owner = %owner, "removing an expired queue ticket");
+                if let Err(e) = locks.bank.store().delete(&path).await {
+                    tracing::debug!(ticket = %path, error = %e, "could not remove an expired ticket");
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+impl Locks {
+    /// The waiters queued for `key`, in order, each read and judged (expired ones included, with
+    /// `live: false`; nothing is deleted).
+    pub async fn waiters(&self, key: &str) -> Result<Vec<Waiter>> {
+        Self::validate_key(key)?;
+        support::ensure_supported(&self.bank).await?;
+        let mut sc = LazyStoreClock::new();
+        let mut waiters = Vec::new();
+        for (_, name) in list_tickets(self, key).await? {
+            let path = self.queue_path(key).join(name.as_str());
+            let Some((rec, meta)) = read_record(&self.bank, &path).await? else {
+                continue;
+            };
+            let Some(owner) = rec.holder.clone() else {
+                continue;
+            };
+            let now = sc.lower_now(self).await?;
+            let judged = judge(&rec, meta.last_modified, now, self.margin);
+            waiters.push(Waiter {
+                ticket: name,
+                owner,
+                remaining: match judged {
+                    Judged::Held { remaining } => remaining,
+                    _ => Duration::ZERO,
+                },
+                live: matches!(judged, Judged::Held { .. }),
+            });
+        }
+        Ok(waiters)
+    }
+}
+
+/// Our ticket, held like a lease: send-time expiry, renewals by If-Match.
+#[derive(Debug)]
+struct Ticket {
+    name: String,
+    path: Path,
+    lease: Duration,
+    e_tag: Option<String>,
+    version: Option<String>,
+    generation: u64,
+    t_send: Instant,
+    valid_until: Instant,
+}
+
+impl Ticket {
+    async fn take(locks: &Locks, key: &str, owner: &str, lease: Duration) -> Result<Self> {
+        for _ in 0..TICKET_ATTEMPTS {
+            let next = list_tickets(locks, key)
+                .await?
+                .last()
+                .map_or(1, |(n, _)| n.saturating_add(1));
+            let name = format!("{next:0width$}", width = TICKET_DIGITS);
+            let path = locks.queue_path(key).join(name.as_str());
+            let record = new_record(locks, key, Some(owner), None, lease, next, 1);
+            match write_record(&locks.bank, &locks.clock, &path, &record, PutMode::Create).await? {
+                Written::Ours {
+                    e_tag,
+                    version,
+                    t_send,
+                    ..
+                } => {
+                    tracing::debug!(ticket = %path, owner, "queued");
+                    return Ok(Self {
+                        name,
+                        path,
+                        lease,
+                        e_tag,
+                        version,
+                        generation: 1,
+                        t_send,
+                        valid_until: t_send + lease,
+                    });
+                }
+                // Someone took that number first: look again.
+                Written::Conflict => continue,
+            }
+        }
+        Err(Error::Unavailable {
+            key: locks.full_key(key),
+            holder: "(wait queue contended)".to_owned(),
+            remaining: Duration::ZERO,
+        })
+    }
+
+    fn renew_at(&self) -> Instant {
+        self.t_send + self.lease / 2
+    }
+
+    /// Renew; `Ok(false)` when the ticket is lost (changed, gone, or answered too late).
+    async fn renew(&mut self, locks: &Locks, key: &str, owner: &str) -> Result<bool> {
+        let generation = self.generation + 1;
+        let fence = self.name.parse().unwrap_or(0);
+        let record = new_record(locks, key, Some(owner), None, self.lease, fence, generation);
+        let mode = PutMode::Update(object_store::UpdateVersion {
+            e_tag: self.e_tag.clone(),
+            version: self.version.clone(),
+        });
+        match write_record(&locks.bank, &locks.clock, &self.path, &record, mode).await? {
+            Written::Ours {
+                e_tag,
+                version,
+                t_send,
+                answered,
+            } if answered < self.valid_until => {
+                self.e_tag = e_tag;
+                self.version = version;
+                self.generation = generation;
+                self.t_send = t_send;
+                self.valid_until = t_send + self.lease;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Delete our ticket (best effort: if it stays, it expires on its own).
+    async fn remove(self, locks: &Locks) {
+        for _ in 0..3 {
+            match locks.bank.store().delete(&self.path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => return,
+                Err(e) => {
+                    tracing::warn!(ticket = %self.path, error = %e, "cannot remove queue ticket")
+                }
+            }
+        }
+    }
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+impl Lock {
+    /// Acquire, waiting for the lock as `blocking` says, in first-come-first-served order among
+    /// the waiters for the key (see the [module documentation](self)).
+    ///
+    /// Fails with [`Error::Unavailable`] when `block_for` or the obtention timeout runs out, and
+    /// with the last store error after `retries` consecutive ones.
+    pub async fn acquire_blocking(
+        &self,
+        term: Term,
+        payload: Option<&str>,
+        blocking: &Blocking,
+    ) -> Result<Acquired> {
+        let locks = self.locks().clone();
+        let clock = locks.clock.clone();
+        let start = clock.now();
+        let duration = term.resolve(&locks, self.key())?;
+        let hard = blocking.timeout.map(|t| start + t);
+        let deadline = match blocking.block_for {
+            Wait::No => Some(start),
+            Wait::For(d) => earliest(Some(start + d), hard),
+            Wait::Forever => hard,
+        };
+        let past = |t: Option<Instant>| t.is_some_and(|t| clock.now() >= t);
+        let poll = (duration / blocking.attempts_per_lease.max(1)).max(MIN_POLL);
+        let sleep_until = |wake: Instant| {
+            let wake = earliest(Some(wake), deadline).expect("some");
+            clock.sleep(wake.saturating_duration_since(clock.now()))
+        };
+        let mut errors = 0u32;
+
+        // First without a ticket: a free key with an empty queue is taken at once.
+        let mut unavailable = loop {
+            match self.acquire_for(duration, payload, None).await {
+                Ok(a) => return Ok(a),
+                Err(e @ Error::Unavailable { .. }) => break e,
+                Err(e) if e.is_transient() && errors < blocking.retries && !past(hard) => {
+                    errors += 1;
+                    tracing::warn!(key = %self.full_key(), error = %e, errors, "acquire failed; retrying");
+                    sleep_until(clock.now() + blocking.retry_interval).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        if blocking.block_for == Wait::No || past(deadline) {
+            return Err(unavailable);
+        }
+
+        let ticket_lease = blocking
+            .ticket_lease
+            .unwrap_or_else(|| duration.clamp(MIN_TICKET_LEASE, MAX_TICKET_LEASE));
+        let mut ticket: Option<Ticket> = None;
+        let result = loop {
+            if past(deadline) {
+                break Err(unavailable);
+            }
+            let step: Result<Option<Acquired>> = async {
+                // A ticket that ran out on our clock is lost: give it up, take a new one.
+                if ticket
+                    .as_ref()
+                    .is_some_and(|t| clock.now() >= t.valid_until)
+                {
+                    tracing::info!(key = %self.full_key(), "queue ticket lost; queuing again");
+                    if let Some(t) = ticket.take() {
+                        t.remove(&locks).await;
+                    }
+                }
+                if ticket.is_none() {
+                    ticket =
+                        Some(Ticket::take(&locks, self.key(), self.owner(), ticket_lease).await?);
+                }
+                let t = ticket.as_mut().expect("just taken");
+                if clock.now() >= t.renew_at() && !t.renew(&locks, self.key(), self.owner()).await?
+                {
+                    tracing::info!(key = %self.full_key(), "queue ticket lost; queuing again");
+                    if let Some(t) = ticket.take() {
+                        t.remove(&locks).await;
+                    }
+                    return Ok(None);
+                }
+                let name = ticket.as_ref().map(|t| t.name.clone());
+                match self.acquire_for(duration, payload, name.as_deref()).await {
+                    Ok(a) => Ok(Some(a)),
+                    Err(e @ Error::Unavailable { .. }) => {
+                        unavailable = e;
+                        Ok(None)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            .await;
+            match step {
+                Ok(Some(acquired)) => break Ok(acquired),
+                Ok(None) => {
+                    errors = 0;
+                    let mut wake = clock.now() + poll;
+                    if let Some(t) = &ticket {
+                        wake = wake.min(t.renew_at());
+                    }
+                    sleep_until(wake).await;
+                }
+                Err(e) if e.is_transient() && errors < blocking.retries && !past(hard) => {
+                    errors += 1;
+                    tracing::warn!(key = %self.full_key(), error = %e, errors,
+                        "store error while waiting; retrying");
+                    sleep_until(clock.now() + blocking.retry_interval).await;
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        if let Some(t) = ticket {
+            t.remove(&locks).await;
+        }
+        result
+    }
+}

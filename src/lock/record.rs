@@ -1,0 +1,390 @@
+//! The lock object: its JSON body, reading it, judging it on the store's clock, and the one
+//! conditional write every lock operation is made of.
+//!
+//! A lock object is never deleted: releasing or expiring a lock writes a *free* record
+//! (`holder: null`) that keeps the fencing counter, so the next holder's token is still higher
+//! than every earlier one.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use object_store::path::Path;
+use object_store::{ObjectMeta, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use serde::{Deserialize, Serialize};
+
+use crate::bank::{Bank, StoreTime};
+use crate::clock::SharedClock;
+use crate::error::{Error, Result};
+use crate::id::validate_id;
+
+/// The lock body format this version writes and understands.
+pub const LOCK_FORMAT: u32 = 1;
+/// The largest payload a lock carries, in bytes.
+pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024;
+/// Lock objects (and queue tickets) larger than this are refused unread.
+pub const MAX_RECORD_BYTES: u64 = 64 * 1024;
+/// The longest duration a lock may be held for in one write.
+pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Retries of one write after a transient store error (same token, so a landed write is
+/// recognised when it is read back).
+const WRITE_ATTEMPTS: usize = 3;
+
+/// The JSON body of a lock object or of a queue ticket. Unknown fields are ignored on read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRecord {
+    /// Body format version.
+    pub format: u32,
+    /// `<namespace>/<key>` of the lock, to recognise a misplaced object.
+    pub key: String,
+    /// The holder (owner) — `None` when the lock is free (released or expired explicitly).
+    pub holder: Option<String>,
+    /// The holder's payload, readable by anyone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+    /// How long the lock is held after this write, in milliseconds, counted on the store's clock
+    /// from the object's `last_modified`. Zero when free.
+    pub duration_ms: u64,
+    /// The fencing token of the current (or last) holding. It only ever grows.
+    pub fence: u64,
+    /// 1 for the acquiring write of a holding, +1 on each heartbeat or extension.
+    pub generation: u64,
+    /// A random token unique to this write, to recognise it when reading back.
+    pub token: String,
+    /// Host of the writer, for humans.
+    pub host: String,
+    /// Process id of the writer, for humans.
+    pub pid: u32,
+    /// When the write was made, writer's wall clock, for humans only (never used to judge).
+    pub written_at: DateTime<Utc>,
+}
+
+impl LockRecord {
+    /// The declared duration.
+    pub fn duration(&self) -> Duration {
+        Duration::from_millis(self.duration_ms)
+    }
+
+    /// Parse a body read from `path`, checking its format version and bounds.
+    pub fn parse(path: &str, bytes: &[u8]) -> Result<Self> {
+        let corrupt = |reason: String| Error::Corrupt {
+            path: path.to_owned(),
+            reason,
+        };
+        #[derive(Deserialize)]
+        struct Version {
+            format: u32,
+        }
+        let version: Version = serde_json::from_slice(bytes)
+            .map_err(|e| corrupt(format!("not a lock record: {e}")))?;
+        if version.format > LOCK_FORMAT {
+            return Err(corrupt(format!(
+                "lock format `{}` is newer than this banklease understands (`{LOCK_FORMAT}`); \
+                 upgrade banklease",
+                version.format
+            )));
+        }
+        let record: LockRecord = serde_json::from_slice(bytes)
+            .map_err(|e| corrupt(format!("not a lock record: {e}")))?;
+        if record.duration() > MAX_DURATION {
+            return Err(corrupt(format!(
+                "duration_ms=`{}` is out of range",
+                record.duration_ms
+            )));
+        }
+        if let Some(holder) = &record.holder {
+            validate_id("owner", holder).map_err(|e| corrupt(e.to_string()))?;
+            if record.duration_ms == 0 {
+                return Err(corrupt("a held lock with duration_ms=`0`".to_owned()));
+            }
+        }
+        Ok(record)
+    }
+
+    pub(crate) fn to_payload(&self, path: &Path) -> Result<PutPayload> {
+        let bytes = serde_json::to_vec(self).map_err(|e| Error::Corrupt {
+            path: path.to_string(),
+            reason: format!("cannot encode lock record: {e}"),
+        })?;
+        Ok(PutPayload::from(bytes))
+    }
+}
+
+/// A fresh per-write token.
+pub(crate) fn new_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// Read the record at `path`: `None` when the store says it does not exist.
+pub async fn read_record(bank: &Bank, path: &Path) -> Result<Option<(LockRecord, ObjectMeta)>> {
+    let got = match bank.store().get(path).await {
+        Ok(g) => g,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(Error::store("get", path, e)),
+    };
+    let meta = got.meta.clone();
+    if meta.size > MAX_RECORD_BYTES {
+        return Err(Error::Corrupt {
+            path: path.to_string(),
+            reason: format!("size `{}` exceeds {MAX_RECORD_BYTES} bytes", meta.size),
+        });
+    }
+    let bytes = got
+        .bytes()
+        .await
+        .map_err(|e| Error::store("get", path, e))?;
+    let record = LockRecord::parse(path.as_ref(), &bytes)?;
+    Ok(Some((record, meta)))
+}
+
+/// Where a lock stands on the store's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judged {
+    /// Nobody holds it (a free record).
+    Free,
+    /// Held for at least `remaining` more (margin deducted in the holder's favour).
+    Held {
+        /// Time left, conservatively.
+        remaining: Duration,
+    },
+    /// The holding ran out at least `since` ago (margin deducted in the holder's favour).
+    Expired {
+        /// Time since expiry, conservatively.
+        since: Duration,
+    },
+}
+
+/// Judge a record from what the store said. Pure.
+///
+/// Like [`crate::observe::judge`]: `Held.remaining = (last_modified + duration − margin) −
+/// store_now` and `Expired` only once `store_now ≥ last_modified + duration + margin`, so the
+/// skew margin always errs on the side of the holder.
+pub fn judge(
+    record: &LockRecord,
+    last_modified: DateTime<Utc>,
+    store_now: DateTime<Utc>,
+    margin: Duration,
+) -> Judged {
+    if record.holder.is_none() {
+        return Judged::Free;
+    }
+    let margin = chrono::Duration::from_std(margin).unwrap_or(chrono::Duration::MAX);
+    let duration = chrono::Duration::from_std(record.duration()).unwrap_or(chrono::Duration::MAX);
+    let expires_at = last_modified + duration;
+    if store_now >= expires_at + margin {
+        Judged::Expired {
+            since: StoreTime::between(expires_at + margin, store_now),
+        }
+    } else {
+        Judged::Held {
+            remaining: StoreTime::between(store_now, expires_at - margin),
+        }
+    }
+}
+
+/// One reading of the store's clock, with the instant it was asked for, so that both a lower
+/// and an upper bound of the store's time can be carried forward.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StoreClock {
+    time: StoreTime,
+    asked: Instant,
+}
+
+impl StoreClock {
+    pub(crate) async fn read(bank: &Bank, clock: &SharedClock) -> Result<Self> {
+        let asked = clock.now();
+        let time = bank.store_time(clock).await?;
+        Ok(Self { time, asked })
+    }
+
+    /// The store's time at `now`, at least (see [`StoreTime::at_instant`]): for judging expiry.
+    pub(crate) fn lower(&self, now: Instant) -> DateTime<Utc> {
+        self.time.at_instant(now)
+    }
+
+    /// The store's time at `now`, at most: the probe was stamped no earlier than it was asked
+    /// for. For a holder's own guarantees.
+    pub(crate) fn upper(&self, now: Instant) -> DateTime<Utc> {
+        let elapsed = now.saturating_duration_since(self.asked);
+        self.time.at + chrono::Duration::from_std(elapsed).unwrap_or(chrono::Duration::MAX)
+    }
+}
+
+/// The outcome of one conditional write of a record.
+#[derive(Debug)]
+pub(crate) enum Written {
+    /// The write landed (possibly on a retry, recognised by its token).
+    Ours {
+        e_tag: Option<String>,
+        version: Option<String>,
+        /// Monotonic instant taken before the *first* attempt was sent.
+        t_send: Instant,
+        /// When the answer (or the read-back) arrived.
+        answered: Instant,
+    },
+    /// The object changed under us: someone else wrote (or deleted) it.
+    Conflict,
+}
+
+/// Write `record` at `path` with `mode`, resolving ambiguity by reading back.
+///
+/// AlreadyExists/Precondition/NotFound is either someone else's write or our own earlier attempt
+/// (a client retry): the object is read and its token compared. A transient error is retried
+/// with the same body (same token) while attempts remain; the error is returned when they run
+/// out, and the caller must treat the write as *pending* (it may land or have landed).
+pub(crate) async fn write_record(
+    bank: &Bank,
+    clock: &SharedClock,
+    path: &Path,
+    record: &LockRecord,
+    mode: PutMode,
+) -> Result<Written> {
+    let body = record.to_payload(path)?;
+    let opts = PutOptions::from(mode);
+    let t_send = clock.now();
+    let mut last_err = None;
+    for attempt in 0..WRITE_ATTEMPTS {
+        match bank
+            .store()
+            .put_opts(path, body.clone(), opts.clone())
+            .await
+        {
+            Ok(put) => {
+                return Ok(Written::Ours {
+                    e_tag: put.e_tag,
+                    version: put.version,
+                    t_send,
+                    answered: clock.now(),
+                })
+            }
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. }
+                | object_store::Error::NotFound { .. },
+            ) => return read_back(bank, clock, path, &record.token, t_send).await,
+            Err(e) => {
+                let err = Error::store("put", path, e);
+                if !err.is_transient() {
+                    return Err(err);
+                }
+                tracing::warn!(path = %path, attempt, error = %err,
+                    "lock write failed; reading back, then retrying with the same token");
+                // It may have landed: if so, it is ours and done.
+                if let Ok(Written::Ours {
+                    e_tag,
+                    version,
+                    answered,
+                    ..
+                }) = read_back(bank, clock, path, &record.token, t_send).await
+                {
+                    return Ok(Written::Ours {
+                        e_tag,
+                        version,
+                        t_send,
+                        answered,
+                    });
+                }
+                last_err = Some(err);
+            }
+        }
+    }
+    Err(last_err.expect("at least one attempt"))
+}
+
+async fn read_back(
+    bank: &Bank,
+    clock: &SharedClock,
+    path: &Path,
+    token: &str,
+    t_send: Instant,
+) -> Result<Written> {
+    match read_record(bank, path).await? {
+        Some((found, meta)) if found.token == token => Ok(Written::Ours {
+            e_tag: meta.e_tag,
+            version: meta.version,
+            t_send,
+            answered: clock.now(),
+        }),
+        _ => Ok(Written::Conflict),
+    }
+}
+
+/// `PutMode::Update` on the version described by `meta`.
+pub(crate) fn update_of(meta: &ObjectMeta) -> PutMode {
+    PutMode::Update(UpdateVersion {
+        e_tag: meta.e_tag.clone(),
+        version: meta.version.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(holder: Option<&str>, duration_ms: u64) -> LockRecord {
+        LockRecord {
+            format: LOCK_FORMAT,
+            key: "ns/k".into(),
+            holder: holder.map(str::to_owned),
+            payload: None,
+            duration_ms,
+            fence: 1,
+            generation: 1,
+            token: "t".into(),
+            host: "h".into(),
+            pid: 1,
+            // Absurd on purpose: the writer's wall clock is never used.
+            written_at: DateTime::<Utc>::MIN_UTC,
+        }
+    }
+
+    fn t(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap()
+    }
+
+    #[test]
+    fn judged_on_store_times_with_margin_in_the_holders_favour() {
+        let m = Duration::from_secs(2);
+        let r = record(Some("a"), 10_000);
+        assert_eq!(
+            judge(&r, t(0), t(5), m),
+            Judged::Held {
+                remaining: Duration::from_secs(3)
+            }
+        );
+        assert_eq!(
+            judge(&r, t(0), t(11), m),
+            Judged::Held {
+                remaining: Duration::ZERO
+            }
+        );
+        assert_eq!(
+            judge(&r, t(0), t(12), m),
+            Judged::Expired {
+                since: Duration::ZERO
+            }
+        );
+        assert_eq!(judge(&record(None, 0), t(0), t(99), m), Judged::Free);
+    }
+
+    #[test]
+    fn parse_refuses_bad_records() {
+        let ok = serde_json::to_vec(&record(Some("a"), 5)).unwrap();
+        LockRecord::parse("p", &ok).unwrap();
+        for bad in [
+            record(Some("../x"), 5),
+            record(Some("a"), 0),
+            record(Some("a"), MAX_DURATION.as_millis() as u64 + 1),
+        ] {
+            let bytes = serde_json::to_vec(&bad).unwrap();
+            assert!(matches!(
+                LockRecord::parse("p", &bytes),
+                Err(Error::Corrupt { .. })
+            ));
+        }
+        let mut newer = record(None, 0);
+        newer.format = LOCK_FORMAT + 1;
+        let err = LockRecord::parse("p", &serde_json::to_vec(&newer).unwrap()).unwrap_err();
+        assert!(err.to_string().contains("upgrade"), "{err}");
+    }
+}
