@@ -540,10 +540,17 @@ fn killed_owner_scenario(bench: Bench) {
 
     for id in &a.protecting {
         let (code, v) = bench.checkpoint(id);
-        assert_eq!(code, 1, "collected, so no index.json: {v}");
+        // Collected: the GC leaves index.json as a `deleted` tombstone (so a paused owner's
+        // late create of the id fails) and nothing else.
+        assert_eq!(code, 0, "{v}");
         assert_eq!(v["status"], "deleted", "{v}");
         assert_eq!(v["decided_by"], "gc", "{v}");
-        assert_eq!(u64_field(&v, "objects"), 0, "nothing of it is left: {v}");
+        assert_eq!(v["protecting_marker"], Value::Bool(false), "{v}");
+        assert_eq!(
+            u64_field(&v, "objects"),
+            1,
+            "only the tombstone is left: {v}"
+        );
     }
     for id in &a.available {
         let (code, v) = bench.checkpoint(id);
@@ -577,12 +584,15 @@ fn killed_owner_scenario(bench: Bench) {
         v.sort();
         v
     };
+    // A's collected checkpoints stay listed as `deleted` tombstones.
     let of_a = bench.checkpoints(&["--owner", &a.owner_id]);
-    assert_eq!(of_a.keys().cloned().collect::<Vec<_>>(), {
-        let mut v = a.available.clone();
-        v.sort();
-        v
-    });
+    assert_eq!(of_a.keys().cloned().collect::<Vec<_>>(), mine(&a));
+    for id in &a.protecting {
+        assert_eq!(of_a[id], "deleted", "{of_a:?}");
+    }
+    for id in &a.available {
+        assert_eq!(of_a[id], "available", "{of_a:?}");
+    }
     let of_b = bench.checkpoints(&["--owner", &b.owner_id]);
     assert_eq!(of_b.keys().cloned().collect::<Vec<_>>(), mine(&b));
     let protecting = bench.checkpoints(&["--status", "protecting"]);
