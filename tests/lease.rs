@@ -300,8 +300,14 @@ async fn wait_for_lost(rx: &mut tokio::sync::watch::Receiver<LeaseState>) {
     .unwrap();
 }
 
-/// Advance the mock clock in small steps, letting the keeper run between them.
-async fn advance(clock: &MockClock, total: Duration, step: Duration) {
+/// Advance the mock clock in small steps, letting the keeper run between them. On a real
+/// server a renewal takes tens of milliseconds of real time, so each step waits longer there:
+/// otherwise mock time would race ahead of a renewal in flight and expire the lease.
+async fn advance(backend: Backend, clock: &MockClock, total: Duration, step: Duration) {
+    let pause = match backend {
+        Backend::Memory | Backend::File => Duration::from_millis(1),
+        Backend::Swift | Backend::S3 => Duration::from_millis(60),
+    };
     let mut done = Duration::ZERO;
     while done < total {
         clock.advance(step);
@@ -309,7 +315,7 @@ async fn advance(clock: &MockClock, total: Duration, step: Duration) {
         for _ in 0..20 {
             tokio::task::yield_now().await;
         }
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -322,7 +328,13 @@ async fn keeper_renews_and_reports_loss_within_one_renew_window() {
         let keeper = lease.spawn_keeper(Jitter::seeded(1), 0.1);
         let mut rx = keeper.state();
         // Run well past the expire window: the keeper keeps the lease.
-        advance(&clock, Duration::from_secs(95), Duration::from_millis(500)).await;
+        advance(
+            backend,
+            &clock,
+            Duration::from_secs(95),
+            Duration::from_millis(500),
+        )
+        .await;
         assert!(lease.check_validity(), "{backend:?}: {:?}", lease.state());
         let (record, _) = banklease::lease::read_lease(&b, lease.owner_id())
             .await
@@ -339,7 +351,13 @@ async fn keeper_renews_and_reports_loss_within_one_renew_window() {
             .delete(&b.lease_path(lease.owner_id()))
             .await
             .unwrap();
-        advance(&clock, Duration::from_secs(10), Duration::from_millis(500)).await;
+        advance(
+            backend,
+            &clock,
+            Duration::from_secs(10),
+            Duration::from_millis(500),
+        )
+        .await;
         wait_for_lost(&mut rx).await;
         assert!(!lease.check_validity());
         keeper.stop().await;
@@ -359,16 +377,40 @@ async fn keeper_retries_through_a_short_partition_and_loses_a_long_one() {
         let keeper = lease.spawn_keeper(Jitter::seeded(2), 0.1);
         let mut rx = keeper.state();
         store.set_partitioned(true);
-        advance(&clock, Duration::from_secs(15), Duration::from_millis(250)).await;
+        advance(
+            backend,
+            &clock,
+            Duration::from_secs(15),
+            Duration::from_millis(250),
+        )
+        .await;
         store.set_partitioned(false);
-        advance(&clock, Duration::from_secs(5), Duration::from_millis(250)).await;
+        advance(
+            backend,
+            &clock,
+            Duration::from_secs(5),
+            Duration::from_millis(250),
+        )
+        .await;
         assert!(lease.check_validity(), "{backend:?}: {:?}", lease.state());
         store.set_partitioned(true);
-        advance(&clock, Duration::from_secs(31), Duration::from_millis(250)).await;
+        advance(
+            backend,
+            &clock,
+            Duration::from_secs(31),
+            Duration::from_millis(250),
+        )
+        .await;
         wait_for_lost(&mut rx).await;
         // Healing the partition does not bring a lost lease back.
         store.set_partitioned(false);
-        advance(&clock, Duration::from_secs(20), Duration::from_millis(500)).await;
+        advance(
+            backend,
+            &clock,
+            Duration::from_secs(20),
+            Duration::from_millis(500),
+        )
+        .await;
         assert!(matches!(lease.state(), LeaseState::Lost { .. }));
         keeper.stop().await;
     }
