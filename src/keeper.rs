@@ -88,7 +88,27 @@ async fn keep(lease: OwnerLease, cancel: CancellationToken, jitter: Jitter, frac
         if !matches!(lease.state(), LeaseState::Held { .. }) {
             return;
         }
-        match lease.renew().await {
+        // A renewal can outlast the validity: a paused server answers nothing until the
+        // client's timeout (30 s by default), a dead one is retried inside the client for up
+        // to minutes. Stop waiting for it when the validity runs out, so that Lost is
+        // published then and the renewal is not carried on (a late write would refresh the
+        // object for observers) — unless it succeeded at the last moment.
+        let valid_until = match lease.state() {
+            LeaseState::Held { valid_until } => valid_until,
+            _ => return,
+        };
+        let renewal = tokio::select! {
+            result = lease.renew() => result,
+            _ = clock.sleep(valid_until.saturating_duration_since(clock.now())) => {
+                if matches!(lease.state(), LeaseState::Held { .. }) {
+                    continue;
+                }
+                tracing::warn!(owner_id = %lease.owner_id(),
+                    "lease validity ran out while a renewal was in flight; abandoned it");
+                return;
+            }
+        };
+        match renewal {
             Ok(valid_until) => {
                 backoff = first_backoff;
                 // Count from the renewal's send time (valid_until - expire), as validity does,

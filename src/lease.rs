@@ -514,6 +514,9 @@ impl OwnerLease {
                         return Ok(valid_until);
                     }
                 }
+                // As on Swift: a HEAD that hung past the validity must not be followed by
+                // an overwrite, which would refresh (or re-create) a Lost lease.
+                self.held_for_write()?;
                 PutMode::Overwrite
             }
         };
@@ -611,6 +614,9 @@ impl OwnerLease {
             http::HeaderName::from_static("x-delete-after"),
             http::HeaderValue::from(swift_ttl_secs(self.shared.windows)),
         );
+        // The HEAD may have hung or been retried past the validity: a lease that ran out
+        // meanwhile is Lost, and its object must not be refreshed for observers now.
+        self.held_for_write()?;
         let t_send = self.shared.clock.now();
         match swift.post_metadata(path, headers).await {
             Ok(_) => self.commit(
