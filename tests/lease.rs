@@ -560,3 +560,44 @@ async fn take_over_only_an_expired_lease_and_only_once_on_atomic_stores() {
         assert!(first.renew().await.is_err());
     }
 }
+
+/// A renewal that hangs past the validity (a paused server) is abandoned: the keeper publishes
+/// Lost when the validity runs out, not when the request finally returns, and the late write
+/// never lands. On a real clock; the store's writes take 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keeper_reports_lost_on_time_while_a_renewal_hangs() {
+    for backend in [Backend::Memory, Backend::File] {
+        let (plain, _dir) = plain_bank(backend);
+        let failing = banklease::failing::FailingStore::new(Arc::clone(plain.store()))
+            .with_sleeping_clock(SystemClock);
+        let b = plain.with_store(Arc::new(failing.clone()));
+        let short = LeaseWindows::new(
+            Duration::from_millis(200),
+            Duration::from_millis(800),
+            Duration::from_millis(100),
+        )
+        .unwrap();
+        let lease = OwnerLease::acquire(&b, owner("o1"), short, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        let written = b.store().head(&b.lease_path(&owner("o1"))).await.unwrap();
+        failing.set_latency(Op::Put, Duration::from_secs(30));
+        let keeper = lease.spawn_keeper(Jitter::seeded(4), 0.0);
+        let mut rx = keeper.state();
+        let started = std::time::Instant::now();
+        wait_for_lost(&mut rx).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{backend:?}: Lost published when the validity ran out, not after the request"
+        );
+        assert!(!lease.check_validity(), "{backend:?}");
+        // The abandoned write was dropped with its future: the object is as acquired.
+        let now = plain
+            .store()
+            .head(&b.lease_path(&owner("o1")))
+            .await
+            .unwrap();
+        assert_eq!(now.e_tag, written.e_tag, "{backend:?}: no write after Lost");
+        drop(keeper);
+    }
+}

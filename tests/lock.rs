@@ -473,6 +473,40 @@ async fn background_heartbeat_reports_store_errors_then_loss() {
     heartbeat.stop().await;
 }
 
+/// A heartbeat that hangs past the end of the hold (a paused server) is abandoned: the loss is
+/// reported when the time runs out, not when the request finally returns.
+#[tokio::test]
+async fn background_heartbeat_reports_loss_on_time_while_a_heartbeat_hangs() {
+    let store = FailingStore::new(InMemory::new()).with_sleeping_clock(SystemClock);
+    let bank = Bank::from_store(Arc::new(store.clone()), "", "memory://failing");
+    let locks = Locks::new(&bank, "t", sys())
+        .unwrap()
+        .with_skew_margin(Duration::from_millis(50));
+    let lock = locks
+        .acquire("k", "alice", Term::For(Duration::from_millis(600)), None)
+        .await
+        .unwrap();
+    let until = Instant::now() + lock.remaining();
+    store.set_latency(Op::Put, Duration::from_secs(30));
+    let (heartbeat, mut failures) = lock.spawn_heartbeat(Jitter::seeded(3), 0.0);
+    let failure = tokio::time::timeout(Duration::from_secs(5), failures.recv())
+        .await
+        .expect("the loss is reported within the hold plus a little, not after the 30 s request")
+        .unwrap();
+    assert!(failure.lost, "{:?}", failure.error);
+    assert!(
+        matches!(failure.error, Error::LockLost { .. }),
+        "{:?}",
+        failure.error
+    );
+    assert!(
+        Instant::now() >= until,
+        "not reported before the time ran out"
+    );
+    assert!(!lock.am_owner());
+    heartbeat.stop().await;
+}
+
 // ---- 2. claims in namespaces -----------------------------------------------------------------
 
 async fn claim_fails_while_held_even_by_the_same_holder(env: &Env) {

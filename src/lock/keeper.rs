@@ -122,7 +122,19 @@ async fn beat(
             _ = cancel.cancelled() => return,
             _ = clock.sleep(wait_now) => {}
         }
-        match lock.heartbeat().await {
+        // A heartbeat can outlast the hold (a paused server answers nothing until the client's
+        // timeout): stop waiting when the time runs out and report the lock Lost then, not
+        // whenever the request returns.
+        let heartbeat = tokio::select! {
+            biased;
+            result = lock.heartbeat() => result,
+            _ = clock.sleep(lock.remaining()) => Err(Error::LockLost {
+                key: lock.full_key(),
+                owner: lock.owner().to_owned(),
+                reason: "its time ran out while a heartbeat was in flight".to_owned(),
+            }),
+        };
+        match heartbeat {
             Ok(_) => {
                 backoff = first_backoff;
                 wait = jitter.shorten(lock.renew_in(), fraction);
