@@ -140,6 +140,10 @@ s3_acl = false
 [filter:cache]
 use = egg:swift#memcache
 memcache_servers = 127.0.0.1:$MCPORT
+# Swift's default pool is 2 connections with a 1 s wait: a burst of a few hundred requests
+# (1,000 lease keepers) times out on it, memcached is then error-limited for 60 s and tempauth
+# answers 401 to every token meanwhile. A real proxy has many workers; this one has one.
+memcache_max_connections = 64
 
 [filter:catch_errors]
 use = egg:swift#catch_errors

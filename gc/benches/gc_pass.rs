@@ -109,13 +109,13 @@ struct Args {
     #[arg(long, default_value_t = 1000)]
     keeper_leases: u64,
     /// Keeper run: renew window.
-    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     keeper_renew: Duration,
     /// Keeper run: expire window.
-    #[arg(long, default_value = "6s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "45s", value_parser = humantime::parse_duration)]
     keeper_expire: Duration,
     /// Keeper run: how long to keep the leases once all are acquired.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
     keeper_run: Duration,
     /// Directory for file banks and request logs (default: a new directory in $TMPDIR).
     #[arg(long)]
