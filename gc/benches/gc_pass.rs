@@ -156,6 +156,17 @@ struct Job {
     keeper_run_ms: u64,
 }
 
+/// A numeric field of /proc/self/status (0 if unreadable).
+fn proc_status_field(name: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Peak and current resident set of this process, KiB.
 fn memory_kib() -> (u64, u64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -309,7 +320,9 @@ async fn child(kind: &str, job: &Job) -> anyhow::Result<serde_json::Value> {
                 None => None,
             };
             let (hwm_kib, _) = memory_kib();
+            let threads = proc_status_field("Threads:");
             serde_json::json!({ "built": built, "report": report, "secs": secs, "http": http,
+                                "threads": threads,
                                 "log_lines": log_lines, "hwm_kib": hwm_kib,
                                 "rss_before_kib": rss_before_kib, "load": loadavg(),
                                 "http_busy_secs": http_busy_secs, "http_failed": http_failed,
