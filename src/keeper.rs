@@ -85,9 +85,6 @@ async fn keep(lease: OwnerLease, cancel: CancellationToken, jitter: Jitter, frac
             _ = cancel.cancelled() => return,
             _ = clock.sleep(wait) => {}
         }
-        if !matches!(lease.state(), LeaseState::Held { .. }) {
-            return;
-        }
         // A renewal can outlast the validity: a paused server answers nothing until the
         // client's timeout (30 s by default), a dead one is retried inside the client for up
         // to minutes. Stop waiting for it when the validity runs out, so that Lost is
