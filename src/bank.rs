@@ -220,6 +220,7 @@ impl Bank {
     pub async fn store_time(&self, clock: &SharedClock) -> Result<StoreTime> {
         let path = self.path(&["_banklease", "clock"]);
         let body = uuid::Uuid::new_v4().to_string();
+        let sent = clock.now();
         self.store()
             .put(&path, PutPayload::from(body.into_bytes()))
             .await
@@ -231,8 +232,24 @@ impl Bank {
             .map_err(|e| Error::store("head", &path, e))?;
         Ok(StoreTime {
             at: meta.last_modified,
+            sent,
             observed: clock.now(),
         })
+    }
+}
+
+impl Bank {
+    /// The resolution of the store's `last_modified` stamps, measured from three clock probes
+    /// (six requests): 1 s, 1 ms, or zero when finer. A skew margin below it cannot absorb the
+    /// truncation of every stamp.
+    pub async fn stamp_resolution(&self, clock: &SharedClock) -> Result<Duration> {
+        let mut stamps = Vec::with_capacity(3);
+        for _ in 0..3 {
+            stamps.push(self.store_time(clock).await?.at);
+        }
+        Ok(Duration::from_millis(crate::doctor::stamp_resolution_ms(
+            stamps.into_iter(),
+        )))
     }
 }
 
@@ -274,6 +291,9 @@ fn file_url_path(rest: &str) -> std::result::Result<PathBuf, String> {
 pub struct StoreTime {
     /// The store's `last_modified` of the clock probe.
     pub at: DateTime<Utc>,
+    /// This host's monotonic instant before the probe's write was sent: the stamp was made no
+    /// earlier (an upper bound on the store's time, used to detect clock steps).
+    pub sent: Instant,
     /// This host's monotonic instant when the probe's answer arrived.
     pub observed: Instant,
 }
@@ -282,15 +302,49 @@ impl StoreTime {
     /// A lower bound on the store's time at monotonic instant `now`: the probe was stamped no
     /// later than its answer arrived, so at most `now - observed` has passed on the store since.
     /// Under-estimating the store's time only ever makes a lease look younger (safe).
+    ///
+    /// An instant before `observed` (a read sent before the probe's answer arrived) is carried
+    /// *back*: the stamp was made no later than `observed`, so at `now` the store's time was at
+    /// least `at − (observed − now)`.
     pub fn at_instant(&self, now: Instant) -> DateTime<Utc> {
-        let elapsed = now.saturating_duration_since(self.observed);
-        self.at + chrono::Duration::from_std(elapsed).unwrap_or(chrono::Duration::MAX)
+        match now.checked_duration_since(self.observed) {
+            Some(elapsed) => add_saturating(self.at, elapsed),
+            None => sub_saturating(self.at, self.observed - now),
+        }
+    }
+
+    /// The store's time at the instant a read was *sent*, minus the store's read staleness: the
+    /// instant at which the read's answer is judged.
+    ///
+    /// Invariant: **a read is judged at the instant before it was sent.** Its answer describes
+    /// the store at some instant between send and receipt (and, on a store whose replicas may
+    /// lag, up to `staleness` earlier); the only instant at which every such answer is still
+    /// true of the owner is the earliest one. Judging at receipt turns a slow answer (a paused
+    /// collector, a swapped-out process, a slow network) into a live owner judged dead.
+    pub fn at_send(&self, sent: Instant, staleness: Duration) -> DateTime<Utc> {
+        sub_saturating(self.at_instant(sent), staleness)
     }
 
     /// The difference `later - earlier` as a std duration (zero if negative).
     pub fn between(earlier: DateTime<Utc>, later: DateTime<Utc>) -> Duration {
         (later - earlier).to_std().unwrap_or(Duration::ZERO)
     }
+}
+
+/// `t + d`, saturating at the largest representable time.
+pub fn add_saturating(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| t.checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// `t − d`, saturating at the smallest representable time.
+pub fn sub_saturating(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| t.checked_sub_signed(d))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
 #[cfg(test)]

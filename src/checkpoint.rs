@@ -307,9 +307,20 @@ pub async fn decide(bank: &Bank, decision: Decision) -> Result<Decided> {
 pub async fn finish_owner_decision(bank: &Bank, decision: &Decision) -> Result<()> {
     let id = &decision.checkpoint_id;
     let index = index_path(bank, id);
-    let created_at = match read_checkpoint(bank, id).await {
-        Ok(Some(r)) => r.created_at,
-        _ => decision.decided_at,
+    // Never overwrite what cannot be read (a newer format, garbage, a store error): the error
+    // leaves the marker, so the move is retried, and an operator sees why.
+    let created_at = match read_checkpoint(bank, id).await? {
+        Some(r) if r.owner_id != decision.owner_id => {
+            return Err(Error::Corrupt {
+                path: index.to_string(),
+                reason: format!(
+                    "it names owner_id=`{}` but decision names owner_id=`{}`",
+                    r.owner_id, decision.owner_id
+                ),
+            })
+        }
+        Some(r) => r.created_at,
+        None => decision.decided_at,
     };
     let record = CheckpointRecord {
         format: CHECKPOINT_FORMAT,
@@ -427,15 +438,27 @@ impl Checkpoint {
                             outcome: Status::Deleted.to_string(),
                         });
                     }
-                    existing => {
-                        // Our marker stays only if it marks our own protecting checkpoint;
-                        // otherwise it would point the GC at someone else's id.
-                        let ours_protecting = matches!(&existing, Ok(Some(e))
-                            if e.owner_id == *owner && e.status == Status::Protecting);
-                        if !ours_protecting {
-                            let _ = bank.store().delete(&marker).await;
-                        }
+                    Ok(Some(existing))
+                        if existing.owner_id != *owner || existing.status != Status::Protecting =>
+                    {
+                        // Proven not our protecting checkpoint: our marker would point the GC
+                        // at someone else's id (or at a finished one). Remove it.
+                        let _ = bank.store().delete(&marker).await;
                         return Err(Error::CheckpointExists {
+                            checkpoint_id: id.to_owned(),
+                        });
+                    }
+                    Ok(Some(_)) => {
+                        // Our own protecting checkpoint from an earlier call whose answer was
+                        // lost: the marker stays; the caller adopts it.
+                        return Err(Error::CheckpointExists {
+                            checkpoint_id: id.to_owned(),
+                        });
+                    }
+                    Ok(None) | Err(_) => {
+                        // Never delete on doubt: the index.json that exists may be our own
+                        // protecting one, and without its marker no pass would ever find it.
+                        return Err(Error::CheckpointAmbiguous {
                             checkpoint_id: id.to_owned(),
                         });
                     }
@@ -443,6 +466,44 @@ impl Checkpoint {
             }
             Err(e) => return Err(Error::store("put", &index, e)),
         }
+        Ok(Self {
+            lease: lease.clone(),
+            id: id.to_owned(),
+        })
+    }
+
+    /// Take up checkpoint `id` again after an ambiguous [`create`](Self::create)
+    /// ([`Error::CheckpointAmbiguous`], or [`Error::CheckpointExists`] for an id this owner
+    /// created in an earlier call whose answer was lost).
+    ///
+    /// Succeeds only if `index.json` names this owner and is still `protecting`; writes the
+    /// protecting marker again (idempotent) so the GC can find it. Checks validity first.
+    pub async fn adopt(lease: &OwnerLease, id: &str) -> Result<Self> {
+        validate_checkpoint_id(id)?;
+        lease.ensure_valid()?;
+        let bank = lease.bank();
+        let owner = lease.owner_id();
+        match read_checkpoint(bank, id).await? {
+            Some(r) if r.owner_id == *owner && r.status == Status::Protecting => {}
+            Some(r) if r.status == Status::Deleted => {
+                return Err(Error::Fenced {
+                    checkpoint_id: id.to_owned(),
+                    decided_by: Decider::Gc.to_string(),
+                    outcome: Status::Deleted.to_string(),
+                })
+            }
+            _ => {
+                return Err(Error::CheckpointExists {
+                    checkpoint_id: id.to_owned(),
+                })
+            }
+        }
+        let marker = marker_path(bank, owner, id);
+        lease.ensure_valid()?;
+        bank.store()
+            .put(&marker, PutPayload::default())
+            .await
+            .map_err(|e| Error::store("put", &marker, e))?;
         Ok(Self {
             lease: lease.clone(),
             id: id.to_owned(),

@@ -30,13 +30,21 @@ pub type SharedClock = Arc<dyn Clock>;
 
 /// The real clock. Sleeps and instants go through tokio, so tokio's paused time
 /// (`#[tokio::test(start_paused = true)]`) also controls it.
+///
+/// Invariant: **validity counts time the host spent suspended.** Rust's `Instant` (and tokio's)
+/// is `CLOCK_MONOTONIC` on Linux, which stops while the host is suspended: an owner whose lease
+/// had 30 s left when its laptop or VM was suspended for an hour would wake up believing it
+/// still had 30 s, while the store's clock (and every observer) moved on. `now()` therefore adds
+/// the time the host has spent suspended since this process first asked — the growth of
+/// `CLOCK_BOOTTIME − CLOCK_MONOTONIC`, which only changes across a suspend. Sleeps still run on
+/// tokio's timer (they may wake late after a resume); every judgement reads `now()`.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     #[allow(clippy::disallowed_methods)]
     fn now(&self) -> Instant {
-        tokio::time::Instant::now().into_std()
+        tokio::time::Instant::now().into_std() + suspend::suspended()
     }
 
     #[allow(clippy::disallowed_methods)]
@@ -48,6 +56,54 @@ impl Clock for SystemClock {
     fn sleep(&self, duration: Duration) -> Sleep {
         Box::pin(tokio::time::sleep(duration))
     }
+}
+
+/// Time the host spent suspended, as seen by this process.
+mod suspend {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    /// `CLOCK_BOOTTIME − CLOCK_MONOTONIC` when this process first asked.
+    static BASE: OnceLock<Duration> = OnceLock::new();
+    /// Suspended time added by [`super::simulate_suspend`] (tests only).
+    static SIMULATED_NS: AtomicU64 = AtomicU64::new(0);
+
+    #[cfg(target_os = "linux")]
+    fn gap() -> Duration {
+        use rustix::time::{clock_gettime, ClockId};
+        let d = |t: rustix::time::Timespec| {
+            Duration::new(
+                t.tv_sec.max(0) as u64,
+                t.tv_nsec.clamp(0, 999_999_999) as u32,
+            )
+        };
+        d(clock_gettime(ClockId::Boottime)).saturating_sub(d(clock_gettime(ClockId::Monotonic)))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn gap() -> Duration {
+        Duration::ZERO
+    }
+
+    /// Suspended time since this process first asked (never decreasing in practice: the gap
+    /// only grows, across suspends).
+    pub(super) fn suspended() -> Duration {
+        let base = *BASE.get_or_init(gap);
+        gap().saturating_sub(base) + Duration::from_nanos(SIMULATED_NS.load(Ordering::SeqCst))
+    }
+
+    pub(super) fn simulate(by: Duration) {
+        SIMULATED_NS.fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
+    }
+}
+
+/// Pretend the host was just suspended for `by`: [`SystemClock::now`] jumps forward by `by` for
+/// the whole process, as after a real suspend, while tokio's timers do not. For tests of
+/// suspend handling; affects every `SystemClock` in the process.
+#[cfg(any(test, feature = "test-util"))]
+pub fn simulate_suspend(by: Duration) {
+    suspend::simulate(by);
 }
 
 /// A clock that moves only when told to, for deterministic tests.

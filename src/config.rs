@@ -136,6 +136,15 @@ pub struct GcConfig {
     pub reap_leases: bool,
     /// Address for `/metrics` and `/healthz` (daemon only), e.g. `127.0.0.1:9187`.
     pub metrics_addr: Option<String>,
+    /// How old a read's answer may be on this store: each lease read is judged this much
+    /// before the instant it was sent. 0 for stores with read-after-write consistency (S3,
+    /// local files, Swift: banklease reads with `X-Newest`).
+    #[serde(with = "humantime_serde")]
+    pub read_staleness: Duration,
+    /// How long a write that an owner sent before its lease ran out may take to land. A
+    /// collected checkpoint's data prefix is swept once more after this, for such late data.
+    #[serde(with = "humantime_serde")]
+    pub late_write_window: Duration,
     /// Renew window of the GC's own lease (one active GC per bank).
     #[serde(with = "humantime_serde")]
     pub lease_renew_window: Duration,
@@ -159,6 +168,8 @@ impl Default for GcConfig {
             dry_run: false,
             reap_leases: true,
             metrics_addr: None,
+            read_staleness: Duration::ZERO,
+            late_write_window: Duration::from_secs(600),
             lease_renew_window: Duration::from_secs(10),
             lease_expire_window: Duration::from_secs(60),
             lease_validity_window: Duration::from_secs(10),
@@ -290,6 +301,40 @@ impl Config {
                 self.gc.concurrency
             )));
         }
+        // Bounds that keep the date arithmetic of every judgement far from overflow, and that
+        // refuse a margin no store can honour (every store stamps with some resolution).
+        let bounded = |key: &str, value: Duration, min: Duration, max: Duration| {
+            if value < min || value > max {
+                Err(Error::config(format!(
+                    "{key}=`{}` must be between {} and {}",
+                    humantime::format_duration(value),
+                    humantime::format_duration(min),
+                    humantime::format_duration(max),
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        const DAY: Duration = Duration::from_secs(24 * 3600);
+        bounded(
+            "lease.skew_margin",
+            self.lease.skew_margin,
+            Duration::from_millis(1),
+            DAY,
+        )?;
+        bounded("gc.grace", self.gc.grace, Duration::ZERO, 365 * DAY)?;
+        bounded(
+            "gc.read_staleness",
+            self.gc.read_staleness,
+            Duration::ZERO,
+            DAY,
+        )?;
+        bounded(
+            "gc.late_write_window",
+            self.gc.late_write_window,
+            Duration::from_secs(1),
+            DAY,
+        )?;
         if self.gc.interval.is_zero() {
             return Err(Error::config("gc.interval must be longer than zero"));
         }
@@ -386,6 +431,38 @@ mod tests {
             err.to_string().contains("renew_window < expire_window"),
             "{err}"
         );
+    }
+
+    /// Issue 11, defect 11: values that break the date arithmetic or that no observer can read
+    /// back are refused at load, naming the key.
+    #[test]
+    fn margins_and_windows_that_break_the_arithmetic_are_refused() {
+        for (key, value, needle) in [
+            ("BANKLEASE_LEASE__SKEW_MARGIN", "0s", "lease.skew_margin"),
+            (
+                "BANKLEASE_LEASE__SKEW_MARGIN",
+                "300years",
+                "lease.skew_margin",
+            ),
+            ("BANKLEASE_GC__GRACE", "300years", "gc.grace"),
+            (
+                "BANKLEASE_LEASE__EXPIRE_WINDOW",
+                "40days",
+                "expire_window <= 30days",
+            ),
+            ("BANKLEASE_GC__READ_STALENESS", "2days", "gc.read_staleness"),
+            (
+                "BANKLEASE_GC__LATE_WRITE_WINDOW",
+                "0s",
+                "gc.late_write_window",
+            ),
+        ] {
+            let env = vec![(key.to_owned(), value.to_owned())];
+            let err = Config::load_from(None, env)
+                .map(|_| ())
+                .expect_err(&format!("{key}={value} must be refused"));
+            assert!(err.to_string().contains(needle), "{key}={value}: {err}");
+        }
     }
 
     #[test]

@@ -706,7 +706,7 @@ async fn probe_clock_and_latency(
 /// The coarsest of 1 s and 1 ms that every stamp is a whole multiple of (0 when finer). A
 /// sub-second stamp that happens to fall on a whole second is possible but needs every sample
 /// to do so.
-fn stamp_resolution_ms(stamps: impl Iterator<Item = DateTime<Utc>>) -> u64 {
+pub fn stamp_resolution_ms(stamps: impl Iterator<Item = DateTime<Utc>>) -> u64 {
     let mut resolution = 1000;
     for stamp in stamps {
         let nanos = stamp.timestamp_subsec_nanos();

@@ -130,6 +130,30 @@ pub enum Error {
         checkpoint_id: String,
     },
 
+    /// A create's `index.json` write may have landed, but reading it back failed: whether the
+    /// checkpoint is this owner's cannot be told. Its marker is kept.
+    #[error(
+        "checkpoint create is ambiguous: checkpoint_id=`{checkpoint_id}`: index.json exists but \
+         could not be read back; call Checkpoint::adopt to take it up, or use a new id"
+    )]
+    CheckpointAmbiguous {
+        /// The checkpoint.
+        checkpoint_id: String,
+    },
+
+    /// The store's clock stepped forward between two readings by more than this host's
+    /// monotonic clock allows: every lease stamped before the step would look older than it is.
+    #[error(
+        "store clock stepped forward: step=`{step:?}` at=`{at}`; the pass was aborted and leases \
+         stamped before the step are judged from it; check the store host's time service (NTP)"
+    )]
+    ClockStep {
+        /// How far beyond the elapsed real time the store's clock moved.
+        step: std::time::Duration,
+        /// The store time of the reading that saw the step.
+        at: chrono::DateTime<chrono::Utc>,
+    },
+
     /// An object in the bank could not be parsed.
     #[error("corrupt object: path=`{path}`: {reason}; inspect or remove it by hand")]
     Corrupt {
@@ -213,11 +237,8 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn store(
-        op: &'static str,
-        path: impl ToString,
-        source: object_store::Error,
-    ) -> Self {
+    /// A failed store request `op` on `path`, keeping its cause.
+    pub fn store(op: &'static str, path: impl ToString, source: object_store::Error) -> Self {
         Error::Store {
             op,
             path: path.to_string(),

@@ -282,6 +282,9 @@ impl OwnerLease {
             other => return other,
         }
         let store_time = bank.store_time(&clock).await?;
+        // Invariant: a read is judged at the instant before it was sent (StoreTime::at_send):
+        // the holder may have renewed while the answer was on its way.
+        let sent = clock.now();
         let Some((record, meta)) = read_lease_at(bank, &path).await? else {
             return Self::acquire_at(bank, path, owner, windows, clock).await;
         };
@@ -289,7 +292,7 @@ impl OwnerLease {
         let view = crate::observe::judge(
             record,
             meta.last_modified,
-            store_time.at_instant(clock.now()),
+            store_time.at_send(sent, Duration::ZERO),
             margin,
         );
         if !matches!(view, crate::observe::LeaseView::Expired { .. }) {
@@ -348,8 +351,10 @@ impl OwnerLease {
         let body = lease.body(1, &token)?;
         let opts = PutOptions::from(mode);
         let mut last_err = None;
+        // Taken once, before the first attempt: a retry may find (and adopt) an earlier attempt
+        // that landed, so validity must count from the earliest write that may have landed.
+        let t_send = lease.shared.clock.now();
         for attempt in 0..ACQUIRE_ATTEMPTS {
-            let t_send = lease.shared.clock.now();
             let result = match (bank.swift(), &opts.mode) {
                 (Some(swift), PutMode::Create) if mechanism == RenewalMechanism::SwiftPost => swift
                     .put_with_delete_after(&path, body.clone(), swift_ttl_secs(windows), true)
@@ -553,11 +558,16 @@ impl OwnerLease {
 
     /// Release the lease (delete its object). From the moment this is called, `check_validity`
     /// is false for good — even if the delete then fails (the object then expires on the store
-    /// clock). Releasing a lost lease deletes nothing (the object may no longer be ours).
+    /// clock). Releasing a lost lease, or one whose validity has run out, deletes nothing: the
+    /// object may no longer be ours.
     pub async fn release(&self) -> Result<()> {
         let _op = self.shared.op.lock().await;
         {
-            let inner = self.lock();
+            let now = self.shared.clock.now();
+            let mut inner = self.lock();
+            // A held lease whose validity ran out unnoticed may already be someone else's
+            // object (a takeover, a reaped and re-created key): it is Lost, never deleted.
+            self.expire_if_due(&mut inner, now);
             match &inner.phase {
                 Phase::Released => return Ok(()),
                 Phase::Lost(reason) => {

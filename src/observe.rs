@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::bank::{Bank, StoreTime};
+use crate::bank::{add_saturating, sub_saturating, Bank, StoreTime};
 use crate::clock::SharedClock;
-use crate::error::Error;
 use crate::id::OwnerId;
 use crate::lease::{read_lease, LeaseRecord};
 
@@ -64,18 +63,17 @@ pub fn judge(
     store_now: DateTime<Utc>,
     margin: Duration,
 ) -> LeaseView {
-    let margin = chrono::Duration::from_std(margin).unwrap_or(chrono::Duration::MAX);
-    let expire =
-        chrono::Duration::from_std(record.expire_window()).unwrap_or(chrono::Duration::MAX);
-    let expires_at = last_modified + expire;
-    if store_now >= expires_at + margin {
+    // Saturating arithmetic: absurd margins or stamps only ever make the lease look alive.
+    let expires_at = add_saturating(last_modified, record.expire_window());
+    let dead_from = add_saturating(expires_at, margin);
+    if store_now >= dead_from && dead_from < DateTime::<Utc>::MAX_UTC {
         LeaseView::Expired {
-            since: StoreTime::between(expires_at + margin, store_now),
+            since: StoreTime::between(dead_from, store_now),
             record: Box::new(record),
         }
     } else {
         LeaseView::Alive {
-            remaining: StoreTime::between(store_now, expires_at - margin),
+            remaining: StoreTime::between(store_now, sub_saturating(expires_at, margin)),
             record: Box::new(record),
         }
     }
@@ -87,6 +85,8 @@ pub struct LeaseObserver {
     bank: Bank,
     clock: SharedClock,
     margin: Duration,
+    staleness: Duration,
+    floor: Option<DateTime<Utc>>,
 }
 
 impl LeaseObserver {
@@ -96,7 +96,30 @@ impl LeaseObserver {
             bank,
             clock,
             margin,
+            staleness: Duration::ZERO,
+            floor: None,
         }
+    }
+
+    /// How old a read's answer may be on this store (replicas that lag; `gc.read_staleness`).
+    /// Every read is judged this much before the instant it was sent. Zero for stores with
+    /// read-after-write consistency (S3, local files, Swift with `X-Newest`).
+    pub fn with_read_staleness(mut self, staleness: Duration) -> Self {
+        self.staleness = staleness;
+        self
+    }
+
+    /// Treat every `last_modified` earlier than `floor` as written at `floor`: the store clock
+    /// was seen to step forward at `floor`, so an older stamp may be up to the step older than
+    /// it looks. See [`crate::bank::StoreTime`] and the GC's step detection.
+    pub fn with_floor(mut self, floor: Option<DateTime<Utc>>) -> Self {
+        self.floor = floor;
+        self
+    }
+
+    /// The skew margin.
+    pub fn margin(&self) -> Duration {
+        self.margin
     }
 
     /// Read the store's clock (two requests). One reading serves a whole GC pass.
@@ -104,21 +127,33 @@ impl LeaseObserver {
         self.bank.store_time(&self.clock).await
     }
 
-    /// One request: read the owner's lease and judge it against `store_time`, carried forward
-    /// to now on this host's monotonic clock.
+    /// One request: read the owner's lease and judge it against `store_time`, carried to the
+    /// instant *before the read was sent* on this host's monotonic clock.
     pub async fn view(&self, owner: &OwnerId, store_time: &StoreTime) -> LeaseView {
+        // Invariant: a read is judged at the instant before it was sent (StoreTime::at_send).
+        let sent = self.clock.now();
         match read_lease(&self.bank, owner).await {
             Ok(None) => LeaseView::Missing,
             Ok(Some((record, meta))) => {
-                let store_now = store_time.at_instant(self.clock.now());
-                judge(record, meta.last_modified, store_now, self.margin)
+                let store_now = store_time.at_send(sent, self.staleness);
+                judge(
+                    record,
+                    self.floored(meta.last_modified),
+                    store_now,
+                    self.margin,
+                )
             }
-            Err(e @ (Error::Corrupt { .. } | Error::Store { .. })) => LeaseView::Unreadable {
-                error: error_chain(&e),
-            },
             Err(e) => LeaseView::Unreadable {
                 error: error_chain(&e),
             },
+        }
+    }
+
+    /// `stamp`, raised to the step floor if there is one.
+    pub fn floored(&self, stamp: DateTime<Utc>) -> DateTime<Utc> {
+        match self.floor {
+            Some(floor) if floor > stamp => floor,
+            _ => stamp,
         }
     }
 }
@@ -179,6 +214,27 @@ mod tests {
         }
         match judge(record(10_000), t(0), t(20), m) {
             LeaseView::Expired { since, .. } => assert_eq!(since, Duration::from_secs(8)),
+            v => panic!("{v:?}"),
+        }
+    }
+
+    /// Issue 11, defect 11: a huge margin must not overflow the date arithmetic (it panicked in
+    /// the daemon's main task); it only ever makes a lease look alive.
+    #[test]
+    fn huge_margins_do_not_panic_and_favour_the_owner() {
+        for margin in [Duration::MAX, Duration::from_secs(u64::MAX / 4)] {
+            match judge(record(10_000), t(0), t(1_000_000), margin) {
+                LeaseView::Alive { .. } => {}
+                v => panic!("{v:?}"),
+            }
+        }
+        match judge(
+            record(10_000),
+            DateTime::<Utc>::MAX_UTC,
+            t(0),
+            Duration::from_secs(1),
+        ) {
+            LeaseView::Alive { .. } => {}
             v => panic!("{v:?}"),
         }
     }

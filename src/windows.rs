@@ -91,6 +91,17 @@ impl LeaseWindows {
                 ),
             });
         }
+        if self.expire_window > crate::lease::MAX_EXPIRE_WINDOW {
+            // Observers refuse records claiming more (they would find the lease unreadable).
+            return Err(Error::InvalidWindows {
+                rule: "expire_window <= 30days",
+                detail: format!(
+                    "expire_window=`{}` is longer than observers accept (`{}`)",
+                    fmt_d(self.expire_window),
+                    fmt_d(crate::lease::MAX_EXPIRE_WINDOW),
+                ),
+            });
+        }
         let mut warnings = Vec::new();
         if self.expire_window < self.renew_window * 2 {
             warnings.push(format!(

@@ -1,0 +1,168 @@
+//! `GateStore<T>`: forwards every call to `inner`, except that the answer to one chosen GET can
+//! be held back *after the store served it* — the read describes the store at the instant it was
+//! served, but its caller only sees it when the test lets it through. This is the "answer
+//! delivered late" fault (a collector paused after its read landed, a slow network, a swapped-out
+//! process): whatever the caller does with the answer must be judged at the instant the request
+//! was sent, not when the answer arrived.
+#![allow(dead_code)]
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
+};
+use tokio::sync::oneshot;
+
+/// The test's end of a held read.
+#[derive(Debug)]
+pub struct Held {
+    /// Fires once the store has served the read (its answer is now waiting).
+    pub served: oneshot::Receiver<()>,
+    /// Send to deliver the answer.
+    pub release: oneshot::Sender<()>,
+}
+
+struct Hold {
+    suffix: String,
+    skip: usize,
+    served: oneshot::Sender<()>,
+    release: oneshot::Receiver<()>,
+}
+
+/// A store whose next GET of a path ending in a given suffix is answered late.
+#[derive(Clone)]
+pub struct GateStore<T> {
+    inner: T,
+    holds: Arc<Mutex<Vec<Hold>>>,
+}
+
+impl<T> fmt::Debug for GateStore<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("GateStore")
+    }
+}
+
+impl<T> fmt::Display for GateStore<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("GateStore")
+    }
+}
+
+impl<T: ObjectStore> GateStore<T> {
+    /// A gate in front of `inner`, holding nothing yet.
+    pub fn new(inner: T) -> Self {
+        Self {
+            inner,
+            holds: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Hold the answer of the next GET (or HEAD) whose path ends with `suffix`.
+    pub fn hold_next_read(&self, suffix: &str) -> Held {
+        self.hold_read(suffix, 0)
+    }
+
+    /// Hold the answer of the GET (or HEAD) whose path ends with `suffix` after letting `skip`
+    /// such reads through.
+    pub fn hold_read(&self, suffix: &str, skip: usize) -> Held {
+        let (served_tx, served_rx) = oneshot::channel();
+        let (release_tx, release_rx) = oneshot::channel();
+        self.holds.lock().unwrap().push(Hold {
+            suffix: suffix.to_owned(),
+            skip,
+            served: served_tx,
+            release: release_rx,
+        });
+        Held {
+            served: served_rx,
+            release: release_tx,
+        }
+    }
+
+    fn take_hold(&self, location: &Path) -> Option<Hold> {
+        let mut holds = self.holds.lock().unwrap();
+        let i = holds
+            .iter()
+            .position(|h| location.as_ref().ends_with(&h.suffix))?;
+        if holds[i].skip > 0 {
+            holds[i].skip -= 1;
+            return None;
+        }
+        Some(holds.remove(i))
+    }
+}
+
+#[async_trait]
+impl<T: ObjectStore> ObjectStore for GateStore<T> {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        let hold = self.take_hold(location);
+        let result = self.inner.get_opts(location, options).await;
+        if let Some(hold) = hold {
+            let _ = hold.served.send(());
+            let _ = hold.release.await;
+        }
+        result
+    }
+
+    async fn get_ranges(
+        &self,
+        location: &Path,
+        ranges: &[Range<u64>],
+    ) -> Result<Vec<bytes::Bytes>> {
+        self.inner.get_ranges(location, ranges).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+
+    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
+        self.inner.rename_opts(from, to, options).await
+    }
+}

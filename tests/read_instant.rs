@@ -1,0 +1,259 @@
+//! Regression tests for issue 11: the collector's and the owner's reads and writes judged at the
+//! right instant, on a store whose clock the test drives (`SimStore` on a `MockClock`).
+//!
+//! Each test here failed on the code before its fix (see the session note of issue 11).
+
+#[path = "common/gate.rs"]
+mod gate;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use banklease::checkpoint::{self, Checkpoint, Status};
+use banklease::clock::{MockClock, SharedClock};
+use banklease::failing::{FailingStore, Op, Strike};
+use banklease::sim_store::{SimStore, StoreClock};
+use banklease::{Bank, Error, LeaseObserver, LeaseView, LeaseWindows, OwnerId, OwnerLease};
+use gate::GateStore;
+use object_store::path::Path;
+use object_store::ObjectStoreExt;
+
+const MARGIN: Duration = Duration::from_secs(1);
+
+fn windows() -> LeaseWindows {
+    LeaseWindows::new(
+        Duration::from_secs(2),
+        Duration::from_secs(10),
+        Duration::from_secs(1),
+    )
+    .unwrap()
+}
+
+struct World {
+    clock: MockClock,
+    shared: SharedClock,
+    sim: SimStore,
+    /// The owners' view of the store: direct.
+    owner_bank: Bank,
+    /// The collector's view: through a gate that can deliver an answer late.
+    gate: GateStore<SimStore>,
+    gc_bank: Bank,
+}
+
+fn world() -> World {
+    let clock = MockClock::new();
+    let sim = SimStore::new(StoreClock::new(clock.clone()));
+    let gate = GateStore::new(sim.clone());
+    World {
+        shared: Arc::new(clock.clone()),
+        owner_bank: Bank::from_store(Arc::new(sim.clone()), "", "sim"),
+        gc_bank: Bank::from_store(Arc::new(gate.clone()), "", "sim"),
+        clock,
+        sim,
+        gate,
+    }
+}
+
+/// Defect 1: the observer read the lease at t=8 s, the answer arrived at t=13 s; the owner renewed
+/// at t=9 s in between. Judged at the arrival instant, the old `last_modified` looked 13 s old
+/// (expired); judged at the send instant it is 8 s old (alive).
+#[tokio::test]
+async fn observer_judges_a_late_answer_at_the_instant_it_was_sent() {
+    let w = world();
+    let owner = OwnerId::parse("owner-a").unwrap();
+    let lease = OwnerLease::acquire(&w.owner_bank, owner.clone(), windows(), w.shared.clone())
+        .await
+        .unwrap();
+    let observer = LeaseObserver::new(w.gc_bank.clone(), w.shared.clone(), MARGIN);
+    let store_time = observer.store_time().await.unwrap();
+    w.clock.advance(Duration::from_secs(8));
+
+    let held = w.gate.hold_next_read(&format!("leases/{owner}"));
+    let view = tokio::spawn({
+        let owner = owner.clone();
+        async move { observer.view(&owner, &store_time).await }
+    });
+    held.served.await.unwrap();
+    w.clock.advance(Duration::from_secs(1));
+    lease.renew().await.unwrap();
+    w.clock.advance(Duration::from_secs(4));
+    assert!(lease.check_validity(), "the owner is valid until t=19 s");
+    held.release.send(()).unwrap();
+
+    let view = view.await.unwrap();
+    assert!(
+        matches!(view, LeaseView::Alive { .. }),
+        "a read sent at t=8 s of a lease written at t=0 s must be judged alive: {view:?}"
+    );
+}
+
+/// Defect 1, takeover: a standby judged the holder's lease on a late answer and, on a store without
+/// If-Match, deleted the holder's freshly renewed lease and took its place.
+#[tokio::test]
+async fn take_over_judges_a_late_answer_at_the_instant_it_was_sent() {
+    let w = world();
+    w.sim.refuse_conditional_update(true);
+    let path = Path::from("gc/active");
+    let holder = OwnerLease::acquire_at(
+        &w.owner_bank,
+        path.clone(),
+        OwnerId::parse("holder").unwrap(),
+        windows(),
+        w.shared.clone(),
+    )
+    .await
+    .unwrap();
+    w.clock.advance(Duration::from_secs(8));
+
+    // The standby's first read of `gc/active` is its acquire's read-back; the second is the one
+    // it judges.
+    let held = w.gate.hold_read("gc/active", 1);
+    let standby = tokio::spawn({
+        let (bank, clock, path) = (w.gc_bank.clone(), w.shared.clone(), path.clone());
+        async move {
+            OwnerLease::take_over_at(
+                &bank,
+                path,
+                OwnerId::parse("standby").unwrap(),
+                windows(),
+                clock,
+                MARGIN,
+            )
+            .await
+        }
+    });
+    held.served.await.unwrap();
+    w.clock.advance(Duration::from_secs(1));
+    holder.renew().await.unwrap();
+    w.clock.advance(Duration::from_secs(4));
+    held.release.send(()).unwrap();
+
+    let taken = standby.await.unwrap();
+    assert!(
+        matches!(taken, Err(Error::LeaseExists { .. })),
+        "the holder renewed at t=9 s and is alive: {taken:?}"
+    );
+    holder
+        .renew()
+        .await
+        .expect("the holder's lease is still its own");
+}
+
+/// Defect 4: the first acquire attempt landed but was answered with an error after 3 s; the retry
+/// read back its own token. The validity must count from the first attempt's send time.
+#[tokio::test]
+async fn acquire_counts_from_the_first_attempt() {
+    let clock = MockClock::new();
+    let sim = SimStore::new(StoreClock::new(clock.clone()));
+    let failing = FailingStore::new(sim).with_clock(clock.clone());
+    let bank = Bank::from_store(Arc::new(failing.clone()), "", "sim");
+    // Probe the capabilities before the faults are set.
+    bank.capabilities().await.unwrap();
+    failing.set_latency(Op::Put, Duration::from_secs(3));
+    failing.fail_next(Op::Put, Strike::After, 1);
+    let lease = OwnerLease::acquire(
+        &bank,
+        OwnerId::parse("o").unwrap(),
+        windows(),
+        Arc::new(clock.clone()),
+    )
+    .await
+    .unwrap();
+    // Sent at 0, landed at 3 but answered with an error, retried at 3, refused at 6, read back.
+    assert_eq!(clock.elapsed(), Duration::from_secs(6));
+    assert_eq!(
+        lease.remaining(),
+        Duration::from_secs(4),
+        "valid_until must be t_send(first attempt) + 10 s, not t_send(retry) + 10 s"
+    );
+}
+
+/// Defect 5: a held lease whose validity ran out unnoticed is not ours to delete: after a
+/// takeover it is the successor's object.
+#[tokio::test]
+async fn release_after_the_validity_ran_out_deletes_nothing() {
+    let w = world();
+    let path = Path::from("gc/active");
+    let old = OwnerLease::acquire_at(
+        &w.owner_bank,
+        path.clone(),
+        OwnerId::parse("old").unwrap(),
+        windows(),
+        w.shared.clone(),
+    )
+    .await
+    .unwrap();
+    w.clock.advance(Duration::from_secs(12));
+    let successor = OwnerLease::take_over_at(
+        &w.owner_bank,
+        path.clone(),
+        OwnerId::parse("new").unwrap(),
+        windows(),
+        w.shared.clone(),
+        MARGIN,
+    )
+    .await
+    .unwrap();
+    old.release().await.unwrap();
+    let (record, _) = banklease::lease::read_lease_at(&w.owner_bank, &path)
+        .await
+        .unwrap()
+        .expect("the successor's lease must still be there");
+    assert_eq!(record.owner_id.as_str(), "new");
+    successor.renew().await.unwrap();
+}
+
+/// Defect 6: a create whose marker and index.json both landed, but whose index.json answer was an
+/// error, then retried: the retry's read-back fails. The marker must stay (else: a protecting
+/// checkpoint no pass will ever find), and the owner can adopt its checkpoint.
+#[tokio::test]
+async fn an_ambiguous_create_keeps_its_marker() {
+    let clock = MockClock::new();
+    let sim = SimStore::new(StoreClock::new(clock.clone()));
+    let failing = FailingStore::new(sim.clone()).with_clock(clock.clone());
+    let bank = Bank::from_store(Arc::new(failing.clone()), "", "sim");
+    let lease = OwnerLease::acquire(
+        &bank,
+        OwnerId::parse("o").unwrap(),
+        windows(),
+        Arc::new(clock.clone()),
+    )
+    .await
+    .unwrap();
+    // The first create call: its marker and index.json landed, but index.json's answer was lost.
+    let marker = checkpoint::marker_path(&bank, lease.owner_id(), "cp1");
+    let index = checkpoint::index_path(&bank, "cp1");
+    let first = checkpoint::CheckpointRecord {
+        format: checkpoint::CHECKPOINT_FORMAT,
+        id: "cp1".to_owned(),
+        owner_id: lease.owner_id().clone(),
+        status: Status::Protecting,
+        created_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+    };
+    sim.put(&marker, object_store::PutPayload::default())
+        .await
+        .unwrap();
+    sim.put(&index, serde_json::to_vec(&first).unwrap().into())
+        .await
+        .unwrap();
+    // The retry: its read-back of index.json fails.
+    failing.fail_next(Op::Get, Strike::Before, 1);
+    let retry = Checkpoint::create(&lease, "cp1").await;
+    assert!(retry.is_err(), "{retry:?}");
+    assert!(
+        sim.head(&marker).await.is_ok(),
+        "the marker of a protecting index.json must never be deleted on doubt"
+    );
+    let record = checkpoint::read_checkpoint(&bank, "cp1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, Status::Protecting);
+    // The owner takes its checkpoint up again and completes it.
+    let cp = Checkpoint::adopt(&lease, "cp1").await.unwrap();
+    cp.complete(Status::Available).await.unwrap();
+    assert!(
+        sim.head(&marker).await.is_err(),
+        "completed: marker removed"
+    );
+}
