@@ -232,6 +232,7 @@ fn options(concurrency: usize, dry_run: bool) -> GcOptions {
         dry_run,
         force: false,
         reap_leases: true,
+        ..GcOptions::default()
     }
 }
 

@@ -187,6 +187,24 @@ impl Daemon {
                 lease.why
             ));
         }
+        // Every judgement deducts the skew margin; one below the store's stamp resolution
+        // cannot absorb the truncation of every stamp (1 s on S3 and Swift's Last-Modified).
+        let resolution = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Ok(None),
+            measured = self.bank.stamp_resolution(&self.clock) => measured.with_context(|| {
+                format!("refusing to start: cannot read the store clock of bank=`{}`", self.bank.label())
+            })?,
+        };
+        if self.config.lease.skew_margin < resolution {
+            return Err(anyhow!(
+                "refusing to start: lease.skew_margin=`{}` is below the store's timestamp \
+                 resolution=`{}` on bank=`{}`; set lease.skew_margin to at least the resolution",
+                humantime::format_duration(self.config.lease.skew_margin),
+                humantime::format_duration(resolution),
+                self.bank.label()
+            ));
+        }
         info!(bank = self.bank.label(), renewal = ?capabilities.renewal,
             owner_lease = %lease.basis,
             interval = %humantime::format_duration(self.config.gc.interval),
@@ -556,6 +574,27 @@ mod tests {
         let msg = format!("{err:#}");
         assert!(msg.contains("refusing to start"), "{msg}");
         assert!(msg.contains("partitioned://"), "{msg}");
+    }
+
+    /// Issue 11, defect 11: a store that stamps whole seconds (S3, Swift's Last-Modified) and
+    /// a 50 ms margin: no judgement could absorb the truncation.
+    #[tokio::test]
+    async fn refuses_to_start_when_the_margin_is_below_the_stamp_resolution() {
+        let world = banklease::clock::MockClock::new();
+        // The mock clock's wall time starts on a whole second and is not advanced: every
+        // stamp is a whole second.
+        let store = banklease::sim_store::SimStore::new(banklease::sim_store::StoreClock::new(
+            world.clone(),
+        ));
+        let bank = Bank::from_store(Arc::new(store), "", "whole-seconds://");
+        let daemon = Daemon::new(bank, Arc::new(world), config());
+        let err = daemon
+            .run(std::future::pending())
+            .await
+            .expect_err("a margin below the stamp resolution is refused");
+        let msg = format!("{err:#}");
+        assert!(msg.contains("lease.skew_margin=`50ms`"), "{msg}");
+        assert!(msg.contains("resolution=`1s`"), "{msg}");
     }
 
     #[tokio::test]

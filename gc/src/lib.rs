@@ -11,6 +11,8 @@ pub mod daemon;
 pub mod metrics;
 pub mod pass;
 pub mod plan;
+pub mod sweep;
+pub mod timing;
 
 pub use daemon::Daemon;
 pub use metrics::Metrics;

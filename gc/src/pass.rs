@@ -2,11 +2,19 @@
 //! checkpoints.
 //!
 //! Requests of a pass: 2 to read the store clock, the listing pages of `index/protecting/`, one
-//! lease read per owner, then per dead owner a listing of its markers, and per collected
-//! checkpoint: read `index.json` (owner check), create `decisions/<id>`, list and delete its data,
-//! overwrite `index.json` with a `deleted` tombstone, delete the marker.
+//! lease read per owner (and, for an owner whose lease is missing, one read of
+//! `gc/missing/<owner>`), then, if anything is to be deleted, 2 to read the store clock again
+//! (step check), per dead owner a listing of its markers, and per collected checkpoint: read
+//! `index.json` (owner and status check), create `decisions/<id>`, write `index/sweep/<id>`,
+//! list and delete its data, overwrite `index.json` with a `deleted` tombstone, delete the
+//! marker. Last, the listing of `index/sweep/` and the late-data sweep of what is due.
 //!
 //! Invariants kept here (see ARCHITECTURE.md):
+//! - **a read is judged at the instant before it was sent** ([`LeaseObserver::view`],
+//!   [`StoreTime::at_send`]), and stamps older than a detected store-clock step are judged from
+//!   the step ([`crate::timing`]);
+//! - **only a protecting checkpoint is collected**: a marker beside a checkpoint in any other
+//!   status without a decision is a stray marker, removed and nothing else;
 //! - **never trust a listing for absence**: an owner is judged by reading its lease object, not by
 //!   whether a listing shows it;
 //! - **never delete on doubt**: an unreadable lease, a store error, or an `index.json` naming
@@ -19,22 +27,25 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use banklease::bank::StoreTime;
 use banklease::checkpoint::{
     self, data_prefix, decide, decision_path, finish_owner_decision, marker_path, parse_marker,
-    protecting_prefix, Decided, Decider, Decision, Status, CHECKPOINT_FORMAT,
+    protecting_prefix, read_decision, Decided, Decider, Decision, Status, CHECKPOINT_FORMAT,
 };
 use banklease::clock::SharedClock;
 use banklease::counting::CountingStore;
 use banklease::observe::error_chain;
 use banklease::{Bank, LeaseObserver, OwnerId};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStoreExt};
 use serde::Serialize;
 
 use crate::plan::{plan, GcOptions, OwnerTally, Verdict};
+use crate::sweep::{delete_prefix, mark_for_sweep, sweep_due};
+use crate::timing::{missing_for, missing_path, ClockWatch, MissingFor};
 
 /// What a pass did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -59,6 +70,9 @@ pub struct PassReport {
     pub skipped: u64,
     /// Errors met (each one leaves its checkpoint for the next pass).
     pub errors: u64,
+    /// Data objects found (and deleted) under collected checkpoints by the late sweep: writes
+    /// of paused owners that landed after the collection.
+    pub late_data_swept: u64,
     /// Lease objects of dead owners deleted (expired past grace, nothing left to collect).
     pub leases_reaped: u64,
     /// Whether this was a dry run.
@@ -71,12 +85,14 @@ pub struct PassReport {
     pub duration_ms: u64,
 }
 
-/// Runs GC passes on one bank.
+/// Runs GC passes on one bank. Clones share what the collector remembers between passes (the
+/// last store-clock reading, for step detection).
 #[derive(Debug, Clone)]
 pub struct Collector {
     bank: Bank,
     clock: SharedClock,
     options: GcOptions,
+    watch: Arc<ClockWatch>,
 }
 
 /// What happened to one checkpoint.
@@ -93,7 +109,21 @@ impl Collector {
             bank,
             clock,
             options,
+            watch: Arc::new(ClockWatch::default()),
         }
+    }
+
+    /// Read the store clock and check it against the previous reading: a forward step aborts
+    /// the pass (see [`crate::timing`]).
+    async fn probe(&self, observer: &LeaseObserver) -> banklease::Result<StoreTime> {
+        let store_time = observer.store_time().await?;
+        self.watch
+            .observe(&store_time, self.options.skew_margin)
+            .map_err(|(step, at)| {
+                tracing::error!(?step, %at, "store clock stepped forward: pass aborted");
+                banklease::Error::ClockStep { step, at }
+            })?;
+        Ok(store_time)
     }
 
     /// The options.
@@ -102,7 +132,8 @@ impl Collector {
     }
 
     /// Run one pass. Errors on single checkpoints are counted in the report; the pass itself
-    /// fails only when the store clock cannot be read (then nothing can be judged).
+    /// fails only when the store clock cannot be read (then nothing can be judged) or was seen
+    /// to step forward ([`banklease::Error::ClockStep`]; nothing is deleted).
     pub async fn run_pass(&self) -> banklease::Result<PassReport> {
         let started = self.clock.now();
         // Count this pass's requests on a view of the same store and prefix.
@@ -118,10 +149,13 @@ impl Collector {
             bank.clone(),
             Arc::clone(&self.clock),
             self.options.skew_margin,
-        );
-        let store_time = observer.store_time().await?;
+        )
+        .with_read_staleness(self.options.read_staleness);
+        let store_time = self.probe(&observer).await?;
+        let observer = observer.with_floor(self.watch.floor());
 
         // 1. Stream the protecting index; memory grows with owners, not checkpoints.
+        let listed_at = self.clock.now();
         let mut markers: HashMap<OwnerId, u64> = HashMap::new();
         let mut order: Vec<OwnerId> = Vec::new();
         let mut listing = bank.store().list(Some(&protecting_prefix(&bank)));
@@ -157,9 +191,13 @@ impl Collector {
             .map(|owner| {
                 let observer = &observer;
                 let store_time = &store_time;
+                let observer_bank = &bank;
                 async move {
                     let view = observer.view(&owner, store_time).await;
-                    let verdict = Verdict::of(&view, self.options.grace);
+                    let mut verdict = Verdict::of(&view, self.options.grace);
+                    if verdict == Verdict::Missing {
+                        verdict = self.missing_verdict(observer_bank, &owner, store_time).await;
+                    }
                     tracing::debug!(owner_id = %owner, view = view.name(), ?verdict, "judged owner");
                     (owner, verdict)
                 }
@@ -198,20 +236,61 @@ impl Collector {
             report.braked = Some(reason.clone());
             report.skipped += plan.candidates;
         } else {
+            // Before anything is deleted: the store clock must not have stepped during the pass.
+            if !plan.dead.is_empty() || (self.options.reap_leases && !self.options.dry_run) {
+                self.probe(&observer).await?;
+            }
             let taken = AtomicU64::new(0);
             let mut cleared: HashSet<OwnerId> = HashSet::new();
             for tally in &plan.dead {
                 let clean = self
-                    .collect_owner(&bank, tally, &store_time, plan.limit, &taken, &mut report)
+                    .collect_owner(
+                        &bank,
+                        tally,
+                        &store_time,
+                        listed_at,
+                        &observer,
+                        plan.limit,
+                        &taken,
+                        &mut report,
+                    )
                     .await;
-                if clean && tally.verdict == Verdict::Expired {
+                if clean {
                     cleared.insert(tally.owner.clone());
+                }
+            }
+            if !self.options.dry_run {
+                // A missing owner with nothing left needs its missing-since record no more.
+                for tally in plan.dead.iter().filter(|t| t.verdict == Verdict::Missing) {
+                    if cleared.contains(&tally.owner) {
+                        if let Err(e) =
+                            delete_ok_if_missing(&bank, &missing_path(&bank, &tally.owner)).await
+                        {
+                            tracing::warn!(error = %error_chain(&e), "removing a missing-since record failed");
+                            report.errors += 1;
+                        }
+                    }
                 }
             }
             if self.options.reap_leases && !self.options.dry_run {
                 let seen: HashSet<OwnerId> = tallies.iter().map(|t| t.owner.clone()).collect();
                 self.reap_leases(&bank, &observer, &store_time, &seen, &cleared, &mut report)
                     .await;
+            }
+            if !self.options.dry_run {
+                let swept = sweep_due(
+                    &bank,
+                    &self.clock,
+                    &store_time,
+                    self.options.late_write_window,
+                    self.options.skew_margin,
+                    self.options.read_staleness,
+                    self.watch.floor(),
+                    self.options.concurrency,
+                )
+                .await;
+                report.late_data_swept += swept.objects;
+                report.errors += swept.errors;
             }
         }
 
@@ -305,11 +384,14 @@ impl Collector {
 
     /// Collect the protecting checkpoints of one dead owner, `concurrency` at a time. True when
     /// every marker was removed (nothing skipped, no error).
+    #[allow(clippy::too_many_arguments)]
     async fn collect_owner(
         &self,
         bank: &Bank,
         tally: &OwnerTally,
         store_time: &StoreTime,
+        listed_at: Instant,
+        observer: &LeaseObserver,
         limit: Option<u64>,
         taken: &AtomicU64,
         report: &mut PassReport,
@@ -331,7 +413,7 @@ impl Collector {
                 if owner != tally.owner {
                     return Ok(Outcome::Skipped);
                 }
-                if !self.old_enough(&tally.verdict, &meta, store_time) {
+                if !self.old_enough(&tally.verdict, &meta, store_time, listed_at, observer) {
                     return Ok(Outcome::Skipped);
                 }
                 // Reserve a slot under the per-pass limit before acting.
@@ -367,33 +449,93 @@ impl Collector {
     }
 
     /// A missing lease gives no expiry time, so its markers must themselves be older than
-    /// `grace` (store clock) — a guard against reading a lease before its write is visible.
-    fn old_enough(&self, verdict: &Verdict, marker: &ObjectMeta, store_time: &StoreTime) -> bool {
+    /// `grace` (store clock, judged when the listing was sent) — a guard against reading a lease
+    /// before its write is visible. The grace itself runs from when the lease was first seen
+    /// missing ([`Self::missing_verdict`]).
+    fn old_enough(
+        &self,
+        verdict: &Verdict,
+        marker: &ObjectMeta,
+        store_time: &StoreTime,
+        listed_at: Instant,
+        observer: &LeaseObserver,
+    ) -> bool {
         match verdict {
             Verdict::Missing => {
-                let now = store_time.at_instant(self.clock.now());
-                StoreTime::between(marker.last_modified, now)
+                let now = store_time.at_send(listed_at, self.options.read_staleness);
+                StoreTime::between(observer.floored(marker.last_modified), now)
                     >= self.options.grace + self.options.skew_margin
             }
             _ => true,
         }
     }
 
-    /// Collect one checkpoint: check its owner, win the decision, delete data, metadata,
-    /// marker — in that order.
+    /// A missing lease: `Missing` (collect) once it has been seen missing for `grace + margin`,
+    /// `InGrace` before, `Unreadable` if that cannot be told.
+    async fn missing_verdict(
+        &self,
+        bank: &Bank,
+        owner: &OwnerId,
+        store_time: &StoreTime,
+    ) -> Verdict {
+        let sent = self.clock.now();
+        match missing_for(
+            bank,
+            owner,
+            store_time,
+            sent,
+            self.options.read_staleness,
+            self.watch.floor(),
+            self.options.dry_run,
+        )
+        .await
+        {
+            Ok(MissingFor::AtLeast(d)) if d >= self.options.grace + self.options.skew_margin => {
+                Verdict::Missing
+            }
+            Ok(_) => Verdict::InGrace,
+            Err(e) => Verdict::Unreadable(format!(
+                "lease missing, but its missing-since record cannot be read: {}",
+                error_chain(&e)
+            )),
+        }
+    }
+
+    /// Collect one checkpoint: check its owner and status, win the decision, mark it for the
+    /// late sweep, delete data, metadata, marker — in that order.
     async fn collect_one(
         &self,
         bank: &Bank,
         owner: &OwnerId,
         id: &str,
     ) -> banklease::Result<Outcome> {
-        // Never delete on doubt: the metadata, if present, must name the marker's owner.
+        // Never delete on doubt: the metadata, if present, must be readable and name the
+        // marker's owner.
         let existing = checkpoint::read_checkpoint(bank, id).await?;
         if let Some(record) = &existing {
             if record.owner_id != *owner {
                 tracing::warn!(checkpoint_id = id, marker_owner = %owner, owner_id = %record.owner_id,
                     "marker and index.json disagree on the owner: not collecting");
                 return Ok(Outcome::Skipped);
+            }
+            if record.status != Status::Protecting {
+                // Only a protecting checkpoint may be collected. Anything else is either a
+                // decided move to finish or resume, or a stray marker.
+                return match read_decision(bank, id).await? {
+                    Some(d) if d.by == Decider::Gc => {
+                        self.finish_collection(bank, owner, id, existing).await
+                    }
+                    Some(d) => {
+                        finish_owner_decision(bank, &d).await?;
+                        Ok(Outcome::Repaired)
+                    }
+                    None => {
+                        tracing::warn!(checkpoint_id = id, owner_id = %owner, status = %record.status,
+                            "stray protecting marker beside a checkpoint that is not protecting: removed");
+                        delete_ok_if_missing(bank, &marker_path(bank, owner, id)).await?;
+                        Ok(Outcome::Repaired)
+                    }
+                };
             }
         }
         let decision = Decision {
@@ -416,6 +558,19 @@ impl Collector {
                 return Ok(Outcome::Repaired);
             }
         }
+        self.finish_collection(bank, owner, id, existing).await
+    }
+
+    /// The GC holds the decision: sweep marker, data, tombstone, marker. Idempotent.
+    async fn finish_collection(
+        &self,
+        bank: &Bank,
+        owner: &OwnerId,
+        id: &str,
+        existing: Option<checkpoint::CheckpointRecord>,
+    ) -> banklease::Result<Outcome> {
+        // Before any data goes: a write still in flight may land after the deletion.
+        mark_for_sweep(bank, id).await?;
         delete_prefix(bank, &data_prefix(bank, id)).await?;
         // A tombstone, not a deletion: an owner paused inside `Checkpoint::create` may still
         // have its create-if-absent of index.json in flight; against a tombstone it fails,
@@ -444,25 +599,4 @@ async fn delete_ok_if_missing(bank: &Bank, path: &Path) -> banklease::Result<()>
             source: e,
         }),
     }
-}
-
-/// Delete every object under `prefix`. A listing may still show objects already deleted;
-/// deleting them again is harmless.
-async fn delete_prefix(bank: &Bank, prefix: &Path) -> banklease::Result<()> {
-    let store = bank.store();
-    let locations = store.list(Some(prefix)).map_ok(|m| m.location).boxed();
-    let mut deleted = store.delete_stream(locations);
-    while let Some(r) = deleted.next().await {
-        match r {
-            Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => {
-                return Err(banklease::Error::Store {
-                    op: "delete",
-                    path: prefix.to_string(),
-                    source: e,
-                })
-            }
-        }
-    }
-    Ok(())
 }

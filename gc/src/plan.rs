@@ -26,6 +26,19 @@ pub struct GcOptions {
     pub force: bool,
     /// Delete lease objects of owners expired past grace with nothing left to collect.
     pub reap_leases: bool,
+    /// How old a read's answer may be on this store; reads are judged this much before they
+    /// were sent (`gc.read_staleness`).
+    pub read_staleness: Duration,
+    /// After this (plus the margin) a collected checkpoint's data is swept once more for late
+    /// writes (`gc.late_write_window`).
+    pub late_write_window: Duration,
+}
+
+impl Default for GcOptions {
+    /// The options of the default configuration.
+    fn default() -> Self {
+        Self::from_config(&Config::default())
+    }
 }
 
 impl GcOptions {
@@ -41,6 +54,8 @@ impl GcOptions {
             dry_run: config.gc.dry_run,
             force: false,
             reap_leases: config.gc.reap_leases,
+            read_staleness: config.gc.read_staleness,
+            late_write_window: config.gc.late_write_window,
         }
     }
 }
@@ -152,6 +167,7 @@ mod tests {
             dry_run: false,
             force: false,
             reap_leases: true,
+            ..GcOptions::default()
         }
     }
 

@@ -42,6 +42,7 @@ impl Fixture {
             dry_run: false,
             force: false,
             reap_leases: true,
+            ..GcOptions::default()
         }
     }
 
@@ -222,6 +223,11 @@ async fn missing_lease_is_collected_unreadable_lease_never() {
             )
             .await
             .unwrap();
+        tokio::time::sleep(f.past_expiry()).await;
+        // A missing lease is timed from when a pass first saw it missing: grace starts now.
+        let r = pass(b, f.options()).await;
+        assert_eq!((r.collected, r.in_grace), (0, 1), "{name}: {r:?}");
+        assert_eq!(r.unreadable, 1, "{name}: {r:?}");
         tokio::time::sleep(f.past_expiry()).await;
         let r = pass(b, f.options()).await;
         assert_eq!(r.collected, 2, "{name}: {r:?}");
@@ -452,7 +458,7 @@ async fn dead_owners_leases_are_reaped_once_nothing_is_left() {
                 "{name}"
             );
         }
-        assert!(live.check_validity());
+        assert!(live.check_validity(), "{name}: {:?}", live.state());
         assert!(banklease::lease::read_lease(b, live.owner_id())
             .await
             .unwrap()

@@ -1,0 +1,157 @@
+//! The late-data sweep: a collected checkpoint's data prefix is listed and emptied once more,
+//! after any write still in flight at the collection has landed.
+//!
+//! Invariant: **no late write outlives the sweep.** An owner checks its validity before each
+//! `put_data`, but a put sent just before `valid_until` (or retried by its HTTP client) can land
+//! after the GC deleted the data prefix — and nothing would list that prefix again. Before
+//! deleting any data, the GC writes `index/sweep/<id>`; a pass deletes everything under
+//! `checkpoints/<id>/data/` once that marker is older than `gc.late_write_window` plus the skew
+//! margin (store clock), counts what it found (`late_data_swept`), and only then removes the
+//! marker. The marker is written before the data is deleted, so a crash anywhere leaves either
+//! the protecting marker (the collection resumes and rewrites it) or the sweep marker.
+
+use std::time::Duration;
+
+use banklease::bank::StoreTime;
+use banklease::checkpoint::data_prefix;
+use banklease::clock::SharedClock;
+use banklease::observe::error_chain;
+use banklease::Bank;
+use chrono::{DateTime, Utc};
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutPayload};
+
+/// `index/sweep/` — collected checkpoints whose data is swept once more.
+pub fn sweep_prefix(bank: &Bank) -> Path {
+    bank.path(&["index", "sweep"])
+}
+
+/// `index/sweep/<id>`
+pub fn sweep_path(bank: &Bank, id: &str) -> Path {
+    sweep_prefix(bank).join(id)
+}
+
+/// Write (or rewrite: a later stamp only delays the sweep) the sweep marker of `id`.
+pub async fn mark_for_sweep(bank: &Bank, id: &str) -> banklease::Result<()> {
+    let path = sweep_path(bank, id);
+    bank.store()
+        .put(&path, PutPayload::default())
+        .await
+        .map_err(|e| banklease::Error::store("put", &path, e))?;
+    Ok(())
+}
+
+/// What one sweep did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Checkpoints whose data was swept (their sweep marker removed).
+    pub checkpoints: u64,
+    /// Data objects found and deleted: late writes.
+    pub objects: u64,
+    /// Sweep markers not yet due.
+    pub waiting: u64,
+    /// Errors (each leaves its marker for the next pass).
+    pub errors: u64,
+}
+
+/// Sweep every checkpoint whose sweep marker is older than `window + margin` on the store clock
+/// (judged at the instant the listing was sent, stamps raised to `floor`).
+#[allow(clippy::too_many_arguments)]
+pub async fn sweep_due(
+    bank: &Bank,
+    clock: &SharedClock,
+    store_time: &StoreTime,
+    window: Duration,
+    margin: Duration,
+    staleness: Duration,
+    floor: Option<DateTime<Utc>>,
+    concurrency: usize,
+) -> Swept {
+    let mut swept = Swept::default();
+    let prefix = sweep_prefix(bank);
+    let sent = clock.now();
+    let now = store_time.at_send(sent, staleness);
+    let mut due = Vec::new();
+    let mut listing = bank.store().list(Some(&prefix));
+    while let Some(item) = listing.next().await {
+        match item {
+            Ok(meta) => {
+                let Some(id) = meta
+                    .location
+                    .prefix_match(&prefix)
+                    .and_then(|mut parts| {
+                        let first = parts.next()?;
+                        parts.next().is_none().then_some(first)
+                    })
+                    .map(|p| p.as_ref().to_owned())
+                    .filter(|id| banklease::checkpoint::validate_checkpoint_id(id).is_ok())
+                else {
+                    continue;
+                };
+                let stamp = floor.map_or(meta.last_modified, |f| f.max(meta.last_modified));
+                if StoreTime::between(stamp, now) >= window + margin {
+                    due.push(id);
+                } else {
+                    swept.waiting += 1;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "listing the sweep markers failed");
+                swept.errors += 1;
+                break;
+            }
+        }
+    }
+    drop(listing);
+    let mut results = futures::stream::iter(due)
+        .map(|id| async move {
+            let found = delete_prefix(bank, &data_prefix(bank, &id)).await?;
+            let marker = sweep_path(bank, &id);
+            match bank.store().delete(&marker).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(banklease::Error::store("delete", &marker, e)),
+            }
+            if found > 0 {
+                tracing::warn!(checkpoint_id = %id, found,
+                    "late data under a collected checkpoint: deleted");
+            }
+            Ok::<u64, banklease::Error>(found)
+        })
+        .buffer_unordered(concurrency.max(1));
+    while let Some(result) = results.next().await {
+        match result {
+            Ok(found) => {
+                swept.checkpoints += 1;
+                swept.objects += found;
+            }
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "sweeping late data failed; next pass retries");
+                swept.errors += 1;
+            }
+        }
+    }
+    swept
+}
+
+/// Delete every object under `prefix`; returns how many the listing showed. A listing may still
+/// show objects already deleted; deleting them again is harmless.
+pub async fn delete_prefix(bank: &Bank, prefix: &Path) -> banklease::Result<u64> {
+    let store = bank.store();
+    let locations = store.list(Some(prefix)).map_ok(|m| m.location).boxed();
+    let mut deleted = store.delete_stream(locations);
+    let mut n = 0;
+    while let Some(r) = deleted.next().await {
+        match r {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => n += 1,
+            Err(e) => {
+                return Err(banklease::Error::Store {
+                    op: "delete",
+                    path: prefix.to_string(),
+                    source: e,
+                })
+            }
+        }
+    }
+    Ok(n)
+}

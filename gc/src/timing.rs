@@ -1,0 +1,191 @@
+//! The collector's side of the clock reasoning: store-clock steps and missing leases.
+//!
+//! Invariant: **one clock domain, the store's — and a step in it is detected, not trusted.**
+//! Every probe of the store clock ([`StoreTime`]) is compared with the previous one (the previous
+//! pass's, then this pass's first before anything is deleted): the store's time may not advance
+//! more than this host's monotonic clock could have between the two stamps (plus the skew margin
+//! and a 0.1 % rate allowance). A forward step larger than that aborts the pass
+//! ([`banklease::Error::ClockStep`]) and raises a *floor*: from then on every `last_modified`
+//! older than the step is judged as if written at the step, so an owner whose last renewal was
+//! stamped before the step is timed from the step. On a `file:` bank the store clock is this
+//! host's wall clock, so an NTP step or a manual `date -s` is exactly this case.
+//!
+//! Invariant: **a missing lease is timed from when a pass first saw it missing.** A lease that
+//! the store itself removed (Swift's `X-Delete-After` backstop, an operator) carries no expiry
+//! time, so the first pass that finds it missing writes `gc/missing/<owner>` (create-if-absent);
+//! its `last_modified` starts the grace, which is then exactly as long as for an expired lease.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use banklease::bank::StoreTime;
+use banklease::{Bank, OwnerId};
+use chrono::{DateTime, Utc};
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+
+/// The fraction by which the store's clock may run faster than this host's monotonic clock
+/// between two probes before a difference counts as a step.
+const RATE_ALLOWANCE: f64 = 0.001;
+
+/// A forward step of the store clock between two probes, if one is proven: the store's time
+/// advanced by more than the longest real time that can separate the two stamps (from before
+/// the first probe was sent to after the second was answered), plus `tolerance`.
+///
+/// Backward steps are harmless (stamps after them look younger) and are not reported.
+pub fn forward_step(
+    earlier: &StoreTime,
+    later: &StoreTime,
+    tolerance: Duration,
+) -> Option<Duration> {
+    let store_elapsed = (later.at - earlier.at).to_std().ok()?;
+    let real_max = later.observed.saturating_duration_since(earlier.sent);
+    let allowed = real_max + real_max.mul_f64(RATE_ALLOWANCE) + tolerance;
+    (store_elapsed > allowed).then(|| store_elapsed - real_max)
+}
+
+/// What a collector remembers between passes about the store's clock.
+#[derive(Debug, Default)]
+pub(crate) struct ClockWatch {
+    inner: Mutex<WatchState>,
+}
+
+#[derive(Debug, Default)]
+struct WatchState {
+    last: Option<StoreTime>,
+    floor: Option<DateTime<Utc>>,
+}
+
+impl ClockWatch {
+    /// Record a new probe; `Err` with the step when the store clock stepped forward since the
+    /// previous one (the floor is then raised to this probe's stamp).
+    pub(crate) fn observe(
+        &self,
+        probe: &StoreTime,
+        tolerance: Duration,
+    ) -> Result<(), (Duration, DateTime<Utc>)> {
+        let mut s = self.inner.lock().expect("clock watch poisoned");
+        let step = s
+            .last
+            .as_ref()
+            .and_then(|prev| forward_step(prev, probe, tolerance));
+        s.last = Some(*probe);
+        match step {
+            Some(step) => {
+                s.floor = Some(s.floor.map_or(probe.at, |f| f.max(probe.at)));
+                Err((step, probe.at))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Stamps older than this are judged as written at it (a step was seen there).
+    pub(crate) fn floor(&self) -> Option<DateTime<Utc>> {
+        self.inner.lock().expect("clock watch poisoned").floor
+    }
+}
+
+/// `gc/missing/<owner>`: written by the first pass that finds the owner's lease missing.
+pub fn missing_path(bank: &Bank, owner: &OwnerId) -> Path {
+    bank.path(&["gc", "missing", owner.as_str()])
+}
+
+/// How long a missing lease has been seen missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MissingFor {
+    /// First seen now (the record was just written, or would be in a dry run).
+    JustNow,
+    /// Seen missing since at least this long (store clock, judged at the read's send instant).
+    AtLeast(Duration),
+}
+
+/// Read (or start) the missing-since record of `owner`.
+pub(crate) async fn missing_for(
+    bank: &Bank,
+    owner: &OwnerId,
+    store_time: &StoreTime,
+    sent: Instant,
+    staleness: Duration,
+    floor: Option<DateTime<Utc>>,
+    dry_run: bool,
+) -> banklease::Result<MissingFor> {
+    let path = missing_path(bank, owner);
+    match bank.store().head(&path).await {
+        Ok(meta) => {
+            let stamp = floor.map_or(meta.last_modified, |f| f.max(meta.last_modified));
+            let now = store_time.at_send(sent, staleness);
+            Ok(MissingFor::AtLeast(StoreTime::between(stamp, now)))
+        }
+        Err(object_store::Error::NotFound { .. }) => {
+            if !dry_run {
+                let put = bank
+                    .store()
+                    .put_opts(
+                        &path,
+                        PutPayload::default(),
+                        PutOptions::from(PutMode::Create),
+                    )
+                    .await;
+                match put {
+                    Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => {}
+                    Err(e) => return Err(banklease::Error::store("put", &path, e)),
+                }
+            }
+            Ok(MissingFor::JustNow)
+        }
+        Err(e) => Err(banklease::Error::store("head", &path, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(base: Instant, sent_ms: u64, observed_ms: u64, at_ms: i64) -> StoreTime {
+        StoreTime {
+            at: DateTime::from_timestamp_millis(1_800_000_000_000 + at_ms).unwrap(),
+            sent: base + Duration::from_millis(sent_ms),
+            observed: base + Duration::from_millis(observed_ms),
+        }
+    }
+
+    #[test]
+    fn steps_are_forward_jumps_beyond_the_real_time_between_stamps() {
+        let base = Instant::now();
+        let tol = Duration::from_millis(100);
+        let first = probe(base, 0, 10, 5);
+        // 60 s later on both clocks: no step.
+        assert_eq!(
+            forward_step(&first, &probe(base, 60_000, 60_010, 60_005), tol),
+            None
+        );
+        // Within the round trips and the tolerance: no step.
+        assert_eq!(
+            forward_step(&first, &probe(base, 60_000, 60_010, 60_100), tol),
+            None
+        );
+        // An hour ahead: a step of about an hour.
+        let step = forward_step(&first, &probe(base, 60_000, 60_010, 3_660_005), tol).unwrap();
+        assert!(step >= Duration::from_secs(3599), "{step:?}");
+        // Backwards: harmless, not a step.
+        assert_eq!(
+            forward_step(&first, &probe(base, 60_000, 60_010, -5_000), tol),
+            None
+        );
+    }
+
+    #[test]
+    fn the_watch_raises_its_floor_on_a_step_and_keeps_it() {
+        let base = Instant::now();
+        let tol = Duration::from_millis(100);
+        let watch = ClockWatch::default();
+        assert!(watch.observe(&probe(base, 0, 10, 5), tol).is_ok());
+        let stepped = probe(base, 1_000, 1_010, 7_200_000);
+        assert!(watch.observe(&stepped, tol).is_err());
+        assert_eq!(watch.floor(), Some(stepped.at));
+        assert!(watch
+            .observe(&probe(base, 2_000, 2_010, 7_201_000), tol)
+            .is_ok());
+        assert_eq!(watch.floor(), Some(stepped.at));
+    }
+}

@@ -1,0 +1,316 @@
+//! Regression tests for issue 11, collector side: GC passes on a store whose clock the test drives
+//! (`SimStore` on a `MockClock`), with answers delivered late, store-clock steps, Swift-style
+//! backstop deletions, stray markers, unreadable metadata and late data.
+//!
+//! Each test here failed on the code before its fix (see the session note of issue 11).
+
+#[path = "../../tests/common/gate.rs"]
+mod gate;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use banklease::checkpoint::{self, Checkpoint, Status};
+use banklease::clock::{MockClock, SharedClock};
+use banklease::sim_store::{SimStore, StoreClock};
+use banklease::{Bank, LeaseWindows, OwnerId, OwnerLease};
+use banklease_gc::{Collector, GcOptions, PassReport};
+use gate::GateStore;
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutPayload};
+
+const MARGIN: Duration = Duration::from_secs(1);
+const GRACE: Duration = Duration::from_secs(2);
+const EXPIRE: Duration = Duration::from_secs(10);
+
+fn windows() -> LeaseWindows {
+    LeaseWindows::new(Duration::from_secs(2), EXPIRE, Duration::from_secs(1)).unwrap()
+}
+
+fn options(grace: Duration) -> GcOptions {
+    GcOptions {
+        grace,
+        skew_margin: MARGIN,
+        ..GcOptions::default()
+    }
+}
+
+struct World {
+    clock: MockClock,
+    shared: SharedClock,
+    sim: SimStore,
+    owner_bank: Bank,
+    gate: GateStore<SimStore>,
+    gc_bank: Bank,
+}
+
+fn world() -> World {
+    let clock = MockClock::new();
+    let sim = SimStore::new(StoreClock::new(clock.clone()));
+    let gate = GateStore::new(sim.clone());
+    World {
+        shared: Arc::new(clock.clone()),
+        owner_bank: Bank::from_store(Arc::new(sim.clone()), "", "sim"),
+        gc_bank: Bank::from_store(Arc::new(gate.clone()), "", "sim"),
+        clock,
+        sim,
+        gate,
+    }
+}
+
+impl World {
+    fn collector(&self, grace: Duration) -> Collector {
+        Collector::new(self.gc_bank.clone(), self.shared.clone(), options(grace))
+    }
+
+    async fn owner(&self, name: &str) -> OwnerLease {
+        OwnerLease::acquire(
+            &self.owner_bank,
+            OwnerId::parse(name).unwrap(),
+            windows(),
+            self.shared.clone(),
+        )
+        .await
+        .unwrap()
+    }
+
+    async fn exists(&self, path: &Path) -> bool {
+        match self.sim.head(path).await {
+            Ok(_) => true,
+            Err(object_store::Error::NotFound { .. }) => false,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Advance in 1 s steps, renewing `lease` at each (a live owner).
+    async fn live_for(&self, lease: &OwnerLease, total: Duration) {
+        let mut left = total;
+        while !left.is_zero() {
+            let step = left.min(Duration::from_secs(1));
+            self.clock.advance(step);
+            left -= step;
+            lease.renew().await.unwrap();
+        }
+    }
+}
+
+async fn pass(c: &Collector) -> PassReport {
+    c.run_pass().await.unwrap()
+}
+
+/// Defect 1 in a pass: the lease read was served at t=8 s and answered at t=15 s; the owner
+/// renewed at t=9 s. Judged at the arrival instant its old stamp looked expired past grace and
+/// its checkpoint was collected (the owner later Fenced).
+#[tokio::test]
+async fn a_late_lease_answer_never_collects_a_live_owner() {
+    let w = world();
+    let lease = w.owner("owner-a").await;
+    let cp = Checkpoint::create(&lease, "cp-a").await.unwrap();
+    let gc = w.collector(GRACE);
+    w.clock.advance(Duration::from_secs(8));
+
+    let held = w.gate.hold_next_read("leases/owner-a");
+    let running = tokio::spawn(async move { gc.run_pass().await });
+    held.served.await.unwrap();
+    w.clock.advance(Duration::from_secs(1));
+    lease.renew().await.unwrap();
+    w.clock.advance(Duration::from_secs(6));
+    assert!(lease.check_validity());
+    held.release.send(()).unwrap();
+
+    let report = running.await.unwrap().unwrap();
+    assert_eq!(report.collected, 0, "{report:?}");
+    cp.complete(Status::Available)
+        .await
+        .expect("the live owner completes its checkpoint");
+}
+
+/// Defect 1 in the reaper: an owner with no protecting checkpoint is judged for reaping; a late
+/// answer made its renewed lease look dead and the reaper deleted it.
+#[tokio::test]
+async fn a_late_lease_answer_never_reaps_a_live_owner() {
+    let w = world();
+    let lease = w.owner("owner-b").await;
+    let gc = w.collector(GRACE);
+    w.clock.advance(Duration::from_secs(8));
+
+    let held = w.gate.hold_next_read("leases/owner-b");
+    let running = tokio::spawn(async move { gc.run_pass().await });
+    held.served.await.unwrap();
+    w.clock.advance(Duration::from_secs(1));
+    lease.renew().await.unwrap();
+    w.clock.advance(Duration::from_secs(6));
+    held.release.send(()).unwrap();
+
+    let report = running.await.unwrap().unwrap();
+    assert_eq!(report.leases_reaped, 0, "{report:?}");
+    lease
+        .renew()
+        .await
+        .expect("the live owner's lease is intact");
+}
+
+/// Defect 2: on Swift the lease object is removed by the server `expire + 60 s` after the last
+/// renewal, so with a 10-minute grace an old checkpoint was collected ~60 s after expiry. A missing
+/// lease must be timed from when a pass first saw it missing.
+#[tokio::test]
+async fn a_missing_lease_waits_grace_from_first_seen_missing() {
+    let w = world();
+    let grace = Duration::from_secs(600);
+    let lease = w.owner("owner-c").await;
+    let _cp = Checkpoint::create(&lease, "cp-c").await.unwrap();
+    // A long-lived owner: its checkpoint is 20 minutes old when it dies.
+    w.live_for(&lease, Duration::from_secs(1200)).await;
+    drop(lease);
+    // Swift's backstop: the object disappears expire + 60 s after the last renewal.
+    w.clock.advance(EXPIRE + Duration::from_secs(60));
+    w.sim.delete(&Path::from("leases/owner-c")).await.unwrap();
+    let gc = w.collector(grace);
+    let first = pass(&gc).await;
+    assert_eq!(first.collected, 0, "first seen missing: {first:?}");
+    w.clock.advance(grace / 2);
+    let second = pass(&gc).await;
+    assert_eq!(second.collected, 0, "grace not over: {second:?}");
+    // Bounded: a few passes once the grace is over.
+    w.clock.advance(grace / 2 + MARGIN + Duration::from_secs(1));
+    let third = pass(&gc).await;
+    assert_eq!(third.collected, 1, "grace over: {third:?}");
+}
+
+/// Defect 7: a marker beside an `available` index.json with no decision (pruned decisions, a
+/// restored bank) was collected. Only a protecting checkpoint may be collected; the stray marker
+/// is repaired (removed) and the checkpoint's data stays.
+#[tokio::test]
+async fn a_stray_marker_beside_an_available_checkpoint_is_repaired_not_collected() {
+    let w = world();
+    let lease = w.owner("owner-d").await;
+    let cp = Checkpoint::create(&lease, "cp-d").await.unwrap();
+    cp.put_data("vol", PutPayload::from_static(b"bytes"))
+        .await
+        .unwrap();
+    cp.complete(Status::Available).await.unwrap();
+    let marker = checkpoint::marker_path(&w.owner_bank, lease.owner_id(), "cp-d");
+    let decision = checkpoint::decision_path(&w.owner_bank, "cp-d");
+    let data = Path::from("checkpoints/cp-d/data/vol");
+    w.sim.put(&marker, PutPayload::default()).await.unwrap();
+    w.sim.delete(&decision).await.unwrap();
+    drop(lease);
+    w.clock
+        .advance(EXPIRE + MARGIN + GRACE + Duration::from_secs(1));
+
+    let report = pass(&w.collector(GRACE)).await;
+    assert_eq!(report.collected, 0, "{report:?}");
+    assert!(
+        w.exists(&data).await,
+        "an available checkpoint's data stays"
+    );
+    let record = checkpoint::read_checkpoint(&w.owner_bank, "cp-d")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, Status::Available);
+    assert!(!w.exists(&marker).await, "the stray marker is removed");
+}
+
+/// Defect 8: an owner's decision whose index.json is unreadable (here: a newer format) was
+/// finished by overwriting index.json. Never overwrite what you cannot read.
+#[tokio::test]
+async fn an_unreadable_index_json_is_never_overwritten() {
+    let w = world();
+    let lease = w.owner("owner-e").await;
+    let _cp = Checkpoint::create(&lease, "cp-e").await.unwrap();
+    let decision = checkpoint::Decision {
+        format: checkpoint::CHECKPOINT_FORMAT,
+        checkpoint_id: "cp-e".to_owned(),
+        owner_id: lease.owner_id().clone(),
+        by: checkpoint::Decider::Owner,
+        outcome: Status::Available,
+        token: "t".to_owned(),
+        decided_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+    };
+    checkpoint::decide(&w.owner_bank, decision).await.unwrap();
+    let index = checkpoint::index_path(&w.owner_bank, "cp-e");
+    let future = br#"{"format":99,"id":"cp-e","something":"new"}"#;
+    w.sim
+        .put(&index, PutPayload::from_static(future))
+        .await
+        .unwrap();
+    drop(lease);
+    w.clock
+        .advance(EXPIRE + MARGIN + GRACE + Duration::from_secs(1));
+
+    let report = pass(&w.collector(GRACE)).await;
+    assert_eq!(report.repaired, 0, "{report:?}");
+    assert_eq!(
+        w.sim.peek(&index).unwrap().as_ref(),
+        future,
+        "index.json must be left as it was"
+    );
+    // The function the owner's `complete` and the GC's repair share refuses too.
+    let decision = checkpoint::read_decision(&w.owner_bank, "cp-e")
+        .await
+        .unwrap()
+        .unwrap();
+    let finished = checkpoint::finish_owner_decision(&w.owner_bank, &decision).await;
+    assert!(finished.is_err(), "{finished:?}");
+    assert_eq!(w.sim.peek(&index).unwrap().as_ref(), future);
+}
+
+/// Defect 9: a `put_data` sent before the owner's `valid_until` landed after the GC deleted the
+/// data prefix; nothing listed that prefix again. A later sweep finds and deletes it.
+#[tokio::test]
+async fn late_data_under_a_collected_checkpoint_is_swept() {
+    let w = world();
+    let lease = w.owner("owner-f").await;
+    let cp = Checkpoint::create(&lease, "cp-f").await.unwrap();
+    cp.put_data("early", PutPayload::from_static(b"x"))
+        .await
+        .unwrap();
+    drop(lease);
+    w.clock
+        .advance(EXPIRE + MARGIN + GRACE + Duration::from_secs(1));
+    let gc = w.collector(GRACE);
+    let report = pass(&gc).await;
+    assert_eq!(report.collected, 1, "{report:?}");
+    // The paused owner's request lands now.
+    let late = Path::from("checkpoints/cp-f/data/late");
+    w.sim
+        .put(&late, PutPayload::from_static(b"late"))
+        .await
+        .unwrap();
+    // Passes at the default interval until the sweep is due (bounded).
+    let mut swept = 0;
+    for _ in 0..20 {
+        w.clock.advance(Duration::from_secs(60));
+        swept += pass(&gc).await.late_data_swept;
+        if !w.exists(&late).await {
+            break;
+        }
+    }
+    assert!(!w.exists(&late).await, "late data must be swept");
+    assert_eq!(swept, 1);
+}
+
+/// Defect 10: the store clock steps forward by an hour between two passes, before a live owner
+/// renewed: its last stamp looks an hour old. The step is detected and nothing is collected.
+#[tokio::test]
+async fn a_store_clock_step_between_passes_collects_nothing() {
+    let w = world();
+    let lease = w.owner("owner-g").await;
+    let cp = Checkpoint::create(&lease, "cp-g").await.unwrap();
+    let gc = w.collector(GRACE);
+    let first = pass(&gc).await;
+    assert_eq!(first.collected, 0);
+    w.live_for(&lease, Duration::from_secs(5)).await;
+    w.sim.clock().jump_forward(Duration::from_secs(3600));
+    assert!(lease.check_validity());
+    let second = gc.run_pass().await;
+    assert!(
+        second.as_ref().map_or(true, |r| r.collected == 0),
+        "{second:?}"
+    );
+    assert!(lease.check_validity());
+    cp.complete(Status::Available)
+        .await
+        .expect("the live owner completes its checkpoint");
+}
