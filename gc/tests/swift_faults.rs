@@ -850,6 +850,7 @@ fn gc_options() -> GcOptions {
         dry_run: false,
         force: false,
         reap_leases: true,
+        ..GcOptions::default()
     }
 }
 
