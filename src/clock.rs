@@ -93,6 +93,7 @@ mod suspend {
         gap().saturating_sub(base) + Duration::from_nanos(SIMULATED_NS.load(Ordering::SeqCst))
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     pub(super) fn simulate(by: Duration) {
         SIMULATED_NS.fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
     }

@@ -226,6 +226,7 @@ impl Ctx {
             self.clock.clone(),
             self.config.lease.skew_margin,
         )
+        .with_read_staleness(self.config.gc.read_staleness)
     }
 
     /// One reading of the store's clock serves a whole command.
@@ -390,10 +391,12 @@ struct JudgedLease {
 /// Read `owner`'s lease and judge it against `t`, like [`LeaseObserver::view`] but keeping the
 /// object's metadata for display.
 async fn judge_lease(ctx: &Ctx, owner: &OwnerId, t: &StoreTime) -> JudgedLease {
+    // Judged at the instant before the read was sent (see `StoreTime::at_send`).
+    let sent = ctx.clock.now();
     let (view, meta) = match read_lease(&ctx.bank, owner).await {
         Ok(None) => (LeaseView::Missing, None),
         Ok(Some((record, meta))) => {
-            let store_now = t.at_instant(ctx.clock.now());
+            let store_now = t.at_send(sent, ctx.config.gc.read_staleness);
             let view = judge(
                 record,
                 meta.last_modified,
