@@ -45,7 +45,7 @@ use serde::Serialize;
 
 use crate::plan::{plan, GcOptions, OwnerTally, Verdict};
 use crate::sweep::{delete_prefix, mark_for_sweep, sweep_due};
-use crate::timing::{missing_for, missing_path, ClockWatch, MissingFor};
+use crate::timing::{forget_missing, missing_for, ClockWatch, MissingFor};
 
 /// What a pass did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -260,17 +260,13 @@ impl Collector {
                 }
             }
             if !self.options.dry_run {
-                // A missing owner with nothing left needs its missing-since record no more.
-                for tally in plan.dead.iter().filter(|t| t.verdict == Verdict::Missing) {
-                    if cleared.contains(&tally.owner) {
-                        if let Err(e) =
-                            delete_ok_if_missing(&bank, &missing_path(&bank, &tally.owner)).await
-                        {
-                            tracing::warn!(error = %error_chain(&e), "removing a missing-since record failed");
-                            report.errors += 1;
-                        }
-                    }
-                }
+                // Missing-since records are kept only for owners still on the work list.
+                let pending: HashSet<&OwnerId> = tallies
+                    .iter()
+                    .filter(|t| t.verdict != Verdict::Missing || !cleared.contains(&t.owner))
+                    .map(|t| &t.owner)
+                    .collect();
+                report.errors += forget_missing(&bank, |o| pending.contains(o)).await;
             }
             if self.options.reap_leases && !self.options.dry_run {
                 let seen: HashSet<OwnerId> = tallies.iter().map(|t| t.owner.clone()).collect();

@@ -137,6 +137,53 @@ pub(crate) async fn missing_for(
     }
 }
 
+/// Remove the missing-since records of owners that `keep` rejects; returns the errors met.
+///
+/// Safe whatever the listing shows or omits: removing a record only restarts the grace of an
+/// owner whose lease is missing (collection comes later, never earlier).
+pub(crate) async fn forget_missing(bank: &Bank, keep: impl Fn(&OwnerId) -> bool) -> u64 {
+    use futures::StreamExt;
+    let prefix = bank.path(&["gc", "missing"]);
+    let mut errors = 0;
+    let mut stale = Vec::new();
+    let mut listing = bank.store().list(Some(&prefix));
+    while let Some(item) = listing.next().await {
+        match item {
+            Ok(meta) => {
+                let owner = meta
+                    .location
+                    .prefix_match(&prefix)
+                    .and_then(|mut parts| {
+                        let first = parts.next()?;
+                        parts.next().is_none().then_some(first)
+                    })
+                    .and_then(|part| OwnerId::parse(part.as_ref()).ok());
+                if owner.is_some_and(|o| !keep(&o)) {
+                    stale.push(meta.location);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %banklease::observe::error_chain(&e),
+                    "listing missing-since records failed");
+                errors += 1;
+                break;
+            }
+        }
+    }
+    drop(listing);
+    for path in stale {
+        match bank.store().delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => {
+                tracing::warn!(path = %path, error = %banklease::observe::error_chain(&e),
+                    "removing a missing-since record failed");
+                errors += 1;
+            }
+        }
+    }
+    errors
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -175,6 +175,8 @@ async fn a_missing_lease_waits_grace_from_first_seen_missing() {
     w.clock.advance(grace / 2 + MARGIN + Duration::from_secs(1));
     let third = pass(&gc).await;
     assert_eq!(third.collected, 1, "grace over: {third:?}");
+    // Nothing left of the owner: its missing-since record is gone too.
+    assert!(!w.exists(&Path::from("gc/missing/owner-c")).await);
 }
 
 /// Defect 7: a marker beside an `available` index.json with no decision (pruned decisions, a
