@@ -588,9 +588,10 @@ mod tests {
         ));
         let bank = Bank::from_store(Arc::new(store), "", "whole-seconds://");
         let daemon = Daemon::new(bank, Arc::new(world), config());
-        let err = daemon
-            .run(std::future::pending())
+        // Bounded: a daemon that starts would run until shutdown.
+        let err = tokio::time::timeout(Duration::from_secs(20), daemon.run(std::future::pending()))
             .await
+            .expect("the daemon refuses to start instead of running")
             .expect_err("a margin below the stamp resolution is refused");
         let msg = format!("{err:#}");
         assert!(msg.contains("lease.skew_margin=`50ms`"), "{msg}");
