@@ -365,6 +365,40 @@ pub async fn write_tombstone(
     Ok(())
 }
 
+/// Create `checkpoints/<id>/index.json` as a `deleted` tombstone naming `owner`, only if no
+/// index.json exists (create-if-absent): the GC's first move on a marker without metadata, so
+/// that a create of the same id in flight fails instead of landing under a marker it does not
+/// own. Returns false when an index.json already exists.
+pub async fn create_tombstone(
+    bank: &Bank,
+    id: &str,
+    owner: &OwnerId,
+    now: DateTime<Utc>,
+) -> Result<bool> {
+    let index = index_path(bank, id);
+    let record = CheckpointRecord {
+        format: CHECKPOINT_FORMAT,
+        id: id.to_owned(),
+        owner_id: owner.clone(),
+        status: Status::Deleted,
+        created_at: now,
+    };
+    match bank
+        .store()
+        .put_opts(
+            &index,
+            to_payload(&record),
+            PutOptions::from(PutMode::Create),
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        // Ours (a retried create whose answer was lost) or someone else's: the caller reads.
+        Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+        Err(e) => Err(Error::store("put", &index, e)),
+    }
+}
+
 /// A checkpoint being written by the owner holding `lease`.
 ///
 /// ```
@@ -483,22 +517,26 @@ impl Checkpoint {
         lease.ensure_valid()?;
         let bank = lease.bank();
         let owner = lease.owner_id();
+        let marker = marker_path(bank, owner, id);
         match read_checkpoint(bank, id).await? {
             Some(r) if r.owner_id == *owner && r.status == Status::Protecting => {}
-            Some(r) if r.status == Status::Deleted => {
-                return Err(Error::Fenced {
-                    checkpoint_id: id.to_owned(),
-                    decided_by: Decider::Gc.to_string(),
-                    outcome: Status::Deleted.to_string(),
-                })
-            }
-            _ => {
-                return Err(Error::CheckpointExists {
-                    checkpoint_id: id.to_owned(),
-                })
+            found => {
+                // Proven not ours to write (a tombstone, another owner's, finished, or never
+                // created): a marker of ours left by the ambiguous create would point the GC at
+                // it, so it goes.
+                let _ = bank.store().delete(&marker).await;
+                return Err(match found {
+                    Some(r) if r.status == Status::Deleted => Error::Fenced {
+                        checkpoint_id: id.to_owned(),
+                        decided_by: Decider::Gc.to_string(),
+                        outcome: Status::Deleted.to_string(),
+                    },
+                    _ => Error::CheckpointExists {
+                        checkpoint_id: id.to_owned(),
+                    },
+                });
             }
         }
-        let marker = marker_path(bank, owner, id);
         lease.ensure_valid()?;
         bank.store()
             .put(&marker, PutPayload::default())

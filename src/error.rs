@@ -141,15 +141,18 @@ pub enum Error {
         checkpoint_id: String,
     },
 
-    /// The store's clock stepped forward between two readings by more than this host's
-    /// monotonic clock allows: every lease stamped before the step would look older than it is.
+    /// The store's clock stepped between two readings by more than this host's monotonic clock
+    /// allows: leases stamped before (forward) or after (backward, during a pass) the step would
+    /// look older than they are.
     #[error(
-        "store clock stepped forward: step=`{step:?}` at=`{at}`; the pass was aborted and leases \
-         stamped before the step are judged from it; check the store host's time service (NTP)"
+        "store clock stepped {direction}: step=`{step:?}` at=`{at}`; the pass was aborted and \
+         deleted nothing; check the store host's time service (NTP)"
     )]
     ClockStep {
-        /// How far beyond the elapsed real time the store's clock moved.
+        /// How far beyond (or short of) the elapsed real time the store's clock moved.
         step: std::time::Duration,
+        /// `forward` or `backward`.
+        direction: &'static str,
         /// The store time of the reading that saw the step.
         at: chrono::DateTime<chrono::Utc>,
     },

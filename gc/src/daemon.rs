@@ -291,7 +291,12 @@ impl Daemon {
                 self.owner.clone(),
                 windows,
                 self.clock.clone(),
-                self.config.lease.skew_margin,
+                // A read up to `read_staleness` old is judged that much earlier: the same as a
+                // margin that much larger.
+                self.config
+                    .lease
+                    .skew_margin
+                    .saturating_add(self.config.gc.read_staleness),
             )
             .await;
             match attempt {

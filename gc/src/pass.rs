@@ -37,7 +37,7 @@ use banklease::checkpoint::{
 use banklease::clock::SharedClock;
 use banklease::counting::CountingStore;
 use banklease::observe::error_chain;
-use banklease::{Bank, LeaseObserver, OwnerId};
+use banklease::{Bank, LeaseObserver, LeaseView, OwnerId};
 use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStoreExt};
@@ -45,7 +45,11 @@ use serde::Serialize;
 
 use crate::plan::{plan, GcOptions, OwnerTally, Verdict};
 use crate::sweep::{delete_prefix, mark_for_sweep, sweep_due};
-use crate::timing::{forget_missing, missing_for, ClockWatch, MissingFor};
+use crate::timing::{
+    floor_path, forget_missing, missing_for, read_floor, write_floor, ClockWatch, MissingFor, Step,
+};
+use banklease::bank::add_saturating;
+use banklease::lease::MAX_EXPIRE_WINDOW;
 
 /// What a pass did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -113,17 +117,69 @@ impl Collector {
         }
     }
 
-    /// Read the store clock and check it against the previous reading: a forward step aborts
-    /// the pass (see [`crate::timing`]).
-    async fn probe(&self, observer: &LeaseObserver) -> banklease::Result<StoreTime> {
+    /// A pass's first reading of the store clock: the bank's step floor is loaded, and the
+    /// reading is checked against the previous pass's (see [`crate::timing`]).
+    async fn probe_start(&self, observer: &LeaseObserver) -> banklease::Result<StoreTime> {
+        let floor = read_floor(&self.bank).await?;
         let store_time = observer.store_time().await?;
-        self.watch
-            .observe(&store_time, self.options.skew_margin)
-            .map_err(|(step, at)| {
-                tracing::error!(?step, %at, "store clock stepped forward: pass aborted");
-                banklease::Error::ClockStep { step, at }
-            })?;
+        if let Some(floor) = floor {
+            // A floor older than any expire window plus grace constrains no stamp any more.
+            let spent = add_saturating(
+                floor,
+                MAX_EXPIRE_WINDOW
+                    .saturating_add(self.options.grace)
+                    .saturating_add(self.options.skew_margin),
+            );
+            if spent < store_time.at {
+                if !self.options.dry_run {
+                    delete_ok_if_missing(&self.bank, &floor_path(&self.bank)).await?;
+                }
+            } else {
+                self.watch.raise_floor(floor);
+            }
+        }
+        let checked = self.watch.start(&store_time, self.step_tolerance());
+        self.on_step(checked).await?;
         Ok(store_time)
+    }
+
+    /// A later reading in the same pass, before anything is deleted on the strength of what was
+    /// judged against `first`.
+    async fn probe_again(
+        &self,
+        observer: &LeaseObserver,
+        first: &StoreTime,
+    ) -> banklease::Result<()> {
+        let again = observer.store_time().await?;
+        let checked = self.watch.recheck(first, &again, self.step_tolerance());
+        self.on_step(checked).await
+    }
+
+    /// Steps smaller than the margin are what the margin absorbs; a lagging replica may serve
+    /// the clock probe up to `read_staleness` old.
+    fn step_tolerance(&self) -> std::time::Duration {
+        self.options
+            .skew_margin
+            .saturating_add(self.options.read_staleness)
+    }
+
+    async fn on_step(&self, checked: Result<(), Step>) -> banklease::Result<()> {
+        let Err(step) = checked else { return Ok(()) };
+        let direction = if step.forward { "forward" } else { "backward" };
+        tracing::error!(step = ?step.by, direction, at = %step.at,
+            "store clock stepped: pass aborted, nothing deleted");
+        if step.forward && !self.options.dry_run {
+            if let Some(floor) = self.watch.floor() {
+                if let Err(e) = write_floor(&self.bank, floor).await {
+                    tracing::warn!(error = %error_chain(&e), "recording the clock floor failed");
+                }
+            }
+        }
+        Err(banklease::Error::ClockStep {
+            step: step.by,
+            direction,
+            at: step.at,
+        })
     }
 
     /// The options.
@@ -151,7 +207,7 @@ impl Collector {
             self.options.skew_margin,
         )
         .with_read_staleness(self.options.read_staleness);
-        let store_time = self.probe(&observer).await?;
+        let store_time = self.probe_start(&observer).await?;
         let observer = observer.with_floor(self.watch.floor());
 
         // 1. Stream the protecting index; memory grows with owners, not checkpoints.
@@ -187,7 +243,7 @@ impl Collector {
         report.owners = order.len() as u64;
 
         // 2. Judge each owner once, by reading its lease (never by a listing).
-        let views: Vec<(OwnerId, Verdict)> = futures::stream::iter(order)
+        let views: Vec<(OwnerId, Verdict, bool)> = futures::stream::iter(order)
             .map(|owner| {
                 let observer = &observer;
                 let store_time = &store_time;
@@ -195,19 +251,31 @@ impl Collector {
                 async move {
                     let view = observer.view(&owner, store_time).await;
                     let mut verdict = Verdict::of(&view, self.options.grace);
+                    // Keep a missing-since record only while the lease reads as missing (or
+                    // cannot be read): one left from an earlier episode would start a later
+                    // episode's grace long before it began.
+                    let keep_record = matches!(
+                        view,
+                        LeaseView::Missing | LeaseView::Unreadable { .. }
+                    );
                     if verdict == Verdict::Missing {
                         verdict = self.missing_verdict(observer_bank, &owner, store_time).await;
                     }
                     tracing::debug!(owner_id = %owner, view = view.name(), ?verdict, "judged owner");
-                    (owner, verdict)
+                    (owner, verdict, keep_record)
                 }
             })
             .buffered(self.options.concurrency)
             .collect()
             .await;
+        let keep_records: HashSet<OwnerId> = views
+            .iter()
+            .filter(|(_, _, keep)| *keep)
+            .map(|(owner, _, _)| owner.clone())
+            .collect();
         let tallies: Vec<OwnerTally> = views
             .into_iter()
-            .map(|(owner, verdict)| {
+            .map(|(owner, verdict, _)| {
                 let n = markers.get(&owner).copied().unwrap_or(0);
                 match &verdict {
                     Verdict::Alive => report.alive += 1,
@@ -237,8 +305,25 @@ impl Collector {
             report.skipped += plan.candidates;
         } else {
             // Before anything is deleted: the store clock must not have stepped during the pass.
-            if !plan.dead.is_empty() || (self.options.reap_leases && !self.options.dry_run) {
-                self.probe(&observer).await?;
+            let acting = !self.options.dry_run;
+            if !plan.dead.is_empty() || acting {
+                self.probe_again(&observer, &store_time).await?;
+            }
+            if acting {
+                // First, what earlier passes marked for the late sweep (stamped before this pass).
+                let swept = sweep_due(
+                    &bank,
+                    &self.clock,
+                    &store_time,
+                    self.options.late_write_window,
+                    self.options.skew_margin,
+                    self.options.read_staleness,
+                    self.watch.floor(),
+                    self.options.concurrency,
+                )
+                .await;
+                report.late_data_swept += swept.objects;
+                report.errors += swept.errors;
             }
             let taken = AtomicU64::new(0);
             let mut cleared: HashSet<OwnerId> = HashSet::new();
@@ -259,34 +344,19 @@ impl Collector {
                     cleared.insert(tally.owner.clone());
                 }
             }
-            if !self.options.dry_run {
-                // Missing-since records are kept only for owners still on the work list.
-                let pending: HashSet<&OwnerId> = tallies
+            if acting {
+                // Missing-since records are kept only for owners whose lease still reads as
+                // missing and whose checkpoints are not all gone.
+                let keep: HashSet<&OwnerId> = keep_records
                     .iter()
-                    .filter(|t| t.verdict != Verdict::Missing || !cleared.contains(&t.owner))
-                    .map(|t| &t.owner)
+                    .filter(|o| !cleared.contains(*o))
                     .collect();
-                report.errors += forget_missing(&bank, |o| pending.contains(o)).await;
+                report.errors += forget_missing(&bank, |o| keep.contains(o)).await;
             }
-            if self.options.reap_leases && !self.options.dry_run {
+            if self.options.reap_leases && acting {
                 let seen: HashSet<OwnerId> = tallies.iter().map(|t| t.owner.clone()).collect();
                 self.reap_leases(&bank, &observer, &store_time, &seen, &cleared, &mut report)
-                    .await;
-            }
-            if !self.options.dry_run {
-                let swept = sweep_due(
-                    &bank,
-                    &self.clock,
-                    &store_time,
-                    self.options.late_write_window,
-                    self.options.skew_margin,
-                    self.options.read_staleness,
-                    self.watch.floor(),
-                    self.options.concurrency,
-                )
-                .await;
-                report.late_data_swept += swept.objects;
-                report.errors += swept.errors;
+                    .await?;
             }
         }
 
@@ -323,7 +393,7 @@ impl Collector {
         seen: &HashSet<OwnerId>,
         cleared: &HashSet<OwnerId>,
         report: &mut PassReport,
-    ) {
+    ) -> banklease::Result<()> {
         let prefix = bank.path(&["leases"]);
         let mut listing = bank.store().list(Some(&prefix));
         let mut candidates = Vec::new();
@@ -352,30 +422,45 @@ impl Collector {
             }
         }
         drop(listing);
-        let mut reaped = futures::stream::iter(candidates)
+        // Judge every candidate first (the reads), then check the store clock once more, then
+        // delete: a step after this pass's first reading would make fresh stamps look old.
+        let judged: Vec<(OwnerId, Verdict)> = futures::stream::iter(candidates)
             .map(|owner| async move {
                 // Cleared owners were judged this pass; the others are judged now. Either way the
                 // lease is re-read, so one renewed since (impossible when expired) is never lost.
-                match Verdict::of(&observer.view(&owner, store_time).await, self.options.grace) {
-                    Verdict::Expired => {
-                        delete_ok_if_missing(bank, &bank.lease_path(&owner)).await?;
-                        tracing::info!(owner_id = %owner, "reaped the lease of a dead owner");
-                        Ok(true)
-                    }
-                    _ => Ok::<bool, banklease::Error>(false),
-                }
+                let verdict =
+                    Verdict::of(&observer.view(&owner, store_time).await, self.options.grace);
+                (owner, verdict)
+            })
+            .buffer_unordered(self.options.concurrency)
+            .collect()
+            .await;
+        let expired: Vec<OwnerId> = judged
+            .into_iter()
+            .filter(|(_, v)| *v == Verdict::Expired)
+            .map(|(o, _)| o)
+            .collect();
+        if expired.is_empty() {
+            return Ok(());
+        }
+        self.probe_again(observer, store_time).await?;
+        let mut reaped = futures::stream::iter(expired)
+            .map(|owner| async move {
+                delete_ok_if_missing(bank, &bank.lease_path(&owner)).await?;
+                tracing::info!(owner_id = %owner, "reaped the lease of a dead owner");
+                Ok::<(), banklease::Error>(())
             })
             .buffer_unordered(self.options.concurrency);
         while let Some(result) = reaped.next().await {
             match result {
-                Ok(true) => report.leases_reaped += 1,
-                Ok(false) => {}
+                Ok(()) => report.leases_reaped += 1,
                 Err(e) => {
                     tracing::warn!(error = %error_chain(&e), "reaping a lease failed");
                     report.errors += 1;
                 }
             }
         }
+        Ok(())
     }
 
     /// Collect the protecting checkpoints of one dead owner, `concurrency` at a time. True when
@@ -460,7 +545,7 @@ impl Collector {
             Verdict::Missing => {
                 let now = store_time.at_send(listed_at, self.options.read_staleness);
                 StoreTime::between(observer.floored(marker.last_modified), now)
-                    >= self.options.grace + self.options.skew_margin
+                    >= self.options.grace.saturating_add(self.options.skew_margin)
             }
             _ => true,
         }
@@ -486,7 +571,9 @@ impl Collector {
         )
         .await
         {
-            Ok(MissingFor::AtLeast(d)) if d >= self.options.grace + self.options.skew_margin => {
+            Ok(MissingFor::AtLeast(d))
+                if d >= self.options.grace.saturating_add(self.options.skew_margin) =>
+            {
                 Verdict::Missing
             }
             Ok(_) => Verdict::InGrace,
@@ -507,23 +594,25 @@ impl Collector {
     ) -> banklease::Result<Outcome> {
         // Never delete on doubt: the metadata, if present, must be readable and name the
         // marker's owner.
-        let existing = checkpoint::read_checkpoint(bank, id).await?;
-        if let Some(record) = &existing {
-            if record.owner_id != *owner {
+        let mut existing = checkpoint::read_checkpoint(bank, id).await?;
+        match &existing {
+            Some(record) if record.owner_id != *owner => {
                 tracing::warn!(checkpoint_id = id, marker_owner = %owner, owner_id = %record.owner_id,
                     "marker and index.json disagree on the owner: not collecting");
                 return Ok(Outcome::Skipped);
             }
-            if record.status != Status::Protecting {
-                // Only a protecting checkpoint may be collected. Anything else is either a
-                // decided move to finish or resume, or a stray marker.
+            Some(record) if !matches!(record.status, Status::Protecting | Status::Deleted) => {
+                // Only a protecting checkpoint may be collected. A finished one is either an
+                // owner's move to finish, or carries a stray marker.
                 return match read_decision(bank, id).await? {
-                    Some(d) if d.by == Decider::Gc => {
-                        self.finish_collection(bank, owner, id, existing).await
-                    }
-                    Some(d) => {
+                    Some(d) if d.by == Decider::Owner => {
                         finish_owner_decision(bank, &d).await?;
                         Ok(Outcome::Repaired)
+                    }
+                    Some(_) => {
+                        tracing::warn!(checkpoint_id = id, owner_id = %owner, status = %record.status,
+                            "a gc decision on a checkpoint that is not protecting: not collecting");
+                        Ok(Outcome::Skipped)
                     }
                     None => {
                         tracing::warn!(checkpoint_id = id, owner_id = %owner, status = %record.status,
@@ -532,6 +621,18 @@ impl Collector {
                         Ok(Outcome::Repaired)
                     }
                 };
+            }
+            Some(_) => {}
+            None => {
+                // No metadata: tombstone the id first (create-if-absent), so that a create of
+                // the same id landing now — a paused owner's, or another owner's reusing it —
+                // fails instead of having its checkpoint collected under this marker's owner.
+                let now = self.clock.system_now().into();
+                if !checkpoint::create_tombstone(bank, id, owner, now).await? {
+                    // Someone created it meanwhile: judge it again next pass.
+                    return Ok(Outcome::Skipped);
+                }
+                existing = checkpoint::read_checkpoint(bank, id).await?;
             }
         }
         let decision = Decision {

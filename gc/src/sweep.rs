@@ -8,12 +8,17 @@
 //! `checkpoints/<id>/data/` once that marker is older than `gc.late_write_window` plus the skew
 //! margin (store clock), counts what it found (`late_data_swept`), and only then removes the
 //! marker. The marker is written before the data is deleted, so a crash anywhere leaves either
-//! the protecting marker (the collection resumes and rewrites it) or the sweep marker.
+//! the protecting marker (the collection resumes and rewrites it) or the sweep marker. A sweep
+//! deletes only under a checkpoint whose decision is the GC's.
+//!
+//! Not covered: an owner stopped (SIGSTOP, a VM freeze) *between* its validity check and
+//! sending a `put_data`, for longer than the window, sends its write afterwards. Such an object
+//! is garbage under a tombstoned checkpoint — storage, not safety — and is not swept.
 
 use std::time::Duration;
 
 use banklease::bank::StoreTime;
-use banklease::checkpoint::data_prefix;
+use banklease::checkpoint::{data_prefix, read_decision, Decider};
 use banklease::clock::SharedClock;
 use banklease::observe::error_chain;
 use banklease::Bank;
@@ -90,7 +95,7 @@ pub async fn sweep_due(
                     continue;
                 };
                 let stamp = floor.map_or(meta.last_modified, |f| f.max(meta.last_modified));
-                if StoreTime::between(stamp, now) >= window + margin {
+                if StoreTime::between(stamp, now) >= window.saturating_add(margin) {
                     due.push(id);
                 } else {
                     swept.waiting += 1;
@@ -106,8 +111,20 @@ pub async fn sweep_due(
     drop(listing);
     let mut results = futures::stream::iter(due)
         .map(|id| async move {
-            let found = delete_prefix(bank, &data_prefix(bank, &id)).await?;
             let marker = sweep_path(bank, &id);
+            // Never delete on doubt: only the data of a checkpoint the GC decided to collect.
+            match read_decision(bank, &id).await? {
+                Some(d) if d.by == Decider::Gc => {}
+                other => {
+                    tracing::warn!(checkpoint_id = %id, decision = ?other.map(|d| d.by),
+                        "sweep marker without a gc decision: data left alone, marker removed");
+                    match bank.store().delete(&marker).await {
+                        Ok(()) | Err(object_store::Error::NotFound { .. }) => return Ok(0),
+                        Err(e) => return Err(banklease::Error::store("delete", &marker, e)),
+                    }
+                }
+            }
+            let found = delete_prefix(bank, &data_prefix(bank, &id)).await?;
             match bank.store().delete(&marker).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(banklease::Error::store("delete", &marker, e)),

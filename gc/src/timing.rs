@@ -31,8 +31,6 @@ const RATE_ALLOWANCE: f64 = 0.001;
 /// A forward step of the store clock between two probes, if one is proven: the store's time
 /// advanced by more than the longest real time that can separate the two stamps (from before
 /// the first probe was sent to after the second was answered), plus `tolerance`.
-///
-/// Backward steps are harmless (stamps after them look younger) and are not reported.
 pub fn forward_step(
     earlier: &StoreTime,
     later: &StoreTime,
@@ -43,6 +41,33 @@ pub fn forward_step(
     let allowed = real_max + real_max.mul_f64(RATE_ALLOWANCE) + tolerance;
     (store_elapsed > allowed).then(|| store_elapsed - real_max)
 }
+
+/// A backward step between two probes, if one is proven: the store's time advanced by less than
+/// the shortest real time that separates the two stamps (from after the first probe was answered
+/// to before the second was sent), minus `tolerance`. Between passes it is harmless (older stamps
+/// only look younger); *during* a pass it makes every stamp written after it look older than the
+/// pass's first reading says, so a pass that sees one deletes nothing.
+pub fn backward_step(
+    earlier: &StoreTime,
+    later: &StoreTime,
+    tolerance: Duration,
+) -> Option<Duration> {
+    let real_min = later.sent.saturating_duration_since(earlier.observed);
+    let least = real_min.saturating_sub(real_min.mul_f64(RATE_ALLOWANCE));
+    // Signed: the store's time may have gone backwards outright.
+    let store_elapsed = later.at - earlier.at;
+    let least = chrono::TimeDelta::from_std(least).ok()?;
+    let tolerance = chrono::TimeDelta::from_std(tolerance).ok()?;
+    (store_elapsed < least - tolerance).then(|| {
+        (chrono::TimeDelta::from_std(real_min).unwrap_or(chrono::TimeDelta::MAX) - store_elapsed)
+            .to_std()
+            .unwrap_or(Duration::ZERO)
+    })
+}
+
+/// A previous pass's reading older than this is no reference: over a long gap (a standby that
+/// just became active) the rate allowance alone would let a large step through.
+pub const MAX_BASELINE_AGE: Duration = Duration::from_secs(3600);
 
 /// What a collector remembers between passes about the store's clock.
 #[derive(Debug, Default)]
@@ -56,33 +81,121 @@ struct WatchState {
     floor: Option<DateTime<Utc>>,
 }
 
+/// A step seen by [`ClockWatch`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Step {
+    pub(crate) by: Duration,
+    pub(crate) forward: bool,
+    pub(crate) at: DateTime<Utc>,
+}
+
 impl ClockWatch {
-    /// Record a new probe; `Err` with the step when the store clock stepped forward since the
-    /// previous one (the floor is then raised to this probe's stamp).
-    pub(crate) fn observe(
-        &self,
-        probe: &StoreTime,
-        tolerance: Duration,
-    ) -> Result<(), (Duration, DateTime<Utc>)> {
+    /// A pass's first reading, checked against the previous pass's (when recent): `Err` when the
+    /// store clock stepped forward since (the floor is then raised to this reading's stamp).
+    ///
+    /// Without a recent previous reading (the first pass of a process, a standby that just took
+    /// over) a step that happened before this reading cannot be seen: see ARCHITECTURE.md.
+    pub(crate) fn start(&self, probe: &StoreTime, tolerance: Duration) -> Result<(), Step> {
         let mut s = self.inner.lock().expect("clock watch poisoned");
         let step = s
             .last
             .as_ref()
+            .filter(|prev| probe.sent.saturating_duration_since(prev.observed) <= MAX_BASELINE_AGE)
             .and_then(|prev| forward_step(prev, probe, tolerance));
         s.last = Some(*probe);
         match step {
-            Some(step) => {
+            Some(by) => {
                 s.floor = Some(s.floor.map_or(probe.at, |f| f.max(probe.at)));
-                Err((step, probe.at))
+                Err(Step {
+                    by,
+                    forward: true,
+                    at: probe.at,
+                })
             }
             None => Ok(()),
         }
+    }
+
+    /// A later reading in the same pass, checked both ways against the pass's first: `Err` on a
+    /// step either way (a forward one also raises the floor).
+    pub(crate) fn recheck(
+        &self,
+        first: &StoreTime,
+        probe: &StoreTime,
+        tolerance: Duration,
+    ) -> Result<(), Step> {
+        let mut s = self.inner.lock().expect("clock watch poisoned");
+        s.last = Some(*probe);
+        if let Some(by) = forward_step(first, probe, tolerance) {
+            s.floor = Some(s.floor.map_or(probe.at, |f| f.max(probe.at)));
+            return Err(Step {
+                by,
+                forward: true,
+                at: probe.at,
+            });
+        }
+        match backward_step(first, probe, tolerance) {
+            Some(by) => Err(Step {
+                by,
+                forward: false,
+                at: probe.at,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Raise the floor to `floor` (one read from the bank).
+    pub(crate) fn raise_floor(&self, floor: DateTime<Utc>) {
+        let mut s = self.inner.lock().expect("clock watch poisoned");
+        s.floor = Some(s.floor.map_or(floor, |f| f.max(floor)));
     }
 
     /// Stamps older than this are judged as written at it (a step was seen there).
     pub(crate) fn floor(&self) -> Option<DateTime<Utc>> {
         self.inner.lock().expect("clock watch poisoned").floor
     }
+}
+
+/// `gc/clock-floor`: the latest store-clock step any collector of this bank saw, so that a
+/// restarted daemon or a standby taking over keeps judging older stamps from it.
+pub fn floor_path(bank: &Bank) -> Path {
+    bank.path(&["gc", "clock-floor"])
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct FloorRecord {
+    floor: DateTime<Utc>,
+}
+
+/// Read the bank's step floor (`None` when there is none).
+pub(crate) async fn read_floor(bank: &Bank) -> banklease::Result<Option<DateTime<Utc>>> {
+    let path = floor_path(bank);
+    let got = match bank.store().get(&path).await {
+        Ok(g) => g,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(banklease::Error::store("get", &path, e)),
+    };
+    let bytes = got
+        .bytes()
+        .await
+        .map_err(|e| banklease::Error::store("get", &path, e))?;
+    let record: FloorRecord =
+        serde_json::from_slice(&bytes).map_err(|e| banklease::Error::Corrupt {
+            path: path.to_string(),
+            reason: format!("not a clock-floor record: {e}"),
+        })?;
+    Ok(Some(record.floor))
+}
+
+/// Record `floor` in the bank (the caller passes the highest floor it knows).
+pub(crate) async fn write_floor(bank: &Bank, floor: DateTime<Utc>) -> banklease::Result<()> {
+    let path = floor_path(bank);
+    let body = serde_json::to_vec(&FloorRecord { floor }).expect("a floor record serialises");
+    bank.store()
+        .put(&path, PutPayload::from(body))
+        .await
+        .map_err(|e| banklease::Error::store("put", &path, e))?;
+    Ok(())
 }
 
 /// `gc/missing/<owner>`: written by the first pass that finds the owner's lease missing.
@@ -226,13 +339,51 @@ mod tests {
         let base = Instant::now();
         let tol = Duration::from_millis(100);
         let watch = ClockWatch::default();
-        assert!(watch.observe(&probe(base, 0, 10, 5), tol).is_ok());
+        assert!(watch.start(&probe(base, 0, 10, 5), tol).is_ok());
         let stepped = probe(base, 1_000, 1_010, 7_200_000);
-        assert!(watch.observe(&stepped, tol).is_err());
+        assert!(watch.start(&stepped, tol).is_err());
         assert_eq!(watch.floor(), Some(stepped.at));
         assert!(watch
-            .observe(&probe(base, 2_000, 2_010, 7_201_000), tol)
+            .start(&probe(base, 2_000, 2_010, 7_201_000), tol)
             .is_ok());
         assert_eq!(watch.floor(), Some(stepped.at));
+    }
+
+    #[test]
+    fn within_a_pass_a_step_either_way_is_refused() {
+        let base = Instant::now();
+        let tol = Duration::from_millis(100);
+        let watch = ClockWatch::default();
+        let first = probe(base, 0, 10, 5);
+        assert!(watch.start(&first, tol).is_ok());
+        assert!(watch
+            .recheck(&first, &probe(base, 5_000, 5_010, 5_005), tol)
+            .is_ok());
+        let back = watch
+            .recheck(&first, &probe(base, 5_000, 5_010, -900_000), tol)
+            .unwrap_err();
+        assert!(
+            !back.forward && back.by >= Duration::from_secs(900),
+            "{back:?}"
+        );
+        assert_eq!(watch.floor(), None, "a backward step raises no floor");
+        let fwd = watch
+            .recheck(&first, &probe(base, 5_000, 5_010, 905_000), tol)
+            .unwrap_err();
+        assert!(fwd.forward);
+        assert!(watch.floor().is_some());
+    }
+
+    #[test]
+    fn an_old_baseline_is_no_reference() {
+        let base = Instant::now();
+        let tol = Duration::from_millis(100);
+        let watch = ClockWatch::default();
+        assert!(watch.start(&probe(base, 0, 10, 5), tol).is_ok());
+        // Two hours later, with a 10-second step: the rate allowance would hide it anyway.
+        let later = 7_200_000;
+        assert!(watch
+            .start(&probe(base, later, later + 10, later as i64 + 10_000), tol)
+            .is_ok());
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use banklease::checkpoint::{self, Checkpoint, Status};
-use banklease::clock::{MockClock, SharedClock};
+use banklease::clock::{Clock, MockClock, SharedClock};
 use banklease::sim_store::{SimStore, StoreClock};
 use banklease::{Bank, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, GcOptions, PassReport};
@@ -35,8 +35,35 @@ fn options(grace: Duration) -> GcOptions {
     }
 }
 
+/// The store host's wall clock: follows the world's mock clock, and can be stepped back (an NTP
+/// step, `date -s`), which `StoreClock::jump_forward` cannot do.
+#[derive(Debug, Clone)]
+struct Wall {
+    world: MockClock,
+    back: Arc<std::sync::Mutex<Duration>>,
+}
+
+impl Clock for Wall {
+    fn now(&self) -> std::time::Instant {
+        self.world.now()
+    }
+    fn system_now(&self) -> std::time::SystemTime {
+        self.world.system_now() - *self.back.lock().unwrap()
+    }
+    fn sleep(&self, duration: Duration) -> banklease::clock::Sleep {
+        self.world.sleep(duration)
+    }
+}
+
+impl Wall {
+    fn step_back(&self, by: Duration) {
+        *self.back.lock().unwrap() += by;
+    }
+}
+
 struct World {
     clock: MockClock,
+    wall: Wall,
     shared: SharedClock,
     sim: SimStore,
     owner_bank: Bank,
@@ -46,9 +73,14 @@ struct World {
 
 fn world() -> World {
     let clock = MockClock::new();
-    let sim = SimStore::new(StoreClock::new(clock.clone()));
+    let wall = Wall {
+        world: clock.clone(),
+        back: Arc::default(),
+    };
+    let sim = SimStore::new(StoreClock::new(wall.clone()));
     let gate = GateStore::new(sim.clone());
     World {
+        wall,
         shared: Arc::new(clock.clone()),
         owner_bank: Bank::from_store(Arc::new(sim.clone()), "", "sim"),
         gc_bank: Bank::from_store(Arc::new(gate.clone()), "", "sim"),
@@ -315,4 +347,163 @@ async fn a_store_clock_step_between_passes_collects_nothing() {
     cp.complete(Status::Available)
         .await
         .expect("the live owner completes its checkpoint");
+}
+
+// ---- found by the review of the first fixes -------------------------------------------------
+
+/// The store clock steps back an hour after the pass's first reading: the owner's renewal is
+/// stamped an hour "earlier" and looks expired against that reading. The second reading, taken
+/// before anything is deleted, sees the step and the pass deletes nothing.
+#[tokio::test]
+async fn a_backward_step_during_a_pass_collects_nothing() {
+    let w = world();
+    let lease = w.owner("owner-h").await;
+    let cp = Checkpoint::create(&lease, "cp-h").await.unwrap();
+    let gc = w.collector(GRACE);
+    assert_eq!(pass(&gc).await.collected, 0);
+    w.live_for(&lease, Duration::from_secs(3)).await;
+
+    // Hold the answer to the pass's first clock reading (a HEAD of `_banklease/clock`).
+    let held = w.gate.hold_next_read("_banklease/clock");
+    let running = tokio::spawn({
+        let gc = gc.clone();
+        async move { gc.run_pass().await }
+    });
+    held.served.await.unwrap();
+    w.wall.step_back(Duration::from_secs(3600));
+    lease.renew().await.unwrap();
+    held.release.send(()).unwrap();
+    let report = running.await.unwrap();
+    assert!(
+        report
+            .as_ref()
+            .map_or(true, |r| r.collected == 0 && r.leases_reaped == 0),
+        "{report:?}"
+    );
+    assert!(lease.check_validity());
+    cp.complete(Status::Available)
+        .await
+        .expect("the live owner completes its checkpoint");
+}
+
+/// A step seen by one collector is remembered in the bank: a fresh collector (a restart, a
+/// standby taking over, `banklease gc`) judges stamps older than the step from the step.
+#[tokio::test]
+async fn a_step_seen_once_is_remembered_by_the_next_collector() {
+    let w = world();
+    let lease = w.owner("owner-i").await;
+    let cp = Checkpoint::create(&lease, "cp-i").await.unwrap();
+    let first = w.collector(GRACE);
+    assert_eq!(pass(&first).await.collected, 0);
+    w.live_for(&lease, Duration::from_secs(2)).await;
+    w.sim.clock().jump_forward(Duration::from_secs(3600));
+    assert!(first.run_pass().await.is_err(), "the step is seen");
+    // A new process, before the owner renewed again.
+    let fresh = w.collector(GRACE);
+    let report = fresh.run_pass().await;
+    assert!(
+        report.as_ref().map_or(true, |r| r.collected == 0),
+        "{report:?}"
+    );
+    cp.complete(Status::Available).await.unwrap();
+}
+
+/// A false 404 on a live owner's lease (a lagging replica) writes a missing-since record. If the
+/// record outlived the episode, the owner's real death years later would find it old and skip
+/// the grace. Seen alive, the record is forgotten.
+#[tokio::test]
+async fn a_missing_since_record_does_not_outlive_its_episode() {
+    let w = world();
+    let grace = Duration::from_secs(600);
+    let lease = w.owner("owner-j").await;
+    let _cp = Checkpoint::create(&lease, "cp-j").await.unwrap();
+    let gc = w.collector(grace);
+    let false_404 = w.gate.not_found_next("leases/owner-j");
+    false_404.release.send(()).unwrap();
+    let r = pass(&gc).await;
+    assert_eq!((r.collected, r.in_grace), (0, 1), "{r:?}");
+    // The owner lives on for longer than the grace, judged alive by each pass.
+    for _ in 0..12 {
+        w.live_for(&lease, Duration::from_secs(60)).await;
+        assert_eq!(pass(&gc).await.alive, 1);
+    }
+    // It dies; Swift's backstop removes its lease.
+    drop(lease);
+    w.clock.advance(EXPIRE + Duration::from_secs(60));
+    w.sim.delete(&Path::from("leases/owner-j")).await.unwrap();
+    let r = pass(&gc).await;
+    assert_eq!(
+        r.collected, 0,
+        "grace starts now, not at the false 404: {r:?}"
+    );
+}
+
+/// A GC decision beside an `available` index.json (a restored bank, a lost race on a store
+/// without atomic create-if-absent): the checkpoint is not protecting, so nothing is deleted.
+#[tokio::test]
+async fn a_gc_decision_over_an_available_checkpoint_deletes_nothing() {
+    let w = world();
+    let lease = w.owner("owner-k").await;
+    let cp = Checkpoint::create(&lease, "cp-k").await.unwrap();
+    cp.put_data("vol", PutPayload::from_static(b"bytes"))
+        .await
+        .unwrap();
+    cp.complete(Status::Available).await.unwrap();
+    let decision_path = checkpoint::decision_path(&w.owner_bank, "cp-k");
+    w.sim.delete(&decision_path).await.unwrap();
+    let gc_decision = checkpoint::Decision {
+        format: checkpoint::CHECKPOINT_FORMAT,
+        checkpoint_id: "cp-k".to_owned(),
+        owner_id: lease.owner_id().clone(),
+        by: checkpoint::Decider::Gc,
+        outcome: Status::Deleted,
+        token: "t".to_owned(),
+        decided_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+    };
+    checkpoint::decide(&w.owner_bank, gc_decision)
+        .await
+        .unwrap();
+    let marker = checkpoint::marker_path(&w.owner_bank, lease.owner_id(), "cp-k");
+    w.sim.put(&marker, PutPayload::default()).await.unwrap();
+    drop(lease);
+    w.clock
+        .advance(EXPIRE + MARGIN + GRACE + Duration::from_secs(1));
+    let r = pass(&w.collector(GRACE)).await;
+    assert_eq!(r.collected, 0, "{r:?}");
+    assert!(w.exists(&Path::from("checkpoints/cp-k/data/vol")).await);
+    let record = checkpoint::read_checkpoint(&w.owner_bank, "cp-k")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, Status::Available);
+}
+
+/// A dead owner's marker for id X has no index.json; while the GC is deciding, a live owner
+/// creates X. The GC must not collect the live owner's checkpoint under the dead one's marker.
+#[tokio::test]
+async fn a_marker_without_metadata_never_collects_a_checkpoint_created_meanwhile() {
+    let w = world();
+    let dead = w.owner("owner-l").await;
+    let marker = checkpoint::marker_path(&w.owner_bank, dead.owner_id(), "cp-x");
+    w.sim.put(&marker, PutPayload::default()).await.unwrap();
+    drop(dead);
+    w.clock
+        .advance(EXPIRE + MARGIN + GRACE + Duration::from_secs(1));
+    let live = w.owner("owner-m").await;
+    let gc = w.collector(GRACE);
+    // Hold the GC's read of X's index.json (served: not there yet).
+    let held = w.gate.hold_next_read("checkpoints/cp-x/index.json");
+    let running = tokio::spawn(async move { gc.run_pass().await });
+    held.served.await.unwrap();
+    let cp = Checkpoint::create(&live, "cp-x").await.unwrap();
+    cp.put_data("vol", PutPayload::from_static(b"live"))
+        .await
+        .unwrap();
+    held.release.send(()).unwrap();
+    let r = running.await.unwrap().unwrap();
+    assert_eq!(r.collected, 0, "{r:?}");
+    assert!(w.exists(&Path::from("checkpoints/cp-x/data/vol")).await);
+    cp.complete(Status::Available)
+        .await
+        .expect("the live owner's checkpoint is its own");
 }

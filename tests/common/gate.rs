@@ -31,6 +31,8 @@ pub struct Held {
 struct Hold {
     suffix: String,
     skip: usize,
+    /// Answer NotFound instead of serving the read (a lagging replica's false 404).
+    not_found: bool,
     served: oneshot::Sender<()>,
     release: oneshot::Receiver<()>,
 }
@@ -76,6 +78,7 @@ impl<T: ObjectStore> GateStore<T> {
         self.holds.lock().unwrap().push(Hold {
             suffix: suffix.to_owned(),
             skip,
+            not_found: false,
             served: served_tx,
             release: release_rx,
         });
@@ -83,6 +86,14 @@ impl<T: ObjectStore> GateStore<T> {
             served: served_rx,
             release: release_tx,
         }
+    }
+
+    /// Answer the next GET (or HEAD) whose path ends with `suffix` with NotFound, as a replica
+    /// that missed the object would; the returned handle works as for a held read.
+    pub fn not_found_next(&self, suffix: &str) -> Held {
+        let held = self.hold_read(suffix, 0);
+        self.holds.lock().unwrap().last_mut().unwrap().not_found = true;
+        held
     }
 
     fn take_hold(&self, location: &Path) -> Option<Hold> {
@@ -119,7 +130,13 @@ impl<T: ObjectStore> ObjectStore for GateStore<T> {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         let hold = self.take_hold(location);
-        let result = self.inner.get_opts(location, options).await;
+        let result = match &hold {
+            Some(h) if h.not_found => Err(object_store::Error::NotFound {
+                path: location.to_string(),
+                source: "gate: a replica without the object".into(),
+            }),
+            _ => self.inner.get_opts(location, options).await,
+        };
         if let Some(hold) = hold {
             let _ = hold.served.send(());
             let _ = hold.release.await;
