@@ -37,7 +37,9 @@ pub type SharedClock = Arc<dyn Clock>;
 /// still had 30 s, while the store's clock (and every observer) moved on. `now()` therefore adds
 /// the time the host has spent suspended since this process first asked — the growth of
 /// `CLOCK_BOOTTIME − CLOCK_MONOTONIC`, which only changes across a suspend. Sleeps still run on
-/// tokio's timer (they may wake late after a resume); every judgement reads `now()`.
+/// tokio's timer (they may wake late after a resume: a keeper then finds its lease Lost rather
+/// than renewing it in time); every judgement reads `now()`. Linux only: elsewhere no suspended
+/// time is counted.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
@@ -64,33 +66,49 @@ mod suspend {
     use std::sync::OnceLock;
     use std::time::Duration;
 
-    /// `CLOCK_BOOTTIME − CLOCK_MONOTONIC` when this process first asked.
+    /// `CLOCK_BOOTTIME − CLOCK_MONOTONIC` when this process first asked (a lower bound).
     static BASE: OnceLock<Duration> = OnceLock::new();
+    /// The most suspended time ever returned, in ns: `now()` never goes back even when a
+    /// preemption between two clock reads makes one estimate larger than the next.
+    static MAX_NS: AtomicU64 = AtomicU64::new(0);
     /// Suspended time added by [`super::simulate_suspend`] (tests only).
     static SIMULATED_NS: AtomicU64 = AtomicU64::new(0);
 
     #[cfg(target_os = "linux")]
-    fn gap() -> Duration {
+    fn ns(t: rustix::time::Timespec) -> Duration {
+        Duration::new(
+            t.tv_sec.max(0) as u64,
+            t.tv_nsec.clamp(0, 999_999_999) as u32,
+        )
+    }
+
+    /// Bounds on `CLOCK_BOOTTIME − CLOCK_MONOTONIC`: the boot-time read lies between the two
+    /// monotonic reads, so `boot − mono_after ≤ gap ≤ boot − mono_before`.
+    #[cfg(target_os = "linux")]
+    fn gap_bounds() -> (Duration, Duration) {
         use rustix::time::{clock_gettime, ClockId};
-        let d = |t: rustix::time::Timespec| {
-            Duration::new(
-                t.tv_sec.max(0) as u64,
-                t.tv_nsec.clamp(0, 999_999_999) as u32,
-            )
-        };
-        d(clock_gettime(ClockId::Boottime)).saturating_sub(d(clock_gettime(ClockId::Monotonic)))
+        let before = ns(clock_gettime(ClockId::Monotonic));
+        let boot = ns(clock_gettime(ClockId::Boottime));
+        let after = ns(clock_gettime(ClockId::Monotonic));
+        (boot.saturating_sub(after), boot.saturating_sub(before))
     }
 
+    /// Elsewhere, no suspended time is counted (the invariant holds on Linux only).
     #[cfg(not(target_os = "linux"))]
-    fn gap() -> Duration {
-        Duration::ZERO
+    fn gap_bounds() -> (Duration, Duration) {
+        (Duration::ZERO, Duration::ZERO)
     }
 
-    /// Suspended time since this process first asked (never decreasing in practice: the gap
-    /// only grows, across suspends).
+    /// Suspended time since this process first asked, counted generously (the upper bound of the
+    /// gap now against the lower bound at start: the owner's validity may run out a few µs early,
+    /// never late), and never decreasing.
     pub(super) fn suspended() -> Duration {
-        let base = *BASE.get_or_init(gap);
-        gap().saturating_sub(base) + Duration::from_nanos(SIMULATED_NS.load(Ordering::SeqCst))
+        let base = *BASE.get_or_init(|| gap_bounds().0);
+        let estimate = gap_bounds().1.saturating_sub(base)
+            + Duration::from_nanos(SIMULATED_NS.load(Ordering::SeqCst));
+        let estimate_ns = u64::try_from(estimate.as_nanos()).unwrap_or(u64::MAX);
+        let previous = MAX_NS.fetch_max(estimate_ns, Ordering::SeqCst);
+        Duration::from_nanos(previous.max(estimate_ns))
     }
 
     #[cfg(any(test, feature = "test-util"))]

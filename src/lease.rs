@@ -562,7 +562,7 @@ impl OwnerLease {
     /// object may no longer be ours.
     pub async fn release(&self) -> Result<()> {
         let _op = self.shared.op.lock().await;
-        {
+        let deadline = {
             let now = self.shared.clock.now();
             let mut inner = self.lock();
             // A held lease whose validity ran out unnoticed may already be someone else's
@@ -577,21 +577,49 @@ impl OwnerLease {
                     self.set_phase(Phase::Released);
                     return Ok(());
                 }
-                Phase::Held(_) => {}
+                Phase::Held(h) => {
+                    // A release is an update like any other: it needs `validity_window` left,
+                    // or its DELETE (retried by the client, or delayed) could land after a
+                    // successor took the key over and delete the successor's lease.
+                    let valid_until = h.valid_until;
+                    let left = valid_until.saturating_duration_since(now);
+                    if left < self.shared.windows.validity_window {
+                        tracing::warn!(owner_id = %self.shared.owner, left = ?left,
+                            "releasing with less than validity_window left: leaving the lease \
+                             object to expire");
+                        drop(inner);
+                        self.set_phase(Phase::Released);
+                        return Ok(());
+                    }
+                    valid_until
+                }
             }
-        }
+        };
         // Invariant: the lease stops being valid *before* the delete is sent. Once the delete
         // lands, observers see the lease Missing and may collect; an owner still believing its
         // lease (answer pending, or lost) would then race the GC. Released is final either way:
         // a failed delete leaves an object that simply expires on the store clock.
         self.set_phase(Phase::Released);
         let path = self.shared.path.clone();
-        match self.shared.bank.store().delete(&path).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+        let left = deadline.saturating_duration_since(self.shared.clock.now());
+        // Abandoned (client retries stop) once the validity it was sent under runs out.
+        let outcome = tokio::select! {
+            biased;
+            r = self.shared.bank.store().delete(&path) => Some(r),
+            () = self.shared.clock.sleep(left) => None,
+        };
+        match outcome {
+            Some(Ok(()) | Err(object_store::Error::NotFound { .. })) => {
                 tracing::info!(owner_id = %self.shared.owner, "lease released");
                 Ok(())
             }
-            Err(e) => Err(Error::store("delete", &path, e)),
+            Some(Err(e)) => Err(Error::store("delete", &path, e)),
+            None => {
+                tracing::warn!(owner_id = %self.shared.owner,
+                    "release abandoned: the delete outlasted the validity; the lease object \
+                     expires on the store clock");
+                Ok(())
+            }
         }
     }
 

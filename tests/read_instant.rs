@@ -257,3 +257,68 @@ async fn an_ambiguous_create_keeps_its_marker() {
         "completed: marker removed"
     );
 }
+
+/// A release is an update: with less than `validity_window` left its DELETE could land after a
+/// successor took the key over, so it sends none and lets the object expire.
+#[tokio::test]
+async fn release_with_less_than_the_validity_window_left_sends_no_delete() {
+    let w = world();
+    let lease = OwnerLease::acquire(
+        &w.owner_bank,
+        OwnerId::parse("late").unwrap(),
+        windows(),
+        w.shared.clone(),
+    )
+    .await
+    .unwrap();
+    w.clock.advance(Duration::from_millis(9_500));
+    lease.release().await.unwrap();
+    assert!(!lease.check_validity());
+    assert!(
+        banklease::lease::read_lease(&w.owner_bank, lease.owner_id())
+            .await
+            .unwrap()
+            .is_some(),
+        "the object is left to expire on the store clock"
+    );
+}
+
+/// `adopt` over an id proven to be another owner's removes the marker the ambiguous create left,
+/// which would otherwise sit on the GC's work list for ever.
+#[tokio::test]
+async fn adopt_of_another_owners_checkpoint_removes_our_marker() {
+    let w = world();
+    let lease = OwnerLease::acquire(
+        &w.owner_bank,
+        OwnerId::parse("me").unwrap(),
+        windows(),
+        w.shared.clone(),
+    )
+    .await
+    .unwrap();
+    let marker = checkpoint::marker_path(&w.owner_bank, lease.owner_id(), "cp9");
+    let theirs = checkpoint::CheckpointRecord {
+        format: checkpoint::CHECKPOINT_FORMAT,
+        id: "cp9".to_owned(),
+        owner_id: OwnerId::parse("them").unwrap(),
+        status: Status::Protecting,
+        created_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+    };
+    w.sim
+        .put(&marker, object_store::PutPayload::default())
+        .await
+        .unwrap();
+    w.sim
+        .put(
+            &checkpoint::index_path(&w.owner_bank, "cp9"),
+            serde_json::to_vec(&theirs).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    let err = Checkpoint::adopt(&lease, "cp9").await.unwrap_err();
+    assert!(matches!(err, Error::CheckpointExists { .. }), "{err}");
+    assert!(
+        w.sim.head(&marker).await.is_err(),
+        "our stray marker is gone"
+    );
+}

@@ -326,9 +326,18 @@ async fn validity_check(ctx: &Ctx, owner: &str, window: Option<Duration>) -> Res
     let owner = OwnerId::parse(owner)?;
     let window = window.unwrap_or(ctx.config.lease.validity_window);
     let t = ctx.store_time().await?;
+    let sent = ctx.clock.now();
     let view = ctx.observer().view(&owner, &t).await;
+    let received = ctx.clock.now();
+    // The view is judged at a *lower* bound of the store's time (right for "is it dead?"). For
+    // "may it start an update?" the answer must hold at an *upper* bound: at receipt, with the
+    // probe stamped as early as it could have been. The difference is both round trips plus the
+    // read staleness the lower bound deducted.
+    let uncertainty = received.saturating_duration_since(sent)
+        + t.observed.saturating_duration_since(t.sent)
+        + ctx.config.gc.read_staleness;
     let remaining = match &view {
-        LeaseView::Alive { remaining, .. } => *remaining,
+        LeaseView::Alive { remaining, .. } => remaining.saturating_sub(uncertainty),
         _ => Duration::ZERO,
     };
     let ok = matches!(view, LeaseView::Alive { .. }) && remaining >= window;
@@ -948,6 +957,21 @@ async fn gc(ctx: &Ctx, dry_run: bool, force: bool) -> Result<Outcome> {
     let mut options = banklease_gc::GcOptions::from_config(&ctx.config);
     options.dry_run |= dry_run;
     options.force = force;
+    // As the daemon: a margin below the store's stamp resolution cannot absorb the truncation.
+    let resolution = ctx
+        .bank
+        .stamp_resolution(&ctx.clock)
+        .await
+        .with_context(|| format!("cannot read the store clock of bank=`{}`", ctx.bank.label()))?;
+    if options.skew_margin < resolution {
+        anyhow::bail!(
+            "refusing to collect: lease.skew_margin=`{}` is below the store's timestamp \
+             resolution=`{}` on bank=`{}`; set lease.skew_margin to at least the resolution",
+            humantime::format_duration(options.skew_margin),
+            humantime::format_duration(resolution),
+            ctx.bank.label()
+        );
+    }
     let collector = banklease_gc::Collector::new(ctx.bank.clone(), ctx.clock.clone(), options);
     let report: banklease_gc::PassReport = collector
         .run_pass()

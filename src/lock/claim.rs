@@ -10,6 +10,7 @@
 
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 
 use super::fence::Fence;
@@ -126,7 +127,10 @@ impl Locks {
             let now = self.clock.now();
             let margin = chrono::Duration::from_std(self.margin).unwrap_or(chrono::Duration::MAX);
             let old = chrono::Duration::from_std(rec.duration()).unwrap_or(chrono::Duration::MAX);
-            let ends = meta.last_modified + old;
+            let ends = meta
+                .last_modified
+                .checked_add_signed(old)
+                .unwrap_or(DateTime::<Utc>::MAX_UTC);
             // Held for at least this long more: the store may be ahead of our lower bound.
             let left_at_least = (ends - margin - sc_now.upper(now))
                 .to_std()
@@ -183,13 +187,14 @@ impl Locks {
         let path = self.lock_path(key);
         let mut sc = LazyStoreClock::new();
         for _ in 0..CONTENTION_ROUNDS {
+            let sent = self.clock.now();
             let Some((rec, meta)) = read_record(&self.bank, &path).await? else {
                 return Ok(None);
             };
             let Some(holder) = rec.holder.clone() else {
                 return Ok(None);
             };
-            let now = sc.lower_now(self).await?;
+            let now = sc.lower_at(self, sent).await?;
             if let Judged::Held { remaining } = judge(&rec, meta.last_modified, now, self.margin) {
                 return Err(Error::Unavailable {
                     key: self.full_key(key),
@@ -239,8 +244,13 @@ impl Locks {
             if let Err(e) = Self::validate_key(&key) {
                 return Ok::<_, Error>((key, Err(e.to_string())));
             }
+            let sent = self.clock.now();
             let read = read_record(&self.bank, &self.lock_path(&key)).await;
-            Ok((key, read.map_err(|e| crate::observe::error_chain(&e))))
+            Ok((
+                key,
+                read.map(|r| r.map(|(rec, meta)| (rec, meta, sent)))
+                    .map_err(|e| crate::observe::error_chain(&e)),
+            ))
         }))
         .buffered(SNAPSHOT_CONCURRENCY)
         .try_collect::<Vec<_>>()
@@ -249,8 +259,8 @@ impl Locks {
         for (key, read) in reads {
             match read {
                 Ok(None) => {}
-                Ok(Some((rec, meta))) => {
-                    let now = store_clock.lower(self.clock.now());
+                Ok(Some((rec, meta, sent))) => {
+                    let now = store_clock.lower(sent);
                     let state = match (
                         &rec.holder,
                         judge(&rec, meta.last_modified, now, self.margin),

@@ -204,9 +204,11 @@ impl LazyStoreClock {
     }
 
     /// The store's time now, at least.
-    pub(crate) async fn lower_now(&mut self, locks: &Locks) -> Result<DateTime<Utc>> {
+    /// The store's time, at least, at monotonic instant `sent`: the instant taken before the
+    /// read being judged was sent (a read is judged at the instant before it was sent).
+    pub(crate) async fn lower_at(&mut self, locks: &Locks, sent: Instant) -> Result<DateTime<Utc>> {
         let sc = self.get(locks).await?;
-        Ok(sc.lower(locks.clock.now()))
+        Ok(sc.lower(sent))
     }
 }
 
@@ -226,6 +228,7 @@ pub(crate) async fn take(locks: &Locks, key: &str, spec: &Spec<'_>) -> Result<Gr
     let path = locks.lock_path(key);
     let mut sc = LazyStoreClock::new();
     for _ in 0..CONTENTION_ROUNDS {
+        let sent = locks.clock.now();
         let current = read_record(&locks.bank, &path).await?;
         // `replacing_own`: the owner's own live holding, replaced by a new acquisition. Anything
         // else taken here is free or expired, and goes to the first live waiter if there is one.
@@ -237,7 +240,7 @@ pub(crate) async fn take(locks: &Locks, key: &str, spec: &Spec<'_>) -> Result<Gr
                     Some(_) => judge(
                         rec,
                         meta.last_modified,
-                        sc.lower_now(locks).await?,
+                        sc.lower_at(locks, sent).await?,
                         locks.margin,
                     ),
                 };
@@ -363,6 +366,7 @@ impl Locks {
         let path = self.lock_path(key);
         let mut sc = LazyStoreClock::new();
         for _ in 0..CONTENTION_ROUNDS {
+            let sent = self.clock.now();
             let Some((rec, meta)) = read_record(&self.bank, &path).await? else {
                 return Ok(Release::Free);
             };
@@ -378,7 +382,7 @@ impl Locks {
                     }
                 }
                 Some(h) => {
-                    let now = sc.lower_now(self).await?;
+                    let now = sc.lower_at(self, sent).await?;
                     return match judge(&rec, meta.last_modified, now, self.margin) {
                         Judged::Held { remaining } => Err(unavailable(self, key, h, remaining)),
                         _ => Ok(Release::Free),
@@ -411,6 +415,7 @@ impl Locks {
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>> {
         Self::validate_key(key)?;
         support::ensure_supported(&self.bank).await?;
+        let sent = self.clock.now();
         let Some((rec, meta)) = read_record(&self.bank, &self.lock_path(key)).await? else {
             return Ok(None);
         };
@@ -418,7 +423,7 @@ impl Locks {
         let state = match &rec.holder {
             None => LockState::Free,
             Some(h) => {
-                let now = sc.lower_now(self).await?;
+                let now = sc.lower_at(self, sent).await?;
                 match judge(&rec, meta.last_modified, now, self.margin) {
                     Judged::Held { remaining } => LockState::Held {
                         holder: h.clone(),

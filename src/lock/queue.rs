@@ -157,13 +157,14 @@ pub(crate) async fn first_live(
         }
         let path = locks.queue_path(key).join(name.as_str());
         // Absence is trusted only from a read; a read error stops the check.
+        let sent = locks.clock.now();
         let Some((rec, meta)) = read_record(&locks.bank, &path).await? else {
             continue;
         };
         let Some(owner) = rec.holder.clone() else {
             continue;
         };
-        let now = sc.lower_now(locks).await?;
+        let now = sc.lower_at(locks, sent).await?;
         match judge(&rec, meta.last_modified, now, locks.margin) {
             Judged::Held { remaining } => {
                 return Ok(Some(Waiter {
@@ -196,13 +197,14 @@ impl Locks {
         let mut waiters = Vec::new();
         for (_, name) in list_tickets(self, key).await? {
             let path = self.queue_path(key).join(name.as_str());
+            let sent = self.clock.now();
             let Some((rec, meta)) = read_record(&self.bank, &path).await? else {
                 continue;
             };
             let Some(owner) = rec.holder.clone() else {
                 continue;
             };
-            let now = sc.lower_now(self).await?;
+            let now = sc.lower_at(self, sent).await?;
             let judged = judge(&rec, meta.last_modified, now, self.margin);
             waiters.push(Waiter {
                 ticket: name,

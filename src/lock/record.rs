@@ -12,7 +12,7 @@ use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::{Deserialize, Serialize};
 
-use crate::bank::{Bank, StoreTime};
+use crate::bank::{add_saturating, sub_saturating, Bank, StoreTime};
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
 use crate::id::validate_id;
@@ -168,16 +168,16 @@ pub fn judge(
     if record.holder.is_none() {
         return Judged::Free;
     }
-    let margin = chrono::Duration::from_std(margin).unwrap_or(chrono::Duration::MAX);
-    let duration = chrono::Duration::from_std(record.duration()).unwrap_or(chrono::Duration::MAX);
-    let expires_at = last_modified + duration;
-    if store_now >= expires_at + margin {
+    // Saturating: absurd margins or durations only ever make the holder look alive.
+    let expires_at = add_saturating(last_modified, record.duration());
+    let dead_from = add_saturating(expires_at, margin);
+    if store_now >= dead_from && dead_from < DateTime::<Utc>::MAX_UTC {
         Judged::Expired {
-            since: StoreTime::between(expires_at + margin, store_now),
+            since: StoreTime::between(dead_from, store_now),
         }
     } else {
         Judged::Held {
-            remaining: StoreTime::between(store_now, expires_at - margin),
+            remaining: StoreTime::between(store_now, sub_saturating(expires_at, margin)),
         }
     }
 }
@@ -205,8 +205,7 @@ impl StoreClock {
     /// The store's time at `now`, at most: the probe was stamped no earlier than it was asked
     /// for. For a holder's own guarantees.
     pub(crate) fn upper(&self, now: Instant) -> DateTime<Utc> {
-        let elapsed = now.saturating_duration_since(self.asked);
-        self.time.at + chrono::Duration::from_std(elapsed).unwrap_or(chrono::Duration::MAX)
+        add_saturating(self.time.at, now.saturating_duration_since(self.asked))
     }
 }
 
