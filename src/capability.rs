@@ -34,10 +34,12 @@ pub enum RenewalMechanism {
     /// only if its answer arrived while the lease was still valid on the owner's clock.
     VerifyThenOverwrite,
     /// Native Swift: the lease object is written with `X-Delete-After` and renewed by a HEAD
-    /// (the ETag must still be ours) then a POST that resets `X-Delete-After`. A POST on a
-    /// deleted object answers 404 and never re-creates it; Swift ignores If-Match, so a
-    /// replacement landing between the HEAD and the POST is not seen (timing, as above).
-    SwiftPost,
+    /// (the ETag must still be ours) then a PUT of a new body with a fresh `X-Delete-After`.
+    /// Not a POST: with several replicas, `X-Newest` reads rank replicas by their data file's
+    /// timestamp, so a replica that missed POST-only renewals would still be served, with an
+    /// old `last_modified` that makes a live owner look dead. Swift ignores If-Match, so a
+    /// replacement landing between the HEAD and the PUT is not seen (timing, as above).
+    SwiftPut,
 }
 
 /// The measured capabilities of a bank.
@@ -107,9 +109,9 @@ impl Capabilities {
         }
         let renewal = match conditional_overwrite {
             Condition::Enforced => RenewalMechanism::ConditionalUpdate,
-            // Swift refuses If-Match through our backend (it would silently ignore it) but has
-            // POST, which cannot re-create a deleted lease.
-            _ if bank.swift().is_some() => RenewalMechanism::SwiftPost,
+            // Swift refuses If-Match through our backend (it would silently ignore it); its
+            // leases carry `X-Delete-After`, set again by each renewal's PUT.
+            _ if bank.swift().is_some() => RenewalMechanism::SwiftPut,
             // An ignored condition is never relied on: fall back to the mechanism that does not
             // use it at all.
             Condition::Refused | Condition::Ignored => RenewalMechanism::VerifyThenOverwrite,

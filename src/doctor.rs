@@ -794,15 +794,15 @@ mod tests {
 
     #[test]
     fn swift_like_store_rests_on_timing_and_refuses_locks() {
-        // Swift: create enforced but racy, If-Match refused by the backend, HEAD+POST renewal.
+        // Swift: create enforced but racy, If-Match refused by the backend, HEAD+PUT renewal.
         let mut d = diagnosis(Condition::Enforced, Condition::Refused);
-        d.renewal = Some(RenewalMechanism::SwiftPost);
+        d.renewal = Some(RenewalMechanism::SwiftPut);
         d.create_race = Some(race(40, 9));
         d.expiry = Expiry::Honoured { gone_after_ms: 900 };
         let v = d.verdicts();
         assert_eq!(bases(&v), [Basis::Timing, Basis::Timing, Basis::Refused]);
         assert!(v.completion_vs_collection.why.contains("9 of 40"), "{v:?}");
-        assert!(v.owner_lease.why.contains("swift-post"), "{v:?}");
+        assert!(v.owner_lease.why.contains("swift-put"), "{v:?}");
         assert!(v.supports_leasing_and_gc());
 
         // The same store in a lucky run: completion is atomic as far as measured, the lease
@@ -882,13 +882,13 @@ mod tests {
         };
         assert_eq!(owner_lease_verdict(&caps).basis, Basis::Timing);
         let caps = capability::Capabilities {
-            renewal: RenewalMechanism::SwiftPost,
+            renewal: RenewalMechanism::SwiftPut,
             server_side_expiry: true,
             ..caps
         };
         let verdict = owner_lease_verdict(&caps);
         assert_eq!(verdict.basis, Basis::Timing);
-        assert!(verdict.why.contains("swift-post"), "{verdict:?}");
+        assert!(verdict.why.contains("swift-put"), "{verdict:?}");
         let caps = capability::Capabilities {
             create_if_absent: Condition::Ignored,
             ..caps

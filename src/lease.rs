@@ -356,7 +356,7 @@ impl OwnerLease {
         let t_send = lease.shared.clock.now();
         for attempt in 0..ACQUIRE_ATTEMPTS {
             let result = match (bank.swift(), &opts.mode) {
-                (Some(swift), PutMode::Create) if mechanism == RenewalMechanism::SwiftPost => swift
+                (Some(swift), PutMode::Create) if mechanism == RenewalMechanism::SwiftPut => swift
                     .put_with_delete_after(&path, body.clone(), swift_ttl_secs(windows), true)
                     .await
                     .map(|w| (w.e_tag, None)),
@@ -488,7 +488,7 @@ impl OwnerLease {
         let _op = self.shared.op.lock().await;
         let held = self.held_for_write()?;
         let path = self.shared.path.clone();
-        if let (RenewalMechanism::SwiftPost, Some(swift)) =
+        if let (RenewalMechanism::SwiftPut, Some(swift)) =
             (self.shared.mechanism, self.shared.bank.swift())
         {
             return self.renew_swift(swift, &held, &path).await;
@@ -505,7 +505,7 @@ impl OwnerLease {
             }),
             // Only reached if a Swift-mechanism lease lost its Swift handle: verify, then
             // overwrite, which rests on the same timing argument.
-            RenewalMechanism::VerifyThenOverwrite | RenewalMechanism::SwiftPost => {
+            RenewalMechanism::VerifyThenOverwrite | RenewalMechanism::SwiftPut => {
                 let meta = match store.head(&path).await {
                     Ok(m) => m,
                     Err(object_store::Error::NotFound { .. }) => {
@@ -625,10 +625,15 @@ impl OwnerLease {
 
     // ---- internals -------------------------------------------------------------------------
 
-    /// Swift: HEAD (still our object?), then POST a fresh `X-Delete-After`. A POST on a deleted
-    /// object is a 404 and never re-creates it. The body (token, generation) is unchanged, so
-    /// there is nothing to reconcile when a POST's answer is lost: the next renewal simply
-    /// posts again, and the owner's validity was never extended on the unknown outcome.
+    /// Swift: HEAD (still our object?), then PUT a new body (generation + 1, a new token) with
+    /// a fresh `X-Delete-After`.
+    ///
+    /// A PUT, not a POST: with several replicas, `X-Newest` reads rank replicas by the timestamp
+    /// of their data file, which a POST does not change. A replica that missed POST-only
+    /// renewals would be served to some reads with the lease's old `last_modified`, and a GC
+    /// would judge a live owner dead (measured on a 3-replica Swift, gc/tests/swift_replicas.rs).
+    /// As with verify-then-overwrite, a PUT whose answer is lost is remembered as pending and
+    /// adopted by the next renewal's read-back.
     async fn renew_swift(
         &self,
         swift: &crate::swift::SwiftStore,
@@ -643,31 +648,27 @@ impl OwnerLease {
             Err(e) => return Err(Error::store("head", path, e)),
         };
         if head.meta.e_tag != held.e_tag {
+            // Changed since our last write: ours only if it carries one of our tokens.
             if let Reconciled::Adopted(valid_until) = self.reconcile(held).await? {
                 return Ok(valid_until);
             }
         }
-        let mut headers = http::HeaderMap::new();
-        headers.insert(
-            http::HeaderName::from_static("x-delete-after"),
-            http::HeaderValue::from(swift_ttl_secs(self.shared.windows)),
-        );
+        let generation = held.generation + 1;
+        let token = new_token();
+        let body = self.body(generation, &token)?;
         // The HEAD may have hung or been retried past the validity: a lease that ran out
         // meanwhile is Lost, and its object must not be refreshed for observers now.
         self.held_for_write()?;
         let t_send = self.shared.clock.now();
-        match swift.post_metadata(path, headers).await {
-            Ok(_) => self.commit(
-                t_send,
-                held.e_tag.clone(),
-                held.version.clone(),
-                held.generation + 1,
-                held.token.clone(),
-            ),
-            Err(object_store::Error::NotFound { .. }) => {
-                Err(self.mark_lost("lease object is gone (deleted or expired)".to_owned()))
+        match swift
+            .put_with_delete_after(path, body, swift_ttl_secs(self.shared.windows), false)
+            .await
+        {
+            Ok(w) => self.commit(t_send, w.e_tag, None, generation, token),
+            Err(e) => {
+                self.remember_pending(&token, generation, t_send);
+                Err(Error::store("put", path, e))
             }
-            Err(e) => Err(Error::store("post", path, e)),
         }
     }
 

@@ -41,7 +41,7 @@ async fn mechanism_follows_the_store() {
         let expected = match backend {
             Backend::Memory | Backend::S3 => RenewalMechanism::ConditionalUpdate,
             Backend::File => RenewalMechanism::VerifyThenOverwrite,
-            Backend::Swift => RenewalMechanism::SwiftPost,
+            Backend::Swift => RenewalMechanism::SwiftPut,
         };
         let clock = MockClock::new();
         let (b, _, _dir) = bank(backend, &clock);
@@ -82,9 +82,8 @@ async fn renew_extends_from_send_time_and_generation_grows() {
             .await
             .unwrap()
             .unwrap();
-        // Swift renews by POST (the body stays as acquired); elsewhere each renewal rewrites it.
-        let expected = if backend == Backend::Swift { 1 } else { 2 };
-        assert_eq!(record.generation, expected, "{backend:?}");
+        // Every backend rewrites the body on renewal (on Swift: HEAD + PUT).
+        assert_eq!(record.generation, 2, "{backend:?}");
         assert_eq!(record.expire_window(), Duration::from_secs(30));
     }
 }
@@ -340,12 +339,7 @@ async fn keeper_renews_and_reports_loss_within_one_renew_window() {
             .await
             .unwrap()
             .unwrap();
-        if backend == Backend::Swift {
-            // POST renewals leave the body alone; the lease is alive because they landed.
-            assert_eq!(record.generation, 1, "{backend:?}: {record:?}");
-        } else {
-            assert!(record.generation >= 9, "{backend:?}: {record:?}");
-        }
+        assert!(record.generation >= 9, "{backend:?}: {record:?}");
         // Now the lease object disappears (an operator, or a GC that judged it dead).
         b.store()
             .delete(&b.lease_path(lease.owner_id()))

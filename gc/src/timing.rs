@@ -170,6 +170,12 @@ struct FloorRecord {
 /// Read the bank's step floor (`None` when there is none).
 pub(crate) async fn read_floor(bank: &Bank) -> banklease::Result<Option<DateTime<Utc>>> {
     let path = floor_path(bank);
+    // A HEAD first: almost always there is no floor, and then the pass's GETs are all lease reads.
+    match bank.store().head(&path).await {
+        Ok(_) => {}
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(banklease::Error::store("head", &path, e)),
+    }
     let got = match bank.store().get(&path).await {
         Ok(g) => g,
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
