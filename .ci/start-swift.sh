@@ -7,16 +7,27 @@
 #     secret testing, region us-east-1, path-style);
 #   - 1-replica rings, storage in a plain directory; everything under $SWIFT_ROOT
 #     (default /tmp/banklease-stores/swift) except /etc/swift/swift.conf, whose path
-#     Swift 2.30 hard-codes (written only if missing or without a hash suffix).
+#     Swift 2.30 hard-codes (written only if missing or without a hash suffix);
+#   - SWIFT_REPLICAS=3: a 3-replica *object* ring over three object servers, one device
+#     each, each with its own port ($SWIFT_BASE_PORT, +3, +4), configuration
+#     (etc/object-server-N.conf), directory (data/object-N/dN), pid file (run/object-N.pid)
+#     and log (run/object-N.log); the account and container rings keep 1 replica. No object
+#     replicator, auditor or updater runs (none is started in either mode), so an object
+#     server that was down while objects changed serves its stale copies until they are
+#     written again. `.ci/swift-object.sh stop|start|status N` stops and restarts server N
+#     (by its pid file); its path is exported as SWIFT_OBJECT_CTL.
 #
-# Idempotent: already-running daemons are left alone, rings and configs are reused.
+# Idempotent: already-running daemons are left alone, rings and configs are reused. Another
+# SWIFT_REPLICAS under the same SWIFT_ROOT rebuilds the rings and wipes the data (refused
+# while its daemons run: .ci/stop-swift.sh first).
 # No reaper daemons by default (tests rely on expired objects staying listed); set
 # SWIFT_REAPER_DAEMONS=1 to also run container-updater + object-expirer.
 #
 # Usage:  .ci/start-swift.sh          then eval the printed `export` line
 #         .ci/stop-swift.sh [--wipe]
 # Env:    SWIFT_ROOT, SWIFT_PORT (8080), SWIFT_BASE_PORT (6200), MEMCACHED_PORT (11211),
-#         SWIFT_CONTAINER (banklease-test), SWIFT_REAPER_DAEMONS (0), SWIFT_REAPER_INTERVAL (5)
+#         SWIFT_CONTAINER (banklease-test), SWIFT_REPLICAS (1 or 3; default 1),
+#         SWIFT_REAPER_DAEMONS (0), SWIFT_REAPER_INTERVAL (5)
 set -euo pipefail
 
 ROOT=${SWIFT_ROOT:-/tmp/banklease-stores/swift}
@@ -24,11 +35,25 @@ PORT=${SWIFT_PORT:-8080}
 BP=${SWIFT_BASE_PORT:-6200}
 MCPORT=${MEMCACHED_PORT:-11211}
 CONTAINER=${SWIFT_CONTAINER:-banklease-test}
+REPLICAS=${SWIFT_REPLICAS:-1}
 ETC=$ROOT/etc DATA=$ROOT/data RUN=$ROOT/run CACHE=$ROOT/cache
 OPORT=$BP CPORT=$((BP + 1)) APORT=$((BP + 2))
 BIN=/usr/bin
+HERE=$(cd "$(dirname "$0")" && pwd)
 
 fail() { echo "start-swift: $*" >&2; exit 1; }
+case "$REPLICAS" in 1 | 3) ;; *) fail "SWIFT_REPLICAS must be 1 or 3, not '$REPLICAS'" ;; esac
+# The object servers, one per line: name, port, devices directory, device.
+if [ "$REPLICAS" = 1 ]; then
+  OBJECT_SERVERS="object $OPORT $DATA d1"
+else
+  OBJECT_SERVERS="object-1 $OPORT $DATA/object-1 d1
+object-2 $((BP + 3)) $DATA/object-2 d2
+object-3 $((BP + 4)) $DATA/object-3 d3"
+fi
+running() { # name
+  [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null
+}
 
 # ---- 1. packages ------------------------------------------------------------------------
 PKGS="swift swift-proxy swift-object swift-container swift-account swift-object-expirer
@@ -61,16 +86,31 @@ if ! grep -q '^swift_hash_path_suffix' /etc/swift/swift.conf 2>/dev/null; then
 fi
 
 # ---- 3. configs ---------------------------------------------------------------------------
-mkdir -p "$ETC" "$DATA/d1" "$RUN" "$CACHE"
+# Rings built for the other replica mode are rebuilt and the data wiped (never under running
+# daemons). A root without the marker was built by the 1-replica-only version of this script.
+mkdir -p "$ETC" "$RUN"
+built=$(cat "$ETC/replicas" 2>/dev/null || echo 1)
+if [ -f "$ETC/object.ring.gz" ] && [ "$built" != "$REPLICAS" ]; then
+  for name in proxy object object-1 object-2 object-3 container account; do
+    if running "$name"; then
+      fail "the Swift under $ROOT runs with $built object replica(s), not $REPLICAS: stop it first (.ci/stop-swift.sh)"
+    fi
+  done
+  echo "start-swift: switching from $built to $REPLICAS object replica(s): new rings, data wiped"
+  rm -rf "$DATA"
+  rm -f "$ETC"/*.builder "$ETC"/*.ring.gz "$ETC"/object-server*.conf
+fi
+mkdir -p "$DATA/d1" "$CACHE"
+while read -r _ _ dir dev; do mkdir -p "$dir/$dev"; done <<<"$OBJECT_SERVERS"
 echo "$SWIFT_CONF" >"$ETC/swift.conf"
-common() { # $1 = port
+common() { # $1 = port, $2 = devices directory
   cat <<EOF
 [DEFAULT]
 bind_ip = 127.0.0.1
 bind_port = $1
 user = root
 swift_dir = $ETC
-devices = $DATA
+devices = $2
 mount_check = false
 disable_fallocate = true
 recon_cache_path = $CACHE
@@ -78,9 +118,10 @@ log_level = INFO
 workers = 1
 EOF
 }
-server() { # $1 = kind, $2 = port, $3 = extra sections
-  { common "$2"; cat <<EOF
-log_name = $1-server
+server() { # $1 = kind, $2 = port, $3 = extra sections, [$4 = devices dir, $5 = name]
+  local name=${5:-$1-server}
+  { common "$2" "${4:-$DATA}"; cat <<EOF
+log_name = $name
 [pipeline:main]
 pipeline = healthcheck recon $1-server
 [app:$1-server]
@@ -92,11 +133,15 @@ use = egg:swift#recon
 recon_cache_path = $CACHE
 $3
 EOF
-  } >"$ETC/$1-server.conf"
+  } >"$ETC/$name.conf"
 }
-server object "$OPORT" '[object-replicator]
+# object-server.conf (1 replica) or object-server-N.conf. Replicator, updater and auditor
+# have sections but are never started.
+while read -r name port dir _; do
+  server object "$port" '[object-replicator]
 [object-updater]
-[object-auditor]'
+[object-auditor]' "$dir" "object-server${name#object}"
+done <<<"$OBJECT_SERVERS"
 server container "$CPORT" "[container-replicator]
 [container-updater]
 interval = ${SWIFT_REAPER_INTERVAL:-5}
@@ -186,25 +231,35 @@ use = egg:swift#catch_errors
 use = egg:swift#proxy_logging
 EOF
 
-# ---- 4. rings: 1 replica, 1 device, part power 8 ------------------------------------------
+# ---- 4. rings, part power 8: account and container 1 replica on d1; object 1 or 3 replicas,
+#         one device per object server, each in its own zone (so with 3 replicas every server
+#         holds a copy of every object, and there is no handoff device) -----------------------
 if [ ! -f "$ETC/object.ring.gz" ] || [ ! -f "$ETC/container.ring.gz" ] || [ ! -f "$ETC/account.ring.gz" ]; then
   (
     cd "$ETC"
     rm -f ./*.builder ./*.ring.gz
-    for r in object:$OPORT container:$CPORT account:$APORT; do
+    for r in container:$CPORT account:$APORT; do
       n=${r%%:*} p=${r##*:}
       "$BIN/swift-ring-builder" "$n.builder" create 8 1 1 >/dev/null
       "$BIN/swift-ring-builder" "$n.builder" add "r1z1-127.0.0.1:$p/d1" 1 >/dev/null
       "$BIN/swift-ring-builder" "$n.builder" rebalance >/dev/null || true
     done
+    "$BIN/swift-ring-builder" object.builder create 8 "$REPLICAS" 1 >/dev/null
+    zone=1
+    while read -r _ port _ dev; do
+      "$BIN/swift-ring-builder" object.builder add "r1z$zone-127.0.0.1:$port/$dev" 1 >/dev/null
+      zone=$((zone + 1))
+    done <<<"$OBJECT_SERVERS"
+    "$BIN/swift-ring-builder" object.builder rebalance >/dev/null || true
   ) || fail "building the rings failed"
+  echo "$REPLICAS" >"$ETC/replicas"
 fi
 
 # ---- 5. processes (pid in $RUN/<name>.pid, log in $RUN/<name>.log) ------------------------
 start() { # name cmd...
   local name=$1
   shift
-  if [ -f "$RUN/$name.pid" ] && kill -0 "$(cat "$RUN/$name.pid")" 2>/dev/null; then
+  if running "$name"; then
     echo "start-swift: $name already running (pid $(cat "$RUN/$name.pid"))"
     return
   fi
@@ -214,7 +269,9 @@ start() { # name cmd...
 start memcached memcached -u memcache -l 127.0.0.1 -p "$MCPORT" -U 0 -m 64
 start account "$BIN/swift-account-server" "$ETC/account-server.conf" -v
 start container "$BIN/swift-container-server" "$ETC/container-server.conf" -v
-start object "$BIN/swift-object-server" "$ETC/object-server.conf" -v
+while read -r name _ _ _; do
+  start "$name" "$BIN/swift-object-server" "$ETC/object-server${name#object}.conf" -v
+done <<<"$OBJECT_SERVERS"
 start proxy "$BIN/swift-proxy-server" "$ETC/proxy-server.conf" -v
 if [ "${SWIFT_REAPER_DAEMONS:-0}" = 1 ]; then
   start container-updater "$BIN/swift-container-updater" "$ETC/container-server.conf" -v
@@ -243,6 +300,33 @@ if [ -z "$ok" ]; then
   tail -n 15 "$RUN"/*.log >&2 || true
   exit 1
 fi
+# Every object server answers its healthcheck (bounded: 30 s in all).
+for _ in $(seq 1 150); do
+  down=""
+  while read -r name port _ _; do
+    curl -fsS -m 2 "http://127.0.0.1:$port/healthcheck" >/dev/null 2>&1 || down="$down $name"
+  done <<<"$OBJECT_SERVERS"
+  [ -z "$down" ] && break
+  sleep 0.2
+done
+if [ -n "$down" ]; then
+  echo "start-swift: object server(s)$down NOT ready; logs in $RUN:" >&2
+  tail -n 15 "$RUN"/object*.log >&2 || true
+  exit 1
+fi
 version=$(dpkg-query -W -f='${Version}' swift 2>/dev/null || echo '?')
-echo "start-swift: Swift $version ready on http://127.0.0.1:$PORT (container $CONTAINER; S3 via s3api on the same port)"
-echo "export ST_AUTH=$AUTH ST_USER=test:tester ST_KEY=testing SWIFT_CONTAINER=$CONTAINER"
+echo "start-swift: Swift $version ready on http://127.0.0.1:$PORT (container $CONTAINER; $REPLICAS object replica(s); S3 via s3api on the same port)"
+exports="ST_AUTH=$AUTH ST_USER=test:tester ST_KEY=testing SWIFT_CONTAINER=$CONTAINER SWIFT_ROOT=$ROOT"
+if [ "$REPLICAS" = 3 ]; then
+  # What a test needs to stop and restart one object server: the helper, and each server's
+  # port, configuration and pid file, comma-separated in the order of servers 1, 2, 3.
+  ports="" confs="" pids=""
+  while read -r name port _ _; do
+    ports="$ports${ports:+,}$port"
+    confs="$confs${confs:+,}$ETC/object-server${name#object}.conf"
+    pids="$pids${pids:+,}$RUN/$name.pid"
+  done <<<"$OBJECT_SERVERS"
+  exports="$exports SWIFT_REPLICAS=3 SWIFT_OBJECT_CTL=$HERE/swift-object.sh"
+  exports="$exports SWIFT_OBJECT_PORTS=$ports SWIFT_OBJECT_CONFS=$confs SWIFT_OBJECT_PIDFILES=$pids"
+fi
+echo "export $exports"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Stop the Swift started by .ci/start-swift.sh, by the pids it recorded (never by name).
+# Stop the Swift started by .ci/start-swift.sh (1 or 3 object replicas), by the pids it
+# recorded (never by name).
 # --wipe also removes its data and configuration ($SWIFT_ROOT). Idempotent.
 set -euo pipefail
 
@@ -25,7 +26,8 @@ stop_pid() { # name pidfile
   rm -f "$f"
 }
 
-for name in object-expirer container-updater proxy object container account memcached; do
+for name in object-expirer container-updater proxy object object-1 object-2 object-3 container \
+  account memcached; do
   if [ -f "$RUN/$name.pid" ]; then stop_pid "$name" "$RUN/$name.pid"; fi
 done
 if [ "${1:-}" = "--wipe" ]; then

@@ -103,7 +103,9 @@ impl LeaseObserver {
 
     /// How old a read's answer may be on this store (replicas that lag; `gc.read_staleness`).
     /// Every read is judged this much before the instant it was sent. Zero for stores with
-    /// read-after-write consistency (S3, local files, Swift with `X-Newest`).
+    /// read-after-write consistency: S3, local files, and Swift for objects written by PUT or
+    /// DELETE, which `X-Newest` ranks (banklease renews Swift leases by PUT for that reason;
+    /// a change made by POST alone is not ranked).
     pub fn with_read_staleness(mut self, staleness: Duration) -> Self {
         self.staleness = staleness;
         self

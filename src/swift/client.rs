@@ -8,6 +8,11 @@
 //!    ([`RetryConfig`], sleeping on the [`Clock`] so tests control it);
 //! 3. on 401, re-authenticate **once** (unless another request already did) and go to 1.
 //!
+//! Every object GET and HEAD carries `X-Newest: true` (added here, so no read path can forget
+//! it): with more than one replica, the proxy otherwise answers from the first object server that
+//! has the object, which may have missed the latest writes. See the module documentation for
+//! what `X-Newest` does not cover (changes made by POST alone).
+//!
 //! Statuses are returned to the caller, which knows what a 404 or 412 means for its operation.
 //!
 //! Retried writes behave like object_store's own clients: a PUT whose first attempt landed but
@@ -28,6 +33,7 @@ use url::Url;
 
 use super::auth::{Credentials, Session};
 use super::error::{snippet, Error};
+use super::headers::X_NEWEST;
 use crate::clock::{Jitter, SharedClock};
 
 /// `X-Auth-Token`
@@ -81,6 +87,13 @@ impl<'a> Request<'a> {
     pub(crate) fn body(mut self, payload: PutPayload) -> Self {
         self.body = Some(payload);
         self
+    }
+
+    /// Whether the request reads an object (GET or HEAD), and so must ask for the newest
+    /// replica.
+    fn reads_object(&self) -> bool {
+        matches!(self.target, Target::Object(_))
+            && (self.method == Method::GET || self.method == Method::HEAD)
     }
 
     /// The path for messages: the object name, or empty for the container.
@@ -197,6 +210,9 @@ impl SwiftClient {
                     if let Some(h) = b.headers_mut() {
                         h.extend(req.headers.clone());
                         h.insert(AUTH_TOKEN, token.clone());
+                        if req.reads_object() {
+                            h.insert(X_NEWEST, HeaderValue::from_static("true"));
+                        }
                     }
                     let body = match &req.body {
                         Some(p) => HttpRequestBody::from(p.clone()),

@@ -21,6 +21,9 @@ pub(crate) const X_DELETE_AT: HeaderName = HeaderName::from_static("x-delete-at"
 pub(crate) const X_DELETE_AFTER: HeaderName = HeaderName::from_static("x-delete-after");
 /// `X-Copy-From`: server-side copy source, `/container/object`.
 pub(crate) const X_COPY_FROM: HeaderName = HeaderName::from_static("x-copy-from");
+/// `X-Newest: true` on an object GET/HEAD: the proxy asks every replica and answers with the
+/// one with the newest `X-Timestamp`, instead of the first object server that has the object.
+pub(crate) const X_NEWEST: HeaderName = HeaderName::from_static("x-newest");
 /// User metadata prefix.
 pub(crate) const META_PREFIX: &str = "x-object-meta-";
 

@@ -25,7 +25,7 @@
 //! | `PutMode::Overwrite`            | `PUT`                                     | |
 //! | `PutMode::Create`               | `PUT` + `If-None-Match: *` (412 → `AlreadyExists`) | **not atomic**: racing creators can both win |
 //! | `PutMode::Update`               | —                                         | `NotImplemented`: Swift **ignores** `If-Match` on PUT |
-//! | `get_opts`                      | `GET`/`HEAD` + `Range`, `If-*`            | dates rounded up to seconds (see below) |
+//! | `get_opts`, `head`              | `GET`/`HEAD` + `X-Newest: true`, `Range`, `If-*` | newest replica by data file (see below); dates rounded up to seconds |
 //! | `delete`                        | `DELETE` (404 → `NotFound`)               | |
 //! | `list`, `list_with_offset`      | `GET ?format=json&prefix=p/&marker=`      | paged by `limit` |
 //! | `list_with_delimiter`           | the same + `delimiter=/`                  | |
@@ -36,6 +36,30 @@
 //! `last_modified` is the object's `X-Timestamp` (the proxy's clock when the write arrived,
 //! 10 µs) from GET/HEAD and listings, falling back to `Last-Modified` (1 s, the timestamp
 //! rounded **up**). Conditional dates sent to Swift are rounded up to the second to match.
+//!
+//! **Reads ask for the newest replica.** Every object GET and HEAD this store sends
+//! (`get_opts`, `head`, [`SwiftStore::head_swift`], the source read of `copy_if_not_exists`)
+//! carries `X-Newest: true`. With more than one replica, a Swift proxy answers a read from the
+//! first object server that has the object, and that server may have missed the latest writes:
+//! it was down, or the proxy had error-limited it, when they were sent, and until a replicator
+//! runs it serves its old copy — an `index.json` still `protecting`, a marker or data object
+//! that was deleted, a lease's old `last_modified` — and an observer or the GC acts on it. With
+//! `X-Newest` the proxy asks every replica and answers with the newest, at the price of one
+//! object-server request per replica (one hung object server delays a read by the proxy's
+//! `node_timeout`; one that refuses connections costs nothing). On a 1-replica ring it changes
+//! nothing.
+//!
+//! **What `X-Newest` does not cover: changes made by POST alone.** The proxy ranks replicas by
+//! the timestamp of their *data file* (`X-Backend-Data-Timestamp`, the last PUT), not by the
+//! metadata's `X-Timestamp`; replicas that differ only by POSTs tie, and the proxy answers from
+//! any of them (read in Swift 2.30's and 2.38's `proxy/controllers/base.py`, and measured). A
+//! lease renewed by [`SwiftStore::post_metadata`] would keep its data file, and a replica that
+//! missed renewals was served to a third or more of the reads, `X-Newest` or not; that is why
+//! Swift leases are renewed by a PUT, which writes a new data file that `X-Newest` ranks.
+//! PUTs and DELETEs (checkpoints, markers, decisions, data) are covered: a deletion's
+//! tombstone outranks an older copy. `gc/tests/swift_replicas.rs` shows both on a 3-replica
+//! Swift with a stale object server; `every_object_get_and_head_asks_for_the_newest_replica`
+//! that the header is sent. Listings come from the container servers and are not affected.
 //!
 //! Expiry (`X-Delete-After`/`X-Delete-At`) makes GET/HEAD answer 404 from the deadline on, but a
 //! container listing keeps showing the object until Swift's expirer has run.
@@ -263,6 +287,9 @@ impl SwiftStore {
     /// A POST **replaces all user metadata** (send every `X-Object-Meta-*` again), removes an
     /// `X-Delete-At` that is not sent again, and changes `X-Timestamp`/`Last-Modified` but not
     /// the ETag. Conditions (`If-Match`) on POST are ignored by Swift.
+    ///
+    /// With several replicas, a change made by POST alone is **not** what `X-Newest` reads
+    /// rank: a replica that missed the POST can still be served (see the module documentation).
     pub async fn post_metadata(&self, location: &Path, headers: HeaderMap) -> Result<SwiftWrite> {
         let req = Request::new(Method::POST, Target::Object(location))
             .headers(headers)

@@ -29,6 +29,8 @@ struct FakeState {
     object_requests: u32,
     auth_bodies: Vec<String>,
     seen_urls: Vec<String>,
+    /// Every request after authentication: method, URL path, and its `X-Newest` header.
+    seen_newest: Vec<(Method, String, Option<String>)>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -72,6 +74,13 @@ impl HttpService for Fake {
             ));
         }
         s.object_requests += 1;
+        let newest = parts
+            .headers
+            .get("x-newest")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        s.seen_newest
+            .push((parts.method.clone(), parts.uri.path().to_owned(), newest));
         if !s.fail_with.is_empty() {
             let status = s.fail_with.remove(0);
             return Ok(respond(status, &[], "<html>fail</html>".into()));
@@ -222,6 +231,49 @@ async fn server_errors_are_retried_and_404_is_not_found() {
     fake.state().fail_with = vec![StatusCode::SERVICE_UNAVAILABLE; 10];
     let err = store.head(&Path::from("x")).await.unwrap_err();
     assert!(err.to_string().contains("503"), "{err}");
+}
+
+/// With several replicas, a Swift proxy answers a GET or HEAD from the first object server that
+/// has the object, which may have missed the latest PUTs and POSTs (a lease renewal). Every
+/// object read must ask for the newest replica; writes, deletions and container requests need
+/// not.
+#[tokio::test]
+async fn every_object_get_and_head_asks_for_the_newest_replica() {
+    let fake = Fake::default();
+    let store = keystone_store(&fake);
+    let p = Path::from("leases/owner");
+    // The fake answers 404 to reads; only what was sent matters here.
+    let _ = store.get(&p).await;
+    let _ = store.head(&p).await;
+    let _ = store
+        .get_opts(
+            &p,
+            GetOptions {
+                range: Some((0..4).into()),
+                ..GetOptions::default()
+            },
+        )
+        .await;
+    let _ = store.head_swift(&p).await;
+    let _ = store.copy_if_not_exists(&p, &Path::from("copy")).await;
+    store.put(&p, "x".into()).await.unwrap();
+    let _ = store.delete(&p).await;
+    let s = fake.state();
+    let reads: Vec<_> = s
+        .seen_newest
+        .iter()
+        .filter(|(m, _, _)| *m == Method::GET || *m == Method::HEAD)
+        .collect();
+    assert_eq!(reads.len(), 5, "{:?}", s.seen_newest);
+    for (method, path, newest) in &reads {
+        assert_eq!(path, "/v1/AUTH_p/c/leases/owner", "{method}");
+        assert_eq!(newest.as_deref(), Some("true"), "{method} {path}");
+    }
+    for (method, path, newest) in &s.seen_newest {
+        if *method != Method::GET && *method != Method::HEAD {
+            assert_eq!(newest, &None, "{method} {path}");
+        }
+    }
 }
 
 #[test]
