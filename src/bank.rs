@@ -219,22 +219,47 @@ impl Bank {
     /// `last_modified`. See [`StoreTime`].
     pub async fn store_time(&self, clock: &SharedClock) -> Result<StoreTime> {
         let path = self.path(&["_banklease", "clock"]);
-        let body = uuid::Uuid::new_v4().to_string();
-        let sent = clock.now();
-        self.store()
-            .put(&path, PutPayload::from(body.into_bytes()))
-            .await
-            .map_err(|e| Error::store("put", &path, e))?;
-        let meta = self
-            .store()
-            .head(&path)
-            .await
-            .map_err(|e| Error::store("head", &path, e))?;
-        Ok(StoreTime {
-            at: meta.last_modified,
-            sent,
-            observed: clock.now(),
-        })
+        // The HEAD must read back this PUT's version: a lagging replica may answer with an
+        // older one, whose stamp (still a lower bound) would look like a clock step to the GC's
+        // step detection. Bounded: a few fresh attempts, then an error.
+        let mut last = None;
+        for _ in 0..CLOCK_PROBE_ATTEMPTS {
+            let body = uuid::Uuid::new_v4().to_string();
+            let sent = clock.now();
+            let put = self
+                .store()
+                .put(&path, PutPayload::from(body.into_bytes()))
+                .await
+                .map_err(|e| Error::store("put", &path, e))?;
+            let meta = self
+                .store()
+                .head(&path)
+                .await
+                .map_err(|e| Error::store("head", &path, e))?;
+            let observed = clock.now();
+            if put.e_tag.is_none() || meta.e_tag == put.e_tag {
+                return Ok(StoreTime {
+                    at: meta.last_modified,
+                    sent,
+                    observed,
+                });
+            }
+            last = Some((put.e_tag, meta.e_tag));
+        }
+        let (wrote, read) = last.unwrap_or_default();
+        Err(Error::store(
+            "head",
+            &path,
+            object_store::Error::Generic {
+                store: "banklease",
+                source: format!(
+                    "the store-clock probe read back another version than it wrote \
+                     (wrote etag {wrote:?}, read {read:?}) {CLOCK_PROBE_ATTEMPTS} times: \
+                     a lagging replica or a concurrent writer; retry"
+                )
+                .into(),
+            },
+        ))
     }
 }
 
@@ -252,6 +277,9 @@ impl Bank {
         )))
     }
 }
+
+/// Fresh attempts of the store-clock probe whose read-back shows another version.
+const CLOCK_PROBE_ATTEMPTS: usize = 3;
 
 fn file_url_path(rest: &str) -> std::result::Result<PathBuf, String> {
     let path = if let Some(after) = rest.strip_prefix("//") {

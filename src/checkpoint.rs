@@ -520,6 +520,13 @@ impl Checkpoint {
         let marker = marker_path(bank, owner, id);
         match read_checkpoint(bank, id).await? {
             Some(r) if r.owner_id == *owner && r.status == Status::Protecting => {}
+            None => {
+                // Not proof of anything: a lagging replica may not show the index.json that
+                // landed. Our marker stays (never delete on doubt).
+                return Err(Error::CheckpointAmbiguous {
+                    checkpoint_id: id.to_owned(),
+                });
+            }
             found => {
                 // Proven not ours to write (a tombstone, another owner's, finished, or never
                 // created): a marker of ours left by the ambiguous create would point the GC at

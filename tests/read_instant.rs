@@ -322,3 +322,67 @@ async fn adopt_of_another_owners_checkpoint_removes_our_marker() {
         "our stray marker is gone"
     );
 }
+
+/// Found by the simulation (seed 1,000,198, stale reads): `adopt` read no index.json from a
+/// lagging replica right after its create landed, and deleted its marker — a protecting
+/// checkpoint no pass would ever find. Absence read back is doubt, not proof.
+#[tokio::test]
+async fn adopt_keeps_the_marker_when_index_json_reads_as_missing() {
+    let w = world();
+    let lease = OwnerLease::acquire(
+        &w.gc_bank,
+        OwnerId::parse("me").unwrap(),
+        windows(),
+        w.shared.clone(),
+    )
+    .await
+    .unwrap();
+    let marker = checkpoint::marker_path(&w.gc_bank, lease.owner_id(), "cpa");
+    let ours = checkpoint::CheckpointRecord {
+        format: checkpoint::CHECKPOINT_FORMAT,
+        id: "cpa".to_owned(),
+        owner_id: lease.owner_id().clone(),
+        status: Status::Protecting,
+        created_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+    };
+    w.sim
+        .put(&marker, object_store::PutPayload::default())
+        .await
+        .unwrap();
+    w.sim
+        .put(
+            &checkpoint::index_path(&w.gc_bank, "cpa"),
+            serde_json::to_vec(&ours).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    let lagging = w.gate.not_found_next("checkpoints/cpa/index.json");
+    lagging.release.send(()).unwrap();
+    let err = Checkpoint::adopt(&lease, "cpa").await.unwrap_err();
+    assert!(matches!(err, Error::CheckpointAmbiguous { .. }), "{err}");
+    assert!(w.sim.head(&marker).await.is_ok(), "the marker stays");
+    // Once the index.json reads back, the owner adopts it.
+    Checkpoint::adopt(&lease, "cpa").await.unwrap();
+}
+
+/// Found by the simulation (seed 1,000,704, stale reads): the store-clock probe's HEAD answered
+/// with an older version than its PUT wrote. Its stamp is never used: the probe tries again, and
+/// fails rather than return a stale reading.
+#[tokio::test]
+async fn the_store_clock_probe_never_returns_a_stale_version() {
+    let w = world();
+    w.clock.advance(Duration::from_secs(60));
+    let before = w.sim.clock().now();
+    // Every read from a replica up to 30 s behind.
+    w.sim.set_stale_reads(Duration::from_secs(30), 1.0, 7);
+    w.clock.advance(Duration::from_secs(30));
+    for _ in 0..20 {
+        w.clock.advance(Duration::from_secs(1));
+        let put_at = w.sim.clock().now();
+        match w.owner_bank.store_time(&w.shared).await {
+            Ok(t) => assert!(t.at >= put_at, "a stale stamp: {} < {put_at}", t.at),
+            Err(e) => assert!(e.to_string().contains("store request failed"), "{e}"),
+        }
+    }
+    assert!(before < w.sim.clock().now());
+}

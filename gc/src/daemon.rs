@@ -231,11 +231,16 @@ impl Daemon {
         let collector = Arc::new(Collector::new(
             self.bank.clone(),
             self.clock.clone(),
-            GcOptions::from_config(&self.config),
+            GcOptions {
+                // Long-running: it can afford to hold collection back one window after it
+                // starts or takes over, to be safe from a step it had no reading before.
+                floor_at_first_reading: true,
+                ..GcOptions::from_config(&self.config)
+            },
         ));
         let tracker = TaskTracker::new();
         loop {
-            let Some(lease) = self.standby(cancel).await else {
+            let Some(lease) = self.standby(&collector, cancel).await else {
                 return Ok(None);
             };
             let keeper = lease.spawn_keeper(Jitter::from_entropy(), self.config.lease.renew_jitter);
@@ -273,7 +278,11 @@ impl Daemon {
 
     /// Try to take the GC lease every `lease_renew_window` until it is won (`Some`) or shutdown
     /// is requested (`None`).
-    async fn standby(&self, cancel: &CancellationToken) -> Option<OwnerLease> {
+    async fn standby(
+        &self,
+        collector: &Collector,
+        cancel: &CancellationToken,
+    ) -> Option<OwnerLease> {
         let path = self.lease_path();
         let windows = self.config.gc.lease_windows();
         let mut holder = OnChange::default();
@@ -281,6 +290,11 @@ impl Daemon {
         loop {
             if cancel.is_cancelled() {
                 return None;
+            }
+            // Keep reading the store clock while on standby, so that the first pass after a
+            // takeover has a recent reading to compare with (and a step meanwhile is seen).
+            if let Err(e) = collector.watch_clock().await {
+                debug!(error = %error_chain(&e), "standby: store-clock reading failed or stepped");
             }
             // Not raced against shutdown: an acquire abandoned after its write landed would
             // leave a lease nobody renews, and every standby would wait out its expire window.

@@ -138,9 +138,25 @@ impl Collector {
                 self.watch.raise_floor(floor);
             }
         }
-        let checked = self.watch.start(&store_time, self.step_tolerance());
+        let checked = self.watch.start(
+            &store_time,
+            self.step_tolerance(),
+            self.options.floor_at_first_reading,
+        );
         self.on_step(checked).await?;
         Ok(store_time)
+    }
+
+    /// Read the store clock between passes (a standby daemon does, every lease renew window),
+    /// so that the next pass has a recent reading to compare with. A step is remembered (the
+    /// floor, in memory and in the bank) and reported as an error.
+    pub async fn watch_clock(&self) -> banklease::Result<()> {
+        let observer = LeaseObserver::new(
+            self.bank.clone(),
+            Arc::clone(&self.clock),
+            self.options.skew_margin,
+        );
+        self.probe_start(&observer).await.map(|_| ())
     }
 
     /// A later reading in the same pass, before anything is deleted on the strength of what was

@@ -32,6 +32,12 @@ pub struct GcOptions {
     /// After this (plus the margin) a collected checkpoint's data is swept once more for late
     /// writes (`gc.late_write_window`).
     pub late_write_window: Duration,
+    /// Without a recent store-clock reading to compare with (the first pass of a process, a
+    /// standby that just took over), judge every stamp older than the pass's first reading as
+    /// written at it: a store-clock step just before cannot be told from elapsed time otherwise.
+    /// Holds collection back for one expire window + margin + grace. The daemon sets it; a
+    /// one-shot pass (`banklease gc`) cannot, or it would never collect.
+    pub floor_at_first_reading: bool,
 }
 
 impl Default for GcOptions {
@@ -56,6 +62,7 @@ impl GcOptions {
             reap_leases: config.gc.reap_leases,
             read_staleness: config.gc.read_staleness,
             late_write_window: config.gc.late_write_window,
+            floor_at_first_reading: false,
         }
     }
 }

@@ -94,14 +94,24 @@ impl ClockWatch {
     /// store clock stepped forward since (the floor is then raised to this reading's stamp).
     ///
     /// Without a recent previous reading (the first pass of a process, a standby that just took
-    /// over) a step that happened before this reading cannot be seen: see ARCHITECTURE.md.
-    pub(crate) fn start(&self, probe: &StoreTime, tolerance: Duration) -> Result<(), Step> {
+    /// over) a step that happened before this reading cannot be seen. With
+    /// `floor_without_reference` the reading itself becomes a floor then: every stamp older than
+    /// it is judged as written at it, which holds collection back for one expire window plus
+    /// margin and grace — the daemon's choice; a one-shot pass could never collect that way.
+    pub(crate) fn start(
+        &self,
+        probe: &StoreTime,
+        tolerance: Duration,
+        floor_without_reference: bool,
+    ) -> Result<(), Step> {
         let mut s = self.inner.lock().expect("clock watch poisoned");
-        let step = s
+        let reference = s
             .last
-            .as_ref()
-            .filter(|prev| probe.sent.saturating_duration_since(prev.observed) <= MAX_BASELINE_AGE)
-            .and_then(|prev| forward_step(prev, probe, tolerance));
+            .filter(|prev| probe.sent.saturating_duration_since(prev.observed) <= MAX_BASELINE_AGE);
+        let step = reference.and_then(|prev| forward_step(&prev, probe, tolerance));
+        if reference.is_none() && floor_without_reference {
+            s.floor = Some(s.floor.map_or(probe.at, |f| f.max(probe.at)));
+        }
         s.last = Some(*probe);
         match step {
             Some(by) => {
@@ -304,6 +314,7 @@ pub(crate) async fn forget_missing(bank: &Bank, keep: impl Fn(&OwnerId) -> bool)
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // a real instant as the base of made-up probes
 mod tests {
     use super::*;
 
@@ -345,13 +356,13 @@ mod tests {
         let base = Instant::now();
         let tol = Duration::from_millis(100);
         let watch = ClockWatch::default();
-        assert!(watch.start(&probe(base, 0, 10, 5), tol).is_ok());
+        assert!(watch.start(&probe(base, 0, 10, 5), tol, false).is_ok());
+        assert_eq!(watch.floor(), None);
         let stepped = probe(base, 1_000, 1_010, 7_200_000);
-        assert!(watch.start(&stepped, tol).is_err());
+        assert!(watch.start(&stepped, tol, false).is_err());
         assert_eq!(watch.floor(), Some(stepped.at));
-        assert!(watch
-            .start(&probe(base, 2_000, 2_010, 7_201_000), tol)
-            .is_ok());
+        let next = probe(base, 2_000, 2_010, 7_201_000);
+        assert!(watch.start(&next, tol, false).is_ok());
         assert_eq!(watch.floor(), Some(stepped.at));
     }
 
@@ -361,10 +372,9 @@ mod tests {
         let tol = Duration::from_millis(100);
         let watch = ClockWatch::default();
         let first = probe(base, 0, 10, 5);
-        assert!(watch.start(&first, tol).is_ok());
-        assert!(watch
-            .recheck(&first, &probe(base, 5_000, 5_010, 5_005), tol)
-            .is_ok());
+        assert!(watch.start(&first, tol, false).is_ok());
+        let fine = probe(base, 5_000, 5_010, 5_005);
+        assert!(watch.recheck(&first, &fine, tol).is_ok());
         let back = watch
             .recheck(&first, &probe(base, 5_000, 5_010, -900_000), tol)
             .unwrap_err();
@@ -381,15 +391,20 @@ mod tests {
     }
 
     #[test]
-    fn an_old_baseline_is_no_reference() {
+    fn without_a_recent_reference_only_a_daemon_takes_its_first_reading_as_floor() {
         let base = Instant::now();
         let tol = Duration::from_millis(100);
         let watch = ClockWatch::default();
-        assert!(watch.start(&probe(base, 0, 10, 5), tol).is_ok());
+        assert!(watch.start(&probe(base, 0, 10, 5), tol, false).is_ok());
         // Two hours later, with a 10-second step: the rate allowance would hide it anyway.
         let later = 7_200_000;
-        assert!(watch
-            .start(&probe(base, later, later + 10, later as i64 + 10_000), tol)
-            .is_ok());
+        let stale = probe(base, later, later + 10, later as i64 + 10_000);
+        assert!(watch.start(&stale, tol, false).is_ok());
+        assert_eq!(watch.floor(), None);
+        // A daemon makes such a reading its floor instead.
+        let watch = ClockWatch::default();
+        let first = probe(base, 0, 10, 5);
+        assert!(watch.start(&first, tol, true).is_ok());
+        assert_eq!(watch.floor(), Some(first.at));
     }
 }

@@ -507,3 +507,31 @@ async fn a_marker_without_metadata_never_collects_a_checkpoint_created_meanwhile
         .await
         .expect("the live owner's checkpoint is its own");
 }
+
+/// Found by the simulation (seed 1,000,036, daemons, steps): the store clock stepped forward
+/// before a standby took over; with no earlier reading it could not see the step, judged a live
+/// owner dead and reaped its lease. A daemon takes its first reading as a floor.
+#[tokio::test]
+async fn a_step_before_a_daemons_first_reading_collects_nothing() {
+    let w = world();
+    let lease = w.owner("owner-n").await;
+    let cp = Checkpoint::create(&lease, "cp-n").await.unwrap();
+    w.live_for(&lease, Duration::from_secs(2)).await;
+    w.sim.clock().jump_forward(Duration::from_secs(3600));
+    // A daemon that just started (or took over): its first pass has nothing to compare with.
+    let daemon = Collector::new(
+        w.gc_bank.clone(),
+        w.shared.clone(),
+        GcOptions {
+            floor_at_first_reading: true,
+            ..options(GRACE)
+        },
+    );
+    let r = pass(&daemon).await;
+    assert_eq!((r.collected, r.leases_reaped), (0, 0), "{r:?}");
+    lease
+        .renew()
+        .await
+        .expect("the live owner's lease is intact");
+    cp.complete(Status::Available).await.unwrap();
+}
