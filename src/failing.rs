@@ -13,6 +13,13 @@
 //!   ([`FailingStore::set_timeout`]), fails once the timeout has passed on the mock clock, and
 //!   its inner call may or may not have been made (a seeded coin) — the caller cannot tell;
 //! - **random latency**, split before and after the inner call ([`FailingStore::set_latency_jitter`]);
+//! - **late answers** ([`FailingStore::set_late_answers`]): the store serves the request at `t`
+//!   and the caller receives the answer at `t + D` — a stalled reader (a paused process, a frozen
+//!   VM, a slow network path back). Unlike latency, a late answer never becomes a timeout: the
+//!   caller is not waiting, it is stopped;
+//! - **ambiguous creates** ([`FailingStore::set_create_error_after`]): a create-if-absent put
+//!   lands and is answered with an error, so that the caller's retry finds its own object
+//!   (AlreadyExists) and must read it back;
 //! - **eventually consistent listings** ([`FailingStore::set_listing_lag`]): an object written less
 //!   than the lag ago (mock clock) is left out of listings, and a deleted one is still listed for
 //!   the lag after its deletion.
@@ -41,6 +48,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::clock::{Clock, MockClock, SharedClock};
+
+/// Mixed into the seed of the generator for late answers and ambiguous creates.
+const LATE_SEED: u64 = 0x6c61_7465_616e_7377;
 
 /// The kinds of request a fault can target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -101,6 +111,10 @@ pub struct FaultCounts {
     pub listing_hidden: u64,
     /// Listing entries shown although they had been deleted.
     pub listing_ghosts: u64,
+    /// Answers held back after the inner call (served at `t`, delivered at `t + D`).
+    pub late_answers: u64,
+    /// Create-if-absent puts that landed and were answered with an error.
+    pub creates_ambiguous: u64,
 }
 
 impl FaultCounts {
@@ -113,6 +127,8 @@ impl FaultCounts {
             + self.timeouts_lost
             + self.listing_hidden
             + self.listing_ghosts
+            + self.late_answers
+            + self.creates_ambiguous
     }
 
     /// Add `other` to these counts.
@@ -124,6 +140,8 @@ impl FaultCounts {
         self.timeouts_lost += other.timeouts_lost;
         self.listing_hidden += other.listing_hidden;
         self.listing_ghosts += other.listing_ghosts;
+        self.late_answers += other.late_answers;
+        self.creates_ambiguous += other.creates_ambiguous;
     }
 }
 
@@ -131,6 +149,12 @@ impl FaultCounts {
 struct Rates {
     before: f64,
     after: f64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Late {
+    rate: f64,
+    max: Duration,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -158,10 +182,15 @@ struct Script {
     failures: HashMap<Op, Vec<Strike>>,
     rates: HashMap<Op, Rates>,
     timeouts: HashMap<Op, Timeout>,
+    late: HashMap<Op, Late>,
+    create_after: f64,
     partitioned: bool,
     ignore_conditions: bool,
     calls: HashMap<Op, u64>,
     rng: StdRng,
+    /// A second generator for late answers and ambiguous creates, so that turning them on
+    /// leaves every other draw of a seed as it was.
+    rng_late: StdRng,
     counts: FaultCounts,
     consistency: Consistency,
 }
@@ -174,10 +203,13 @@ impl Default for Script {
             failures: HashMap::new(),
             rates: HashMap::new(),
             timeouts: HashMap::new(),
+            late: HashMap::new(),
+            create_after: 0.0,
             partitioned: false,
             ignore_conditions: false,
             calls: HashMap::new(),
             rng: StdRng::seed_from_u64(0),
+            rng_late: StdRng::seed_from_u64(LATE_SEED),
             counts: FaultCounts::default(),
             consistency: Consistency::default(),
         }
@@ -194,6 +226,10 @@ struct Fate {
     after: Duration,
     /// The call times out after this long; `true` if its inner call is made meanwhile.
     timeout: Option<(Duration, bool)>,
+    /// The answer is held back this long after the inner call (never a timeout).
+    late: Duration,
+    /// A create-if-absent put that lands and is answered with an error.
+    create_after: bool,
 }
 
 /// The fault-injecting wrapper.
@@ -277,7 +313,10 @@ impl<T: ObjectStore> FailingStore<T> {
 
     /// Seed the generator that random faults are drawn from (the default seed is 0).
     pub fn with_seed(self, seed: u64) -> Self {
-        self.script().rng = StdRng::seed_from_u64(seed);
+        let mut s = self.script();
+        s.rng = StdRng::seed_from_u64(seed);
+        s.rng_late = StdRng::seed_from_u64(seed ^ LATE_SEED);
+        drop(s);
         self
     }
 
@@ -296,6 +335,29 @@ impl<T: ObjectStore> FailingStore<T> {
     /// arrive late). Drawn from the seeded generator.
     pub fn set_latency_jitter(&self, op: Op, max: Duration) {
         self.script().jitter.insert(op, max);
+    }
+
+    /// A fraction `rate` of `op` requests have their answer held back for a random delay,
+    /// uniform in `[0, max]`, after the inner call: the store served the request at `t`, the
+    /// caller receives the answer (success or error) at `t + D`. Models a caller that stalled
+    /// with the answer on its way (SIGSTOP, a VM freeze, swap) rather than a slow store, so a
+    /// late answer is never turned into a timeout. Drawn from the seeded generator.
+    pub fn set_late_answers(&self, op: Op, rate: f64, max: Duration) {
+        self.script().late.insert(
+            op,
+            Late {
+                rate: rate.clamp(0.0, 1.0),
+                max,
+            },
+        );
+    }
+
+    /// A fraction `rate` of create-if-absent puts (`PutMode::Create`) land in the inner store
+    /// and are answered with an error anyway (a lost answer), so that a caller that retries
+    /// meets its own object. Counted as `creates_ambiguous`, not as `errors_after`. Drawn from
+    /// the seeded generator; scripted failures and the other rates come first.
+    pub fn set_create_error_after(&self, rate: f64) {
+        self.script().create_after = rate.clamp(0.0, 1.0);
     }
 
     /// The next `count` `op` requests fail, at `strike`.
@@ -353,14 +415,17 @@ impl<T: ObjectStore> FailingStore<T> {
         }
     }
 
-    /// Remove every random fault (rates, timeouts, jitter, listing lag), the partition and the
-    /// scripted failures; fixed latencies, `ignore_conditions` and the counters stay.
+    /// Remove every random fault (rates, timeouts, jitter, late answers, ambiguous creates,
+    /// listing lag), the partition and the scripted failures; fixed latencies,
+    /// `ignore_conditions` and the counters stay.
     pub fn heal(&self) {
         let mut s = self.script();
         s.jitter.clear();
         s.failures.clear();
         s.rates.clear();
         s.timeouts.clear();
+        s.late.clear();
+        s.create_after = 0.0;
         s.partitioned = false;
         s.consistency = Consistency::default();
     }
@@ -412,7 +477,8 @@ impl<T: ObjectStore> FailingStore<T> {
     }
 
     /// Count the call, decide its fate, and fail it at once if it fails before the inner call.
-    async fn enter(&self, op: Op) -> Result<Fate> {
+    /// `create`: the call is a create-if-absent put (subject to ambiguous creates).
+    async fn enter(&self, op: Op, create: bool) -> Result<Fate> {
         let (fate, fixed, partitioned) = {
             let mut s = self.script();
             let s = &mut *s;
@@ -436,6 +502,10 @@ impl<T: ObjectStore> FailingStore<T> {
             let timeout = s.timeouts.get(&op).copied();
             let stalled = s.rng.gen_bool(timeout.map_or(0.0, |t| t.stall_rate));
             let landed = s.rng.gen_bool(0.5);
+            let late = s.late.get(&op).copied().unwrap_or_default();
+            let is_late = s.rng_late.gen_bool(late.rate);
+            let late_by = late.max.mul_f64(s.rng_late.gen_range(0.0..=1.0));
+            let create_after = s.rng_late.gen_bool(s.create_after);
             if fate.strike.is_none() {
                 fate.strike = if before {
                     Some(Strike::Before)
@@ -444,6 +514,10 @@ impl<T: ObjectStore> FailingStore<T> {
                 } else {
                     None
                 };
+            }
+            fate.create_after = create && create_after && fate.strike.is_none();
+            if is_late {
+                fate.late = late_by;
             }
             fate.before = extra.mul_f64(split);
             fate.after = extra - fate.before;
@@ -479,7 +553,16 @@ impl<T: ObjectStore> FailingStore<T> {
         op: Op,
         call: impl std::future::Future<Output = Result<R>>,
     ) -> Result<R> {
-        let fate = self.enter(op).await?;
+        self.run_as(op, false, call).await
+    }
+
+    async fn run_as<R>(
+        &self,
+        op: Op,
+        create: bool,
+        call: impl std::future::Future<Output = Result<R>>,
+    ) -> Result<R> {
+        let fate = self.enter(op, create).await?;
         if let Some((timeout, landed)) = fate.timeout {
             // The caller gives up after `timeout`; the request may still have reached the store
             // (half-way through, here).
@@ -495,12 +578,28 @@ impl<T: ObjectStore> FailingStore<T> {
         self.spend(fate.before).await;
         let result = call.await;
         self.spend(fate.after).await;
+        self.deliver_late(fate.late).await;
         match (result, fate.strike) {
             (Ok(_), Some(Strike::After)) => {
                 self.script().counts.errors_after += 1;
                 Err(injected(op, "after the inner call succeeded"))
             }
+            (Ok(_), _) if fate.create_after => {
+                self.script().counts.creates_ambiguous += 1;
+                Err(injected(
+                    op,
+                    "after the create landed (its answer was lost)",
+                ))
+            }
             (r, _) => r,
+        }
+    }
+
+    /// Hold an answer back for `late` (served already; the caller is not listening yet).
+    async fn deliver_late(&self, late: Duration) {
+        if !late.is_zero() {
+            self.script().counts.late_answers += 1;
+            self.spend(late).await;
         }
     }
 
@@ -574,12 +673,13 @@ impl<T: ObjectStore> ObjectStore for FailingStore<T> {
         payload: PutPayload,
         mut opts: PutOptions,
     ) -> Result<PutResult> {
+        let create = matches!(opts.mode, object_store::PutMode::Create);
         if self.script().ignore_conditions {
             opts.mode = object_store::PutMode::Overwrite;
         }
         let inner = Arc::clone(&self.inner);
         let this = self.clone();
-        self.run(Op::Put, async move {
+        self.run_as(Op::Put, create, async move {
             let existed = this.must_probe(location) && inner.head(location).await.is_ok();
             let result = inner.put_opts(location, payload, opts).await;
             if result.is_ok() {
@@ -721,7 +821,7 @@ impl<T: ObjectStore> FailingStore<T> {
         let prefix = prefix.cloned();
         let offset = offset.cloned();
         futures::stream::once(async move {
-            let fate = match this.enter(Op::List).await {
+            let fate = match this.enter(Op::List, false).await {
                 Err(e) => return futures::stream::iter([Err(e)]).boxed(),
                 Ok(fate) => fate,
             };
@@ -731,6 +831,7 @@ impl<T: ObjectStore> FailingStore<T> {
                 return futures::stream::iter([Err(e)]).boxed();
             }
             this.spend(fate.before + fate.after).await;
+            this.deliver_late(fate.late).await;
             let inner = if this.lagging() {
                 // Read the whole inner listing, then show it as a lagging store would.
                 let mut items = Vec::new();
@@ -899,6 +1000,60 @@ mod tests {
         );
         clock.advance(Duration::from_secs(1));
         call.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn late_answers_arrive_after_the_store_served_them() {
+        let clock = MockClock::new();
+        let store = FailingStore::new(InMemory::new())
+            .with_clock(clock.clone())
+            .with_seed(5);
+        // A timeout shorter than the delays: a late answer is never turned into one.
+        store.set_timeout(Op::Get, Some((Duration::from_millis(10), 0.0)));
+        store.set_late_answers(Op::Get, 1.0, Duration::from_secs(4));
+        store.put(&p("a"), "1".into()).await.unwrap();
+        let mut waited = Vec::new();
+        for _ in 0..20 {
+            let before = clock.elapsed();
+            let got = store.get(&p("a")).await.unwrap().bytes().await.unwrap();
+            assert_eq!(&got[..], b"1");
+            waited.push(clock.elapsed() - before);
+        }
+        assert!(waited.iter().all(|w| *w <= Duration::from_secs(4)));
+        assert!(
+            waited.iter().any(|w| *w > Duration::from_secs(1)),
+            "{waited:?}"
+        );
+        assert_eq!(store.faults().late_answers, 20);
+        assert_eq!(
+            store.faults().timeouts_landed + store.faults().timeouts_lost,
+            0
+        );
+    }
+
+    #[tokio::test]
+    async fn ambiguous_creates_land_and_fail_and_a_retry_meets_its_own_object() {
+        let store = FailingStore::new(InMemory::new()).with_seed(9);
+        store.set_create_error_after(1.0);
+        let err = store
+            .put_opts(&p("c"), "mine".into(), object_store::PutMode::Create.into())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("create landed"), "{err}");
+        // The create landed; a retry is refused as AlreadyExists and must read back.
+        let retry = store
+            .put_opts(&p("c"), "mine".into(), object_store::PutMode::Create.into())
+            .await;
+        assert!(matches!(
+            retry,
+            Err(object_store::Error::AlreadyExists { .. })
+        ));
+        let body = store.get(&p("c")).await.unwrap().bytes().await.unwrap();
+        assert_eq!(&body[..], b"mine");
+        // Plain overwrites are not creates.
+        store.put(&p("o"), "x".into()).await.unwrap();
+        let f = store.faults();
+        assert_eq!((f.creates_ambiguous, f.errors_after), (1, 0), "{f:?}");
     }
 
     #[tokio::test]

@@ -82,6 +82,9 @@ async fn keep(lease: OwnerLease, cancel: CancellationToken, jitter: Jitter, frac
         };
         let wait = next.min(valid_until).saturating_duration_since(clock.now());
         tokio::select! {
+            // Stopping wins over a renewal due at the same instant, and the choice does not
+            // depend on `select!`'s random start (a simulation seed must replay).
+            biased;
             _ = cancel.cancelled() => return,
             _ = clock.sleep(wait) => {}
         }
@@ -95,6 +98,9 @@ async fn keep(lease: OwnerLease, cancel: CancellationToken, jitter: Jitter, frac
             _ => return,
         };
         let renewal = tokio::select! {
+            // A renewal answered at the very instant the validity runs out is judged by
+            // `commit` (too late: Lost), not dropped at random.
+            biased;
             result = lease.renew() => result,
             _ = clock.sleep(valid_until.saturating_duration_since(clock.now())) => {
                 if matches!(lease.state(), LeaseState::Held { .. }) {

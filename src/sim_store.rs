@@ -11,9 +11,12 @@
 //! Like `InMemory`, it keeps a `BTreeMap` under a mutex, so create-if-absent and If-Match (the
 //! ETag is a counter) are atomic, and listings are sorted by path. Two switches model weaker
 //! stores: [`SimStore::refuse_conditional_update`] (like local files: If-Match is not
-//! implemented, so owners renew by verify-then-overwrite), and an [`Observer`] sees each mutation
-//! at the instant it takes effect, for checkers that must judge "who was alive when this
-//! happened".
+//! implemented, so owners renew by verify-then-overwrite), and [`SimStore::set_stale_reads`]
+//! (like a replicated store whose reads may come from a replica that lags by up to a bound:
+//! a GET or HEAD may answer with the version that was current at some instant within that
+//! bound before the read was served; writes and their conditions always see the latest
+//! version). An [`Observer`] sees each mutation at the instant it takes effect, for checkers
+//! that must judge "who was alive when this happened".
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -38,12 +41,12 @@
 //! # }
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -56,6 +59,8 @@ use object_store::{
     ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMode, PutMultipartOptions, PutOptions,
     PutPayload, PutResult, RenameOptions, RenameTargetMode, Result, UploadPart,
 };
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 #[cfg(doc)]
 use crate::clock::MockClock;
@@ -217,10 +222,107 @@ impl Entry {
     }
 }
 
+/// Most versions remembered per path for stale reads (older ones are forgotten early).
+const MAX_VERSIONS: usize = 256;
+
+/// One state of a path in its timeline: since when (`None`: since before the timeline began),
+/// and the object (`None`: absent).
+type Version = (Option<Instant>, Option<Entry>);
+
+/// Reads from lagging replicas (see [`SimStore::set_stale_reads`]).
+#[derive(Debug)]
+struct Staleness {
+    lag: Duration,
+    rate: f64,
+    rng: StdRng,
+    /// Reads answered with another version than the current one.
+    served: u64,
+}
+
 #[derive(Debug, Default)]
 struct State {
     next_etag: u64,
     map: BTreeMap<Path, Entry>,
+    stale: Option<Staleness>,
+    /// Per path, the versions that a stale read may still return, oldest first; the last one
+    /// is the current state. Only kept while stale reads are on; a path without a timeline has
+    /// had its current state for longer than the lag.
+    timeline: HashMap<Path, VecDeque<Version>>,
+}
+
+impl State {
+    /// Note that `path` changed to `entry` at `now` (from `previous`), for stale reads.
+    fn record(
+        &mut self,
+        path: &Path,
+        now: Instant,
+        previous: Option<&Entry>,
+        entry: Option<Entry>,
+    ) {
+        let Some(stale) = &self.stale else { return };
+        let lag = stale.lag;
+        let line = self.timeline.entry(path.clone()).or_default();
+        if line.is_empty() {
+            if let Some(previous) = previous {
+                line.push_back((None, Some(previous.clone())));
+            }
+        }
+        line.push_back((Some(now), entry));
+        prune(line, now, lag);
+        // One version older than the lag is the current state: no history left to serve.
+        let horizon = now.checked_sub(lag);
+        let settled = line.len() == 1
+            && line[0]
+                .0
+                .is_none_or(|since| horizon.is_some_and(|h| since <= h));
+        if settled {
+            self.timeline.remove(path);
+        }
+    }
+
+    /// What a read of `path` served at `now` returns: the current object, or (a fraction
+    /// `rate` of reads) the version current at an instant drawn within `lag` before `now`.
+    fn read(&mut self, path: &Path, now: Instant) -> Option<Entry> {
+        let current = self.map.get(path).cloned();
+        let Some(stale) = self.stale.as_mut() else {
+            return current;
+        };
+        if !stale.rng.gen_bool(stale.rate) {
+            return current;
+        }
+        let back = stale.lag.mul_f64(stale.rng.gen_range(0.0..=1.0));
+        let Some(line) = self.timeline.get_mut(path) else {
+            return current;
+        };
+        prune(line, now, stale.lag);
+        let at = now.checked_sub(back).unwrap_or(now);
+        let found = line
+            .iter()
+            .rev()
+            .find(|(since, _)| since.is_none_or(|s| s <= at))
+            .and_then(|(_, e)| e.clone());
+        if found.as_ref().map(|e| e.e_tag) != current.as_ref().map(|e| e.e_tag) {
+            stale.served += 1;
+        }
+        found
+    }
+}
+
+/// Forget the versions of `line` that no read within `lag` of `now` can return any more.
+fn prune(line: &mut VecDeque<Version>, now: Instant, lag: Duration) {
+    let horizon = now.checked_sub(lag);
+    while line.len() >= 2 {
+        let next_since = line[1].0;
+        let invisible = match (next_since, horizon) {
+            (Some(s), Some(h)) => s <= h,
+            _ => false,
+        };
+        if invisible || line.len() > MAX_VERSIONS {
+            line.pop_front();
+        } else {
+            break;
+        }
+    }
 }
 
 struct Shared {
@@ -320,6 +422,28 @@ impl SimStore {
         self.shared.refuse_update.store(refuse, Ordering::SeqCst);
     }
 
+    /// Serve a fraction `rate` of reads (GET, HEAD, ranges) from a replica that lags by up to
+    /// `lag`: such a read returns the version of the object (or its absence) that was current
+    /// at an instant drawn uniformly within `lag` before the read was served, on the store
+    /// clock's source. Writes, their conditions and listings always see the latest state.
+    /// Drawn from a generator seeded with `seed`; `Duration::ZERO` turns stale reads off.
+    pub fn set_stale_reads(&self, lag: Duration, rate: f64, seed: u64) {
+        let mut state = self.state();
+        state.timeline.clear();
+        state.stale = (!lag.is_zero()).then(|| Staleness {
+            lag,
+            rate: rate.clamp(0.0, 1.0),
+            rng: StdRng::seed_from_u64(seed),
+            served: 0,
+        });
+    }
+
+    /// Reads answered with another version than the current one (see
+    /// [`set_stale_reads`](Self::set_stale_reads)).
+    pub fn stale_reads(&self) -> u64 {
+        self.state().stale.as_ref().map_or(0, |s| s.served)
+    }
+
     /// Call `observer` with every mutation, at the instant it takes effect.
     pub fn set_observer(&self, observer: Option<Observer>) {
         *self.shared.observer.lock().expect("observer poisoned") = observer;
@@ -350,6 +474,12 @@ impl SimStore {
 
     fn count(&self) {
         self.shared.requests.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The object a read of `location` is answered with now (maybe a stale version).
+    fn read(&self, location: &Path) -> Option<Entry> {
+        let now = self.shared.clock.source().now();
+        self.state().read(location, now)
     }
 
     /// Apply a write under the lock and tell the observer.
@@ -403,15 +533,18 @@ impl SimStore {
         let tag = state.next_etag;
         state.next_etag += 1;
         let at = self.shared.clock.now();
-        let previous = state.map.insert(
-            location.clone(),
-            Entry {
-                data,
-                last_modified: at,
-                e_tag: tag,
-                attributes,
-            },
-        );
+        let entry = Entry {
+            data,
+            last_modified: at,
+            e_tag: tag,
+            attributes,
+        };
+        if state.stale.is_some() {
+            let now = self.shared.clock.source().now();
+            let previous = state.map.get(location).cloned();
+            state.record(location, now, previous.as_ref(), Some(entry.clone()));
+        }
+        let previous = state.map.insert(location.clone(), entry);
         if let Some(observer) = observer {
             let mutation = Mutation {
                 kind,
@@ -438,6 +571,10 @@ impl SimStore {
             .clone();
         let mut state = self.state();
         if let Some(removed) = state.map.remove(location) {
+            if state.stale.is_some() {
+                let now = self.shared.clock.source().now();
+                state.record(location, now, Some(&removed), None);
+            }
             if let Some(observer) = observer {
                 let mutation = Mutation {
                     kind: MutationKind::Delete,
@@ -497,12 +634,7 @@ impl ObjectStore for SimStore {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         self.count();
-        let entry = self
-            .state()
-            .map
-            .get(location)
-            .cloned()
-            .ok_or_else(|| not_found(location))?;
+        let entry = self.read(location).ok_or_else(|| not_found(location))?;
         let meta = entry.meta(location);
         options.check_preconditions(&meta)?;
         let len = entry.data.len() as u64;
@@ -523,10 +655,8 @@ impl ObjectStore for SimStore {
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
         self.count();
         let data = self
-            .state()
-            .map
-            .get(location)
-            .map(|e| e.data.clone())
+            .read(location)
+            .map(|e| e.data)
             .ok_or_else(|| not_found(location))?;
         ranges
             .iter()
@@ -768,6 +898,58 @@ mod tests {
         });
         let wins = futures::future::join_all(attempts).await;
         assert_eq!(wins.iter().filter(|w| **w).count(), 1);
+    }
+
+    #[tokio::test]
+    async fn stale_reads_return_a_version_current_within_the_lag() {
+        let (world, store) = store();
+        let p = Path::from("lease");
+        let lag = Duration::from_millis(500);
+        store.set_stale_reads(lag, 1.0, 3);
+        // Versions 0..5 written 200 ms apart; then deleted.
+        for v in 0..5u8 {
+            store.put(&p, vec![b'0' + v].into()).await.unwrap();
+            world.advance(Duration::from_millis(200));
+        }
+        // Now 200 ms after version 4: a read may see version 2 (until 100 ms before the
+        // lag's horizon), 3 or 4, never older, and never absent.
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..200 {
+            let got = store.get(&p).await.unwrap().bytes().await.unwrap();
+            seen.insert(got[0] - b'0');
+        }
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), [2, 3, 4]);
+        assert!(store.stale_reads() > 0);
+        // Deleted, but a lagging replica may still have it; creates see the latest state.
+        store.delete(&p).await.unwrap();
+        let mut found = 0;
+        for _ in 0..100 {
+            found += u32::from(store.head(&p).await.is_ok());
+        }
+        assert!(
+            found > 50,
+            "a deleted object is still read from a lagging replica"
+        );
+        assert!(store
+            .put_opts(&p, "x".into(), PutMode::Create.into())
+            .await
+            .is_ok());
+        // Once the lag has passed, every read is current.
+        world.advance(lag + Duration::from_millis(1));
+        for _ in 0..50 {
+            let got = store.get(&p).await.unwrap().bytes().await.unwrap();
+            assert_eq!(&got[..], b"x");
+        }
+        // A new object is not yet visible to a lagging replica.
+        let q = Path::from("fresh");
+        store.put(&q, "y".into()).await.unwrap();
+        let mut missing = 0;
+        for _ in 0..100 {
+            missing += u32::from(store.head(&q).await.is_err());
+        }
+        assert!(missing > 50, "{missing}");
+        store.set_stale_reads(Duration::ZERO, 0.0, 0);
+        assert!(store.head(&q).await.is_ok());
     }
 
     #[tokio::test]

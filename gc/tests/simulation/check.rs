@@ -1,0 +1,566 @@
+//! The checker: the run's shared registry, the store observer that judges every mutation at
+//! the instant it takes effect, and the checks made after every step and at the end.
+
+use super::*;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Violation {
+    CollectedWhileValid {
+        checkpoint: String,
+        owner: String,
+        remaining: Duration,
+        how: &'static str,
+    },
+    CompletedAndCollected {
+        checkpoint: String,
+    },
+    AvailableCollected {
+        checkpoint: String,
+        status: String,
+    },
+    OutsidePrefix {
+        path: String,
+        by: String,
+    },
+    LostRevived {
+        owner: String,
+    },
+    CompletedDamaged {
+        checkpoint: String,
+        what: String,
+    },
+    ZombieLate {
+        owner: String,
+        markers: usize,
+        since_crash: Duration,
+    },
+    ZombieLeft {
+        checkpoint: String,
+        owner: String,
+        marker: bool,
+    },
+    /// An owner's lease object deleted or replaced by someone else while the owner's lease was
+    /// valid from its own point of view (the reaper, a takeover).
+    LeaseDeletedWhileValid {
+        owner: String,
+        by: String,
+        remaining: Duration,
+        how: &'static str,
+    },
+    /// Data left under a collected checkpoint long after any write in flight at the collection
+    /// must have landed: no pass will ever find it.
+    OrphanData {
+        checkpoint: String,
+        objects: usize,
+        since_collected: Duration,
+    },
+}
+
+impl Violation {
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Violation::CollectedWhileValid { .. } => "collected-while-valid",
+            Violation::CompletedAndCollected { .. } => "completed-and-collected",
+            Violation::AvailableCollected { .. } => "available-collected",
+            Violation::OutsidePrefix { .. } => "outside-prefix",
+            Violation::LostRevived { .. } => "lost-revived",
+            Violation::CompletedDamaged { .. } => "completed-damaged",
+            Violation::ZombieLate { .. } => "zombie-late",
+            Violation::ZombieLeft { marker: true, .. } => "zombie-left",
+            // A protecting index.json without a marker: no pass will ever find it.
+            Violation::ZombieLeft { marker: false, .. } => "zombie-unmarked",
+            Violation::LeaseDeletedWhileValid { .. } => "lease-deleted-while-valid",
+            Violation::OrphanData { .. } => "orphan-data",
+        }
+    }
+
+    pub(crate) fn is_safety(&self) -> bool {
+        !matches!(
+            self,
+            Violation::ZombieLate { .. }
+                | Violation::ZombieLeft { .. }
+                | Violation::OrphanData { .. }
+        )
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {self:?}", self.kind())
+    }
+}
+
+// ---- shared state of one run ---------------------------------------------------------------
+
+#[derive(Debug)]
+pub(crate) struct OwnerRec {
+    pub(crate) lease: Option<OwnerLease>,
+    pub(crate) ctl: Arc<Ctl>,
+    pub(crate) crashed_at: Option<Duration>,
+    pub(crate) seen_final: bool,
+}
+
+/// A violation whose root cause is known (see RELIABILITY.md, "Findings"): counted, for the
+/// regression test of the first two findings. Both are fixed; they are violations too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Known {
+    /// `OwnerLease::release` sent its DELETE, which landed, but the lease stays `Held` until the
+    /// answer arrives — and for good if the answer is an error (or never comes: a crash): the
+    /// lease object is gone while `check_validity()` is still true, and the GC collects the
+    /// owner's checkpoints as those of a missing lease meanwhile.
+    ReleaseAmbiguous,
+    /// `Checkpoint::create`'s `index.json` write, sent while the lease was valid, landed after
+    /// the GC had collected the checkpoint: a `protecting` index.json with no marker, which no
+    /// GC pass ever finds.
+    IndexAfterCollection,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    pub(crate) owners: BTreeMap<String, OwnerRec>,
+    /// Owners that called `release` (whatever its outcome).
+    pub(crate) releasing: BTreeSet<String>,
+    pub(crate) known: BTreeSet<(Known, String)>,
+    /// Zombie checkpoints of crashed owners: (owner, crash instant, checkpoint ids).
+    pub(crate) zombies: Vec<(String, Duration, BTreeSet<String>)>,
+    pub(crate) completed: BTreeMap<String, (Status, Vec<String>)>,
+    pub(crate) collected: BTreeMap<String, Duration>,
+    /// The last decision or deletion of the GC on each collected checkpoint.
+    pub(crate) gc_touched: BTreeMap<String, Duration>,
+    /// The last write of each checkpoint's index.json: after its owner crashed, the GC
+    /// finishing the owner's decision (a repair).
+    pub(crate) index_written: BTreeMap<String, Duration>,
+    pub(crate) violations: Vec<Violation>,
+    pub(crate) trace: Vec<String>,
+    pub(crate) created: u64,
+    pub(crate) fenced: u64,
+    pub(crate) lost: u64,
+    pub(crate) pauses: u64,
+    /// Pauses of the collectors, drawn at their request points.
+    pub(crate) gc_pauses: u64,
+    /// Creates retried by an owner after a failure (the first attempt may have landed).
+    pub(crate) create_retries: u64,
+    /// Retried creates answered "exists": the owner's own earlier attempt had landed.
+    pub(crate) create_ambiguous: u64,
+}
+
+/// Everything the tasks of one run share.
+#[derive(Debug)]
+pub(crate) struct World {
+    pub(crate) world: SimClock,
+    pub(crate) sim: SimStore,
+    pub(crate) faults: FailingStore<SimStore>,
+    pub(crate) reg: Mutex<Registry>,
+    pub(crate) activity: AtomicU64,
+}
+
+impl World {
+    pub(crate) fn now(&self) -> Duration {
+        self.world.elapsed()
+    }
+
+    pub(crate) fn reg(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.reg.lock().expect("registry poisoned")
+    }
+
+    pub(crate) fn trace(&self, line: impl fmt::Display) {
+        let now = self.now();
+        self.reg()
+            .trace
+            .push(format!("{:>6}ms {line}", now.as_millis()));
+    }
+
+    pub(crate) fn violate(&self, v: Violation) {
+        self.trace(format_args!("VIOLATION {v}"));
+        self.reg().violations.push(v);
+    }
+
+    pub(crate) fn bump(&self) {
+        self.activity.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn activity(&self) -> u64 {
+        self.activity.load(Ordering::Relaxed) + self.sim.requests()
+    }
+}
+
+// ---- the store observer: judges each collection at the instant it takes effect --------------
+
+pub(crate) fn checkpoint_of(path: &Path) -> Option<String> {
+    let mut parts = path.parts();
+    if parts.next()?.as_ref() != PREFIX {
+        return None;
+    }
+    match parts.next()?.as_ref() {
+        "checkpoints" | "decisions" => Some(parts.next()?.as_ref().to_owned()),
+        _ => None,
+    }
+}
+
+pub(crate) fn owner_of_checkpoint(id: &str) -> String {
+    id.split('-').next().unwrap_or_default().to_owned()
+}
+
+pub(crate) fn observe(world: &World, m: &Mutation<'_>, view: &StoreView<'_>) {
+    world.bump();
+    let path = m.path.as_ref();
+    if !in_prefix(m.path) {
+        world.violate(Violation::OutsidePrefix {
+            path: path.to_owned(),
+            by: "a store mutation".to_owned(),
+        });
+        return;
+    }
+    if let Some(owner) = path.strip_prefix(&format!("{PREFIX}/leases/")) {
+        observe_lease(world, m, owner);
+        return;
+    }
+    let Some(id) = checkpoint_of(m.path) else {
+        return;
+    };
+    let is_decision = path.starts_with(&format!("{PREFIX}/decisions/"));
+    if m.kind == MutationKind::Overwrite && path == index_path_str(&id) {
+        let now = world.now();
+        let mut reg = world.reg();
+        reg.index_written.insert(id.clone(), now);
+        // The GC's tombstone ends (this attempt at) a collection.
+        if reg.collected.contains_key(&id) && caller().is_some_and(|c| c.starts_with("gc")) {
+            reg.gc_touched.insert(id.clone(), now);
+        }
+    }
+    let how = match (m.kind, is_decision) {
+        // The GC's decision: the instant of collection.
+        (MutationKind::Create, true) => {
+            let decision: Option<Decision> = m.data.and_then(|d| serde_json::from_slice(d).ok());
+            match decision {
+                Some(d) if d.by == Decider::Gc => "gc decision",
+                _ => return,
+            }
+        }
+        // Only a GC deletes anything under checkpoints/.
+        (MutationKind::Delete, false) => "gc deletion",
+        _ => return,
+    };
+    let owner = owner_of_checkpoint(&id);
+    let (remaining, state) = {
+        let reg = world.reg();
+        match reg.owners.get(&owner).and_then(|o| o.lease.clone()) {
+            Some(lease) => (lease.remaining(), format!("{:?}", short_state(&lease))),
+            None => (Duration::ZERO, "never acquired".to_owned()),
+        }
+    };
+    let lease_gone = view
+        .get(&Path::from(format!("{PREFIX}/leases/{owner}")))
+        .is_none();
+    if remaining > Duration::ZERO && lease_gone && world.reg().releasing.contains(&owner) {
+        world.trace(format_args!(
+            "KNOWN release-ambiguous: {id} collected, {owner} still holds {remaining:?}"
+        ));
+        world
+            .reg()
+            .known
+            .insert((Known::ReleaseAmbiguous, format!("{owner}/{id}")));
+    }
+    // A known finding is still a violation: the findings are fixed, and the classification
+    // must not hide a new cause of the same symptom.
+    if remaining > Duration::ZERO {
+        world.violate(Violation::CollectedWhileValid {
+            checkpoint: id.clone(),
+            owner: owner.clone(),
+            remaining,
+            how,
+        });
+    }
+    {
+        // What the checkpoint was when the GC decided it or deleted part of it: only a
+        // protecting checkpoint may be collected.
+        let index = index_path_str(&id);
+        let status = if path == index {
+            m.previous
+        } else {
+            view.get(&Path::from(index.as_str()))
+        };
+        let status = status
+            .and_then(|b| serde_json::from_slice::<CheckpointRecord>(b).ok())
+            .map(|r| r.status);
+        let owner_decided = view
+            .get(&Path::from(format!("{PREFIX}/decisions/{id}")))
+            .and_then(|b| serde_json::from_slice::<Decision>(b).ok())
+            .is_some_and(|d| d.by == Decider::Owner);
+        if matches!(status, Some(Status::Available | Status::Error)) || owner_decided {
+            world.violate(Violation::AvailableCollected {
+                checkpoint: id.clone(),
+                status: format!("{status:?} owner_decided={owner_decided} ({how})"),
+            });
+        }
+    }
+    let first = {
+        let mut reg = world.reg();
+        let now = world.now();
+        reg.gc_touched.insert(id.clone(), now);
+        let first = !reg.collected.contains_key(&id);
+        if first {
+            let now = world.now();
+            reg.collected.insert(id.clone(), now);
+        }
+        first && reg.completed.contains_key(&id)
+    };
+    if first {
+        world.violate(Violation::CompletedAndCollected {
+            checkpoint: id.clone(),
+        });
+    }
+    world.trace(format_args!(
+        "collect {id} ({how} {}) owner={owner} remaining={remaining:?} state={state}",
+        m.path
+    ));
+}
+
+/// A mutation of `leases/<owner>`: only the owner itself may delete or replace its lease
+/// while it is valid from its own point of view. (Its own release leaves `Held` before the
+/// DELETE is sent, so its remaining time is then zero.)
+fn observe_lease(world: &World, m: &Mutation<'_>, owner: &str) {
+    let by = caller().unwrap_or_else(|| "the driver".to_owned());
+    if by == owner {
+        return;
+    }
+    let how = match m.kind {
+        MutationKind::Delete => "deleted",
+        MutationKind::Create => return,
+        _ => "replaced",
+    };
+    let lease = world.reg().owners.get(owner).and_then(|o| o.lease.clone());
+    let Some(lease) = lease else { return };
+    let remaining = lease.remaining();
+    if remaining > Duration::ZERO {
+        world.violate(Violation::LeaseDeletedWhileValid {
+            owner: owner.to_owned(),
+            by: by.clone(),
+            remaining,
+            how,
+        });
+    }
+    world.trace(format_args!(
+        "lease of {owner} {how} by {by}; remaining={remaining:?} state={}",
+        short_state(&lease)
+    ));
+}
+
+pub(crate) fn index_path_str(id: &str) -> String {
+    format!("{PREFIX}/checkpoints/{id}/index.json")
+}
+
+pub(crate) fn short_state(lease: &OwnerLease) -> &'static str {
+    match &*lease.subscribe().borrow() {
+        LeaseState::Held { .. } => "held",
+        LeaseState::Lost { .. } => "lost",
+        LeaseState::Released => "released",
+    }
+}
+
+/// Checks made after every step.
+pub(crate) fn sample(world: &World, healthy: bool, outcome: &mut Outcome) {
+    let now = world.now();
+    let leases: Vec<(String, OwnerLease)> = world
+        .reg()
+        .owners
+        .iter()
+        .filter_map(|(n, o)| o.lease.clone().map(|l| (n.clone(), l)))
+        .collect();
+    for (name, lease) in leases {
+        note_state(world, &name, &lease.subscribe().borrow().clone());
+    }
+    // Liveness: each zombie of a crashed owner is collected (the GC's decision) or otherwise
+    // resolved (its marker gone: an owner decision the GC finished) within the bound.
+    let zombies = std::mem::take(&mut world.reg().zombies);
+    let mut pending = Vec::new();
+    for (owner, crashed_at, ids) in zombies {
+        let mut left = BTreeSet::new();
+        for id in ids {
+            let decided = {
+                let reg = world.reg();
+                let repaired = reg
+                    .index_written
+                    .get(&id)
+                    .copied()
+                    .filter(|at| *at > crashed_at);
+                reg.collected.get(&id).copied().or(repaired)
+            };
+            let marker = Path::from(format!("{PREFIX}/index/protecting/{owner}/{id}"));
+            match decided {
+                Some(at) => {
+                    let took = at.saturating_sub(crashed_at);
+                    outcome.worst_liveness = outcome.worst_liveness.max(took);
+                    outcome.over_asked += u64::from(took > LIVENESS_ASKED);
+                    outcome.over_margin_bound += u64::from(took > LIVENESS_ASKED + MARGIN);
+                }
+                None if world.sim.peek(&marker).is_none() => {
+                    let took = now - crashed_at;
+                    outcome.worst_liveness = outcome.worst_liveness.max(took);
+                    outcome.over_asked += u64::from(took > LIVENESS_ASKED);
+                    outcome.over_margin_bound += u64::from(took > LIVENESS_ASKED + MARGIN);
+                }
+                None => {
+                    left.insert(id);
+                }
+            }
+        }
+        if left.is_empty() {
+            continue;
+        }
+        if healthy && now > crashed_at + LIVENESS {
+            world.violate(Violation::ZombieLate {
+                owner,
+                markers: left.len(),
+                since_crash: now - crashed_at,
+            });
+        } else {
+            pending.push((owner, crashed_at, left));
+        }
+    }
+    world.reg().zombies.extend(pending);
+}
+
+/// Checks made once at the end, after the tail.
+pub(crate) fn finish(
+    world: &World,
+    sentinels: &[(ObjectMeta, bytes_alias::Bytes)],
+    outcome: &mut Outcome,
+) {
+    // Nothing outside the prefix changed.
+    let now: BTreeMap<Path, (ObjectMeta, bytes_alias::Bytes)> = world
+        .sim
+        .objects(None)
+        .into_iter()
+        .filter(|(m, _)| !in_prefix(&m.location))
+        .map(|(m, d)| (m.location.clone(), (m, d)))
+        .collect();
+    let before: BTreeMap<Path, (ObjectMeta, bytes_alias::Bytes)> = sentinels
+        .iter()
+        .map(|(m, d)| (m.location.clone(), (m.clone(), d.clone())))
+        .collect();
+    if now != before {
+        world.violate(Violation::OutsidePrefix {
+            path: format!("{:?}", now.keys().collect::<Vec<_>>()),
+            by: "someone: the objects outside the prefix changed".to_owned(),
+        });
+    }
+    let live: BTreeSet<String> = world
+        .reg()
+        .owners
+        .iter()
+        .filter(|(_, o)| {
+            o.crashed_at.is_none()
+                && o.lease
+                    .as_ref()
+                    .is_some_and(|l| matches!(l.state(), LeaseState::Held { .. }))
+        })
+        .map(|(n, _)| n.clone())
+        .collect();
+    // No zombie left: every marker belongs to a live owner, and every protecting index.json
+    // has a marker (whoever its owner: without one no pass will ever find it) and belongs to a
+    // live owner.
+    let objects = world.sim.objects(Some(&Path::from(PREFIX)));
+    let mut protecting = BTreeSet::new();
+    for (meta, _) in &objects {
+        let path = meta.location.as_ref();
+        if let Some(rest) = path.strip_prefix(&format!("{PREFIX}/index/protecting/")) {
+            let (owner, id) = rest.split_once('/').unwrap_or((rest, ""));
+            if !live.contains(owner) {
+                world.violate(Violation::ZombieLeft {
+                    checkpoint: id.to_owned(),
+                    owner: owner.to_owned(),
+                    marker: true,
+                });
+            }
+            protecting.insert(id.to_owned());
+        }
+    }
+    for (meta, data) in &objects {
+        let path = meta.location.as_ref();
+        if path.ends_with("/index.json") {
+            if let Ok(r) = serde_json::from_slice::<CheckpointRecord>(data) {
+                let gc_decided = world
+                    .sim
+                    .peek(&Path::from(format!("{PREFIX}/decisions/{}", r.id)))
+                    .and_then(|b| serde_json::from_slice::<Decision>(&b).ok())
+                    .is_some_and(|d| d.by == Decider::Gc);
+                if r.status == Status::Protecting && !protecting.contains(&r.id) && gc_decided {
+                    world.trace(format_args!(
+                        "KNOWN index-after-collection: {} is protecting, has no marker, and \
+                         the gc decided it",
+                        r.id
+                    ));
+                    world
+                        .reg()
+                        .known
+                        .insert((Known::IndexAfterCollection, r.id.clone()));
+                }
+                if r.status == Status::Protecting
+                    && (!protecting.contains(&r.id) || !live.contains(r.owner_id.as_str()))
+                {
+                    world.violate(Violation::ZombieLeft {
+                        checkpoint: r.id.clone(),
+                        owner: r.owner_id.to_string(),
+                        marker: protecting.contains(&r.id),
+                    });
+                }
+            }
+        }
+    }
+    // Every completed checkpoint is intact: its outcome, its decision, its data.
+    let completed = world.reg().completed.clone();
+    for (id, (status, data)) in &completed {
+        let index = world
+            .sim
+            .peek(&Path::from(index_path_str(id)))
+            .and_then(|b| serde_json::from_slice::<CheckpointRecord>(&b).ok());
+        if index.as_ref().map(|r| r.status) != Some(*status) {
+            world.violate(Violation::CompletedDamaged {
+                checkpoint: id.clone(),
+                what: format!("index.json says {:?}", index.map(|r| r.status)),
+            });
+        }
+        for d in data {
+            let p = Path::from(format!("{PREFIX}/checkpoints/{id}/data/{d}"));
+            if world.sim.peek(&p).is_none() {
+                world.violate(Violation::CompletedDamaged {
+                    checkpoint: id.clone(),
+                    what: format!("data `{d}` is gone"),
+                });
+            }
+        }
+    }
+    // Late data: every collected checkpoint's data prefix is swept once more after any write
+    // in flight at the collection has landed. Data found under one whose collection ended
+    // longer ago than that bound is a leak no pass will find; younger ones are only counted.
+    let end = world.now();
+    let touched = world.reg().gc_touched.clone();
+    for (id, at) in &touched {
+        let prefix = Path::from(format!("{PREFIX}/checkpoints/{id}/data"));
+        let left = world.sim.objects(Some(&prefix)).len();
+        outcome.orphan_data += left as u64;
+        if left > 0 && end.saturating_sub(*at) > ORPHAN_BOUND {
+            world.violate(Violation::OrphanData {
+                checkpoint: id.clone(),
+                objects: left,
+                since_collected: end - *at,
+            });
+        }
+    }
+    let reg = world.reg();
+    outcome.violations = reg.violations.clone();
+    outcome.created = reg.created;
+    outcome.completed = reg.completed.len() as u64;
+    outcome.fenced = reg.fenced;
+    outcome.lost = reg.lost;
+    outcome.collected = reg.collected.len() as u64;
+    outcome.pauses = reg.pauses;
+    outcome.gc_pauses = reg.gc_pauses;
+    outcome.create_retries = reg.create_retries;
+    outcome.create_ambiguous = reg.create_ambiguous;
+    for (k, _) in &reg.known {
+        *outcome.known.entry(*k).or_default() += 1;
+    }
+    outcome.trace = reg.trace.clone();
+}
