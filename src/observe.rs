@@ -63,6 +63,9 @@ pub fn judge(
     store_now: DateTime<Utc>,
     margin: Duration,
 ) -> LeaseView {
+    // The read returned this stamp, so the store's time was at least `last_modified` (a read
+    // judged at its send instant may predate it). Only ever shortens `remaining`.
+    let store_now = store_now.max(last_modified);
     // Saturating arithmetic: absurd margins or stamps only ever make the lease look alive.
     let expires_at = add_saturating(last_modified, record.expire_window());
     let dead_from = add_saturating(expires_at, margin);

@@ -366,8 +366,9 @@ async fn adopt_keeps_the_marker_when_index_json_reads_as_missing() {
 }
 
 /// Found by the simulation (seed 1,000,704, stale reads): the store-clock probe's HEAD answered
-/// with an older version than its PUT wrote. Its stamp is never used: the probe tries again, and
-/// fails rather than return a stale reading.
+/// with an older version than its PUT wrote, and the GC's step detection saw steps that never
+/// happened. The probe tries again; a reading of another version is flagged unverified (still a
+/// lower bound for judging, never compared for steps).
 #[tokio::test]
 async fn the_store_clock_probe_never_returns_a_stale_version() {
     let w = world();
@@ -379,9 +380,13 @@ async fn the_store_clock_probe_never_returns_a_stale_version() {
     for _ in 0..20 {
         w.clock.advance(Duration::from_secs(1));
         let put_at = w.sim.clock().now();
-        match w.owner_bank.store_time(&w.shared).await {
-            Ok(t) => assert!(t.at >= put_at, "a stale stamp: {} < {put_at}", t.at),
-            Err(e) => assert!(e.to_string().contains("store request failed"), "{e}"),
+        // A stale replica may also answer that the probe does not exist yet: an error.
+        if let Ok(t) = w.owner_bank.store_time(&w.shared).await {
+            assert!(
+                !t.verified || t.at >= put_at,
+                "a stale stamp passed as verified: {} < {put_at}",
+                t.at
+            );
         }
     }
     assert!(before < w.sim.clock().now());

@@ -233,8 +233,9 @@ impl Daemon {
             self.clock.clone(),
             GcOptions {
                 // Long-running: it can afford to hold collection back one window after it
-                // starts or takes over, to be safe from a step it had no reading before.
-                floor_at_first_reading: true,
+                // starts, to be safe from a step it had no reading before. A single pass
+                // (`--once`) cannot: it would never collect.
+                floor_at_first_reading: !once,
                 ..GcOptions::from_config(&self.config)
             },
         ));
@@ -293,8 +294,20 @@ impl Daemon {
             }
             // Keep reading the store clock while on standby, so that the first pass after a
             // takeover has a recent reading to compare with (and a step meanwhile is seen).
-            if let Err(e) = collector.watch_clock().await {
-                debug!(error = %error_chain(&e), "standby: store-clock reading failed or stepped");
+            match collector.watch_clock().await {
+                Ok(()) => {}
+                Err(e @ banklease::Error::ClockStep { .. }) => {
+                    // The step may make the active GC's lease look expired: not this round.
+                    warn!(error = %error_chain(&e), "standby: the store clock stepped; not taking over this round");
+                    tokio::select! {
+                        () = cancel.cancelled() => return None,
+                        () = self.clock.sleep(windows.renew_window) => {}
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    debug!(error = %error_chain(&e), "standby: store-clock reading failed");
+                }
             }
             // Not raced against shutdown: an acquire abandoned after its write landed would
             // leave a lease nobody renews, and every standby would wait out its expire window.

@@ -132,7 +132,11 @@ impl Collector {
             );
             if spent < store_time.at {
                 if !self.options.dry_run {
-                    delete_ok_if_missing(&self.bank, &floor_path(&self.bank)).await?;
+                    // Harmless to keep: a failure is no reason to stop collecting.
+                    if let Err(e) = delete_ok_if_missing(&self.bank, &floor_path(&self.bank)).await
+                    {
+                        tracing::warn!(error = %error_chain(&e), "removing a spent clock floor failed");
+                    }
                 }
             } else {
                 self.watch.raise_floor(floor);
@@ -649,6 +653,12 @@ impl Collector {
                     return Ok(Outcome::Skipped);
                 }
                 existing = checkpoint::read_checkpoint(bank, id).await?;
+                // On a store whose create-if-absent is not atomic (Swift) a create racing ours
+                // may have won too: go on only over our own tombstone.
+                if !matches!(&existing, Some(r) if r.status == Status::Deleted && r.owner_id == *owner)
+                {
+                    return Ok(Outcome::Skipped);
+                }
             }
         }
         let decision = Decision {

@@ -115,13 +115,25 @@ pub async fn sweep_due(
             // Never delete on doubt: only the data of a checkpoint the GC decided to collect.
             match read_decision(bank, &id).await? {
                 Some(d) if d.by == Decider::Gc => {}
-                other => {
-                    tracing::warn!(checkpoint_id = %id, decision = ?other.map(|d| d.by),
-                        "sweep marker without a gc decision: data left alone, marker removed");
+                Some(_) => {
+                    tracing::warn!(checkpoint_id = %id,
+                        "sweep marker beside an owner's decision: data left alone, marker removed");
                     match bank.store().delete(&marker).await {
                         Ok(()) | Err(object_store::Error::NotFound { .. }) => return Ok(0),
                         Err(e) => return Err(banklease::Error::store("delete", &marker, e)),
                     }
+                }
+                None => {
+                    // A lagging replica may not show the decision yet: doubt, so nothing is
+                    // deleted and the marker stays for a later pass.
+                    tracing::warn!(checkpoint_id = %id,
+                        "sweep marker without a readable gc decision: left for a later pass");
+                    return Err(banklease::Error::Corrupt {
+                        path: marker.to_string(),
+                        reason: "no decision reads back for this sweep marker; left for a later \
+                                 pass"
+                            .to_owned(),
+                    });
                 }
             }
             let found = delete_prefix(bank, &data_prefix(bank, &id)).await?;

@@ -65,10 +65,6 @@ pub fn backward_step(
     })
 }
 
-/// A previous pass's reading older than this is no reference: over a long gap (a standby that
-/// just became active) the rate allowance alone would let a large step through.
-pub const MAX_BASELINE_AGE: Duration = Duration::from_secs(3600);
-
 /// What a collector remembers between passes about the store's clock.
 #[derive(Debug, Default)]
 pub(crate) struct ClockWatch {
@@ -105,12 +101,24 @@ impl ClockWatch {
         floor_without_reference: bool,
     ) -> Result<(), Step> {
         let mut s = self.inner.lock().expect("clock watch poisoned");
-        let reference = s
-            .last
-            .filter(|prev| probe.sent.saturating_duration_since(prev.observed) <= MAX_BASELINE_AGE);
+        if !probe.verified {
+            // Another version's stamp: a bound for judging, not a reading to compare.
+            return Ok(());
+        }
+        // A reference of any age is compared (the rate allowance grows with the gap); only a
+        // collector that never had one takes this reading as its floor.
+        let reference = s.last;
         let step = reference.and_then(|prev| forward_step(&prev, probe, tolerance));
         if reference.is_none() && floor_without_reference {
             s.floor = Some(s.floor.map_or(probe.at, |f| f.max(probe.at)));
+        }
+        // A floor ahead of the store's time (a step that was later undone) would hold every
+        // judgement back until the store caught up: bring it down to now, which judges every
+        // older stamp as written now — the most conservative floor there is.
+        if let Some(floor) = s.floor {
+            if floor > probe.at {
+                s.floor = Some(probe.at);
+            }
         }
         s.last = Some(*probe);
         match step {
@@ -135,6 +143,9 @@ impl ClockWatch {
         tolerance: Duration,
     ) -> Result<(), Step> {
         let mut s = self.inner.lock().expect("clock watch poisoned");
+        if !probe.verified || !first.verified {
+            return Ok(());
+        }
         s.last = Some(*probe);
         if let Some(by) = forward_step(first, probe, tolerance) {
             s.floor = Some(s.floor.map_or(probe.at, |f| f.max(probe.at)));
@@ -320,6 +331,7 @@ mod tests {
 
     fn probe(base: Instant, sent_ms: u64, observed_ms: u64, at_ms: i64) -> StoreTime {
         StoreTime {
+            verified: true,
             at: DateTime::from_timestamp_millis(1_800_000_000_000 + at_ms).unwrap(),
             sent: base + Duration::from_millis(sent_ms),
             observed: base + Duration::from_millis(observed_ms),
@@ -391,17 +403,17 @@ mod tests {
     }
 
     #[test]
-    fn without_a_recent_reference_only_a_daemon_takes_its_first_reading_as_floor() {
+    fn without_any_reading_only_a_daemon_takes_its_first_reading_as_floor() {
         let base = Instant::now();
         let tol = Duration::from_millis(100);
         let watch = ClockWatch::default();
         assert!(watch.start(&probe(base, 0, 10, 5), tol, false).is_ok());
-        // Two hours later, with a 10-second step: the rate allowance would hide it anyway.
-        let later = 7_200_000;
-        let stale = probe(base, later, later + 10, later as i64 + 10_000);
-        assert!(watch.start(&stale, tol, false).is_ok());
         assert_eq!(watch.floor(), None);
-        // A daemon makes such a reading its floor instead.
+        // Two hours later, a 20-second step is still seen (the allowance is 0.1 % of the gap).
+        let later = 7_200_000;
+        let stepped = probe(base, later, later + 10, later as i64 + 20_000);
+        assert!(watch.start(&stepped, tol, true).is_err());
+        // A daemon makes its very first reading its floor.
         let watch = ClockWatch::default();
         let first = probe(base, 0, 10, 5);
         assert!(watch.start(&first, tol, true).is_ok());

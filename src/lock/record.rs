@@ -168,6 +168,9 @@ pub fn judge(
     if record.holder.is_none() {
         return Judged::Free;
     }
+    // The read returned this stamp, so the store's time was at least `last_modified` (a read
+    // judged at its send instant may predate it). Only ever shortens `remaining`.
+    let store_now = store_now.max(last_modified);
     // Saturating: absurd margins or durations only ever make the holder look alive.
     let expires_at = add_saturating(last_modified, record.duration());
     let dead_from = add_saturating(expires_at, margin);
