@@ -41,6 +41,8 @@ struct BankInner {
     /// The native Swift store behind `store`, when the bank is on Swift: the lease layer uses
     /// Swift's own primitives (X-Delete-After, POST) that the `ObjectStore` trait cannot carry.
     swift: Option<crate::swift::SwiftStore>,
+    /// This bank handle's store-clock probe key (kept by `with_store`).
+    probe_key: String,
 }
 
 impl fmt::Debug for Bank {
@@ -147,12 +149,17 @@ impl Bank {
     /// A view of this bank through another store that wraps the same objects (a counting or
     /// fault-injecting wrapper); the Swift handle, if any, is kept.
     pub fn with_store(&self, store: Arc<dyn ObjectStore>) -> Self {
-        Self::build(
+        let mut bank = Self::build(
             store,
             self.inner.swift.clone(),
             self.inner.prefix.as_ref(),
             &self.inner.label,
-        )
+        );
+        Arc::get_mut(&mut bank.inner)
+            .expect("a bank just built is not shared")
+            .probe_key
+            .clone_from(&self.inner.probe_key);
+        bank
     }
 
     fn build(
@@ -168,6 +175,7 @@ impl Bank {
                 label: label.to_owned(),
                 capabilities: tokio::sync::OnceCell::new(),
                 swift,
+                probe_key: uuid::Uuid::new_v4().simple().to_string(),
             }),
         }
     }
@@ -218,7 +226,10 @@ impl Bank {
     /// The store's current time, read by writing a small probe object and reading back its
     /// `last_modified`. See [`StoreTime`].
     pub async fn store_time(&self, clock: &SharedClock) -> Result<StoreTime> {
-        let path = self.path(&["_banklease", "clock"]);
+        // One key per bank handle: a concurrent prober's write cannot be read back as ours, so a
+        // read-back of another version means a lagging replica (an older version, which only
+        // ever understates the store's time). The GC removes keys a day old (`clock_probe_prefix`).
+        let path = self.own_clock_probe();
         // The HEAD must read back this PUT's version: a lagging replica may answer with an
         // older one, whose stamp (still a lower bound) would look like a clock step to the GC's
         // step detection. Bounded: a few fresh attempts, then an error.
@@ -272,6 +283,18 @@ impl Bank {
 
 /// Fresh attempts of the store-clock probe whose read-back shows another version.
 const CLOCK_PROBE_ATTEMPTS: usize = 3;
+
+impl Bank {
+    /// `_banklease/clock/`: the store-clock probes, one key per bank handle that read the clock.
+    pub fn clock_probe_prefix(&self) -> Path {
+        self.path(&["_banklease", "clock"])
+    }
+
+    /// This bank handle's own store-clock probe key (never removed by a cleanup).
+    pub fn own_clock_probe(&self) -> Path {
+        self.path(&["_banklease", "clock", &self.inner.probe_key])
+    }
+}
 
 fn file_url_path(rest: &str) -> std::result::Result<PathBuf, String> {
     let path = if let Some(after) = rest.strip_prefix("//") {

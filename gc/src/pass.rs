@@ -46,7 +46,8 @@ use serde::Serialize;
 use crate::plan::{plan, GcOptions, OwnerTally, Verdict};
 use crate::sweep::{delete_prefix, mark_for_sweep, sweep_due};
 use crate::timing::{
-    floor_path, forget_missing, missing_for, read_floor, write_floor, ClockWatch, MissingFor, Step,
+    floor_path, forget_clock_probes, forget_missing, missing_for, read_floor, write_floor,
+    ClockWatch, MissingFor, Step,
 };
 use banklease::bank::add_saturating;
 use banklease::lease::MAX_EXPIRE_WINDOW;
@@ -377,6 +378,10 @@ impl Collector {
                 let seen: HashSet<OwnerId> = tallies.iter().map(|t| t.owner.clone()).collect();
                 self.reap_leases(&bank, &observer, &store_time, &seen, &cleared, &mut report)
                     .await?;
+            }
+            if acting {
+                let sent = self.clock.now();
+                report.errors += forget_clock_probes(&bank, &store_time, sent).await;
             }
         }
 

@@ -277,6 +277,55 @@ pub(crate) async fn missing_for(
     }
 }
 
+/// Store-clock probe keys older than this (store clock) belong to processes that stopped reading
+/// the clock; each process rewrites its own key at every reading.
+pub const CLOCK_PROBE_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// Remove store-clock probe keys (`_banklease/clock/<process>`) not written for a day; returns
+/// the errors met. A key removed under a live process is rewritten by its next reading.
+pub(crate) async fn forget_clock_probes(
+    bank: &Bank,
+    store_time: &StoreTime,
+    sent: std::time::Instant,
+) -> u64 {
+    use futures::StreamExt;
+    let prefix = bank.clock_probe_prefix();
+    let own = bank.own_clock_probe();
+    let now = store_time.at_send(sent, Duration::ZERO);
+    let mut errors = 0;
+    let mut stale = Vec::new();
+    let mut listing = bank.store().list(Some(&prefix));
+    while let Some(item) = listing.next().await {
+        match item {
+            Ok(meta)
+                if meta.location != own
+                    && StoreTime::between(meta.last_modified, now) >= CLOCK_PROBE_MAX_AGE =>
+            {
+                stale.push(meta.location)
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %banklease::observe::error_chain(&e),
+                    "listing store-clock probes failed");
+                errors += 1;
+                break;
+            }
+        }
+    }
+    drop(listing);
+    for path in stale {
+        match bank.store().delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => {
+                tracing::warn!(path = %path, error = %banklease::observe::error_chain(&e),
+                    "removing an old store-clock probe failed");
+                errors += 1;
+            }
+        }
+    }
+    errors
+}
+
 /// Remove the missing-since records of owners that `keep` rejects; returns the errors met.
 ///
 /// Safe whatever the listing shows or omits: removing a record only restarts the grace of an

@@ -100,7 +100,7 @@ impl<T: ObjectStore> GateStore<T> {
         let mut holds = self.holds.lock().unwrap();
         let i = holds
             .iter()
-            .position(|h| location.as_ref().ends_with(&h.suffix))?;
+            .position(|h| location.as_ref().contains(&h.suffix))?;
         if holds[i].skip > 0 {
             holds[i].skip -= 1;
             return None;
