@@ -399,6 +399,15 @@ pub async fn create_tombstone(
     }
 }
 
+/// The error of an owner whose checkpoint `id` the GC collected (a tombstone is there).
+fn collected(id: &str) -> Error {
+    Error::Fenced {
+        checkpoint_id: id.to_owned(),
+        decided_by: Decider::Gc.to_string(),
+        outcome: Status::Deleted.to_string(),
+    }
+}
+
 /// A checkpoint being written by the owner holding `lease`.
 ///
 /// ```
@@ -466,11 +475,7 @@ impl Checkpoint {
                         // The GC collected this id while our create was in flight (we were
                         // paused past our lease): fenced, and its marker is not ours to keep.
                         let _ = bank.store().delete(&marker).await;
-                        return Err(Error::Fenced {
-                            checkpoint_id: id.to_owned(),
-                            decided_by: Decider::Gc.to_string(),
-                            outcome: Status::Deleted.to_string(),
-                        });
+                        return Err(collected(id));
                     }
                     Ok(Some(existing))
                         if existing.owner_id != *owner || existing.status != Status::Protecting =>
@@ -533,11 +538,7 @@ impl Checkpoint {
                 // it, so it goes.
                 let _ = bank.store().delete(&marker).await;
                 return Err(match found {
-                    Some(r) if r.status == Status::Deleted => Error::Fenced {
-                        checkpoint_id: id.to_owned(),
-                        decided_by: Decider::Gc.to_string(),
-                        outcome: Status::Deleted.to_string(),
-                    },
+                    Some(r) if r.status == Status::Deleted => collected(id),
                     _ => Error::CheckpointExists {
                         checkpoint_id: id.to_owned(),
                     },

@@ -281,49 +281,25 @@ pub(crate) async fn missing_for(
 /// the clock; each process rewrites its own key at every reading.
 pub const CLOCK_PROBE_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
-/// Remove store-clock probe keys (`_banklease/clock/<process>`) not written for a day; returns
+/// Remove store-clock probe keys (`_banklease/clock/<handle>`) not written for a day; returns
 /// the errors met. A key removed under a live process is rewritten by its next reading.
 pub(crate) async fn forget_clock_probes(
     bank: &Bank,
     store_time: &StoreTime,
     sent: std::time::Instant,
 ) -> u64 {
-    use futures::StreamExt;
-    let prefix = bank.clock_probe_prefix();
     let own = bank.own_clock_probe();
     let now = store_time.at_send(sent, Duration::ZERO);
-    let mut errors = 0;
-    let mut stale = Vec::new();
-    let mut listing = bank.store().list(Some(&prefix));
-    while let Some(item) = listing.next().await {
-        match item {
-            Ok(meta)
-                if meta.location != own
-                    && StoreTime::between(meta.last_modified, now) >= CLOCK_PROBE_MAX_AGE =>
-            {
-                stale.push(meta.location)
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(error = %banklease::observe::error_chain(&e),
-                    "listing store-clock probes failed");
-                errors += 1;
-                break;
-            }
-        }
-    }
-    drop(listing);
-    for path in stale {
-        match bank.store().delete(&path).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => {
-                tracing::warn!(path = %path, error = %banklease::observe::error_chain(&e),
-                    "removing an old store-clock probe failed");
-                errors += 1;
-            }
-        }
-    }
-    errors
+    delete_listed(
+        bank,
+        &bank.clock_probe_prefix(),
+        "store-clock probe",
+        |meta| {
+            meta.location != own
+                && StoreTime::between(meta.last_modified, now) >= CLOCK_PROBE_MAX_AGE
+        },
+    )
+    .await
 }
 
 /// Remove the missing-since records of owners that `keep` rejects; returns the errors met.
@@ -331,41 +307,50 @@ pub(crate) async fn forget_clock_probes(
 /// Safe whatever the listing shows or omits: removing a record only restarts the grace of an
 /// owner whose lease is missing (collection comes later, never earlier).
 pub(crate) async fn forget_missing(bank: &Bank, keep: impl Fn(&OwnerId) -> bool) -> u64 {
-    use futures::StreamExt;
     let prefix = bank.path(&["gc", "missing"]);
+    delete_listed(bank, &prefix, "missing-since record", |meta| {
+        meta.location
+            .prefix_match(&prefix)
+            .and_then(|mut parts| {
+                let first = parts.next()?;
+                parts.next().is_none().then_some(first)
+            })
+            .and_then(|part| OwnerId::parse(part.as_ref()).ok())
+            .is_some_and(|o| !keep(&o))
+    })
+    .await
+}
+
+/// Delete the objects under `prefix` that `stale` selects (listed first, then deleted); returns
+/// the errors met. For the GC's own bookkeeping, where deleting too much only delays.
+async fn delete_listed(
+    bank: &Bank,
+    prefix: &Path,
+    what: &str,
+    stale: impl Fn(&object_store::ObjectMeta) -> bool,
+) -> u64 {
+    use futures::StreamExt;
     let mut errors = 0;
-    let mut stale = Vec::new();
-    let mut listing = bank.store().list(Some(&prefix));
+    let mut found = Vec::new();
+    let mut listing = bank.store().list(Some(prefix));
     while let Some(item) = listing.next().await {
         match item {
-            Ok(meta) => {
-                let owner = meta
-                    .location
-                    .prefix_match(&prefix)
-                    .and_then(|mut parts| {
-                        let first = parts.next()?;
-                        parts.next().is_none().then_some(first)
-                    })
-                    .and_then(|part| OwnerId::parse(part.as_ref()).ok());
-                if owner.is_some_and(|o| !keep(&o)) {
-                    stale.push(meta.location);
-                }
-            }
+            Ok(meta) if stale(&meta) => found.push(meta.location),
+            Ok(_) => {}
             Err(e) => {
-                tracing::warn!(error = %banklease::observe::error_chain(&e),
-                    "listing missing-since records failed");
+                tracing::warn!(error = %banklease::observe::error_chain(&e), what, "listing failed");
                 errors += 1;
                 break;
             }
         }
     }
     drop(listing);
-    for path in stale {
+    for path in found {
         match bank.store().delete(&path).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => {
-                tracing::warn!(path = %path, error = %banklease::observe::error_chain(&e),
-                    "removing a missing-since record failed");
+                tracing::warn!(path = %path, error = %banklease::observe::error_chain(&e), what,
+                    "removing failed");
                 errors += 1;
             }
         }
