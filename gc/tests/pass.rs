@@ -63,6 +63,18 @@ impl Fixture {
     }
 }
 
+/// A live owner's windows: only dead owners' expiry is under test here, so a live owner gets an
+/// expire window no loaded CI machine can starve its keeper through (with the fixture's 400 ms a
+/// busy 2-core runner once went without a renewal long enough to lose the lease).
+fn live_windows() -> LeaseWindows {
+    LeaseWindows::new(
+        Duration::from_millis(100),
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+    )
+    .unwrap()
+}
+
 /// A fresh bank on every available backend (memory, file; Swift and S3 when configured).
 fn fixtures() -> Vec<(String, Fixture)> {
     common::backends()
@@ -100,7 +112,26 @@ async fn owner_with(
     n: usize,
     complete: usize,
 ) -> (OwnerLease, Vec<Checkpoint>, banklease::Keeper) {
-    let lease = OwnerLease::acquire(&f.bank, OwnerId::random(), f.windows(), clock)
+    owner_with_windows(f, f.windows(), clock, n, complete).await
+}
+
+/// A live owner on the real clock, with `n` checkpoints, the first `complete` available.
+async fn live_owner(
+    f: &Fixture,
+    n: usize,
+    complete: usize,
+) -> (OwnerLease, Vec<Checkpoint>, banklease::Keeper) {
+    owner_with_windows(f, live_windows(), Arc::new(SystemClock), n, complete).await
+}
+
+async fn owner_with_windows(
+    f: &Fixture,
+    windows: LeaseWindows,
+    clock: SharedClock,
+    n: usize,
+    complete: usize,
+) -> (OwnerLease, Vec<Checkpoint>, banklease::Keeper) {
+    let lease = OwnerLease::acquire(&f.bank, OwnerId::random(), windows, clock)
         .await
         .unwrap();
     let keeper = lease.spawn_keeper(banklease::clock::Jitter::seeded(1), 0.1);
@@ -151,9 +182,8 @@ async fn pass(bank: &Bank, options: GcOptions) -> PassReport {
 async fn collects_exactly_the_dead_owners_protecting_checkpoints() {
     for (name, f) in fixtures() {
         let b = &f.bank;
-        let real: SharedClock = Arc::new(SystemClock);
         // The live owner keeps its lease (set up first: the dead owner's expiry starts later).
-        let (live, live_cps, keeper) = owner_with(&f, real.clone(), 3, 1).await;
+        let (live, live_cps, keeper) = live_owner(&f, 3, 1).await;
         // The dead owner: its clock is frozen and it never renews, so the store sees it expire.
         let (dead, dead_cps, _keeper) = owner_with(&f, Arc::new(MockClock::new()), 4, 1).await;
 
@@ -437,7 +467,7 @@ async fn dead_owners_leases_are_reaped_once_nothing_is_left() {
         let (dead, _, _keeper) = owner_with(&f, frozen.clone(), 2, 0).await;
         // A dead owner that never created a checkpoint, and one whose lease is garbage.
         let (idle, _, _keeper) = owner_with(&f, frozen.clone(), 0, 0).await;
-        let (live, _, keeper) = owner_with(&f, Arc::new(SystemClock), 1, 0).await;
+        let (live, _, keeper) = live_owner(&f, 1, 0).await;
         tokio::time::sleep(f.past_expiry()).await;
 
         // A dry run reaps nothing.
