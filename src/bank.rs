@@ -41,6 +41,9 @@ struct BankInner {
     /// The native Swift store behind `store`, when the bank is on Swift: the lease layer uses
     /// Swift's own primitives (X-Delete-After, POST) that the `ObjectStore` trait cannot carry.
     swift: Option<crate::swift::SwiftStore>,
+    /// The local store behind `store`, when the bank is a `file:` directory: the GC sweeps
+    /// its crashed writers' temporaries.
+    local: Option<crate::local::LocalStore>,
     /// This bank handle's store-clock probe key (kept by `with_store`).
     probe_key: String,
 }
@@ -63,7 +66,12 @@ impl Bank {
     /// - `s3://bucket/prefix`: S3 or an S3-compatible server, configured by the `AWS_*`
     ///   environment variables (`AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, `AWS_REGION`, ...), with
     ///   conditional writes by ETag enabled;
-    /// - `swift://container/prefix`: reserved for the native Swift backend.
+    /// - `az://container/prefix`: Azure Blob Storage (or Azurite), configured by the `AZURE_*`
+    ///   environment variables (`AZURE_STORAGE_ACCOUNT_NAME`, `AZURE_STORAGE_ACCOUNT_KEY`,
+    ///   `AZURE_STORAGE_USE_EMULATOR`, `AZURITE_BLOB_STORAGE_URL`, ...);
+    /// - `gs://bucket/prefix`: Google Cloud Storage, configured by the `GOOGLE_*` variables
+    ///   (`GOOGLE_SERVICE_ACCOUNT`, ...); conditional overwrites match the object's generation;
+    /// - `swift://container/prefix`: OpenStack Swift (native backend, `ST_*` or `OS_*`).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> banklease::Result<()> {
@@ -79,7 +87,8 @@ impl Bank {
         let url = url.trim();
         if url.is_empty() {
             return Err(bad(
-                "it is empty; use file:///path, memory://, s3://bucket/prefix",
+                "it is empty; use file:///path, memory://, s3://bucket/prefix, az://container/prefix, \
+                 gs://bucket/prefix or swift://container/prefix",
             ));
         }
         if let Some(rest) = url.strip_prefix("file:") {
@@ -90,11 +99,10 @@ impl Bank {
                     path.display()
                 ))
             })?;
-            let store = object_store::local::LocalFileSystem::new_with_prefix(&path)
+            let store = crate::local::LocalStore::new(&path)
                 .map_err(|e| bad(&format!("cannot open directory: {e}")))?;
-            return Ok(Self::from_store(
-                Arc::new(store),
-                "",
+            return Ok(Self::from_local(
+                store,
                 &format!("file://{}", path.display()),
             ));
         }
@@ -111,6 +119,38 @@ impl Bank {
                 .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
                 .build()
                 .map_err(|e| bad(&format!("cannot configure S3 from AWS_* variables: {e}")))?;
+            return Ok(Self::from_store(Arc::new(store), prefix, url));
+        }
+        if let Some(rest) = url.strip_prefix("az://") {
+            let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if container.is_empty() {
+                return Err(bad("no container; use az://container/prefix"));
+            }
+            let store = object_store::azure::MicrosoftAzureBuilder::from_env()
+                .with_container_name(container)
+                .build()
+                .map_err(|e| {
+                    bad(&format!(
+                        "cannot configure Azure from the AZURE_* variables (account and key, or \
+                         AZURE_STORAGE_USE_EMULATOR=true for Azurite): {e}"
+                    ))
+                })?;
+            return Ok(Self::from_store(Arc::new(store), prefix, url));
+        }
+        if let Some(rest) = url.strip_prefix("gs://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(bad("no bucket; use gs://bucket/prefix"));
+            }
+            let store = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_bucket_name(bucket)
+                .build()
+                .map_err(|e| {
+                    bad(&format!(
+                        "cannot configure Google Cloud Storage from the GOOGLE_* variables \
+                         (GOOGLE_SERVICE_ACCOUNT or application default credentials): {e}"
+                    ))
+                })?;
             return Ok(Self::from_store(Arc::new(store), prefix, url));
         }
         if let Some(rest) = url.strip_prefix("swift://") {
@@ -130,20 +170,25 @@ impl Bank {
             return Ok(Self::from_swift(store, prefix, url));
         }
         Err(bad(
-            "unknown scheme; use file:///path, file:relative/path, memory://, s3://bucket/prefix \
-             or swift://container/prefix",
+            "unknown scheme; use file:///path, file:relative/path, memory://, s3://bucket/prefix, \
+             az://container/prefix, gs://bucket/prefix or swift://container/prefix",
         ))
     }
 
     /// A bank on an existing store, with `prefix` as its root. `label` names it in messages and
     /// must not contain secrets.
     pub fn from_store(store: Arc<dyn ObjectStore>, prefix: &str, label: &str) -> Self {
-        Self::build(store, None, prefix, label)
+        Self::build(store, None, None, prefix, label)
     }
 
     /// A bank on a native Swift store: leases use Swift's server-side expiry and POST renewal.
     pub fn from_swift(store: crate::swift::SwiftStore, prefix: &str, label: &str) -> Self {
-        Self::build(Arc::new(store.clone()), Some(store), prefix, label)
+        Self::build(Arc::new(store.clone()), Some(store), None, prefix, label)
+    }
+
+    /// A bank on a whole local directory with atomic conditional writes (what `file:` opens).
+    pub fn from_local(store: crate::local::LocalStore, label: &str) -> Self {
+        Self::build(Arc::new(store.clone()), None, Some(store), "", label)
     }
 
     /// A view of this bank through another store that wraps the same objects (a counting or
@@ -152,6 +197,7 @@ impl Bank {
         let mut bank = Self::build(
             store,
             self.inner.swift.clone(),
+            self.inner.local.clone(),
             self.inner.prefix.as_ref(),
             &self.inner.label,
         );
@@ -165,6 +211,7 @@ impl Bank {
     fn build(
         store: Arc<dyn ObjectStore>,
         swift: Option<crate::swift::SwiftStore>,
+        local: Option<crate::local::LocalStore>,
         prefix: &str,
         label: &str,
     ) -> Self {
@@ -175,6 +222,7 @@ impl Bank {
                 label: label.to_owned(),
                 capabilities: tokio::sync::OnceCell::new(),
                 swift,
+                local,
                 probe_key: uuid::Uuid::new_v4().simple().to_string(),
             }),
         }
@@ -183,6 +231,11 @@ impl Bank {
     /// The native Swift store, when the bank is on Swift.
     pub fn swift(&self) -> Option<&crate::swift::SwiftStore> {
         self.inner.swift.as_ref()
+    }
+
+    /// The local store, when the bank is a `file:` directory.
+    pub fn local(&self) -> Option<&crate::local::LocalStore> {
+        self.inner.local.as_ref()
     }
 
     /// The underlying store.
@@ -422,6 +475,8 @@ mod tests {
             ("ftp://x", "unknown scheme"),
             ("swift://", "no container"),
             ("s3://", "no bucket"),
+            ("az://", "no container"),
+            ("gs://", "no bucket"),
         ] {
             let err = Bank::open(url).unwrap_err().to_string();
             assert!(err.contains(needle), "{url}: {err}");

@@ -138,7 +138,9 @@ async fn probe_update(
     };
     let stale = UpdateVersion {
         e_tag: Some("\"banklease-stale-etag\"".to_owned()),
-        version: None,
+        // GCS matches the generation (object_store's `version`), not the ETag, and refuses an
+        // update without one; no real object has generation 1 (generations are µs stamps).
+        version: Some("1".to_owned()),
     };
     match store
         .put_opts(
@@ -367,13 +369,13 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn local_files_refuse_update() {
+    async fn local_files_enforce_update() {
         let dir = tempfile::tempdir().unwrap();
         let bank = Bank::open(&format!("file://{}", dir.path().display())).unwrap();
         let caps = bank.capabilities().await.unwrap().clone();
         assert_eq!(caps.create_if_absent, Condition::Enforced);
-        assert_eq!(caps.conditional_overwrite, Condition::Refused);
-        assert_eq!(caps.renewal, RenewalMechanism::VerifyThenOverwrite);
+        assert_eq!(caps.conditional_overwrite, Condition::Enforced);
+        assert_eq!(caps.renewal, RenewalMechanism::ConditionalUpdate);
         // The probe cleans up after itself.
         let probe_dir = dir.path().join("_banklease/probe");
         let left = std::fs::read_dir(&probe_dir)

@@ -529,7 +529,9 @@ async fn probe_conditions(store: &dyn ObjectStore, dir: &Path) -> Result<(Condit
         }
         let stale = UpdateVersion {
             e_tag: Some("\"banklease-stale-etag\"".to_owned()),
-            version: None,
+            // GCS matches the generation (object_store's `version`), not the ETag, and refuses an
+            // update without one; no real object has generation 1 (generations are µs stamps).
+            version: Some("1".to_owned()),
         };
         let overwrite = match put(b"4", PutMode::Update(stale)).await {
             Err(object_store::Error::Precondition { .. }) => Condition::Enforced,

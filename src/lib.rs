@@ -71,6 +71,7 @@ pub mod error;
 pub mod id;
 pub mod keeper;
 pub mod lease;
+pub mod local;
 pub mod lock;
 pub mod observe;
 pub mod swift;

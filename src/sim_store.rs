@@ -10,7 +10,7 @@
 //!
 //! Like `InMemory`, it keeps a `BTreeMap` under a mutex, so create-if-absent and If-Match (the
 //! ETag is a counter) are atomic, and listings are sorted by path. Two switches model weaker
-//! stores: [`SimStore::refuse_conditional_update`] (like local files: If-Match is not
+//! stores: [`SimStore::refuse_conditional_update`] (like Swift's native backend: If-Match is not
 //! implemented, so owners renew by verify-then-overwrite), and [`SimStore::set_stale_reads`]
 //! (like a replicated store whose reads may come from a replica that lags by up to a bound:
 //! a GET or HEAD may answer with the version that was current at some instant within that
@@ -416,7 +416,7 @@ impl SimStore {
         &self.shared.clock
     }
 
-    /// Answer If-Match puts with `NotImplemented`, as local files do: owners then renew by
+    /// Answer If-Match puts with `NotImplemented`, as Swift's native backend does: owners then renew by
     /// verify-then-overwrite.
     pub fn refuse_conditional_update(&self, refuse: bool) {
         self.shared.refuse_update.store(refuse, Ordering::SeqCst);

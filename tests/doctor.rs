@@ -7,7 +7,9 @@
 //! - `BANKLEASE_TEST_S3=1`: moto from `.ci/start-s3.sh` (`AWS_ENDPOINT`, `AWS_ALLOW_HTTP`,
 //!   `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `S3_BUCKET`);
 //! - `BANKLEASE_TEST_S3S=1`: s3s-fs from `.ci/start-s3s.sh` (`S3S_ENDPOINT`, `S3S_ACCESS_KEY_ID`,
-//!   `S3S_SECRET_ACCESS_KEY`, `S3S_REGION`, `S3S_BUCKET`).
+//!   `S3S_SECRET_ACCESS_KEY`, `S3S_REGION`, `S3S_BUCKET`);
+//! - `BANKLEASE_TEST_AZURE=1`: Azurite from `.ci/start-azurite.sh` (`AZURE_*`, `AZURITE_*`);
+//! - `BANKLEASE_TEST_GCS=1`: fake-gcs-server from `.ci/start-gcs.sh` (`GOOGLE_*`).
 //!
 //! Each live test works under its own fresh prefix. The CLI test builds the `banklease` binary
 //! first, as tests/e2e.rs does (`BANKLEASE_E2E_NO_BUILD=1` skips that).
@@ -110,22 +112,19 @@ async fn memory_is_atomic_everywhere() {
 }
 
 #[tokio::test]
-async fn local_files_refuse_conditional_overwrite_and_renew_by_timing() {
+async fn local_files_enforce_conditional_overwrite_atomically() {
+    // `banklease::local`: If-Match under a per-key lock, so the same verdicts as an atomic store.
     let dir = tempfile::tempdir().unwrap();
     let bank = Bank::open(&format!("file://{}", dir.path().display())).unwrap();
     let (d, v) = diagnose(&bank, &DiagnoseOptions::default()).await;
     assert_eq!(d.create_if_absent, Condition::Enforced);
-    assert_eq!(d.conditional_overwrite, Condition::Refused);
-    assert_eq!(d.renewal, Some(RenewalMechanism::VerifyThenOverwrite));
+    assert_eq!(d.conditional_overwrite, Condition::Enforced);
+    assert_eq!(d.renewal, Some(RenewalMechanism::ConditionalUpdate));
     assert!(d.create_race.unwrap().looked_atomic());
-    assert_eq!(d.update_race, None);
+    assert!(d.update_race.unwrap().looked_atomic());
     assert!(!d.listing.shows_deleted);
     check_common(&d, DiagnoseOptions::default().latency_samples);
-    assert_eq!(bases(&v), [Basis::Timing, Basis::Atomic, Basis::Refused]);
-    assert!(v
-        .named_locks
-        .why
-        .contains("conditional overwrite is refused"));
+    assert_eq!(bases(&v), [Basis::Atomic; 3]);
     assert!(v.supports_leasing_and_gc());
     assert_clean(&bank).await;
 }
@@ -206,6 +205,66 @@ async fn swift_rests_on_timing_expires_and_lists_expired_objects() {
     assert!(v.supports_leasing_and_gc());
     // Even the expired object: deleting it dropped its listing entry.
     assert_clean(&bank).await;
+}
+
+#[tokio::test]
+async fn azurite_enforces_conditions_atomically() {
+    if !enabled("BANKLEASE_TEST_AZURE", "start-azurite.sh") {
+        return;
+    }
+    let url = format!("az://{}/{}", env("AZURE_CONTAINER_NAME"), fresh_prefix());
+    let bank = Bank::open(&url).unwrap();
+    let (d, v) = diagnose(&bank, &DiagnoseOptions::default()).await;
+    assert_eq!(d.create_if_absent, Condition::Enforced);
+    assert_eq!(d.conditional_overwrite, Condition::Enforced);
+    assert_eq!(d.renewal, Some(RenewalMechanism::ConditionalUpdate));
+    assert!(d.create_race.unwrap().looked_atomic(), "{d:?}");
+    assert!(d.update_race.unwrap().looked_atomic(), "{d:?}");
+    assert_eq!(d.expiry, Expiry::NotOffered);
+    assert!(!d.listing.shows_deleted);
+    check_common(&d, DiagnoseOptions::default().latency_samples);
+    assert_eq!(bases(&v), [Basis::Atomic; 3]);
+    assert_clean(&bank).await;
+}
+
+/// fake-gcs-server answers object_store's object PUT (the XML API) with 400 and ignores
+/// generation preconditions elsewhere: nothing about conditions can be proved there, so the
+/// bank must be refused, with an error naming the failed write, and nothing left behind.
+#[tokio::test]
+async fn a_gcs_emulator_that_cannot_take_conditional_writes_is_refused() {
+    if !enabled("BANKLEASE_TEST_GCS", "start-gcs.sh") {
+        return;
+    }
+    let url = format!("gs://{}/{}", env("GOOGLE_BUCKET"), fresh_prefix());
+    let bank = Bank::open(&url).unwrap();
+    let err = doctor::diagnose(&bank, &clock(), &DiagnoseOptions::default())
+        .await
+        .expect_err("a store that cannot prove its conditions is refused");
+    let msg = format!("{err:#}");
+    assert!(msg.contains("put"), "{msg}");
+    let err = bank.capabilities().await.expect_err("refused for leasing");
+    assert!(format!("{err}").contains("_banklease/probe"), "{err}");
+    let lease = banklease::OwnerLease::acquire(
+        &bank,
+        banklease::OwnerId::random(),
+        banklease::LeaseWindows::new(
+            Duration::from_secs(10),
+            Duration::from_secs(60),
+            Duration::from_secs(5),
+        )
+        .unwrap(),
+        clock(),
+    )
+    .await;
+    assert!(lease.is_err(), "no owner lease on a refused bank");
+    use futures::TryStreamExt;
+    let left: Vec<_> = bank
+        .store()
+        .list(Some(bank.prefix()))
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 #[tokio::test]
@@ -425,16 +484,35 @@ fn cli_prints_a_table_or_one_json_object_and_exits_by_verdict() {
         "CAPABILITY",
         "create-if-absent",
         "looked atomic: one winner of 16 in each of 2 rounds",
-        "conditional overwrite (If-Match)  refused",
-        "verify-then-overwrite",
+        "conditional overwrite (If-Match)  enforced",
+        "conditional-update",
         "GUARANTEE",
-        "owner lease",
-        "timing",
-        "named locks",
-        "refused",
-        "verdict: supported, partly on timing only",
+        "owner lease               atomic",
+        "named locks               atomic",
+        "verdict: supported: owner leases and the GC rest on atomic primitives",
     ] {
         assert!(out.contains(needle), "missing `{needle}` in:\n{out}");
+    }
+
+    // A store where owner leases rest on timing: Swift (If-Match ignored).
+    if std::env::var("BANKLEASE_TEST_SWIFT").as_deref() == Ok("1") {
+        let container =
+            std::env::var("SWIFT_CONTAINER").unwrap_or_else(|_| "banklease-test".to_owned());
+        let url = format!(
+            "swift://{container}/doctor-{}",
+            uuid::Uuid::new_v4().simple()
+        );
+        let (code, out, err) = run_doctor(&["--bank", &url, "--race-rounds", "2"], limit);
+        assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+        for needle in [
+            "swift-put",
+            "timing",
+            "named locks",
+            "refused",
+            "verdict: supported, partly on timing only",
+        ] {
+            assert!(out.contains(needle), "missing `{needle}` in:\n{out}");
+        }
     }
 
     // Errors exit 2: a bad argument, an unusable bank.

@@ -39,8 +39,10 @@ async fn acquire(b: &Bank, clock: &MockClock, name: &str) -> OwnerLease {
 async fn mechanism_follows_the_store() {
     for backend in backends() {
         let expected = match backend {
-            Backend::Memory | Backend::S3 => RenewalMechanism::ConditionalUpdate,
-            Backend::File => RenewalMechanism::VerifyThenOverwrite,
+            // Local files: atomic If-Match through `banklease::local`.
+            Backend::Memory | Backend::File | Backend::S3 | Backend::Azure => {
+                RenewalMechanism::ConditionalUpdate
+            }
             Backend::Swift => RenewalMechanism::SwiftPut,
         };
         let clock = MockClock::new();
@@ -305,7 +307,7 @@ async fn wait_for_lost(rx: &mut tokio::sync::watch::Receiver<LeaseState>) {
 async fn advance(backend: Backend, clock: &MockClock, total: Duration, step: Duration) {
     let pause = match backend {
         Backend::Memory | Backend::File => Duration::from_millis(1),
-        Backend::Swift | Backend::S3 => Duration::from_millis(60),
+        Backend::Swift | Backend::S3 | Backend::Azure => Duration::from_millis(60),
     };
     let mut done = Duration::ZERO;
     while done < total {
@@ -450,13 +452,9 @@ async fn capability_probe_refuses_a_store_that_ignores_create_if_absent() {
 }
 
 /// Windows, skew margin and a wait past expiry for real-time tests on `backend`. S3 servers
-/// stamp `last_modified` in whole seconds, so the margin must cover a second there.
+/// and Azure stamp `last_modified` in whole seconds, so the margin must cover a second there.
 fn real_time(backend: Backend) -> (LeaseWindows, Duration, Duration) {
-    let resolution = if backend == Backend::S3 {
-        Duration::from_secs(1)
-    } else {
-        Duration::ZERO
-    };
+    let resolution = backend.stamp_resolution();
     let windows = LeaseWindows::new(
         Duration::from_millis(100),
         Duration::from_millis(300),
@@ -541,12 +539,15 @@ async fn take_over_only_an_expired_lease_and_only_once_on_atomic_stores() {
         );
         let winners = [&b1, &b2].iter().filter(|r| r.is_ok()).count();
         match backend {
-            // If-Match takeover: exactly one of two racing standbys wins.
-            Backend::Memory => assert_eq!(winners, 1, "{b1:?} {b2:?}"),
-            // Delete-then-create (file, Swift): at least one wins; a second learns it lost at
+            // If-Match takeover (atomic on files too, `banklease::local`): exactly one of two
+            // racing standbys wins.
+            Backend::Memory | Backend::File | Backend::Azure => {
+                assert_eq!(winners, 1, "{b1:?} {b2:?}")
+            }
+            // Delete-then-create (Swift): at least one wins; a second learns it lost at
             // renewal. moto checks If-Match and writes without a lock between, so it too can
             // (rarely) let both through: `banklease doctor` measures this per bank.
-            Backend::File | Backend::Swift | Backend::S3 => {
+            Backend::Swift | Backend::S3 => {
                 assert!(winners >= 1, "{b1:?} {b2:?}")
             }
         }

@@ -1,7 +1,7 @@
-//! Named leases and locks (`banklease::lock`): every semantic, on `memory://` and — with
-//! `BANKLEASE_TEST_S3=1` and the variables `.ci/start-s3.sh` prints (`AWS_ENDPOINT`,
+//! Named leases and locks (`banklease::lock`): every semantic, on `memory://`, on `file:` banks
+//! and — with `BANKLEASE_TEST_S3=1` and the variables `.ci/start-s3.sh` prints (`AWS_ENDPOINT`,
 //! `AWS_ALLOW_HTTP`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `S3_BUCKET`) — on
-//! S3 (moto); the refusal on `file:` banks and on stores that ignore conditions; and the CLI.
+//! S3 (moto); the refusal on stores that ignore or refuse conditions; and the CLI.
 //!
 //! Holder-side time runs on a `MockClock` where a test needs it frozen or stepped (a "paused"
 //! holder, slow requests); expiry on the store's clock needs real time, so those tests use short
@@ -40,6 +40,8 @@ struct Env {
     ticket_lease: Duration,
     /// The store's `last_modified` resolution (S3: whole seconds).
     resolution: Duration,
+    /// The directory of a `file:` bank, removed when the last clone goes.
+    _dir: Option<Arc<tempfile::TempDir>>,
 }
 
 fn memory() -> Env {
@@ -49,6 +51,17 @@ fn memory() -> Env {
         margin: Duration::from_millis(50),
         ticket_lease: Duration::from_secs(1),
         resolution: Duration::ZERO,
+        _dir: None,
+    }
+}
+
+/// A `file:` bank: conditional overwrites are atomic there (`banklease::local`).
+fn file() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    Env {
+        bank: Bank::open(&format!("file://{}", dir.path().display())).unwrap(),
+        _dir: Some(Arc::new(dir)),
+        ..memory()
     }
 }
 
@@ -85,7 +98,39 @@ fn s3() -> Option<Env> {
         margin: Duration::from_millis(1100),
         ticket_lease: Duration::from_secs(4),
         resolution: Duration::from_secs(1),
+        _dir: None,
     })
+}
+
+/// A fresh prefix in the Azurite container, or `None` (after saying so) when Azure tests are off.
+fn azure() -> Option<Env> {
+    if std::env::var("BANKLEASE_TEST_AZURE").as_deref() != Ok("1") {
+        eprintln!(
+            "skipping: set BANKLEASE_TEST_AZURE=1 and the variables `.ci/start-azurite.sh` prints"
+        );
+        return None;
+    }
+    let container =
+        std::env::var("AZURE_CONTAINER_NAME").unwrap_or_else(|_| "banklease-test".to_owned());
+    let url = format!(
+        "az://{container}/lock-tests/{}",
+        uuid::Uuid::new_v4().simple()
+    );
+    Some(Env {
+        bank: Bank::open(&url).expect("configure Azure from the AZURE_* variables"),
+        ..s3_like()
+    })
+}
+
+/// Durations for a server that stamps `last_modified` in whole seconds.
+fn s3_like() -> Env {
+    Env {
+        short: Duration::from_secs(2),
+        margin: Duration::from_millis(1100),
+        ticket_lease: Duration::from_secs(4),
+        resolution: Duration::from_secs(1),
+        ..memory()
+    }
 }
 
 fn sys() -> SharedClock {
@@ -155,7 +200,8 @@ fn unavailable_holder(err: &Error) -> String {
     }
 }
 
-/// Run each semantic on memory (`memory::name`) and on S3 (`s3::name`, skipped unless enabled).
+/// Run each semantic on memory (`memory::name`), on files (`file::name`), on S3 (`s3::name`)
+/// and on Azure (`azure::name`; both skipped unless enabled).
 macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
         mod memory {
@@ -166,12 +212,29 @@ macro_rules! on_every_store {
                 }
             )*
         }
+        mod file {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(&super::file()).await
+                }
+            )*
+        }
         mod s3 {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     let Some(env) = super::s3() else { return };
                     let _one_at_a_time = super::s3_serial().lock().await;
+                    super::$name(&env).await
+                }
+            )*
+        }
+        mod azure {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(env) = super::azure() else { return };
                     super::$name(&env).await
                 }
             )*
@@ -1309,13 +1372,6 @@ async fn assert_every_operation_refused(bank: &Bank, needle: &str) {
 }
 
 #[tokio::test]
-async fn locks_are_refused_on_local_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let bank = Bank::open(&format!("file://{}", dir.path().display())).unwrap();
-    assert_every_operation_refused(&bank, "If-Match").await;
-}
-
-#[tokio::test]
 async fn locks_are_refused_when_the_store_ignores_conditions() {
     let (bank, store) = failing(None);
     store.set_ignore_conditions(true);
@@ -1428,34 +1484,32 @@ fn run_cli(bank: &str, margin: Duration, args: &[&str]) -> Run {
 }
 
 #[test]
-fn cli_refuses_locks_on_file_banks() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("file://{}", dir.path().display());
-    for args in [
-        &["lock", "acquire", "k", "--owner", "a", "--duration", "5s"][..],
-        &["lock", "release", "k", "--owner", "a"],
-        &["lock", "show", "k"],
-        &["lock", "list"],
-    ] {
-        let run = run_cli(&url, Duration::from_millis(100), args);
-        assert_eq!(run.code, 2, "{args:?}: {run:#?}");
-        assert!(
-            run.stderr.contains("cannot be used for named locks")
-                && run.stderr.contains("If-Match"),
-            "{args:?}: {run:#?}"
-        );
-    }
-    assert!(!dir.path().join("locks").exists());
-}
-
-#[test]
 fn cli_acquire_release_show_list_on_s3() {
     if !s3_enabled() {
         return;
     }
     let _one_at_a_time = s3_serial().blocking_lock();
-    let url = s3_url();
-    let m = Duration::from_millis(1100);
+    cli_acquire_release_show_list(&s3_url(), Duration::from_millis(1100));
+}
+
+#[test]
+fn cli_acquire_release_show_list_on_azure() {
+    let Some(env) = azure() else { return };
+    cli_acquire_release_show_list(env.bank.label(), env.margin);
+}
+
+#[test]
+fn cli_acquire_release_show_list_on_file_banks() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    cli_acquire_release_show_list(&url, Duration::from_millis(50));
+    assert!(dir.path().join("locks").exists());
+}
+
+/// `banklease lock` end to end, with the documented exit codes (0 done, 1 held or not ours,
+/// 2 usage).
+fn cli_acquire_release_show_list(url: &str, m: Duration) {
+    let url = url.to_owned();
     let acq = run_cli(
         &url,
         m,
@@ -1473,6 +1527,7 @@ fn cli_acquire_release_show_list_on_s3() {
         ],
     );
     assert_eq!(acq.code, 0, "{acq:#?}");
+    assert!(!acq.stderr.contains("cannot be used"), "{acq:#?}");
     let j = acq.json();
     assert_eq!(j["key"], "job");
     assert_eq!(j["owner"], "a");

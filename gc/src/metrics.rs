@@ -7,6 +7,7 @@
 //! | `banklease_gc_passes_total{outcome}` | counter | passes run; `outcome` is `ok`, `braked` or `failed` |
 //! | `banklease_gc_collected_total` | counter | checkpoints collected (or, dry run, that would have been) |
 //! | `banklease_gc_late_data_swept_total` | counter | data objects found under collected checkpoints by the late sweep (writes of paused owners that landed after the collection) |
+//! | `banklease_gc_temporaries_swept_total` | counter | `file:` banks: temporaries of writers killed before publishing, removed |
 //! | `banklease_gc_errors_total` | counter | errors met inside passes, plus passes that failed outright |
 //! | `banklease_gc_owners_alive` | gauge | owners with a live lease, as of the last completed pass |
 //! | `banklease_gc_owners_dead` | gauge | owners judged dead, as of the last completed pass |
@@ -81,6 +82,7 @@ pub struct Metrics {
     passes: Family<PassLabels, Counter>,
     collected: Counter,
     late_data_swept: Counter,
+    temporaries_swept: Counter,
     errors: Counter,
     owners_alive: Gauge,
     owners_dead: Gauge,
@@ -130,6 +132,12 @@ impl Metrics {
             "Data objects found under collected checkpoints by the late sweep",
             late_data_swept.clone(),
         );
+        let temporaries_swept = Counter::default();
+        registry.register(
+            "banklease_gc_temporaries_swept",
+            "File banks: temporaries of writers killed before publishing, removed",
+            temporaries_swept.clone(),
+        );
         let errors = Counter::default();
         registry.register(
             "banklease_gc_errors",
@@ -168,6 +176,7 @@ impl Metrics {
             passes,
             collected,
             late_data_swept,
+            temporaries_swept,
             errors,
             owners_alive,
             owners_dead,
@@ -186,6 +195,7 @@ impl Metrics {
         self.passes.get_or_create(&PassLabels { outcome }).inc();
         self.collected.inc_by(report.collected);
         self.late_data_swept.inc_by(report.late_data_swept);
+        self.temporaries_swept.inc_by(report.temporaries_swept);
         self.errors.inc_by(report.errors);
         self.owners_alive.set(saturating_i64(report.alive));
         self.owners_dead.set(saturating_i64(report.dead));
@@ -299,6 +309,7 @@ mod tests {
         for name in [
             "banklease_gc_collected_total",
             "banklease_gc_late_data_swept_total",
+            "banklease_gc_temporaries_swept_total",
             "banklease_gc_errors_total",
             "banklease_gc_owners_alive",
             "banklease_gc_owners_dead",

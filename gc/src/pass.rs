@@ -80,6 +80,9 @@ pub struct PassReport {
     pub late_data_swept: u64,
     /// Lease objects of dead owners deleted (expired past grace, nothing left to collect).
     pub leases_reaped: u64,
+    /// `file:` banks: temporaries of writers killed before publishing, older than
+    /// `late_write_window`, removed (or, dry run, found). Swept at most once per that window.
+    pub temporaries_swept: u64,
     /// Whether this was a dry run.
     pub dry_run: bool,
     /// Why the brake refused the pass, if it did.
@@ -98,6 +101,8 @@ pub struct Collector {
     clock: SharedClock,
     options: GcOptions,
     watch: Arc<ClockWatch>,
+    /// When this collector last swept a `file:` bank's temporaries (monotonic).
+    last_temporary_sweep: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
 /// What happened to one checkpoint.
@@ -115,6 +120,48 @@ impl Collector {
             clock,
             options,
             watch: Arc::new(ClockWatch::default()),
+            last_temporary_sweep: Arc::default(),
+        }
+    }
+
+    /// On a `file:` bank, remove what writers killed between writing and publishing left
+    /// (hidden `<key>#<n>` files older than `late_write_window`: no write takes that long).
+    /// A whole-tree walk, so at most once per window. Returns (swept, errors).
+    async fn sweep_temporaries(&self, bank: &Bank) -> (u64, u64) {
+        let Some(local) = bank.local() else {
+            return (0, 0);
+        };
+        let window = self.options.late_write_window;
+        let now = self.clock.now();
+        {
+            let last = self.last_temporary_sweep.lock().expect("not poisoned");
+            if last.is_some_and(|t| now.saturating_duration_since(t) < window) {
+                return (0, 0);
+            }
+        }
+        match local.sweep_temporaries(window, self.options.dry_run).await {
+            Ok(swept) => {
+                *self.last_temporary_sweep.lock().expect("not poisoned") = Some(now);
+                if swept.stale > 0 {
+                    tracing::info!(
+                        bank = bank.label(),
+                        stale = swept.stale,
+                        removed = swept.removed,
+                        "swept temporaries left by crashed writers"
+                    );
+                }
+                let found = if self.options.dry_run {
+                    swept.stale
+                } else {
+                    swept.removed
+                };
+                (found, 0)
+            }
+            Err(e) => {
+                tracing::warn!(bank = bank.label(), error = %e,
+                    "cannot sweep stale temporaries; will retry next pass");
+                (0, 1)
+            }
         }
     }
 
@@ -383,6 +430,9 @@ impl Collector {
                 let sent = self.clock.now();
                 report.errors += forget_clock_probes(&bank, &store_time, sent).await;
             }
+            let (swept, errors) = self.sweep_temporaries(&bank).await;
+            report.temporaries_swept += swept;
+            report.errors += errors;
         }
 
         report.requests = counters.snapshot();

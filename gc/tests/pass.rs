@@ -81,14 +81,11 @@ fn fixtures() -> Vec<(String, Fixture)> {
         .into_iter()
         .map(|backend| {
             let (bank, faults, guard) = common::bank(backend, &MockClock::new());
-            let margin = if backend == common::Backend::S3 {
-                MARGIN + Duration::from_secs(1)
+            let margin = MARGIN + backend.stamp_resolution();
+            let expire = if backend.is_server() {
+                Duration::from_secs(2)
             } else {
-                MARGIN
-            };
-            let expire = match backend {
-                common::Backend::Memory | common::Backend::File => EXPIRE,
-                common::Backend::Swift | common::Backend::S3 => Duration::from_secs(2),
+                EXPIRE
             };
             (
                 format!("{backend:?}"),
@@ -503,4 +500,53 @@ async fn dead_owners_leases_are_reaped_once_nothing_is_left() {
         assert_eq!(pass(b, off).await.leases_reaped, 0, "{name}");
         keeper.release().await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn a_file_banks_crashed_writers_temporaries_are_swept_once_per_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = Bank::open(&format!("file://{}", dir.path().display())).unwrap();
+    // What a writer killed between writing and publishing leaves: `<key>#<n>`, never listed.
+    let old = dir.path().join("checkpoints/cp-1/index.json#1");
+    let young = dir.path().join("decisions/cp-2#3");
+    for (path, age) in [(&old, Duration::from_secs(3600)), (&young, Duration::ZERO)] {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let f = std::fs::File::create(path).unwrap();
+        f.set_modified(std::time::SystemTime::now() - age).unwrap();
+    }
+    let options = GcOptions {
+        late_write_window: Duration::from_secs(600),
+        ..GcOptions::default()
+    };
+    let dry = collector(
+        &bank,
+        GcOptions {
+            dry_run: true,
+            ..options.clone()
+        },
+    );
+    assert_eq!(dry.run_pass().await.unwrap().temporaries_swept, 1);
+    assert!(old.exists(), "a dry run removes nothing");
+
+    let gc = collector(&bank, options);
+    let r = gc.run_pass().await.unwrap();
+    assert_eq!((r.temporaries_swept, r.errors), (1, 0), "{r:?}");
+    assert!(!old.exists());
+    assert!(
+        young.exists(),
+        "a young temporary may belong to a live writer"
+    );
+    // A whole-tree walk: not again within the window.
+    std::fs::File::create(&old)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(3600))
+        .unwrap();
+    assert_eq!(gc.run_pass().await.unwrap().temporaries_swept, 0);
+    assert!(old.exists());
+    // Other banks have no temporaries to sweep.
+    let memory = Bank::open("memory://").unwrap();
+    assert_eq!(
+        pass(&memory, GcOptions::default()).await.temporaries_swept,
+        0
+    );
 }

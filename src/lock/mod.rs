@@ -40,7 +40,7 @@
 //!   `old + 1` with If-Match. [`guarded_put`] refuses a write carrying a lower token than one the
 //!   guarded object has already seen.
 //! - **Nothing is faked.** Locks need create-if-absent and If-Match both enforced, and atomic
-//!   under races; a bank that cannot give that (local files, Swift) is refused with an
+//!   under races; a bank that cannot give that (Swift, stores that ignore a condition) is refused with an
 //!   [`Error::Unsupported`] that says why (see [`support`]).
 //!
 //! # Example

@@ -4,14 +4,15 @@
 //! - create-if-absent, for the first holder of a key and for queue tickets;
 //! - overwrite-if-match (If-Match on the ETag), for every takeover, heartbeat, extension,
 //!   release and fencing-counter step. There is no fallback: "read the ETag, then overwrite"
-//!   (what owner leases use on local files) would let two takeovers of an expired lock both
+//!   (what owner leases use on Swift) would let two takeovers of an expired lock both
 //!   succeed, and a heartbeat succeed over another owner's holding.
 //!
 //! So a bank is accepted only if [`Bank::capabilities`] says both conditions are
 //! [`Condition::Enforced`], concurrent create-if-absent writers on one fresh key always had
 //! exactly one winner ([`probe_create_race`]), and so did concurrent If-Match writers with the
-//! same ETag (probed here). Local files (If-Match refused) and Swift (If-Match ignored, creates
-//! not atomic) are refused with an [`Error::Unsupported`] that says why.
+//! same ETag (probed here). Swift (If-Match ignored, creates not atomic) and stores that refuse
+//! If-Match are refused with an [`Error::Unsupported`] that says why. Local files are served:
+//! `banklease::local` makes If-Match atomic there.
 //!
 //! The verdict is cached per store (a registry keyed by the store's identity, holding a weak
 //! reference so a dropped store's verdict is never reused for a new one). Store errors during the

@@ -18,6 +18,9 @@ pub enum Backend {
     /// S3-compatible (moto); needs `BANKLEASE_TEST_S3=1` and `AWS_*`, `S3_BUCKET`
     /// (started by `.ci/start-s3.sh`).
     S3,
+    /// Azure Blob (Azurite); needs `BANKLEASE_TEST_AZURE=1` and `AZURE_*`, `AZURITE_*`
+    /// (started by `.ci/start-azurite.sh`).
+    Azure,
 }
 
 impl Backend {
@@ -25,6 +28,19 @@ impl Backend {
     /// talks to the Swift store directly (X-Delete-After, POST), below the wrapper.
     pub fn faults_reach_lease_writes(self) -> bool {
         self != Backend::Swift
+    }
+
+    /// Resolution of the store's `last_modified` stamps (S3 and Azure: whole seconds).
+    pub fn stamp_resolution(self) -> std::time::Duration {
+        match self {
+            Backend::S3 | Backend::Azure => std::time::Duration::from_secs(1),
+            Backend::Memory | Backend::File | Backend::Swift => std::time::Duration::ZERO,
+        }
+    }
+
+    /// A server over the network (setting up an owner takes a while there).
+    pub fn is_server(self) -> bool {
+        matches!(self, Backend::Swift | Backend::S3 | Backend::Azure)
     }
 }
 
@@ -35,11 +51,15 @@ pub fn backends() -> Vec<Backend> {
     let mut out = vec![Backend::Memory, Backend::File];
     let swift = std::env::var("BANKLEASE_TEST_SWIFT").as_deref() == Ok("1");
     let s3 = std::env::var("BANKLEASE_TEST_S3").as_deref() == Ok("1");
+    let azure = std::env::var("BANKLEASE_TEST_AZURE").as_deref() == Ok("1");
     if swift {
         out.push(Backend::Swift);
     }
     if s3 {
         out.push(Backend::S3);
+    }
+    if azure {
+        out.push(Backend::Azure);
     }
     SAID.call_once(|| {
         if !swift {
@@ -49,6 +69,11 @@ pub fn backends() -> Vec<Backend> {
         }
         if !s3 {
             eprintln!("note: S3 suites skipped: set BANKLEASE_TEST_S3=1 (.ci/run starts moto)");
+        }
+        if !azure {
+            eprintln!(
+                "note: Azure suites skipped: set BANKLEASE_TEST_AZURE=1 (.ci/run starts Azurite)"
+            );
         }
     });
     out
@@ -76,6 +101,12 @@ pub fn plain_bank(backend: Backend) -> (Bank, Guard) {
         Backend::S3 => {
             let bucket = std::env::var("S3_BUCKET").unwrap_or_else(|_| "banklease-test".to_owned());
             let bank = Bank::open(&format!("s3://{bucket}/{unique}")).unwrap();
+            (bank, Guard(None))
+        }
+        Backend::Azure => {
+            let container = std::env::var("AZURE_CONTAINER_NAME")
+                .unwrap_or_else(|_| "banklease-test".to_owned());
+            let bank = Bank::open(&format!("az://{container}/{unique}")).unwrap();
             (bank, Guard(None))
         }
     }

@@ -1,7 +1,7 @@
 //! `banklease lock ...`: named leases and locks on any key (library: `banklease::lock`).
 //!
-//! Locks need a bank that enforces create-if-absent and If-Match atomically (memory, S3 with
-//! conditional writes); on other banks (local files, Swift) every command fails with exit 2 and
+//! Locks need a bank that enforces create-if-absent and If-Match atomically (memory, files, S3
+//! with conditional writes, Azure); on other banks (Swift) every command fails with exit 2 and
 //! says why. Expiry is judged on the store's clock with `[lease] skew_margin`.
 //!
 //! Exit codes: `acquire` 0 acquired, 1 unavailable; `release` 0 released or already free, 1 held

@@ -1,0 +1,352 @@
+//! The blocking half of [`LocalStore`](super::LocalStore): stripe locks, staged writes published
+//! under a lock, and the sweep of stale temporaries. Everything here runs on the blocking pool.
+
+use std::fs::{File, Metadata, OpenOptions};
+use std::io::{self, ErrorKind, Write};
+use std::path::{Path as FsPath, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use object_store::{PutMode, PutPayload, PutResult, UpdateVersion};
+use sha2::{Digest, Sha256};
+
+/// Lock files sit in the store's root as `.banklease-lock#<k>`: object_store's local store
+/// hides every name ending in `#<digits>` from listings (its own temporaries look like that), so
+/// no listing, GC pass or user ever sees them.
+pub(super) const LOCK_PREFIX: &str = ".banklease-lock#";
+
+/// Protocol constant: every process that writes the same directory must map a key to the same
+/// lock file, so the stripe count and the hash (SHA-256 of the key) never change.
+pub(super) const STRIPES: u64 = 64;
+
+/// Bound on `<key>#<n>` names tried for one staged write (each taken one is a live write or a
+/// crashed writer's leftover that the sweep removes).
+const MAX_STAGED: u32 = 10_000;
+
+/// The name `store` in errors.
+pub(super) const STORE: &str = "LocalStore";
+
+/// An exclusive lock on one stripe: an open file description holding `flock`. Dropping it closes
+/// the file, which releases the lock; a crashed process releases it too. Distinct open file
+/// descriptions conflict even within one process, so threads need no extra mutex.
+#[derive(Debug)]
+pub(super) struct StripeGuard(#[allow(dead_code)] File);
+
+pub(super) fn stripe_of(key: &str) -> u64 {
+    let digest = Sha256::digest(key.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first) % STRIPES
+}
+
+/// Lock the stripes of `keys` (deduplicated, in stripe order, so two multi-key operations never
+/// deadlock; locking one stripe twice would wait on ourselves).
+pub(super) fn lock_keys(root: &FsPath, keys: &[&str]) -> io::Result<Vec<StripeGuard>> {
+    let mut stripes: Vec<u64> = keys.iter().map(|k| stripe_of(k)).collect();
+    stripes.sort_unstable();
+    stripes.dedup();
+    stripes
+        .into_iter()
+        .map(|k| {
+            let path = root.join(format!("{LOCK_PREFIX}{k}"));
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|e| context(e, "open lock file", &path))?;
+            file.lock().map_err(|e| context(e, "lock", &path))?;
+            Ok(StripeGuard(file))
+        })
+        .collect()
+}
+
+/// The ETag object_store's `LocalFileSystem` reports for a file (inode, mtime in µs, size), so a
+/// version read through the inner store's `head`/`get`/`list` compares equal to ours.
+pub(super) fn etag(metadata: &Metadata) -> String {
+    let inode = inode(metadata);
+    let mtime = micros(metadata.modified().ok());
+    let size = metadata.len();
+    format!("\"{inode:x}-{mtime:x}-{size:x}\"")
+}
+
+#[cfg(unix)]
+fn inode(metadata: &Metadata) -> u64 {
+    std::os::unix::fs::MetadataExt::ino(metadata)
+}
+
+#[cfg(not(unix))]
+fn inode(_: &Metadata) -> u64 {
+    0
+}
+
+fn micros(t: Option<SystemTime>) -> u128 {
+    t.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .unwrap_or_default()
+        .as_micros()
+}
+
+/// How a write ended when it did not succeed, before mapping to object_store's errors.
+#[derive(Debug)]
+pub(super) enum WriteError {
+    Exists,
+    Precondition(String),
+    Io(io::Error),
+}
+
+/// A hook run once the staged file is written and the condition checked, before publishing
+/// (tests only: a writer killed there must leave nothing a reader can see; a writer slowed there
+/// widens the window a missing lock would let a racer through).
+pub(super) type BeforePublish = Option<std::sync::Arc<dyn Fn() + Send + Sync>>;
+
+/// Write `payload` to `<path>#<n>`, then under the key's stripe lock check `mode` against the
+/// current file and publish: a hard link for create (atomic even against writers that do not
+/// take our locks), a rename otherwise. The published file's mtime is the writer's fine-grained
+/// wall clock, and strictly after the version it replaces, so every write changes the ETag.
+pub(super) fn put(
+    root: &FsPath,
+    key: &str,
+    path: &FsPath,
+    payload: &PutPayload,
+    mode: &PutMode,
+    before_publish: &BeforePublish,
+) -> Result<PutResult, WriteError> {
+    let (mut file, staged) = stage(path).map_err(WriteError::Io)?;
+    let result = (|| {
+        for chunk in payload.iter() {
+            file.write_all(chunk)
+                .map_err(|e| WriteError::Io(context(e, "write", &staged)))?;
+        }
+        let _guard = lock_keys(root, &[key]).map_err(WriteError::Io)?;
+        let current = match std::fs::metadata(path) {
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == ErrorKind::NotFound => None,
+            Err(e) => return Err(WriteError::Io(context(e, "stat", path))),
+        };
+        check(mode, current.as_ref())?;
+        if let Some(hook) = before_publish {
+            hook();
+        }
+        // Strictly after the replaced version (µs, the ETag's unit), even if the wall clock
+        // did not move or stepped back: an old ETag never comes back.
+        let now = micros(Some(store_clock()));
+        let after = current
+            .as_ref()
+            .map_or(0, |m| micros(m.modified().ok()) + 1);
+        let stamp = u64::try_from(now.max(after)).unwrap_or(u64::MAX);
+        file.set_modified(UNIX_EPOCH + Duration::from_micros(stamp))
+            .map_err(|e| WriteError::Io(context(e, "set mtime of", &staged)))?;
+        let metadata = file
+            .metadata()
+            .map_err(|e| WriteError::Io(context(e, "stat", &staged)))?;
+        match mode {
+            PutMode::Create => match std::fs::hard_link(&staged, path) {
+                Ok(()) => {
+                    // A failure here only leaves a hidden temporary for the sweep.
+                    let _ = std::fs::remove_file(&staged);
+                }
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => return Err(WriteError::Exists),
+                Err(e) => return Err(WriteError::Io(context(e, "link", path))),
+            },
+            PutMode::Overwrite | PutMode::Update(_) => std::fs::rename(&staged, path)
+                .map_err(|e| WriteError::Io(context(e, "rename onto", path)))?,
+        }
+        Ok(PutResult {
+            e_tag: Some(etag(&metadata)),
+            version: None,
+            extensions: Default::default(),
+        })
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&staged);
+    }
+    result
+}
+
+fn check(mode: &PutMode, current: Option<&Metadata>) -> Result<(), WriteError> {
+    match (mode, current) {
+        (PutMode::Overwrite, _) | (PutMode::Create, None) => Ok(()),
+        (PutMode::Create, Some(_)) => Err(WriteError::Exists),
+        (PutMode::Update(UpdateVersion { e_tag: None, .. }), _) => Err(WriteError::Precondition(
+            "a conditional overwrite on a local store needs the ETag of the version it replaces"
+                .to_owned(),
+        )),
+        (PutMode::Update(_), None) => Err(WriteError::Precondition(
+            "the object does not exist".to_owned(),
+        )),
+        (
+            PutMode::Update(UpdateVersion {
+                e_tag: Some(want), ..
+            }),
+            Some(m),
+        ) => {
+            let have = etag(m);
+            if &have == want {
+                Ok(())
+            } else {
+                Err(WriteError::Precondition(format!(
+                    "etag=`{have}` does not match expected=`{want}`"
+                )))
+            }
+        }
+    }
+}
+
+/// Create `<path>#<n>` for the smallest free `n` (the name object_store's local store uses for
+/// its own temporaries, hidden from listings), creating parent directories as needed.
+fn stage(path: &FsPath) -> io::Result<(File, PathBuf)> {
+    for n in 1..=MAX_STAGED {
+        let mut staged = path.as_os_str().to_owned();
+        staged.push(format!("#{n}"));
+        let staged = PathBuf::from(staged);
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&staged)
+        {
+            Ok(f) => return Ok((f, staged)),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                let parent = staged.parent().unwrap_or(FsPath::new("."));
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| context(e, "create directory", parent))?;
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&staged);
+                match f {
+                    Ok(f) => return Ok((f, staged)),
+                    Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(context(e, "create", &staged)),
+                }
+            }
+            Err(e) => return Err(context(e, "create", &staged)),
+        }
+    }
+    Err(io::Error::other(format!(
+        "{MAX_STAGED} temporaries already sit beside `{}`; remove stale ones (the GC's temporaries \
+         sweep does) and retry",
+        path.display()
+    )))
+}
+
+/// Remove `path` under its key's stripe lock.
+pub(super) fn delete(root: &FsPath, key: &str, path: &FsPath) -> io::Result<()> {
+    let _guard = lock_keys(root, &[key])?;
+    std::fs::remove_file(path)
+}
+
+/// Whether `name` is a staged temporary (`<key>#<digits>`) and not one of our lock files.
+pub(super) fn is_temporary(name: &str) -> bool {
+    if name.starts_with(LOCK_PREFIX) {
+        return false;
+    }
+    match name.rsplit_once('#') {
+        Some((base, digits)) => {
+            !base.is_empty() && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+/// What a sweep of stale temporaries found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TemporarySweep {
+    /// Temporaries older than the threshold.
+    pub stale: u64,
+    /// Of those, removed (zero on a dry run).
+    pub removed: u64,
+    /// Temporaries younger than the threshold, left for their writers.
+    pub fresh: u64,
+}
+
+/// Walk `root` (no symlinks followed; bounded by the tree) and remove temporaries whose mtime is
+/// older than `older_than`. A writer still using one fails its publish with a clear error and
+/// loses nothing it had been told was written.
+pub(super) fn sweep(
+    root: &FsPath,
+    older_than: Duration,
+    dry_run: bool,
+) -> io::Result<TemporarySweep> {
+    let now = store_clock();
+    let mut report = TemporarySweep::default();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            // Removed under us (automatic cleanup elsewhere): nothing left to sweep there.
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(context(e, "read directory", &dir)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| context(e, "read directory", &dir))?;
+            let kind = entry
+                .file_type()
+                .map_err(|e| context(e, "stat", &entry.path()))?;
+            if kind.is_dir() {
+                dirs.push(entry.path());
+                continue;
+            }
+            if !kind.is_file() || !is_temporary(&entry.file_name().to_string_lossy()) {
+                continue;
+            }
+            let modified = match entry.metadata().and_then(|m| m.modified()) {
+                Ok(t) => t,
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(e) => return Err(context(e, "stat", &entry.path())),
+            };
+            let age = now.duration_since(modified).unwrap_or_default();
+            if age < older_than {
+                report.fresh += 1;
+                continue;
+            }
+            report.stale += 1;
+            if dry_run {
+                continue;
+            }
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => report.removed += 1,
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(context(e, "remove temporary", &entry.path())),
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// The store's own clock: like the file system it stands in for, the store stamps writes with
+/// this host's wall clock (it is the `file:` bank's store clock, not a client's clock).
+#[allow(clippy::disallowed_methods)]
+fn store_clock() -> SystemTime {
+    SystemTime::now()
+}
+
+pub(super) fn context(e: io::Error, what: &str, path: &FsPath) -> io::Error {
+    io::Error::new(e.kind(), format!("cannot {what} `{}`: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporaries_are_told_from_keys_and_lock_files() {
+        assert!(is_temporary("index.json#1"));
+        assert!(is_temporary("abc#42"));
+        assert!(!is_temporary("abc"));
+        assert!(!is_temporary("abc#"));
+        assert!(!is_temporary("#12"));
+        assert!(!is_temporary("abc#1x"));
+        assert!(!is_temporary(".banklease-lock#3"));
+    }
+
+    #[test]
+    fn stripes_are_stable_across_builds() {
+        // The mapping is part of the on-disk protocol: other processes (and other versions)
+        // must lock the same file for the same key.
+        assert_eq!(stripe_of("leases/owner-1"), stripe_of("leases/owner-1"));
+        assert_eq!(stripe_of(""), 0xe3b0c44298fc1c14 % STRIPES);
+    }
+}
