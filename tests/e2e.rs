@@ -197,6 +197,7 @@ enum Store {
     File,
     Swift,
     S3,
+    Azure,
 }
 
 impl Bench {
@@ -231,15 +232,24 @@ impl Bench {
                     SKEW_MARGIN + Duration::from_secs(1),
                 )
             }
+            Store::Azure if configured("BANKLEASE_TEST_AZURE") => {
+                let c = std::env::var("AZURE_CONTAINER_NAME")
+                    .unwrap_or_else(|_| "banklease-test".into());
+                (
+                    format!("az://{c}/{unique}"),
+                    SKEW_MARGIN + Duration::from_secs(1),
+                )
+            }
             _ => {
                 eprintln!(
                     "skipping the {store:?} scenario: set BANKLEASE_TEST_SWIFT=1 / \
-                     BANKLEASE_TEST_S3=1 (.ci/run starts the servers)"
+                     BANKLEASE_TEST_S3=1 / BANKLEASE_TEST_AZURE=1 (.ci/run starts the servers)"
                 );
                 return None;
             }
         };
-        let expire = if store == Store::S3 {
+        // Whole-second stamps: the expire window must dwarf them for "time left" to mean much.
+        let expire = if matches!(store, Store::S3 | Store::Azure) {
             Duration::from_secs(5)
         } else {
             EXPIRE_WINDOW
@@ -463,6 +473,13 @@ fn killed_owner_scenario_on_swift() {
 #[test]
 fn killed_owner_scenario_on_s3() {
     if let Some(bench) = Bench::on(Store::S3) {
+        killed_owner_scenario(bench);
+    }
+}
+
+#[test]
+fn killed_owner_scenario_on_azure() {
+    if let Some(bench) = Bench::on(Store::Azure) {
         killed_owner_scenario(bench);
     }
 }
