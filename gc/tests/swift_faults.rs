@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use banklease::checkpoint::{self, Checkpoint, Decider, Status};
-use banklease::clock::{Jitter, MockClock, SystemClock};
+use banklease::clock::{Clock, Jitter, MockClock, SystemClock};
 use banklease::failing::{FailingStore, Op};
 use banklease::swift::SwiftBuilder;
 use banklease::{Bank, Keeper, LeaseState, LeaseWindows, OwnerId, OwnerLease};
@@ -308,13 +308,13 @@ impl HttpService for Recording {
             log.push(Sent {
                 method: req.method().clone(),
                 path: req.uri().path().to_owned(),
-                at: Instant::now(),
+                at: SystemClock.now(),
                 answered: None,
             });
             log.len() - 1
         };
         let out = self.inner.execute(req).await;
-        self.log.0.lock().unwrap()[i].answered = Some(Instant::now());
+        self.log.0.lock().unwrap()[i].answered = Some(SystemClock.now());
         out
     }
 }
@@ -432,8 +432,10 @@ impl Kept {
             .unwrap();
         let keeper = lease.spawn_keeper(Jitter::seeded(seed), 0.1);
         let mut rx = keeper.state();
+        // Instants on the owner's clock (`SystemClock`, which counts suspended time), the
+        // domain its `valid_until` is in: std's `Instant` is a different clock.
         let history = Arc::new(Mutex::new(vec![(
-            Instant::now(),
+            SystemClock.now(),
             rx.borrow_and_update().clone(),
         )]));
         let recorded = Arc::clone(&history);
@@ -441,7 +443,7 @@ impl Kept {
             while rx.changed().await.is_ok() {
                 let state = rx.borrow_and_update().clone();
                 let last = !matches!(state, LeaseState::Held { .. });
-                recorded.lock().unwrap().push((Instant::now(), state));
+                recorded.lock().unwrap().push((SystemClock.now(), state));
                 if last {
                     return;
                 }
@@ -599,13 +601,13 @@ async fn keepers_through(fault: Fault, expire: Duration, short: Duration) {
     .await;
 
     // 1. A short outage: every keeper rides it out.
-    let began = Instant::now();
+    let began = SystemClock.now();
     begin(&mut proxy, fault);
     if fault == Fault::Pause {
         tokio::time::sleep(short).await;
     }
     end(&mut proxy, fault).await;
-    let back = Instant::now();
+    let back = SystemClock.now();
     let outage = back - began;
     eprintln!("{test}: short outage {outage:?}");
     // The keepers' last renewals were sent at most one renew window before the outage; they
@@ -634,7 +636,7 @@ async fn keepers_through(fault: Fault, expire: Duration, short: Duration) {
         .unwrap();
     let bare_valid_until = bare.renew().await.unwrap();
     let bare_before = lease_modified(&shared, bare.owner_id()).await;
-    let began = Instant::now();
+    let began = SystemClock.now();
     begin(&mut proxy, fault);
     let renewing = tokio::spawn({
         let bare = bare.clone();
@@ -676,10 +678,10 @@ async fn keepers_through(fault: Fault, expire: Duration, short: Duration) {
     }
     // The bare owner's validity runs out during the outage too.
     let bare_out = bare_valid_until + Duration::from_millis(200);
-    tokio::time::sleep(bare_out.saturating_duration_since(Instant::now())).await;
+    tokio::time::sleep(bare_out.saturating_duration_since(SystemClock.now())).await;
     assert!(!bare.check_validity());
     end(&mut proxy, fault).await;
-    let back = Instant::now();
+    let back = SystemClock.now();
     eprintln!("{test}: long outage {:?}", back - began);
     // Long enough for a keeper that came back to life to renew twice.
     tokio::time::sleep(renew * 2 + Duration::from_millis(500)).await;
@@ -878,7 +880,7 @@ async fn pass_through(fault: Fault) {
     let live_ids = protecting(&live.lease, "live", 3).await;
     // B is dead: its clock is frozen (it believes its lease forever) and it never renews, so
     // the store sees its lease expire.
-    let dead_acquired = Instant::now();
+    let dead_acquired = SystemClock.now();
     let dead = OwnerLease::acquire(
         &owners,
         OwnerId::random(),
@@ -890,7 +892,7 @@ async fn pass_through(fault: Fault) {
     let dead_ids = protecting(&dead, "dead", DEAD_CHECKPOINTS).await;
     let dead_by =
         dead_acquired + Duration::from_secs(2) + MARGIN + GRACE + Duration::from_millis(500);
-    tokio::time::sleep(dead_by.saturating_duration_since(Instant::now())).await;
+    tokio::time::sleep(dead_by.saturating_duration_since(SystemClock.now())).await;
 
     // 1. The pass, slowed down so that the fault lands while it deletes.
     gc_faults.set_latency(Op::Delete, Duration::from_millis(100));
