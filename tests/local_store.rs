@@ -279,6 +279,81 @@ fn local_store_child() {
     }
 }
 
+/// The hidden temporaries (`<name>#<digits>`) beside `key`.
+fn temporaries_of(key: &FsPath) -> Vec<PathBuf> {
+    let name = key.file_name().unwrap().to_string_lossy().into_owned() + "#";
+    let Ok(entries) = std::fs::read_dir(key.parent().unwrap()) else {
+        return Vec::new();
+    };
+    entries
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.strip_prefix(&name)
+                .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_writer_whose_temporary_was_swept_fails_and_publishes_nothing_of_another() {
+    // A writer held up past the sweep's age (lock contention, a pause) loses its temporary;
+    // if another writer then made a file of the same name, the first must not publish that
+    // half-written file as its own write.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let key = Path::from("leases/owner");
+    let plain = LocalStore::new(&root).unwrap();
+    plain.put(&key, "v1".into()).await.unwrap();
+    let on_disk = root.join("leases/owner");
+    let hook_disk = on_disk.clone();
+    let store = LocalStore::new(&root)
+        .unwrap()
+        .with_before_publish(Arc::new(move || {
+            for t in temporaries_of(&hook_disk) {
+                std::fs::remove_file(&t).unwrap(); // the sweep
+                std::fs::write(&t, "half of another writer's").unwrap(); // a new writer
+            }
+        }));
+    let err = store.put(&key, "v2".into()).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("removed before it could be published"),
+        "{err}"
+    );
+    assert_eq!(body(&plain, &key).await, "v1");
+    // The other writer's temporary is left for it (or for the sweep).
+    assert_eq!(temporaries_of(&on_disk).len(), 1);
+}
+
+#[tokio::test]
+async fn stamps_follow_the_store_clock_back_after_a_step() {
+    // The GC reads last_modified as the store's clock: a version written after the host's clock
+    // stepped back must carry the clock's time, not the earlier version's plus a microsecond.
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalStore::new(dir.path()).unwrap();
+    let key = Path::from("_banklease/clock/probe");
+    store.put(&key, "a".into()).await.unwrap();
+    // As if written before the clock stepped back by an hour.
+    let ahead = std::time::SystemTime::now() + Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(dir.path().join("_banklease/clock/probe"))
+        .unwrap()
+        .set_modified(ahead)
+        .unwrap();
+    let before = store.head(&key).await.unwrap();
+    store.put(&key, "b".into()).await.unwrap();
+    let after = store.head(&key).await.unwrap();
+    let now = chrono::Utc::now();
+    assert!(
+        (now - after.last_modified).num_seconds().abs() < 60,
+        "stamped {} at {now}",
+        after.last_modified
+    );
+    assert_ne!(before.e_tag, after.e_tag);
+}
+
 /// Write a small file whole (temporary + rename), so a reader never sees half of it.
 fn publish(path: &FsPath, text: &str) {
     let tmp = path.with_extension("tmp");
@@ -407,12 +482,11 @@ async fn a_writer_killed_before_publishing_leaves_a_temporary_the_sweep_removes(
     }
     // What the crashed writers left: a temporary beside each key, which no reader can see.
     let temporaries = [
-        root.join("checkpoints/cp-1/index.json#1"),
-        root.join("decisions/cp-1#1"),
-    ];
-    for t in &temporaries {
-        assert!(t.exists(), "{} missing", t.display());
-    }
+        temporaries_of(&root.join("checkpoints/cp-1/index.json")),
+        temporaries_of(&root.join("decisions/cp-1")),
+    ]
+    .concat();
+    assert_eq!(temporaries.len(), 2, "{temporaries:?}");
     use futures::TryStreamExt;
     let listed: Vec<_> = store.list(None).try_collect().await.unwrap();
     let listed: Vec<&str> = listed.iter().map(|m| m.location.as_ref()).collect();

@@ -18,9 +18,9 @@ pub(super) const LOCK_PREFIX: &str = ".banklease-lock#";
 /// lock file, so the stripe count and the hash (SHA-256 of the key) never change.
 pub(super) const STRIPES: u64 = 64;
 
-/// Bound on `<key>#<n>` names tried for one staged write (each taken one is a live write or a
-/// crashed writer's leftover that the sweep removes).
-const MAX_STAGED: u32 = 10_000;
+/// Bound on random `<key>#<n>` names tried for one staged write (a collision is already
+/// vanishingly rare).
+const MAX_STAGED: u32 = 16;
 
 /// The name `store` in errors.
 pub(super) const STORE: &str = "LocalStore";
@@ -54,6 +54,11 @@ pub(super) fn lock_keys(root: &FsPath, keys: &[&str]) -> io::Result<Vec<StripeGu
                 .create(true)
                 .truncate(false)
                 .open(&path)
+                // Another user's lock file: flock works on a read-only descriptor too.
+                .or_else(|e| match e.kind() {
+                    ErrorKind::PermissionDenied => File::open(&path),
+                    _ => Err(e),
+                })
                 .map_err(|e| context(e, "open lock file", &path))?;
             file.lock().map_err(|e| context(e, "lock", &path))?;
             Ok(StripeGuard(file))
@@ -90,6 +95,8 @@ fn micros(t: Option<SystemTime>) -> u128 {
 #[derive(Debug)]
 pub(super) enum WriteError {
     Exists,
+    /// Conditional overwrite on a file system whose timestamps are rounded.
+    NotImplemented,
     Precondition(String),
     Io(io::Error),
 }
@@ -99,24 +106,88 @@ pub(super) enum WriteError {
 /// widens the window a missing lock would let a racer through).
 pub(super) type BeforePublish = Option<std::sync::Arc<dyn Fn() + Send + Sync>>;
 
-/// Write `payload` to `<path>#<n>`, then under the key's stripe lock check `mode` against the
-/// current file and publish: a hard link for create (atomic even against writers that do not
-/// take our locks), a rename otherwise. The published file's mtime is the writer's fine-grained
-/// wall clock, and strictly after the version it replaces, so every write changes the ETag.
+/// Write `payload` to a fresh `<path>#<n>`, then under the key's stripe lock check `mode`
+/// against the current file and publish: a hard link for create (atomic even against writers
+/// that do not take our locks), a rename otherwise.
+///
+/// The published file is stamped with the store's wall clock (µs, the ETag's unit): strictly
+/// after the version it replaces when the clock has not moved since (two writes in one µs), but
+/// following the clock when it stepped back by more than a millisecond, so that the store's
+/// stamps — which the GC reads as the store's clock — keep tracking it. The ETag changes on every
+/// write either way: the temporary is created while the replaced version is still linked, so
+/// their inodes differ.
+///
+/// `exact_mtime` is false on a file system that rounds timestamps (see `LocalStore::new`): there
+/// an older version's ETag could come back, so conditional overwrites are refused.
 pub(super) fn put(
     root: &FsPath,
     key: &str,
     path: &FsPath,
     payload: &PutPayload,
     mode: &PutMode,
+    exact_mtime: bool,
     before_publish: &BeforePublish,
 ) -> Result<PutResult, WriteError> {
+    let fill = |file: &mut File| payload.iter().try_for_each(|chunk| file.write_all(chunk));
+    put_with(root, key, path, fill, mode, exact_mtime, before_publish)
+}
+
+/// Copy the file at `from` to the key `key` at `path` as a new version (stamped, published
+/// under the lock like a put). The source is read whole before the lock is taken.
+pub(super) fn copy(
+    root: &FsPath,
+    key: &str,
+    path: &FsPath,
+    from: &FsPath,
+    mode: &PutMode,
+    exact_mtime: bool,
+) -> Result<PutResult, WriteError> {
+    let mut source = File::open(from).map_err(|e| WriteError::Io(context(e, "open", from)))?;
+    let fill = |file: &mut File| io::copy(&mut source, file).map(|_| ());
+    put_with(root, key, path, fill, mode, exact_mtime, &None)
+}
+
+/// Move the file of `from_key` to `to_key` under both keys' locks: the same object (same
+/// inode, mtime and ETag) under a new name; `create` refuses an existing target.
+pub(super) fn rename(
+    root: &FsPath,
+    (from_key, from): (&str, &FsPath),
+    (to_key, to): (&str, &FsPath),
+    create: bool,
+) -> Result<(), WriteError> {
+    let _guard = lock_keys(root, &[from_key, to_key]).map_err(WriteError::Io)?;
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| WriteError::Io(context(e, "create directory", parent)))?;
+    }
+    if create {
+        match std::fs::hard_link(from, to) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => return Err(WriteError::Exists),
+            Err(e) => return Err(WriteError::Io(context(e, "link", to))),
+        }
+        std::fs::remove_file(from).map_err(|e| WriteError::Io(context(e, "remove", from)))
+    } else {
+        std::fs::rename(from, to).map_err(|e| WriteError::Io(context(e, "rename", from)))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn put_with(
+    root: &FsPath,
+    key: &str,
+    path: &FsPath,
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
+    mode: &PutMode,
+    exact_mtime: bool,
+    before_publish: &BeforePublish,
+) -> Result<PutResult, WriteError> {
+    if matches!(mode, PutMode::Update(_)) && !exact_mtime {
+        return Err(WriteError::NotImplemented);
+    }
     let (mut file, staged) = stage(path).map_err(WriteError::Io)?;
     let result = (|| {
-        for chunk in payload.iter() {
-            file.write_all(chunk)
-                .map_err(|e| WriteError::Io(context(e, "write", &staged)))?;
-        }
+        fill(&mut file).map_err(|e| WriteError::Io(context(e, "write", &staged)))?;
         let _guard = lock_keys(root, &[key]).map_err(WriteError::Io)?;
         let current = match std::fs::metadata(path) {
             Ok(m) => Some(m),
@@ -127,18 +198,30 @@ pub(super) fn put(
         if let Some(hook) = before_publish {
             hook();
         }
-        // Strictly after the replaced version (µs, the ETag's unit), even if the wall clock
-        // did not move or stepped back: an old ETag never comes back.
         let now = micros(Some(store_clock()));
-        let after = current
-            .as_ref()
-            .map_or(0, |m| micros(m.modified().ok()) + 1);
-        let stamp = u64::try_from(now.max(after)).unwrap_or(u64::MAX);
+        let stamp = match current.as_ref().map(|m| micros(m.modified().ok())) {
+            Some(old) if now <= old && old - now <= STEP_BACK_TOLERANCE_MICROS => old + 1,
+            _ => now,
+        };
+        let stamp = u64::try_from(stamp).unwrap_or(u64::MAX);
         file.set_modified(UNIX_EPOCH + Duration::from_micros(stamp))
             .map_err(|e| WriteError::Io(context(e, "set mtime of", &staged)))?;
         let metadata = file
             .metadata()
             .map_err(|e| WriteError::Io(context(e, "stat", &staged)))?;
+        // Publish only our own temporary: a sweep may have removed it while we waited for the
+        // lock (and another writer may have made a file of that name since).
+        if !is_ours(&staged, &metadata) {
+            return Err(WriteError::Io(io::Error::new(
+                ErrorKind::NotFound,
+                format!(
+                    "the temporary `{}` was removed before it could be published (swept as \
+                     stale: this write waited longer than gc.late_write_window); nothing was \
+                     written, retry",
+                    staged.display()
+                ),
+            )));
+        }
         match mode {
             PutMode::Create => match std::fs::hard_link(&staged, path) {
                 Ok(()) => {
@@ -158,8 +241,44 @@ pub(super) fn put(
         })
     })();
     if result.is_err() {
-        let _ = std::fs::remove_file(&staged);
+        if let Ok(m) = file.metadata() {
+            if is_ours(&staged, &m) {
+                let _ = std::fs::remove_file(&staged);
+            }
+        }
     }
+    result
+}
+
+/// A step back of the store's clock up to this much is taken for two writes within one µs (the
+/// new version is stamped just after the old one); a larger one is followed.
+const STEP_BACK_TOLERANCE_MICROS: u128 = 1_000;
+
+/// Whether the file at `path` is the one `ours` describes (same device and inode).
+#[cfg(unix)]
+fn is_ours(path: &FsPath, ours: &Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.ino() == ours.ino() && m.dev() == ours.dev())
+}
+
+#[cfg(not(unix))]
+fn is_ours(path: &FsPath, _: &Metadata) -> bool {
+    path.exists()
+}
+
+/// Whether the file system under `root` keeps modification times to the microsecond (the
+/// ETag's unit): an odd stamp is written to a scratch file and read back. ext3, ext4 with small
+/// inodes, HFS+, FAT and exFAT round them, and there an older version's ETag could match again.
+pub(super) fn keeps_exact_mtime(root: &FsPath) -> io::Result<bool> {
+    let (file, scratch) = stage(&root.join(".banklease-mtime-check"))?;
+    let result = (|| {
+        let odd = Duration::from_secs(1_700_000_000) + Duration::from_micros(123_457);
+        file.set_modified(UNIX_EPOCH + odd)?;
+        let back = file.metadata()?.modified()?;
+        Ok(back.duration_since(UNIX_EPOCH).ok() == Some(odd))
+    })();
+    drop(file);
+    let _ = std::fs::remove_file(&scratch);
     result
 }
 
@@ -192,31 +311,31 @@ fn check(mode: &PutMode, current: Option<&Metadata>) -> Result<(), WriteError> {
     }
 }
 
-/// Create `<path>#<n>` for the smallest free `n` (the name object_store's local store uses for
-/// its own temporaries, hidden from listings), creating parent directories as needed.
+/// Create `<path>#<n>` with a random `n` never used before (the name pattern object_store's local
+/// store uses for its own temporaries, hidden from listings), creating parent directories as
+/// needed. Random, not the smallest free number: a name that a sweep freed is never taken again
+/// by another writer, whose half-written file the first one could otherwise publish.
 fn stage(path: &FsPath) -> io::Result<(File, PathBuf)> {
-    for n in 1..=MAX_STAGED {
+    for _ in 0..MAX_STAGED {
+        let n = uuid::Uuid::new_v4().as_u64_pair().0;
         let mut staged = path.as_os_str().to_owned();
         staged.push(format!("#{n}"));
         let staged = PathBuf::from(staged);
-        match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&staged)
-        {
+        let open = || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&staged)
+        };
+        match open() {
             Ok(f) => return Ok((f, staged)),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 let parent = staged.parent().unwrap_or(FsPath::new("."));
                 std::fs::create_dir_all(parent)
                     .map_err(|e| context(e, "create directory", parent))?;
-                let f = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .open(&staged);
-                match f {
+                match open() {
                     Ok(f) => return Ok((f, staged)),
                     Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
                     Err(e) => return Err(context(e, "create", &staged)),
@@ -226,8 +345,7 @@ fn stage(path: &FsPath) -> io::Result<(File, PathBuf)> {
         }
     }
     Err(io::Error::other(format!(
-        "{MAX_STAGED} temporaries already sit beside `{}`; remove stale ones (the GC's temporaries \
-         sweep does) and retry",
+        "no free temporary name beside `{}` after {MAX_STAGED} tries",
         path.display()
     )))
 }

@@ -12,11 +12,27 @@
 //!   through a `LocalStore` (threads, processes, the CLI, the GC): one winner per version.
 //! - **Create-if-absent stays atomic** even against writers that take no lock (`link` refuses an
 //!   existing name).
-//! - **Every write changes the ETag.** The ETag is object_store's (inode, mtime in µs, size); the
-//!   writer stamps the file with its wall clock, strictly after the version it replaces, so an
-//!   ETag from an older version can never match again (no ABA through a reused inode).
+//! - **Every write changes the ETag.** The ETag is object_store's (inode, mtime in µs, size). A
+//!   new version's temporary is created while the version it replaces is still linked, so its
+//!   inode differs; the writer stamps it with the store's wall clock (µs), just after the
+//!   replaced version's stamp only when the clock has not moved since. A file system that rounds
+//!   timestamps (ext3, ext4 with small inodes, HFS+, FAT, exFAT: an older version's ETag could
+//!   come back there) is detected when the store is opened, and conditional overwrites are then
+//!   refused (`NotImplemented`), which makes owners renew by verify-then-overwrite and refuses
+//!   named locks, as on a store without If-Match.
+//! - **Stamps follow the store's clock**, also back after a step: the GC reads `last_modified`
+//!   as the store's time (`Bank::store_time`), so a stamp held ahead of the clock would make
+//!   later writes of other keys look older than they are.
 //! - **A deleted key stays deleted**: a conditional write that compared before a delete cannot
 //!   publish after it, because both hold the key's lock.
+//! - **Only its own temporary is published**: temporary names are random, never reused, and
+//!   checked (device and inode) under the lock, so a writer whose temporary was swept while it
+//!   waited fails rather than publishing another writer's half-written file.
+//!
+//! Copies and renames run under the locks in one blocking call (a copy is a new, stamped
+//! version; a rename moves the same object). A multipart upload's completion takes the key's
+//! lock around object_store's own completion: if the caller drops that future midway, the
+//! completion may still land after the lock is released (banklease never uses multipart).
 //!
 //! Not covered: writers that bypass this wrapper (a plain `LocalFileSystem`, `cp`, `rsync`) see
 //! no locks; and network filesystems, where `flock` may be local to one client (NFS before
@@ -60,7 +76,8 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result, UploadPart,
+    PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
+    UploadPart,
 };
 
 pub use fs::TemporarySweep;
@@ -72,6 +89,8 @@ use fs::{StripeGuard, WriteError, STORE};
 pub struct LocalStore {
     inner: Arc<LocalFileSystem>,
     root: Arc<PathBuf>,
+    /// The file system keeps mtimes to the µs; without it conditional overwrites are refused.
+    exact_mtime: bool,
     before_publish: fs::BeforePublish,
 }
 
@@ -95,9 +114,18 @@ impl LocalStore {
         let root = root.into();
         let root = std::fs::canonicalize(&root)
             .map_err(|e| generic(fs::context(e, "resolve the store root", &root)))?;
+        let exact_mtime = fs::keeps_exact_mtime(&root)
+            .map_err(|e| generic(fs::context(e, "check the timestamps of", &root)))?;
+        if !exact_mtime {
+            tracing::warn!(root = %root.display(),
+                "this file system rounds modification times: conditional overwrites (If-Match) \
+                 are refused on it, so owners renew by verify-then-overwrite and named locks are \
+                 unavailable");
+        }
         Ok(Self {
             inner: Arc::new(LocalFileSystem::new_with_prefix(&root)?),
             root: Arc::new(root),
+            exact_mtime,
             before_publish: None,
         })
     }
@@ -152,6 +180,27 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(|source| object_store::Error::JoinError { source })?
 }
 
+fn write_error(e: WriteError, location: &Path, implementer: &str) -> object_store::Error {
+    let path = location.to_string();
+    match e {
+        WriteError::Exists => object_store::Error::AlreadyExists {
+            path,
+            source: "the object exists (create-if-absent)".into(),
+        },
+        WriteError::Precondition(why) => object_store::Error::Precondition {
+            path,
+            source: why.into(),
+        },
+        WriteError::NotImplemented => object_store::Error::NotImplemented {
+            operation: "`put_opts` with `PutMode::Update` on a file system that rounds \
+                        modification times"
+                .into(),
+            implementer: implementer.to_owned(),
+        },
+        WriteError::Io(e) => generic(e),
+    }
+}
+
 fn generic(e: std::io::Error) -> object_store::Error {
     object_store::Error::Generic {
         store: STORE,
@@ -178,21 +227,11 @@ impl ObjectStore for LocalStore {
         let root = Arc::clone(&self.root);
         let hook = self.before_publish.clone();
         let location = location.clone();
+        let exact = self.exact_mtime;
+        let implementer = self.to_string();
         blocking(move || {
-            fs::put(&root, &key, &path, &payload, &opts.mode, &hook).map_err(|e| {
-                let path = location.to_string();
-                match e {
-                    WriteError::Exists => object_store::Error::AlreadyExists {
-                        path,
-                        source: "the object exists (create-if-absent)".into(),
-                    },
-                    WriteError::Precondition(why) => object_store::Error::Precondition {
-                        path,
-                        source: why.into(),
-                    },
-                    WriteError::Io(e) => generic(e),
-                }
-            })
+            fs::put(&root, &key, &path, &payload, &opts.mode, exact, &hook)
+                .map_err(|e| write_error(e, &location, &implementer))
         })
         .await
     }
@@ -264,15 +303,51 @@ impl ObjectStore for LocalStore {
     }
 
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        let _guard = self.lock(vec![to.as_ref().to_owned()]).await?;
-        self.inner.copy_opts(from, to, options).await
+        let (_, from_path) = self.key_and_path(from)?;
+        let (key, path) = self.key_and_path(to)?;
+        let mode = match options.mode {
+            object_store::CopyMode::Overwrite => PutMode::Overwrite,
+            object_store::CopyMode::Create => PutMode::Create,
+        };
+        let (root, exact, implementer) =
+            (Arc::clone(&self.root), self.exact_mtime, self.to_string());
+        let (from, to) = (from.clone(), to.clone());
+        blocking(move || {
+            fs::copy(&root, &key, &path, &from_path, &mode, exact)
+                .map(|_| ())
+                .map_err(|e| match e {
+                    WriteError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        object_store::Error::NotFound {
+                            path: from.to_string(),
+                            source: Box::new(e),
+                        }
+                    }
+                    e => write_error(e, &to, &implementer),
+                })
+        })
+        .await
     }
 
     async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
-        let _guard = self
-            .lock(vec![from.as_ref().to_owned(), to.as_ref().to_owned()])
-            .await?;
-        self.inner.rename_opts(from, to, options).await
+        let (from_key, from_path) = self.key_and_path(from)?;
+        let (to_key, to_path) = self.key_and_path(to)?;
+        let create = matches!(options.target_mode, object_store::RenameTargetMode::Create);
+        let (root, implementer) = (Arc::clone(&self.root), self.to_string());
+        let (from, to) = (from.clone(), to.clone());
+        blocking(move || {
+            fs::rename(&root, (&from_key, &from_path), (&to_key, &to_path), create).map_err(|e| {
+                match e {
+                    WriteError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        object_store::Error::NotFound {
+                            path: from.to_string(),
+                            source: Box::new(e),
+                        }
+                    }
+                    e => write_error(e, &to, &implementer),
+                }
+            })
+        })
+        .await
     }
 }
 
