@@ -163,7 +163,7 @@ log_name = proxy-server
 log_level = INFO
 
 [pipeline:main]
-pipeline = catch_errors gatekeeper healthcheck proxy-logging cache listing_formats s3api tempauth copy slo dlo symlink proxy-logging proxy-server
+pipeline = catch_errors gatekeeper healthcheck proxy-logging cache listing_formats bulk s3api tempauth copy slo dlo symlink proxy-logging proxy-server
 
 [app:proxy-server]
 use = egg:swift#proxy
@@ -202,6 +202,10 @@ use = egg:swift#proxy_logging
 use = egg:swift#listing_formats
 [filter:copy]
 use = egg:swift#copy
+# Bulk delete (`POST ?bulk-delete`, advertised in GET /info): the GC deletes a collected
+# checkpoint's objects up to max_deletes_per_request (10,000) per request.
+[filter:bulk]
+use = egg:swift#bulk
 [filter:slo]
 use = egg:swift#slo
 [filter:dlo]

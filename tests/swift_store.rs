@@ -494,3 +494,96 @@ async fn bank_opens_a_swift_url_from_the_environment() {
     assert!(t.at.timestamp_subsec_nanos() != 0 || t.at.timestamp() > 0);
     cleanup(&store).await;
 }
+
+/// Requests by method, counted below the store (what actually reached the proxy).
+#[derive(Debug, Clone, Default)]
+struct Methods(Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>);
+
+impl Methods {
+    fn get(&self, method: &str) -> u64 {
+        self.0.lock().unwrap().get(method).copied().unwrap_or(0)
+    }
+}
+
+#[derive(Debug)]
+struct Counting {
+    inner: object_store::client::HttpClient,
+    methods: Methods,
+}
+
+#[async_trait::async_trait]
+impl object_store::client::HttpService for Counting {
+    async fn call(
+        &self,
+        req: object_store::client::HttpRequest,
+    ) -> Result<object_store::client::HttpResponse, object_store::client::HttpError> {
+        *self
+            .methods
+            .0
+            .lock()
+            .unwrap()
+            .entry(req.method().to_string())
+            .or_default() += 1;
+        self.inner.execute(req).await
+    }
+}
+
+#[derive(Debug)]
+struct CountingConnector(Methods);
+
+impl object_store::client::HttpConnector for CountingConnector {
+    fn connect(
+        &self,
+        options: &object_store::ClientOptions,
+    ) -> object_store::Result<object_store::client::HttpClient> {
+        let inner = object_store::client::ReqwestConnector::default().connect(options)?;
+        Ok(object_store::client::HttpClient::new(Counting {
+            inner,
+            methods: self.0.clone(),
+        }))
+    }
+}
+
+#[tokio::test]
+async fn delete_stream_deletes_in_bulk_where_the_cluster_offers_it() {
+    use futures::StreamExt;
+    live!();
+    let methods = Methods::default();
+    let store = fresh_with(
+        "bulk",
+        SwiftBuilder::from_env().with_http_connector(CountingConnector(methods.clone())),
+    )
+    .await;
+    // .ci/start-swift.sh puts the bulk middleware in the pipeline (10,000 per request).
+    assert_eq!(store.bulk_delete_limit().await, 10_000);
+    let mut names: Vec<String> = (0..250).map(|i| format!("d/{i:03}")).collect();
+    // Names that need encoding on the bulk-delete body's lines.
+    names.extend(["d/sp ace+plus", "d/per%cent", "d/ünï/cöde"].map(str::to_owned));
+    for n in &names {
+        store
+            .put(&Path::from(n.as_str()), "x".into())
+            .await
+            .unwrap();
+    }
+    let (posts, deletes) = (methods.get("POST"), methods.get("DELETE"));
+    let listed = store
+        .list(Some(&Path::from("d")))
+        .map_ok(|m| m.location)
+        .boxed();
+    let deleted: Vec<Path> = store.delete_stream(listed).try_collect().await.unwrap();
+    assert_eq!(deleted.len(), names.len());
+    assert_eq!(methods.get("DELETE"), deletes, "no per-object DELETE");
+    assert!(
+        methods.get("POST") - posts <= 2,
+        "{} bulk requests for {} objects",
+        methods.get("POST") - posts,
+        names.len()
+    );
+    let left: Vec<_> = store.list(None).try_collect().await.unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    // Objects already gone count as deleted, as a single DELETE's 404 does for the GC.
+    let missing = futures::stream::iter(["d/000", "d/001"].map(|p| Ok(Path::from(p)))).boxed();
+    let again: Vec<Path> = store.delete_stream(missing).try_collect().await.unwrap();
+    assert_eq!(again.len(), 2);
+    cleanup(&store).await;
+}

@@ -358,6 +358,7 @@ impl SwiftBuilder {
 
         Ok(SwiftStore {
             client: Arc::new(SwiftClient {
+                bulk_delete_limit: tokio::sync::OnceCell::new(),
                 http,
                 credentials,
                 storage_url_override: storage_url,

@@ -42,6 +42,8 @@ pub(crate) const AUTH_TOKEN: HeaderName = HeaderName::from_static("x-auth-token"
 /// What a request addresses inside the account.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Target<'a> {
+    /// The account (the storage URL itself): bulk operations.
+    Account,
     /// The configured container itself.
     Container,
     /// An object in the configured container.
@@ -99,13 +101,15 @@ impl<'a> Request<'a> {
     /// The path for messages: the object name, or empty for the container.
     pub(crate) fn path(&self) -> String {
         match self.target {
-            Target::Container => String::new(),
+            Target::Account | Target::Container => String::new(),
             Target::Object(p) => p.to_string(),
         }
     }
 }
 
 pub(crate) struct SwiftClient {
+    /// Objects per bulk-delete request (from `GET /info`; 0: no bulk delete), read once.
+    pub(crate) bulk_delete_limit: tokio::sync::OnceCell<usize>,
     pub(crate) http: HttpClient,
     pub(crate) credentials: Credentials,
     /// Used instead of the storage URL the authentication returns (`OS_STORAGE_URL`).
@@ -298,10 +302,12 @@ impl SwiftClient {
     /// URL path segment (`a/b%252Fc`) and Swift decodes it back to the name.
     pub(crate) fn url(&self, storage_url: &Url, req: &Request<'_>) -> Url {
         let mut url = storage_url.clone();
-        if let Ok(mut segs) = url.path_segments_mut() {
-            segs.pop_if_empty().push(&self.container);
-            if let Target::Object(p) = req.target {
-                segs.extend(p.parts());
+        if !matches!(req.target, Target::Account) {
+            if let Ok(mut segs) = url.path_segments_mut() {
+                segs.pop_if_empty().push(&self.container);
+                if let Target::Object(p) = req.target {
+                    segs.extend(p.parts());
+                }
             }
         }
         if !req.query.is_empty() {
@@ -311,6 +317,51 @@ impl SwiftClient {
             }
         }
         url
+    }
+
+    /// The cluster's capabilities (`GET /info`, unauthenticated, beside `/v1`), or `None` when
+    /// the cluster does not publish them (404: `expose_info = false`).
+    pub(crate) async fn info(&self) -> Result<Option<serde_json::Value>, Error> {
+        let session = self.session().await?;
+        let mut url = session.storage_url.clone();
+        // `/info` sits where the API version does: `http://proxy/v1/AUTH_x` → `http://proxy/info`.
+        let path = url.path().to_owned();
+        let base = path
+            .find("/v1/")
+            .or_else(|| path.strip_suffix("/v1").map(|p| p.len()));
+        url.set_path(&format!("{}/info", &path[..base.unwrap_or(0)]));
+        url.set_query(None);
+        let method = Method::GET;
+        let response = self
+            .execute(&method, "/info", || {
+                http::Request::builder()
+                    .method(Method::GET)
+                    .uri(url.as_str())
+                    .body(HttpRequestBody::empty())
+                    .map_err(|source| Error::BuildRequest {
+                        method: Method::GET,
+                        path: "/info".to_owned(),
+                        source,
+                    })
+            })
+            .await?;
+        match response.status() {
+            s if s.is_success() => {}
+            StatusCode::NOT_FOUND | StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED => {
+                return Ok(None)
+            }
+            _ => return Err(self.status_error(&method, "/info", response).await),
+        }
+        let body = response
+            .into_body()
+            .bytes()
+            .await
+            .map_err(|source| Error::Body {
+                method: method.clone(),
+                path: "/info".to_owned(),
+                source,
+            })?;
+        Ok(serde_json::from_slice(&body).ok())
     }
 
     /// `/{container}/{object name}`, encoded, as `X-Copy-From` wants it.

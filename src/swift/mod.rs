@@ -70,6 +70,7 @@
 
 mod auth;
 mod builder;
+mod bulk;
 mod client;
 mod error;
 mod headers;
@@ -555,18 +556,8 @@ impl ObjectStore for SwiftStore {
         &self,
         locations: BoxStream<'static, Result<Path>>,
     ) -> BoxStream<'static, Result<Path>> {
-        let client = Arc::clone(&self.client);
-        locations
-            .map(move |location| {
-                let client = Arc::clone(&client);
-                async move {
-                    let location = location?;
-                    Self::delete_one(&client, &location).await?;
-                    Ok(location)
-                }
-            })
-            .buffered(10)
-            .boxed()
+        // Bulk where the cluster offers it (`GET /info`), one DELETE per object otherwise.
+        self.delete_many(locations)
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
