@@ -202,9 +202,12 @@ fn parse_size(s: &str) -> anyhow::Result<u64> {
         * mult)
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+/// The measured child's runtime, with the daemon's cap on blocking threads (a little above the
+/// requests in flight; see gc/src/main.rs).
+fn runtime(concurrency: usize) -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(concurrency.saturating_add(8))
         .build()?)
 }
 
@@ -212,7 +215,8 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(kind) = &args.child {
         let job: Job = serde_json::from_str(args.spec.as_deref().context("--spec")?)?;
-        let value = runtime()?.block_on(child(kind, &job))?;
+        let value =
+            runtime(job.concurrency.max(job.build_concurrency))?.block_on(child(kind, &job))?;
         println!("{RESULT_TAG}{}", serde_json::to_string(&value)?);
         return Ok(());
     }

@@ -74,14 +74,24 @@ impl Cli {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = init_tracing(cli.log_format) {
         eprintln!("banklease-gc: {e:#}");
         return ExitCode::FAILURE;
     }
-    match run(cli).await {
+    let result = load_config(&cli).and_then(|config| {
+        // Flat memory: a file bank runs every call on the blocking pool, which would otherwise
+        // grow a thread (and its memory) whenever none is idle, up to 512. A little above the
+        // requests in flight is all a pass uses.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .max_blocking_threads(blocking_threads(config.gc.concurrency))
+            .build()
+            .context("cannot start the async runtime")?;
+        runtime.block_on(run(cli, config))
+    });
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "banklease-gc stopped on an error");
@@ -90,9 +100,13 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
-    // First, so that a signal during start-up is a shutdown request, not an abrupt kill.
-    let shutdown = shutdown_signals()?;
+/// Blocking threads for `concurrency` requests in flight (plus the daemon's own: the GC
+/// lease's keeper, the metrics endpoint, the clock watch).
+fn blocking_threads(concurrency: usize) -> usize {
+    concurrency.saturating_add(8)
+}
+
+fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     let mut config =
         Config::load(cli.config.as_deref()).context("cannot load the configuration")?;
     cli.apply(&mut config);
@@ -102,6 +116,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     for warning in warnings {
         warn!("{warning}");
     }
+    Ok(config)
+}
+
+async fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
+    // First, so that a signal during start-up is a shutdown request, not an abrupt kill.
+    let shutdown = shutdown_signals()?;
     let daemon = Daemon::open(config)?;
     if !cli.once {
         return daemon.run(shutdown).await;

@@ -155,11 +155,17 @@ enum Outcome {
     Failed,
 }
 
+/// Blocking threads of the CLI's runtime.
+const CLI_BLOCKING_THREADS: usize = 32;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
+    // Flat memory on file banks: every file call runs on the blocking pool, which would grow
+    // up to 512 threads; `banklease gc` keeps `gc.concurrency` (16 by default) in flight.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .max_blocking_threads(CLI_BLOCKING_THREADS)
         .build()
     {
         Ok(rt) => rt,

@@ -390,45 +390,50 @@ pub(super) fn sweep(
 ) -> io::Result<TemporarySweep> {
     let now = store_clock();
     let mut report = TemporarySweep::default();
-    let mut dirs = vec![root.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            // Removed under us (automatic cleanup elsewhere): nothing left to sweep there.
-            Err(e) if e.kind() == ErrorKind::NotFound => continue,
-            Err(e) => return Err(context(e, "read directory", &dir)),
+    // Depth first with one open directory per level: memory grows with the tree's depth, not
+    // with how many directories a level holds (a bank has one per checkpoint).
+    let mut open: Vec<(PathBuf, std::fs::ReadDir)> = Vec::new();
+    let first = std::fs::read_dir(root).map_err(|e| context(e, "read directory", root))?;
+    open.push((root.to_path_buf(), first));
+    while let Some((dir, entries)) = open.last_mut() {
+        let Some(entry) = entries.next() else {
+            open.pop();
+            continue;
         };
-        for entry in entries {
-            let entry = entry.map_err(|e| context(e, "read directory", &dir))?;
-            let kind = entry
-                .file_type()
-                .map_err(|e| context(e, "stat", &entry.path()))?;
-            if kind.is_dir() {
-                dirs.push(entry.path());
-                continue;
-            }
-            if !kind.is_file() || !is_temporary(&entry.file_name().to_string_lossy()) {
-                continue;
-            }
-            let modified = match entry.metadata().and_then(|m| m.modified()) {
-                Ok(t) => t,
-                Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                Err(e) => return Err(context(e, "stat", &entry.path())),
-            };
-            let age = now.duration_since(modified).unwrap_or_default();
-            if age < older_than {
-                report.fresh += 1;
-                continue;
-            }
-            report.stale += 1;
-            if dry_run {
-                continue;
-            }
-            match std::fs::remove_file(entry.path()) {
-                Ok(()) => report.removed += 1,
+        let entry = entry.map_err(|e| context(e, "read directory", dir))?;
+        let kind = entry
+            .file_type()
+            .map_err(|e| context(e, "stat", &entry.path()))?;
+        if kind.is_dir() {
+            match std::fs::read_dir(entry.path()) {
+                Ok(sub) => open.push((entry.path(), sub)),
+                // Removed under us (a collected checkpoint's directory): nothing to sweep.
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(context(e, "remove temporary", &entry.path())),
+                Err(e) => return Err(context(e, "read directory", &entry.path())),
             }
+            continue;
+        }
+        if !kind.is_file() || !is_temporary(&entry.file_name().to_string_lossy()) {
+            continue;
+        }
+        let modified = match entry.metadata().and_then(|m| m.modified()) {
+            Ok(t) => t,
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(context(e, "stat", &entry.path())),
+        };
+        let age = now.duration_since(modified).unwrap_or_default();
+        if age < older_than {
+            report.fresh += 1;
+            continue;
+        }
+        report.stale += 1;
+        if dry_run {
+            continue;
+        }
+        match std::fs::remove_file(entry.path()) {
+            Ok(()) => report.removed += 1,
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(context(e, "remove temporary", &entry.path())),
         }
     }
     Ok(report)
