@@ -640,6 +640,7 @@ impl OwnerLease {
         held: &Held,
         path: &Path,
     ) -> Result<Instant> {
+        let head_sent = self.shared.clock.now();
         let head = match swift.head_swift(path).await {
             Ok(h) => h,
             Err(object_store::Error::NotFound { .. }) => {
@@ -660,10 +661,18 @@ impl OwnerLease {
         // meanwhile is Lost, and its object must not be refreshed for observers now.
         self.held_for_write()?;
         let t_send = self.shared.clock.now();
-        match swift
-            .put_with_delete_after(path, body, swift_ttl_secs(self.shared.windows), false)
-            .await
-        {
+        // On a grid when the HEAD told the server's time: consecutive renewals then send the
+        // same X-Delete-At, and the object server leaves its expirer queue alone.
+        let ttl = swift_ttl_secs(self.shared.windows);
+        let put = match head.date {
+            Some(date) => {
+                let since_head = t_send.saturating_duration_since(head_sent);
+                let at = swift_delete_at(date, since_head, ttl);
+                swift.put_with_delete_at(path, body, at).await
+            }
+            None => swift.put_with_delete_after(path, body, ttl, false).await,
+        };
+        match put {
             Ok(w) => self.commit(t_send, w.e_tag, None, generation, token),
             Err(e) => {
                 self.remember_pending(&token, generation, t_send);
@@ -883,6 +892,18 @@ pub const SWIFT_TTL_SLACK: Duration = Duration::from_secs(60);
 /// `X-Delete-After` for a lease with these windows: never before the owner's own expiry.
 fn swift_ttl_secs(windows: LeaseWindows) -> u64 {
     (windows.expire_window + SWIFT_TTL_SLACK).as_secs() + 1
+}
+
+/// `X-Delete-At` steps: renewals within one step send the same value.
+pub const SWIFT_DELETE_AT_GRID_SECS: u64 = 60;
+
+/// An `X-Delete-At` no earlier than `ttl_secs` after the server's current time, rounded up to
+/// the grid. The server's time is estimated from the HEAD's `Date` (whole seconds, truncated: +1)
+/// plus what passed since the HEAD was sent (+1 for its fraction), so it never falls short of
+/// what `X-Delete-After: ttl_secs` would have given; it lasts at most one grid step longer.
+fn swift_delete_at(date: DateTime<Utc>, since_head: Duration, ttl_secs: u64) -> u64 {
+    let server_now = u64::try_from(date.timestamp()).unwrap_or(0) + 1 + since_head.as_secs() + 1;
+    (server_now + ttl_secs).div_ceil(SWIFT_DELETE_AT_GRID_SECS) * SWIFT_DELETE_AT_GRID_SECS
 }
 
 fn new_token() -> String {

@@ -596,3 +596,49 @@ async fn keeper_reports_lost_on_time_while_a_renewal_hangs() {
         drop(keeper);
     }
 }
+
+/// Swift: renewals send `X-Delete-At` on a grid, so most of them leave the object server's
+/// expirer queue alone (each change of the value updates it), and never earlier than
+/// `X-Delete-After` would have: the expire window plus `SWIFT_TTL_SLACK` after the write.
+#[tokio::test]
+async fn swift_renewals_share_a_delete_at_and_never_shorten_it() {
+    if !backends().contains(&Backend::Swift) {
+        return;
+    }
+    let (b, _guard) = plain_bank(Backend::Swift);
+    let w = LeaseWindows::new(
+        Duration::from_millis(500),
+        Duration::from_secs(3),
+        Duration::from_millis(200),
+    )
+    .unwrap();
+    let lease = OwnerLease::acquire(&b, OwnerId::random(), w, Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let swift = b.swift().unwrap().clone();
+    let path = b.lease_path(lease.owner_id());
+    let mut seen = std::collections::BTreeSet::new();
+    let renewals = 8;
+    for _ in 0..renewals {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        lease.renew().await.unwrap();
+        let head = swift.head_swift(&path).await.unwrap();
+        let delete_at = head.delete_at.expect("a lease object carries X-Delete-At");
+        let written = head.x_timestamp.unwrap();
+        let needed = w.expire_window + banklease::lease::SWIFT_TTL_SLACK;
+        assert!(
+            delete_at - written >= chrono::Duration::from_std(needed).unwrap(),
+            "X-Delete-At {delete_at} only {} after the write at {written}",
+            delete_at - written
+        );
+        seen.insert(delete_at);
+    }
+    // 8 renewals over ~9 s cross at most one 60 s grid line; with X-Delete-After each one
+    // would have sent its own value.
+    assert!(
+        seen.len() <= 2,
+        "{} distinct X-Delete-At in {renewals} renewals: {seen:?}",
+        seen.len()
+    );
+    lease.release().await.unwrap();
+}

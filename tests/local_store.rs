@@ -541,3 +541,38 @@ async fn a_bank_on_files_renews_with_one_conditional_write_and_serves_named_lock
     );
     assert!(bank.local().is_some());
 }
+
+#[tokio::test]
+async fn the_sweep_goes_on_across_bounded_steps_until_the_tree_is_walked() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalStore::new(dir.path()).unwrap();
+    let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+    for i in 0..10 {
+        let t = dir.path().join(format!("checkpoints/cp-{i}/data/d#{i}"));
+        std::fs::create_dir_all(t.parent().unwrap()).unwrap();
+        std::fs::File::create(&t).unwrap().set_modified(old).unwrap();
+        store
+            .put(&Path::from(format!("checkpoints/cp-{i}/index.json")), "x".into())
+            .await
+            .unwrap();
+    }
+    let walk = Arc::new(Mutex::new(banklease::local::SweepWalk::default()));
+    let (mut removed, mut steps) = (0, 0);
+    loop {
+        let r = store
+            .sweep_temporaries_step(&walk, 5, Duration::from_secs(60), false)
+            .await
+            .unwrap();
+        removed += r.removed;
+        steps += 1;
+        assert!(steps < 100, "the walk never ends");
+        if r.done {
+            break;
+        }
+    }
+    assert_eq!(removed, 10);
+    // 10 checkpoint directories with a data directory, a file and a temporary each, and more:
+    // a budget of 5 entries takes many steps.
+    assert!(steps > 8, "{steps} steps");
+    assert!(walk.lock().unwrap().is_done());
+}

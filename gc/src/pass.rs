@@ -51,6 +51,7 @@ use crate::timing::{
 };
 use banklease::bank::add_saturating;
 use banklease::lease::MAX_EXPIRE_WINDOW;
+use banklease::local::SweepWalk;
 
 /// What a pass did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -101,9 +102,15 @@ pub struct Collector {
     clock: SharedClock,
     options: GcOptions,
     watch: Arc<ClockWatch>,
-    /// When this collector last swept a `file:` bank's temporaries (monotonic).
+    /// When this collector's last walk of a `file:` bank's temporaries ended (monotonic).
     last_temporary_sweep: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+    /// That walk, while it goes on across passes.
+    temporary_walk: Arc<std::sync::Mutex<SweepWalk>>,
 }
+
+/// Directory entries a pass walks at most looking for stale temporaries (a fraction of a
+/// second on a local disk; a 1M-checkpoint bank is walked in a few hundred passes).
+pub const TEMPORARY_SWEEP_BUDGET: usize = 50_000;
 
 /// What happened to one checkpoint.
 enum Outcome {
@@ -121,12 +128,15 @@ impl Collector {
             options,
             watch: Arc::new(ClockWatch::default()),
             last_temporary_sweep: Arc::default(),
+            temporary_walk: Arc::default(),
         }
     }
 
     /// On a `file:` bank, remove what writers killed between writing and publishing left
-    /// (hidden `<key>#<n>` files older than `late_write_window`: no write takes that long).
-    /// A whole-tree walk, so at most once per window. Returns (swept, errors).
+    /// (hidden `<key>#<n>` files older than `late_write_window`: no write takes that long). The
+    /// bank's whole tree is walked, millions of entries on a large bank, so each pass goes on
+    /// with the walk for at most [`TEMPORARY_SWEEP_BUDGET`] entries, and a new walk starts at
+    /// most once per window after the last one ended. Returns (swept, errors).
     async fn sweep_temporaries(&self, bank: &Bank) -> (u64, u64) {
         let Some(local) = bank.local() else {
             return (0, 0);
@@ -134,14 +144,29 @@ impl Collector {
         let window = self.options.late_write_window;
         let now = self.clock.now();
         {
+            let walking = {
+                let walk = self.temporary_walk.lock().expect("not poisoned");
+                walk.is_started() && !walk.is_done()
+            };
             let last = self.last_temporary_sweep.lock().expect("not poisoned");
-            if last.is_some_and(|t| now.saturating_duration_since(t) < window) {
+            if !walking && last.is_some_and(|t| now.saturating_duration_since(t) < window) {
                 return (0, 0);
             }
         }
-        match local.sweep_temporaries(window, self.options.dry_run).await {
+        let step = local
+            .sweep_temporaries_step(
+                &self.temporary_walk,
+                TEMPORARY_SWEEP_BUDGET,
+                window,
+                self.options.dry_run,
+            )
+            .await;
+        match step {
             Ok(swept) => {
-                *self.last_temporary_sweep.lock().expect("not poisoned") = Some(now);
+                if swept.done {
+                    *self.last_temporary_sweep.lock().expect("not poisoned") = Some(now);
+                    *self.temporary_walk.lock().expect("not poisoned") = SweepWalk::default();
+                }
                 if swept.stale > 0 {
                     tracing::info!(
                         bank = bank.label(),
@@ -158,6 +183,8 @@ impl Collector {
                 (found, 0)
             }
             Err(e) => {
+                // Start over next time: the walk may be stuck on what failed.
+                *self.temporary_walk.lock().expect("not poisoned") = SweepWalk::default();
                 tracing::warn!(bank = bank.label(), error = %e,
                     "cannot sweep stale temporaries; will retry next pass");
                 (0, 1)

@@ -378,35 +378,65 @@ pub struct TemporarySweep {
     pub removed: u64,
     /// Temporaries younger than the threshold, left for their writers.
     pub fresh: u64,
+    /// Whether the walk reached the end of the tree (else: call again to go on).
+    pub done: bool,
 }
 
-/// Walk `root` (no symlinks followed; bounded by the tree) and remove temporaries whose mtime is
-/// older than `older_than`. A writer still using one fails its publish with a clear error and
-/// loses nothing it had been told was written.
+/// A walk of the store's tree in progress, resumable across calls: one open directory per
+/// level, so memory grows with the tree's depth, not with how many directories a level holds (a
+/// bank has one per checkpoint).
+#[derive(Debug, Default)]
+pub struct SweepWalk {
+    open: Vec<(PathBuf, std::fs::ReadDir)>,
+    started: bool,
+}
+
+impl SweepWalk {
+    /// Whether the walk has begun.
+    pub fn is_started(&self) -> bool {
+        self.started
+    }
+
+    /// Whether the walk has visited the whole tree.
+    pub fn is_done(&self) -> bool {
+        self.started && self.open.is_empty()
+    }
+}
+
+/// Go on with `walk` over `root` (no symlinks followed) for at most `budget` entries, removing
+/// temporaries whose mtime is older than `older_than`. A writer still using one fails its
+/// publish with a clear error and loses nothing it had been told was written.
 pub(super) fn sweep(
     root: &FsPath,
+    walk: &mut SweepWalk,
+    budget: usize,
     older_than: Duration,
     dry_run: bool,
 ) -> io::Result<TemporarySweep> {
     let now = store_clock();
     let mut report = TemporarySweep::default();
-    // Depth first with one open directory per level: memory grows with the tree's depth, not
-    // with how many directories a level holds (a bank has one per checkpoint).
-    let mut open: Vec<(PathBuf, std::fs::ReadDir)> = Vec::new();
-    let first = std::fs::read_dir(root).map_err(|e| context(e, "read directory", root))?;
-    open.push((root.to_path_buf(), first));
-    while let Some((dir, entries)) = open.last_mut() {
+    if !walk.started {
+        walk.started = true;
+        let first = std::fs::read_dir(root).map_err(|e| context(e, "read directory", root))?;
+        walk.open.push((root.to_path_buf(), first));
+    }
+    let mut visited = 0;
+    while visited < budget {
+        let Some((dir, entries)) = walk.open.last_mut() else {
+            break;
+        };
         let Some(entry) = entries.next() else {
-            open.pop();
+            walk.open.pop();
             continue;
         };
+        visited += 1;
         let entry = entry.map_err(|e| context(e, "read directory", dir))?;
         let kind = entry
             .file_type()
             .map_err(|e| context(e, "stat", &entry.path()))?;
         if kind.is_dir() {
             match std::fs::read_dir(entry.path()) {
-                Ok(sub) => open.push((entry.path(), sub)),
+                Ok(sub) => walk.open.push((entry.path(), sub)),
                 // Removed under us (a collected checkpoint's directory): nothing to sweep.
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
                 Err(e) => return Err(context(e, "read directory", &entry.path())),
@@ -436,6 +466,7 @@ pub(super) fn sweep(
             Err(e) => return Err(context(e, "remove temporary", &entry.path())),
         }
     }
+    report.done = walk.is_done();
     Ok(report)
 }
 

@@ -80,8 +80,8 @@ use object_store::{
     UploadPart,
 };
 
-pub use fs::TemporarySweep;
 use fs::{StripeGuard, WriteError, STORE};
+pub use fs::{SweepWalk, TemporarySweep};
 
 /// The `file:` bank's store: [`LocalFileSystem`] plus atomic conditional overwrite. See the
 /// [module documentation](self).
@@ -147,13 +147,34 @@ impl LocalStore {
     /// `older_than`: what writers killed between writing and publishing left behind. Choose
     /// `older_than` longer than any write takes; a writer still using a removed temporary gets
     /// an error from its publish and loses nothing it was told was written. A dry run counts.
+    /// The whole tree in one call; see [`Self::sweep_temporaries_step`] for a bounded one.
     pub async fn sweep_temporaries(
         &self,
         older_than: Duration,
         dry_run: bool,
     ) -> Result<TemporarySweep> {
+        let walk = Arc::new(std::sync::Mutex::new(SweepWalk::default()));
+        self.sweep_temporaries_step(&walk, usize::MAX, older_than, dry_run)
+            .await
+    }
+
+    /// Go on with `walk` for at most `budget` directory entries (a bank's tree holds millions
+    /// of files; a caller spreads the walk over many calls). `done` in the result says when
+    /// the walk reached the end; start a new [`SweepWalk`] for the next round.
+    pub async fn sweep_temporaries_step(
+        &self,
+        walk: &Arc<std::sync::Mutex<SweepWalk>>,
+        budget: usize,
+        older_than: Duration,
+        dry_run: bool,
+    ) -> Result<TemporarySweep> {
         let root = Arc::clone(&self.root);
-        blocking(move || fs::sweep(&root, older_than, dry_run).map_err(generic)).await
+        let walk = Arc::clone(walk);
+        blocking(move || {
+            let mut walk = walk.lock().expect("sweep walk poisoned");
+            fs::sweep(&root, &mut walk, budget, older_than, dry_run).map_err(generic)
+        })
+        .await
     }
 
     fn key_and_path(&self, location: &Path) -> Result<(String, PathBuf)> {

@@ -282,6 +282,19 @@ impl SwiftStore {
         self.put_with_headers(location, payload, headers).await
     }
 
+    /// PUT an object that Swift stops serving at `delete_at` (epoch seconds, `X-Delete-At`,
+    /// which must be in the future on the server's clock).
+    pub async fn put_with_delete_at(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        delete_at: u64,
+    ) -> Result<SwiftWrite> {
+        let mut headers = HeaderMap::new();
+        headers.insert(X_DELETE_AT, HeaderValue::from(delete_at));
+        self.put_with_headers(location, payload, headers).await
+    }
+
     /// POST `headers` to an existing object (404 → `NotFound`): typically `X-Object-Meta-*`
     /// and `X-Delete-After`/`X-Delete-At`.
     ///
