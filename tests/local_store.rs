@@ -550,9 +550,15 @@ async fn the_sweep_goes_on_across_bounded_steps_until_the_tree_is_walked() {
     for i in 0..10 {
         let t = dir.path().join(format!("checkpoints/cp-{i}/data/d#{i}"));
         std::fs::create_dir_all(t.parent().unwrap()).unwrap();
-        std::fs::File::create(&t).unwrap().set_modified(old).unwrap();
+        std::fs::File::create(&t)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
         store
-            .put(&Path::from(format!("checkpoints/cp-{i}/index.json")), "x".into())
+            .put(
+                &Path::from(format!("checkpoints/cp-{i}/index.json")),
+                "x".into(),
+            )
             .await
             .unwrap();
     }
