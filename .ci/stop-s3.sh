@@ -1,29 +1,4 @@
 #!/usr/bin/env bash
-# Stop the moto server started by .ci/start-s3.sh, by its recorded pid (never by name).
-# --wipe also removes $S3_ROOT (venv included). Idempotent.
+# Stop the moto server started by .ci/start-s3.sh (--wipe: also $S3_ROOT, venv included).
 set -euo pipefail
-
-ROOT=${S3_ROOT:-/tmp/banklease-stores/s3}
-PIDFILE=$ROOT/moto.pid
-
-if [ -f "$PIDFILE" ]; then
-  pid=$(cat "$PIDFILE" 2>/dev/null || true)
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      echo "stop-s3: moto (pid $pid) ignored TERM for 5 s; killing" >&2
-      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-    fi
-    echo "stop-s3: stopped moto (pid $pid)"
-  fi
-  rm -f "$PIDFILE" "$ROOT/moto.port"
-fi
-if [ "${1:-}" = "--wipe" ]; then
-  rm -rf "$ROOT"
-  echo "stop-s3: wiped $ROOT"
-fi
-echo "stop-s3: done"
+exec bash "$(dirname "$0")/stop-by-pidfile.sh" stop-s3 "${S3_ROOT:-/tmp/banklease-stores/s3}" moto moto "${1:-}"

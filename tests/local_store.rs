@@ -540,6 +540,14 @@ async fn a_bank_on_files_renews_with_one_conditional_write_and_serves_named_lock
         banklease::capability::RenewalMechanism::ConditionalUpdate
     );
     assert!(bank.local().is_some());
+    // Named locks accept the bank (they refuse one without atomic If-Match) and work on it.
+    let locks = banklease::lock::Locks::new(
+        &bank,
+        "t",
+        std::sync::Arc::new(banklease::clock::SystemClock),
+    )
+    .unwrap();
+    assert!(locks.current("k").await.unwrap().is_none());
 }
 
 #[tokio::test]
