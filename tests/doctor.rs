@@ -404,7 +404,7 @@ fn cli() -> PathBuf {
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
             .arg("--target-dir")
             .arg(profile_dir.parent().expect("target/<profile> has a parent"))
-            .args(["-p", "banklease-gc", "--bin", "banklease"]);
+            .args(["-p", "banklease-cli", "--bin", "banklease"]);
         match profile_dir.file_name().and_then(|n| n.to_str()) {
             Some("debug") => {}
             Some("release") => {

@@ -86,7 +86,7 @@ fn build(profile_dir: &Path) {
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
         .arg("--target-dir")
         .arg(target_dir)
-        .args(["-p", "banklease-gc", "--bin", "banklease"])
+        .args(["-p", "banklease-cli", "--bin", "banklease"])
         .args(["-p", "banklease", "--example", "protection_service"]);
     match profile_dir.file_name().and_then(|n| n.to_str()) {
         Some("debug") => {}

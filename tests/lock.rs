@@ -1413,7 +1413,7 @@ async fn the_verdict_is_cached_per_store() {
 
 // ---- the CLI ---------------------------------------------------------------------------------
 
-/// `target/<profile>/banklease`, built first (it belongs to the `banklease-gc` package) unless
+/// `target/<profile>/banklease`, built first (it belongs to the `banklease-cli` package) unless
 /// `BANKLEASE_E2E_NO_BUILD` is set.
 fn cli() -> &'static PathBuf {
     static CLI: OnceLock<PathBuf> = OnceLock::new();
@@ -1427,7 +1427,7 @@ fn cli() -> &'static PathBuf {
                 .arg(FsPath::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
                 .arg("--target-dir")
                 .arg(profile_dir.parent().unwrap())
-                .args(["-p", "banklease-gc", "--bin", "banklease"]);
+                .args(["-p", "banklease-cli", "--bin", "banklease"]);
             if profile_dir.file_name().and_then(|n| n.to_str()) == Some("release") {
                 cmd.arg("--release");
             }

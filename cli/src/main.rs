@@ -30,12 +30,8 @@ use object_store::{ObjectMeta, ObjectStoreExt};
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
 
-// The binary's root is this file, so a plain `mod` would look in src/bin/, not beside it.
-#[path = "banklease/lock.rs"]
-mod lock;
-
-#[path = "banklease/doctor.rs"]
 mod doctor;
+mod lock;
 
 /// Reads (of leases, checkpoints, decisions) in flight at once while listing.
 const LIST_CONCURRENCY: usize = 16;
