@@ -561,6 +561,11 @@ impl Checkpoint {
         &self.id
     }
 
+    /// The lease this checkpoint is written under.
+    pub fn lease(&self) -> &OwnerLease {
+        &self.lease
+    }
+
     /// Write one data object `checkpoints/<id>/data/<name>`. Checks validity first.
     pub async fn put_data(&self, name: &str, data: PutPayload) -> Result<()> {
         validate_id("data object", name)?;

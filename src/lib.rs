@@ -75,6 +75,7 @@ pub mod local;
 pub mod lock;
 pub mod observe;
 pub mod swift;
+pub mod upload;
 pub mod windows;
 
 pub use bank::{Bank, StoreTime};

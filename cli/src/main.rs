@@ -30,6 +30,7 @@ use object_store::{ObjectMeta, ObjectStoreExt};
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
 
+mod agent;
 mod doctor;
 mod lock;
 
@@ -103,6 +104,22 @@ enum Command {
               value_parser = clap::value_parser!(u32).range(1..=1000))]
         race_rounds: u32,
     },
+    /// Run COMMAND as an owner: hold an owner lease while it runs, and answer its owner
+    /// operations (`banklease agent …`) over a private Unix socket.
+    ///
+    /// Exit status: COMMAND's own (128 + N when signal N ended it); 75 when the lease stopped
+    /// being valid and COMMAND was stopped (SIGTERM, then SIGKILL after --kill-after); 125 when
+    /// `run` itself failed (configuration, lease, socket); 126 when COMMAND cannot be executed;
+    /// 127 when it is not found. When COMMAND exits, the checkpoints it left protecting are
+    /// completed as `error` and the lease is released.
+    #[command(
+        after_help = "Example:\n  banklease run --checkpoint-prefix nightly- -- ./backup.sh"
+    )]
+    Run(agent::run::RunArgs),
+    /// Owner operations for a command started by `banklease run`, sent to its agent (the Unix
+    /// socket in `BANKLEASE_AGENT`). Exit 0 done, 1 refused (lease not valid or lost, checkpoint
+    /// collected), 2 error.
+    Agent(agent::client::AgentArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -149,6 +166,8 @@ enum Outcome {
     No,
     /// Exit 2, already reported.
     Failed,
+    /// Exit with this status (`banklease run`).
+    Exit(u8),
 }
 
 /// Blocking threads of the CLI's runtime.
@@ -174,6 +193,7 @@ fn main() -> ExitCode {
         Ok(Outcome::Yes) => ExitCode::SUCCESS,
         Ok(Outcome::No) => ExitCode::from(1),
         Ok(Outcome::Failed) => ExitCode::from(2),
+        Ok(Outcome::Exit(code)) => ExitCode::from(code),
         // The reader went away (`banklease lease list | head`): nothing left to say.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
@@ -207,18 +227,18 @@ struct Ctx {
 }
 
 impl Ctx {
-    fn load(cli: &Cli) -> Result<Self> {
+    fn load(file: Option<&std::path::Path>, bank: Option<&str>, json: bool) -> Result<Self> {
         // The library's errors already name the file, key or URL at fault.
-        let mut config = Config::load(cli.config.as_deref())?;
-        if let Some(url) = &cli.bank {
-            config.bank.url = url.clone();
+        let mut config = Config::load(file)?;
+        if let Some(url) = bank {
+            config.bank.url = url.to_owned();
         }
         let bank = Bank::open(&config.bank.url)?;
         Ok(Self {
             config,
             bank,
             clock: Arc::new(SystemClock),
-            json: cli.json,
+            json,
         })
     }
 
@@ -243,8 +263,28 @@ impl Ctx {
 }
 
 async fn run(cli: Cli) -> Result<Outcome> {
-    let ctx = Ctx::load(&cli)?;
-    match cli.command {
+    let Cli {
+        config,
+        bank,
+        json,
+        command,
+    } = cli;
+    let load = || Ctx::load(config.as_deref(), bank.as_deref(), json);
+    let ctx = match command {
+        // The agent's client needs no configuration: it talks to the agent only.
+        Command::Agent(args) => return agent::client::run(args, json).await,
+        Command::Run(args) => {
+            return Ok(match load() {
+                Ok(ctx) => agent::run::run(&ctx, args).await,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    Outcome::Exit(agent::run::EXIT_RUN_FAILED)
+                }
+            })
+        }
+        _ => load()?,
+    };
+    match command {
         Command::ValidityCheck {
             owner,
             validity_window,
@@ -258,6 +298,7 @@ async fn run(cli: Cli) -> Result<Outcome> {
         Command::Gc { dry_run, force } => gc(&ctx, dry_run, force).await,
         Command::Lock(command) => lock::run(&ctx, command).await,
         Command::Doctor { race_rounds } => doctor::run(&ctx, race_rounds).await,
+        Command::Run(_) | Command::Agent(_) => unreachable!("dispatched above"),
     }
 }
 

@@ -1,0 +1,13 @@
+//! Any process as an owner: `banklease run -- COMMAND` holds an owner lease while COMMAND runs
+//! and answers COMMAND's owner operations over a Unix socket (the agent).
+//!
+//! - [`run`]: the supervisor (`banklease run`): lease, keeper, socket, child, signals, exit.
+//! - [`server`]: the agent's HTTP API over the socket, with the lease's validity checked by the
+//!   library before every write.
+//! - [`client`]: `banklease agent …`, the API from a shell.
+//! - [`api`]: the JSON bodies both sides share, and the API's documentation.
+
+pub mod api;
+pub mod client;
+pub mod run;
+pub mod server;

@@ -1,0 +1,520 @@
+//! The owner agent: answers the API of [`super::api`] for the command `banklease run` started,
+//! with the owner lease `run` holds.
+//!
+//! Invariant: **every write is judged by the library, at the instant it is sent.** The agent
+//! holds one [`OwnerLease`] and writes through [`Checkpoint`], so each create, data write, part
+//! of a multipart upload and completion is preceded by `ensure_valid` (zero requests), exactly
+//! as in a Rust owner. The agent adds no state the store does not already hold, except which
+//! checkpoints it created — so that it can complete the ones left protecting when the command
+//! exits, and refuse writes to checkpoints it did not create.
+//!
+//! Invariant: **only the agent's own uid is served.** The socket is created mode 0600 in a
+//! private (0700) directory, and every request's peer credentials (`SO_PEERCRED`) are checked
+//! as well, so that a socket passed on, or a directory made wider, still serves nobody else.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use axum::body::{Body, Bytes};
+use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::{Path, Request, State};
+use axum::http::{Method, StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::serve::IncomingStream;
+use axum::Router;
+use banklease::checkpoint::{validate_checkpoint_id, Status};
+use banklease::observe::error_chain;
+use banklease::{Checkpoint, Error, LeaseState, OwnerLease};
+use futures::StreamExt;
+use object_store::PutPayload;
+use serde::Serialize;
+use tokio::net::UnixListener;
+
+use super::api::{
+    CheckpointBody, CompleteBody, CreateBody, DataBody, ErrorBody, StatusBody, ValidBody,
+};
+
+/// Data up to this size is sent in one request; larger data as a multipart upload of parts of
+/// this size (above S3's 5 MiB minimum), each sent only while the lease is valid.
+pub const PART_SIZE: usize = 8 << 20;
+
+/// The agent's state, shared by every request.
+#[derive(Debug)]
+pub struct Agent {
+    lease: OwnerLease,
+    bank: String,
+    prefix: Option<String>,
+    uid: u32,
+    checkpoints: Mutex<BTreeMap<String, Held>>,
+}
+
+#[derive(Debug, Clone)]
+struct Held {
+    checkpoint: Checkpoint,
+    status: Status,
+    data_objects: u64,
+    data_bytes: u64,
+}
+
+impl Agent {
+    /// An agent for `lease`, serving uid `uid`, requiring ids that start with `prefix`.
+    pub fn new(lease: OwnerLease, prefix: Option<String>, uid: u32) -> Arc<Self> {
+        Arc::new(Self {
+            bank: lease.bank().label().to_owned(),
+            lease,
+            prefix,
+            uid,
+            checkpoints: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Held>> {
+        self.checkpoints.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The checkpoints created through the agent and still protecting.
+    pub fn protecting(&self) -> Vec<Checkpoint> {
+        self.held()
+            .values()
+            .filter(|h| h.status == Status::Protecting)
+            .map(|h| h.checkpoint.clone())
+            .collect()
+    }
+
+    /// Record that `id` was completed as `status` (by the agent itself, at the command's exit).
+    pub fn completed(&self, id: &str, status: Status) {
+        if let Some(h) = self.held().get_mut(id) {
+            h.status = status;
+        }
+    }
+
+    fn status(&self) -> StatusBody {
+        let windows = self.lease.windows();
+        let (state, reason) = match self.lease.state() {
+            LeaseState::Held { .. } => ("held", None),
+            LeaseState::Lost { reason } => ("lost", Some(reason)),
+            LeaseState::Released => ("released", None),
+        };
+        StatusBody {
+            owner_id: self.lease.owner_id().to_string(),
+            bank: self.bank.clone(),
+            state: state.to_owned(),
+            valid: self.lease.check_validity(),
+            remaining_ms: ms(self.lease.remaining()),
+            reason,
+            renew_window_ms: ms(windows.renew_window),
+            expire_window_ms: ms(windows.expire_window),
+            validity_window_ms: ms(windows.validity_window),
+            checkpoint_prefix: self.prefix.clone(),
+            checkpoints: self
+                .held()
+                .iter()
+                .map(|(id, h)| CheckpointBody {
+                    id: id.clone(),
+                    status: h.status.to_string(),
+                    data_objects: h.data_objects,
+                    data_bytes: h.data_bytes,
+                })
+                .collect(),
+        }
+    }
+
+    /// A checkpoint created through this agent and still protecting (or, with `done`, already
+    /// completed as `done`: a retried completion is answered as the first one was).
+    fn checkpoint(&self, id: &str, done: Option<Status>) -> Result<Held, ApiError> {
+        validate_checkpoint_id(id).map_err(ApiError::from)?;
+        let held = self.held().get(id).cloned().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!(
+                    "checkpoint_id=`{id}` was not created through this agent; create it first \
+                     (`banklease agent checkpoint create {id}`)"
+                ),
+            )
+        })?;
+        if held.status != Status::Protecting && Some(held.status) != done {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!(
+                    "checkpoint_id=`{id}` is already completed as `{}`; it takes no more writes",
+                    held.status
+                ),
+            ));
+        }
+        Ok(held)
+    }
+}
+
+fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The peer of one connection: its uid, when the kernel tells.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    uid: Option<u32>,
+}
+
+impl Connected<IncomingStream<'_, UnixListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Self {
+        Peer {
+            uid: stream.io().peer_cred().ok().map(|c| c.uid()),
+        }
+    }
+}
+
+/// Whether a peer may be served: only the agent's own uid.
+pub fn peer_allowed(peer_uid: Option<u32>, agent_uid: u32) -> bool {
+    peer_uid == Some(agent_uid)
+}
+
+async fn only_our_uid(
+    State(agent): State<Arc<Agent>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if peer_allowed(peer.uid, agent.uid) {
+        return next.run(request).await;
+    }
+    let who = peer.uid.map_or("unknown".to_owned(), |u| u.to_string());
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!(
+            "requests from uid=`{who}` are refused: this agent serves only uid=`{}`",
+            agent.uid
+        ),
+    )
+    .into_response()
+}
+
+/// The agent's routes.
+pub fn router(agent: Arc<Agent>) -> Router {
+    Router::new()
+        .route("/v1/status", get(status))
+        .route("/v1/valid", get(valid))
+        .route("/v1/checkpoints", post(create))
+        .route("/v1/checkpoints/{id}/data/{name}", put(put_data))
+        .route("/v1/checkpoints/{id}/complete", post(complete))
+        .fallback(unknown)
+        .method_not_allowed_fallback(unknown)
+        .layer(middleware::from_fn_with_state(agent.clone(), only_our_uid))
+        .with_state(agent)
+}
+
+/// Serve `router` on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: UnixListener,
+    agent: Arc<Agent>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(
+        listener,
+        router(agent).into_make_service_with_connect_info::<Peer>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+}
+
+async fn unknown(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!(
+            "no such request: {method} {}; the agent answers GET /v1/status, GET /v1/valid, \
+             POST /v1/checkpoints, PUT /v1/checkpoints/{{id}}/data/{{name}} and POST \
+             /v1/checkpoints/{{id}}/complete",
+            uri.path()
+        ),
+    )
+}
+
+async fn status(State(agent): State<Arc<Agent>>) -> Json<StatusBody> {
+    Json(StatusCode::OK, agent.status())
+}
+
+async fn valid(State(agent): State<Arc<Agent>>) -> Result<Json<ValidBody>, ApiError> {
+    agent.lease.ensure_valid()?;
+    Ok(Json(
+        StatusCode::OK,
+        ValidBody {
+            valid: true,
+            remaining_ms: ms(agent.lease.remaining()),
+        },
+    ))
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes, example: &str) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("the request body is not the JSON expected ({e}); send e.g. {example}"),
+        )
+    })
+}
+
+async fn create(
+    State(agent): State<Arc<Agent>>,
+    body: Bytes,
+) -> Result<Json<CheckpointBody>, ApiError> {
+    let CreateBody { id } = parse_json(&body, r#"{"id": "cp-1"}"#)?;
+    validate_checkpoint_id(&id)?;
+    if let Some(prefix) = &agent.prefix {
+        if !id.starts_with(prefix.as_str()) {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!(
+                    "checkpoint_id=`{id}` does not start with prefix=`{prefix}`, which this \
+                     agent requires (`banklease run --checkpoint-prefix`)"
+                ),
+            ));
+        }
+    }
+    let checkpoint = Checkpoint::create(&agent.lease, &id).await?;
+    agent.held().insert(
+        id.clone(),
+        Held {
+            checkpoint,
+            status: Status::Protecting,
+            data_objects: 0,
+            data_bytes: 0,
+        },
+    );
+    tracing::info!(checkpoint_id = %id, "checkpoint created");
+    Ok(Json(
+        StatusCode::CREATED,
+        CheckpointBody {
+            id,
+            status: Status::Protecting.to_string(),
+            data_objects: 0,
+            data_bytes: 0,
+        },
+    ))
+}
+
+async fn put_data(
+    State(agent): State<Arc<Agent>>,
+    Path((id, name)): Path<(String, String)>,
+    body: Body,
+) -> Result<Json<DataBody>, ApiError> {
+    let held = agent.checkpoint(&id, None)?;
+    banklease::id::validate_id("data object", &name)?;
+    let (bytes, parts) = upload(&held.checkpoint, &name, body).await?;
+    if let Some(h) = agent.held().get_mut(&id) {
+        h.data_objects += 1;
+        h.data_bytes += bytes;
+    }
+    Ok(Json(
+        StatusCode::CREATED,
+        DataBody {
+            id,
+            name,
+            bytes,
+            parts,
+        },
+    ))
+}
+
+/// Stream `body` into data object `name`: one write when it fits in a part, else a multipart
+/// upload, aborted on any failure so that nothing half-written becomes visible.
+async fn upload(checkpoint: &Checkpoint, name: &str, body: Body) -> Result<(u64, u64), ApiError> {
+    let mut stream = body.into_data_stream();
+    let mut buffer: Vec<u8> = Vec::new();
+    let mut multipart = None;
+    let mut failure = None;
+    while let Some(chunk) = stream.next().await {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => {
+                failure = Some(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    format!("the upload's body was cut short ({e}); nothing was written"),
+                ));
+                break;
+            }
+        };
+        buffer.extend_from_slice(&chunk);
+        while buffer.len() >= PART_SIZE {
+            let rest = buffer.split_off(PART_SIZE);
+            let part = std::mem::replace(&mut buffer, rest);
+            let sent = async {
+                if multipart.is_none() {
+                    multipart = Some(checkpoint.upload_data(name).await?);
+                }
+                let upload = multipart.as_mut().expect("started above");
+                upload.put_part(PutPayload::from(part)).await
+            }
+            .await;
+            if let Err(e) = sent {
+                failure = Some(e.into());
+                break;
+            }
+        }
+        if failure.is_some() {
+            break;
+        }
+    }
+    match (multipart, failure) {
+        (None, None) => {
+            let len = buffer.len() as u64;
+            checkpoint.put_data(name, PutPayload::from(buffer)).await?;
+            Ok((len, 1))
+        }
+        (Some(mut upload), None) => {
+            let last = async {
+                if !buffer.is_empty() {
+                    upload.put_part(PutPayload::from(buffer)).await?;
+                }
+                Ok::<_, Error>(upload)
+            }
+            .await;
+            match last {
+                Ok(upload) => {
+                    let parts = upload.parts();
+                    let bytes = upload.complete().await?;
+                    Ok((bytes, parts))
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        (upload, Some(e)) => {
+            if let Some(upload) = upload {
+                if let Err(abort) = upload.abort().await {
+                    tracing::warn!(error = %error_chain(&abort),
+                        "aborting a failed multipart upload failed; the store's own expiry of \
+                         incomplete uploads removes its parts");
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn complete(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<CheckpointBody>, ApiError> {
+    let CompleteBody { status } = parse_json(&body, r#"{"status": "available"}"#)?;
+    let outcome = match status.as_str() {
+        "available" => Status::Available,
+        "error" => Status::Error,
+        other => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("an owner completes a checkpoint as `available` or `error`, not `{other}`"),
+            ))
+        }
+    };
+    let held = agent.checkpoint(&id, Some(outcome))?;
+    held.checkpoint.complete(outcome).await?;
+    agent.completed(&id, outcome);
+    tracing::info!(checkpoint_id = %id, status = %outcome, "checkpoint completed");
+    Ok(Json(
+        StatusCode::OK,
+        CheckpointBody {
+            id,
+            status: outcome.to_string(),
+            data_objects: held.data_objects,
+            data_bytes: held.data_bytes,
+        },
+    ))
+}
+
+/// A JSON answer with its status.
+#[derive(Debug)]
+struct Json<T>(StatusCode, T);
+
+impl<T: Serialize> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
+        match serde_json::to_vec(&self.1) {
+            Ok(body) => (
+                self.0,
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response(),
+            Err(e) => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                format!("cannot encode the answer: {e}"),
+            )
+            .into_response(),
+        }
+    }
+}
+
+/// An error answer: `{"error", "kind"}` with an HTTP status.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    body: ErrorBody,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &str, error: String) -> Self {
+        Self {
+            status,
+            body: ErrorBody {
+                error,
+                kind: kind.to_owned(),
+            },
+        }
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        let (status, kind) = match &e {
+            Error::ValidityTooShort { .. } => (StatusCode::CONFLICT, "not_valid"),
+            Error::LeaseLost { .. } => (StatusCode::CONFLICT, "lost"),
+            Error::Fenced { .. } => (StatusCode::CONFLICT, "fenced"),
+            Error::CheckpointExists { .. } | Error::CheckpointAmbiguous { .. } => {
+                (StatusCode::CONFLICT, "conflict")
+            }
+            Error::InvalidId { .. } | Error::Config { .. } => {
+                (StatusCode::BAD_REQUEST, "bad_request")
+            }
+            Error::Store {
+                source: object_store::Error::NotImplemented { .. },
+                ..
+            } => (StatusCode::NOT_IMPLEMENTED, "unsupported"),
+            Error::Store { .. } | Error::Unavailable { .. } | Error::Corrupt { .. } => {
+                (StatusCode::BAD_GATEWAY, "store")
+            }
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        if status.is_server_error() {
+            tracing::warn!(error = %error_chain(&e), "an agent request failed");
+        }
+        Self::new(status, kind, error_chain(&e))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        Json(self.status, self.body).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_agents_own_uid_is_served() {
+        assert!(peer_allowed(Some(1000), 1000));
+        assert!(!peer_allowed(Some(0), 1000), "not even root");
+        assert!(!peer_allowed(Some(1001), 1000));
+        assert!(!peer_allowed(None, 1000), "unknown peers are refused");
+    }
+}
