@@ -202,7 +202,7 @@ use = egg:swift#proxy_logging
 use = egg:swift#listing_formats
 [filter:copy]
 use = egg:swift#copy
-# Bulk delete (`POST ?bulk-delete`, advertised in GET /info): the GC deletes a collected
+# Bulk delete (POST ?bulk-delete, advertised in GET /info): the GC deletes a collected
 # checkpoint's objects up to max_deletes_per_request (10,000) per request.
 [filter:bulk]
 use = egg:swift#bulk

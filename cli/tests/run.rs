@@ -601,3 +601,79 @@ fn run_exits_127_126_and_125_and_leaves_no_lease() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("BANKLEASE_AGENT"));
 }
+
+#[test]
+fn data_too_large_for_one_request_on_swift_is_refused_clearly_and_writes_nothing() {
+    if !stores().contains(&Store::Swift) {
+        return;
+    }
+    let env = Env::new(Store::Swift, "big");
+    let mut run = env.start(
+        &[],
+        "banklease agent checkpoint create cp-big || exit 9\n\
+         head -c 9000000 /dev/zero | banklease agent checkpoint put cp-big big 2> put.err\n\
+         echo $? > put.exit\n",
+    );
+    assert_eq!(wait(&mut run, &env).code(), Some(0), "{}", env.stderr());
+    assert_eq!(read(&env, "put.exit"), "2");
+    let said = read(&env, "put.err");
+    assert!(
+        said.contains("multipart") && said.contains("at most 8 MiB"),
+        "{said}"
+    );
+    assert!(env.data_of("cp-big").is_empty());
+}
+
+/// README's "Wrapping an existing backup job" script, as written there.
+fn readme_script() -> String {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let after = readme
+        .split("runs this script -->\n```sh\n")
+        .nth(1)
+        .expect("README's backup-job script");
+    after.split("\n```").next().unwrap().to_owned()
+}
+
+#[test]
+fn the_readme_backup_job_runs_as_written() {
+    let env = Env::new(Store::File, "readme");
+    let source = env.path("source");
+    std::fs::create_dir_all(source.join("sub")).unwrap();
+    std::fs::write(source.join("a.conf"), "a = 1\n").unwrap();
+    std::fs::write(source.join("sub/b.conf"), "b = 2\n").unwrap();
+    let script = env.path("backup-etc.sh");
+    std::fs::write(&script, readme_script()).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = env
+        .command(&[
+            "run",
+            "--checkpoint-prefix",
+            "etc-",
+            "--",
+            "./backup-etc.sh",
+        ])
+        .env("SOURCE", &source)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let id = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("created ")?.strip_suffix(" (protecting)"))
+        .unwrap_or_else(|| panic!("no checkpoint created: {stdout}"))
+        .to_owned();
+    assert!(id.starts_with("etc-"), "{id}");
+    assert_eq!(env.status_of(&id), Some(Status::Available));
+    let data = env.data_of(&id);
+    let names: Vec<&str> = data.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["etc.tgz", "files.txt"]);
+    let files = String::from_utf8_lossy(&data[1].1);
+    assert!(
+        files.contains("a.conf") && files.contains("sub/b.conf"),
+        "{files}"
+    );
+    assert!(data[0].1.starts_with(&[0x1f, 0x8b]), "a gzip archive");
+}

@@ -14,8 +14,9 @@
 //! Invariant: **COMMAND is stopped before the lease can expire on the store.** Validity means
 //! at least `validity_window` left before `valid_until` (send-time expiry, owner's clock, which
 //! is never later than the store's expiry), so a SIGKILL sent `kill_after < validity_window`
-//! after validity ended lands before the store lets the GC collect. Writes through the agent are
-//! refused from the same instant, by the library.
+//! after validity ended lands before the store lets the GC collect — when `run` runs on time.
+//! After `run` was paused or the host suspended, it acts at most a second after it runs again.
+//! Writes through the agent are refused from the instant validity ends, by the library.
 //!
 //! If `run` itself is killed (SIGKILL), nothing is released: the lease runs out and the GC
 //! collects the protecting checkpoints, as for any crashed owner; COMMAND's calls to the

@@ -347,14 +347,17 @@ async fn upload(checkpoint: &Checkpoint, name: &str, body: Body) -> Result<(u64,
             let part = std::mem::replace(&mut buffer, rest);
             let sent = async {
                 if multipart.is_none() {
-                    multipart = Some(checkpoint.upload_data(name).await?);
+                    multipart = Some(checkpoint.upload_data(name).await.map_err(|e| {
+                        no_multipart(&e, checkpoint, name).unwrap_or_else(|| e.into())
+                    })?);
                 }
                 let upload = multipart.as_mut().expect("started above");
-                upload.put_part(PutPayload::from(part)).await
+                upload.put_part(PutPayload::from(part)).await?;
+                Ok::<(), ApiError>(())
             }
             .await;
             if let Err(e) = sent {
-                failure = Some(e.into());
+                failure = Some(e);
                 break;
             }
         }
@@ -396,6 +399,32 @@ async fn upload(checkpoint: &Checkpoint, name: &str, body: Body) -> Result<(u64,
             Err(e)
         }
     }
+}
+
+/// The answer for data too large for one request on a store without multipart uploads.
+fn no_multipart(e: &Error, checkpoint: &Checkpoint, name: &str) -> Option<ApiError> {
+    matches!(
+        e,
+        Error::Store {
+            source: object_store::Error::NotImplemented { .. },
+            ..
+        }
+    )
+    .then(|| {
+        ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "unsupported",
+            format!(
+                "data object name=`{name}` of checkpoint_id=`{}` is larger than {} MiB, which \
+                 takes a multipart upload, and bank=`{}` offers none (Swift: not yet); nothing \
+                 was written; split the data into objects of at most {} MiB",
+                checkpoint.id(),
+                PART_SIZE >> 20,
+                checkpoint.lease().bank().label(),
+                PART_SIZE >> 20
+            ),
+        )
+    })
 }
 
 async fn complete(
