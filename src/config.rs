@@ -267,10 +267,13 @@ impl Config {
         let config: Config = built
             .try_deserialize()
             .map_err(|e| Error::config(format!("{e} ({origin})")))?;
-        config.validate().map_err(|e| match e {
+        let warnings = config.validate().map_err(|e| match e {
             Error::Config { message } => Error::config(format!("{message} ({origin})")),
             other => other,
         })?;
+        for warning in warnings {
+            tracing::warn!("{warning} ({origin})");
+        }
         Ok(config)
     }
 
@@ -335,6 +338,20 @@ impl Config {
             Duration::from_secs(1),
             DAY,
         )?;
+        let windows = self.lease.windows();
+        let slack = windows
+            .expire_window
+            .saturating_sub(windows.validity_window);
+        if self.lease.skew_margin >= slack {
+            warnings.push(format!(
+                "lease.skew_margin=`{}` is not shorter than expire_window − validity_window=`{}`: \
+                 no observer with this margin can ever call a lease of these windows valid \
+                 (`validity-check` answers not ok for every such owner); lower skew_margin or \
+                 lengthen expire_window",
+                humantime::format_duration(self.lease.skew_margin),
+                humantime::format_duration(slack),
+            ));
+        }
         if self.gc.interval.is_zero() {
             return Err(Error::config("gc.interval must be longer than zero"));
         }
@@ -358,6 +375,37 @@ mod tests {
 
     fn no_env() -> Vec<(String, String)> {
         Vec::new()
+    }
+
+    #[test]
+    fn a_skew_margin_no_observer_can_judge_under_is_warned_about() {
+        let env = |margin: &str| {
+            vec![
+                (
+                    "BANKLEASE_LEASE__RENEW_WINDOW".to_owned(),
+                    "300ms".to_owned(),
+                ),
+                ("BANKLEASE_LEASE__EXPIRE_WINDOW".to_owned(), "2s".to_owned()),
+                (
+                    "BANKLEASE_LEASE__VALIDITY_WINDOW".to_owned(),
+                    "100ms".to_owned(),
+                ),
+                ("BANKLEASE_LEASE__SKEW_MARGIN".to_owned(), margin.to_owned()),
+            ]
+        };
+        let c = Config::load_from(None, env("2s")).unwrap();
+        let warnings = c.validate().unwrap();
+        assert!(
+            warnings.iter().any(|w| w.contains("lease.skew_margin=`2s`")
+                && w.contains("expire_window − validity_window=`1s 900ms`")),
+            "{warnings:?}"
+        );
+        let c = Config::load_from(None, env("500ms")).unwrap();
+        assert!(c
+            .validate()
+            .unwrap()
+            .iter()
+            .all(|w| !w.contains("skew_margin")));
     }
 
     #[test]

@@ -19,6 +19,8 @@ struct Report<'a> {
     verdicts: &'a Verdicts,
     /// Whether the bank supports owner leases and the GC (the exit code says the same).
     supported: bool,
+    /// What the configuration in use gets wrong without being invalid.
+    config_warnings: &'a [String],
 }
 
 /// `banklease doctor`
@@ -32,14 +34,20 @@ pub(super) async fn run(ctx: &Ctx, race_rounds: u32) -> Result<Outcome> {
         .with_context(|| format!("cannot diagnose bank=`{}`", ctx.bank.label()))?;
     let verdicts = diagnosis.verdicts();
     let supported = verdicts.supports_leasing_and_gc();
+    // The configuration's own pitfalls (windows no observer can judge valid, ...).
+    let config_warnings = ctx.config.validate()?;
     if ctx.json {
         out_json(&Report {
             diagnosis: &diagnosis,
             verdicts: &verdicts,
             supported,
+            config_warnings: &config_warnings,
         })?;
     } else {
         print_human(&diagnosis, &verdicts, supported)?;
+        for warning in &config_warnings {
+            out_line(&format!("configuration warning: {warning}"))?;
+        }
     }
     Ok(if supported { Outcome::Yes } else { Outcome::No })
 }

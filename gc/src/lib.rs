@@ -8,6 +8,7 @@
 //! holds the bank's single GC lease.
 
 pub mod daemon;
+pub mod logging;
 pub mod metrics;
 pub mod pass;
 pub mod plan;

@@ -142,6 +142,7 @@ fn init_tracing(format: LogFormat) -> anyhow::Result<()> {
     let filter = env_filter(std::env::var(EnvFilter::DEFAULT_ENV))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(banklease_gc::logging::stderr_colour())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

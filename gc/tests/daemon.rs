@@ -51,6 +51,8 @@ impl Daemon {
             .env("BANKLEASE_LEASE__OWNER_ID_SCHEME", "uuid")
             .env("BANKLEASE_GC__METRICS_ADDR", format!("127.0.0.1:{port}"))
             .env("RUST_LOG", "info,banklease_gc=debug")
+            // Colour is decided by the daemon (stderr is a file here: none), not the caller.
+            .env_remove("NO_COLOR")
             .stdin(Stdio::null())
             // Files, not pipes: an unread pipe would block the daemon once full.
             .stdout(std::fs::File::create(&stdout).unwrap())
@@ -334,6 +336,9 @@ fn once_runs_a_single_pass_and_prints_its_report() {
     assert_eq!(report["scanned"], 0, "an empty bank: {report}");
     assert_eq!(report["collected"], 0, "{report}");
     assert!(!bank.join("gc/active").exists(), "{}", d.logs());
+    let log = std::fs::read_to_string(&d.log).unwrap();
+    assert!(log.contains("INFO"), "the daemon logged: {log}");
+    assert!(!log.contains('\u{1b}'), "no colour escapes into a log file: {log:?}");
 }
 
 #[test]

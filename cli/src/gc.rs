@@ -1,0 +1,76 @@
+//! `banklease gc`: one GC pass with the daemon's engine and the `[gc]` configuration.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::{human, out_json, out_line, Ctx, Outcome};
+
+/// `banklease gc`: one pass of the engine the daemon runs (crate `banklease-gc`), with the
+/// `[gc]` configuration; `--dry-run` and `--force` override it for this pass.
+pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool) -> Result<Outcome> {
+    let mut options = banklease_gc::GcOptions::from_config(&ctx.config);
+    options.dry_run |= dry_run;
+    options.force = force;
+    // As the daemon: a margin below the store's stamp resolution cannot absorb the truncation.
+    let resolution = ctx
+        .bank
+        .stamp_resolution(&ctx.clock)
+        .await
+        .with_context(|| format!("cannot read the store clock of bank=`{}`", ctx.bank.label()))?;
+    if options.skew_margin < resolution {
+        anyhow::bail!(
+            "refusing to collect: lease.skew_margin=`{}` is below the store's timestamp \
+             resolution=`{}` on bank=`{}`; set lease.skew_margin to at least the resolution",
+            humantime::format_duration(options.skew_margin),
+            humantime::format_duration(resolution),
+            ctx.bank.label()
+        );
+    }
+    let collector = banklease_gc::Collector::new(ctx.bank.clone(), ctx.clock.clone(), options);
+    let report: banklease_gc::PassReport = collector
+        .run_pass()
+        .await
+        .with_context(|| format!("gc pass on bank=`{}` failed", ctx.bank.label()))?;
+    if ctx.json {
+        out_json(&report)?;
+    } else {
+        let verb = if report.dry_run {
+            "would collect"
+        } else {
+            "collected"
+        };
+        out_line(&format!(
+            "gc pass{}: scanned {} protecting checkpoint(s) of {} owner(s) ({} alive, {} in \
+             grace, {} dead, {} unreadable); {verb} {}, repaired {}, skipped {}, errors {}, leases \
+             reaped {} in {}",
+            if report.dry_run { " (dry run)" } else { "" },
+            report.scanned,
+            report.owners,
+            report.alive,
+            report.in_grace,
+            report.dead,
+            report.unreadable,
+            report.collected,
+            report.repaired,
+            report.skipped,
+            report.errors,
+            report.leases_reaped,
+            human(Duration::from_millis(report.duration_ms)),
+        ))?;
+    }
+    // The pass completed; say loudly on stderr what an operator must look at.
+    if let Some(reason) = &report.braked {
+        eprintln!(
+            "warning: the safety brake refused the pass: {reason}; rerun with --force if intended"
+        );
+    }
+    if report.errors > 0 {
+        eprintln!(
+            "warning: {} error(s) during the pass; their checkpoints are left for the next pass \
+             (see the log above)",
+            report.errors
+        );
+    }
+    Ok(Outcome::Yes)
+}

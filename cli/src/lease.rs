@@ -1,0 +1,285 @@
+//! `banklease lease list` and `lease show`: owner leases judged on the store's clock.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use banklease::lease::read_lease;
+use banklease::observe::{error_chain, judge};
+use banklease::{LeaseView, OwnerId, StoreTime};
+use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectMeta;
+use serde::Serialize;
+
+use crate::{human, ms, out_json, out_line, out_table, Ctx, Outcome, LIST_CONCURRENCY};
+
+/// One lease as read and judged: the view, and the object's metadata when it was read.
+pub(crate) struct JudgedLease {
+    owner_id: String,
+    view: LeaseView,
+    meta: Option<ObjectMeta>,
+}
+
+/// Read `owner`'s lease and judge it against `t`, like [`LeaseObserver::view`] but keeping the
+/// object's metadata for display.
+pub(crate) async fn judge_lease(ctx: &Ctx, owner: &OwnerId, t: &StoreTime) -> JudgedLease {
+    // Judged at the instant before the read was sent (see `StoreTime::at_send`).
+    let sent = ctx.clock.now();
+    let (view, meta) = match read_lease(&ctx.bank, owner).await {
+        Ok(None) => (LeaseView::Missing, None),
+        Ok(Some((record, meta))) => {
+            let store_now = t.at_send(sent, ctx.config.gc.read_staleness);
+            let view = judge(
+                record,
+                meta.last_modified,
+                store_now,
+                ctx.config.lease.skew_margin,
+            );
+            (view, Some(meta))
+        }
+        Err(e) => (
+            LeaseView::Unreadable {
+                error: error_chain(&e),
+            },
+            None,
+        ),
+    };
+    JudgedLease {
+        owner_id: owner.to_string(),
+        view,
+        meta,
+    }
+}
+
+/// A lease as one line of `lease list --json`. Keys are always present (null when unknown) so
+/// that consumers need not probe for them.
+#[derive(Debug, Serialize)]
+pub(crate) struct LeaseRow {
+    owner_id: String,
+    state: &'static str,
+    remaining_ms: u64,
+    expired_since_ms: Option<u64>,
+    host: Option<String>,
+    pid: Option<u32>,
+    generation: Option<u64>,
+    expire_window_ms: Option<u64>,
+    error: Option<String>,
+}
+
+/// `lease show --json`: the row plus the whole record.
+#[derive(Debug, Serialize)]
+pub(crate) struct LeaseDetail {
+    #[serde(flatten)]
+    row: LeaseRow,
+    path: String,
+    renew_window_ms: Option<u64>,
+    validity_window_ms: Option<u64>,
+    acquired_at: Option<String>,
+    renewed_at: Option<String>,
+    /// Stamped by the store; expiry is judged from this, not from the owner's clock.
+    last_modified: Option<String>,
+    format: Option<u32>,
+}
+
+impl JudgedLease {
+    fn row(&self) -> LeaseRow {
+        let (remaining, since, record, error) = match &self.view {
+            LeaseView::Alive { remaining, record } => (*remaining, None, Some(record), None),
+            LeaseView::Expired { since, record } => {
+                (Duration::ZERO, Some(*since), Some(record), None)
+            }
+            LeaseView::Missing => (Duration::ZERO, None, None, None),
+            LeaseView::Unreadable { error } => (Duration::ZERO, None, None, Some(error.clone())),
+        };
+        LeaseRow {
+            owner_id: self.owner_id.clone(),
+            state: self.view.name(),
+            remaining_ms: ms(remaining),
+            expired_since_ms: since.map(ms),
+            host: record.map(|r| r.host.clone()),
+            pid: record.map(|r| r.pid),
+            generation: record.map(|r| r.generation),
+            expire_window_ms: record.map(|r| r.expire_window_ms),
+            error,
+        }
+    }
+
+    fn detail(&self, ctx: &Ctx) -> LeaseDetail {
+        let record = match &self.view {
+            LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. } => Some(record),
+            _ => None,
+        };
+        LeaseDetail {
+            row: self.row(),
+            path: self.meta.as_ref().map_or_else(
+                || {
+                    OwnerId::parse(&self.owner_id)
+                        .map(|o| ctx.bank.lease_path(&o).to_string())
+                        .unwrap_or_default()
+                },
+                |m| m.location.to_string(),
+            ),
+            renew_window_ms: record.map(|r| r.renew_window_ms),
+            validity_window_ms: record.map(|r| r.validity_window_ms),
+            acquired_at: record.map(|r| r.acquired_at.to_rfc3339()),
+            renewed_at: record.map(|r| r.renewed_at.to_rfc3339()),
+            last_modified: self.meta.as_ref().map(|m| m.last_modified.to_rfc3339()),
+            format: record.map(|r| r.format),
+        }
+    }
+
+    /// "alive, 1s 200ms left" and the like.
+    fn human_state(&self) -> String {
+        match &self.view {
+            LeaseView::Alive { remaining, .. } => format!("alive, {} left", human(*remaining)),
+            LeaseView::Expired { since, .. } => format!("expired {} ago", human(*since)),
+            LeaseView::Missing => "missing".to_owned(),
+            LeaseView::Unreadable { .. } => "unreadable".to_owned(),
+        }
+    }
+}
+
+/// `banklease lease list`
+pub(crate) async fn lease_list(ctx: &Ctx) -> Result<Outcome> {
+    let prefix = ctx.bank.path(&["leases"]);
+    let mut listed: Vec<ObjectMeta> = ctx
+        .bank
+        .store()
+        .list(Some(&prefix))
+        .try_collect()
+        .await
+        .with_context(|| {
+            format!(
+                "cannot list `{prefix}` in bank=`{}`; check that the bank is reachable",
+                ctx.bank.label()
+            )
+        })?;
+    listed.sort_by(|a, b| a.location.cmp(&b.location));
+
+    let mut unreadable = 0u64;
+    let mut owners = Vec::new();
+    for meta in &listed {
+        // Only `leases/<owner_id>`: anything else is not a lease this version wrote.
+        let parts: Vec<_> = meta
+            .location
+            .prefix_match(&prefix)
+            .map(|p| p.collect())
+            .unwrap_or_default();
+        match parts.as_slice() {
+            [name] => match OwnerId::parse(name.as_ref()) {
+                Ok(owner) => owners.push(owner),
+                Err(e) => {
+                    unreadable += 1;
+                    eprintln!("warning: skipping `{}`: {e}", meta.location);
+                }
+            },
+            _ => {
+                unreadable += 1;
+                eprintln!(
+                    "warning: skipping `{}`: not of the form leases/<owner_id>",
+                    meta.location
+                );
+            }
+        }
+    }
+
+    let t = ctx.store_time().await?;
+    let leases: Vec<JudgedLease> = futures::stream::iter(&owners)
+        .map(|owner| judge_lease(ctx, owner, &t))
+        .buffered(LIST_CONCURRENCY)
+        .collect()
+        .await;
+
+    let mut rows = Vec::new();
+    for lease in &leases {
+        match &lease.view {
+            // Released or deleted between the listing and the read: no longer there.
+            LeaseView::Missing => continue,
+            LeaseView::Unreadable { error } => {
+                unreadable += 1;
+                eprintln!(
+                    "warning: lease of owner_id=`{}` is unreadable: {error}",
+                    lease.owner_id
+                );
+            }
+            _ => {}
+        }
+        if ctx.json {
+            out_json(&lease.row())?;
+        } else {
+            let row = lease.row();
+            let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
+            rows.push(vec![
+                row.owner_id,
+                lease.human_state(),
+                opt(row.host),
+                opt(row.pid.map(|p| p.to_string())),
+                opt(row.generation.map(|g| g.to_string())),
+                opt(row
+                    .expire_window_ms
+                    .map(|w| human(Duration::from_millis(w)))),
+            ]);
+        }
+    }
+    if !ctx.json {
+        out_table(
+            &[
+                "OWNER",
+                "STATE",
+                "HOST",
+                "PID",
+                "GENERATION",
+                "EXPIRE_WINDOW",
+            ],
+            &rows,
+        )?;
+    }
+    if unreadable > 0 {
+        eprintln!("warning: {unreadable} lease object(s) could not be read; see above");
+        return Ok(Outcome::No);
+    }
+    Ok(Outcome::Yes)
+}
+
+/// `banklease lease show ID`
+pub(crate) async fn lease_show(ctx: &Ctx, owner: &str) -> Result<Outcome> {
+    let owner = OwnerId::parse(owner)?;
+    let t = ctx.store_time().await?;
+    let lease = judge_lease(ctx, &owner, &t).await;
+    let detail = lease.detail(ctx);
+    if ctx.json {
+        out_json(&detail)?;
+    } else {
+        let mut lines = vec![
+            ("owner_id", detail.row.owner_id.clone()),
+            ("state", lease.human_state()),
+            ("path", detail.path.clone()),
+        ];
+        let mut push = |key: &'static str, value: Option<String>| {
+            if let Some(v) = value {
+                lines.push((key, v));
+            }
+        };
+        push("host", detail.row.host.clone());
+        push("pid", detail.row.pid.map(|p| p.to_string()));
+        push("generation", detail.row.generation.map(|g| g.to_string()));
+        let window = |w: Option<u64>| w.map(|w| human(Duration::from_millis(w)));
+        push("renew_window", window(detail.renew_window_ms));
+        push("expire_window", window(detail.row.expire_window_ms));
+        push("validity_window", window(detail.validity_window_ms));
+        push("acquired_at", detail.acquired_at.clone());
+        push("renewed_at", detail.renewed_at.clone());
+        push("last_modified", detail.last_modified.clone());
+        push("error", detail.row.error.clone());
+        for (key, value) in lines {
+            out_line(&format!("{key:<16} {value}"))?;
+        }
+    }
+    Ok(match lease.view {
+        LeaseView::Alive { .. } | LeaseView::Expired { .. } => Outcome::Yes,
+        LeaseView::Missing => Outcome::No,
+        LeaseView::Unreadable { error } => {
+            eprintln!("error: cannot read the lease of owner_id=`{owner}`: {error}");
+            Outcome::Failed
+        }
+    })
+}

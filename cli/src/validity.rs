@@ -1,0 +1,120 @@
+//! `banklease validity-check`: may this owner start an update, judged on the store's clock?
+
+use std::time::Duration;
+
+use anyhow::Result;
+use banklease::{LeaseView, OwnerId};
+use serde::Serialize;
+
+use crate::{human, ms, out_json, out_line, Ctx, Outcome};
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ValidityReport<'a> {
+    owner_id: &'a str,
+    state: &'static str,
+    remaining_ms: u64,
+    validity_window_ms: u64,
+    /// `the owner's` (declared in its lease), `--validity-window` or `configured`.
+    validity_window_source: &'static str,
+    ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expired_since_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+}
+
+/// `banklease validity-check`: the observer's answer to "may this owner start an update?".
+pub(crate) async fn validity_check(
+    ctx: &Ctx,
+    owner: &str,
+    window: Option<Duration>,
+) -> Result<Outcome> {
+    let owner = OwnerId::parse(owner)?;
+    let t = ctx.store_time().await?;
+    let sent = ctx.clock.now();
+    let view = ctx.observer().view(&owner, &t).await;
+    let received = ctx.clock.now();
+    // The owner's own validity window, as its lease declares it, unless one is given: the
+    // admin's configuration describes the admin's owners, not necessarily this one.
+    let record = match &view {
+        LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. } => Some(record),
+        _ => None,
+    };
+    let (window, window_source) = match (window, record) {
+        (Some(w), _) => (w, "--validity-window"),
+        (None, Some(r)) => (Duration::from_millis(r.validity_window_ms), "the owner's"),
+        (None, None) => (ctx.config.lease.validity_window, "configured"),
+    };
+    if let Some(r) = record {
+        let slack = r.expire_window().saturating_sub(window);
+        if ctx.config.lease.skew_margin >= slack {
+            eprintln!(
+                "warning: no observer with skew_margin=`{}` can call this lease valid: the \
+                 owner's expire_window=`{}` leaves only `{}` beyond validity_window=`{}`; lower \
+                 [lease] skew_margin or give the owner a longer expire window",
+                human(ctx.config.lease.skew_margin),
+                human(r.expire_window()),
+                human(slack),
+                human(window)
+            );
+        }
+    }
+    // The view is judged at a *lower* bound of the store's time (right for "is it dead?"). For
+    // "may it start an update?" the answer must hold at an *upper* bound: at receipt, with the
+    // probe stamped as early as it could have been. The difference is both round trips plus the
+    // read staleness the lower bound deducted.
+    let uncertainty = received.saturating_duration_since(sent)
+        + t.observed.saturating_duration_since(t.sent)
+        + ctx.config.gc.read_staleness;
+    let remaining = match &view {
+        LeaseView::Alive { remaining, .. } => remaining.saturating_sub(uncertainty),
+        _ => Duration::ZERO,
+    };
+    let ok = matches!(view, LeaseView::Alive { .. }) && remaining >= window;
+    let (since, error) = match &view {
+        LeaseView::Expired { since, .. } => (Some(*since), None),
+        LeaseView::Unreadable { error } => (None, Some(error.as_str())),
+        _ => (None, None),
+    };
+    if ctx.json {
+        out_json(&ValidityReport {
+            owner_id: owner.as_str(),
+            state: view.name(),
+            remaining_ms: ms(remaining),
+            validity_window_ms: ms(window),
+            validity_window_source: window_source,
+            ok,
+            expired_since_ms: since.map(ms),
+            error,
+        })?;
+    } else {
+        let verdict = if ok { "ok" } else { "not ok" };
+        let detail = match &view {
+            LeaseView::Alive { .. } if ok => format!(
+                "lease alive, {} left >= {window_source} validity window {}",
+                human(remaining),
+                human(window)
+            ),
+            LeaseView::Alive { .. } => format!(
+                "lease alive but only {} left < {window_source} validity window {}",
+                human(remaining),
+                human(window)
+            ),
+            LeaseView::Expired { since, .. } => format!("lease expired {} ago", human(*since)),
+            LeaseView::Missing => "no lease".to_owned(),
+            // No answer, only the error below.
+            LeaseView::Unreadable { .. } => String::new(),
+        };
+        if !detail.is_empty() {
+            out_line(&format!("{verdict}: owner_id=`{owner}` {detail}"))?;
+        }
+    }
+    Ok(match view {
+        LeaseView::Unreadable { error } => {
+            eprintln!("error: cannot judge the lease of owner_id=`{owner}`: {error}");
+            Outcome::Failed
+        }
+        _ if ok => Outcome::Yes,
+        _ => Outcome::No,
+    })
+}

@@ -1,0 +1,202 @@
+//! The admin CLI as an operator meets it: which window `validity-check` judges with, warnings
+//! about windows no observer can judge, and logs without colour escapes where no person reads.
+
+#![allow(clippy::disallowed_methods)] // real processes on real time
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use banklease::clock::{Jitter, SystemClock};
+use banklease::{Bank, LeaseWindows, OwnerId, OwnerLease};
+
+const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+
+/// `banklease --bank url args` with only the given `BANKLEASE_*` variables.
+fn cli(url: &str, env: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("BANKLEASE_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.args(["--bank", url]).args(args).env_remove("NO_COLOR");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A live owner with short windows (renew 300 ms, expire 2 s, validity 100 ms), kept renewed
+/// on its own runtime for as long as the returned guard lives.
+fn short_window_owner(url: &str) -> (tokio::runtime::Runtime, OwnerId) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let bank = Bank::open(url).unwrap();
+    let owner = OwnerId::random();
+    let windows = LeaseWindows::new(
+        Duration::from_millis(300),
+        Duration::from_secs(2),
+        Duration::from_millis(100),
+    )
+    .unwrap();
+    let lease = rt
+        .block_on(OwnerLease::acquire(
+            &bank,
+            owner.clone(),
+            windows,
+            Arc::new(SystemClock),
+        ))
+        .unwrap();
+    let keeper = rt.block_on(async { lease.spawn_keeper(Jitter::seeded(1), 0.0) });
+    std::mem::forget(keeper); // renews until the runtime is dropped
+    (rt, owner)
+}
+
+#[test]
+fn validity_check_judges_with_the_owners_declared_window_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("bank").display());
+    let (_owner_runtime, owner) = short_window_owner(&url);
+    // The admin's configuration keeps its defaults (validity window 1m40s): it describes the
+    // admin's own owners, not this one. A small margin, as a file bank allows.
+    let env = [("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")];
+    let out = cli(&url, &env, &["validity-check", "--owner", owner.as_str()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("the owner's validity window 100ms"),
+        "{stdout}"
+    );
+    let out = cli(
+        &url,
+        &env,
+        &["--json", "validity-check", "--owner", owner.as_str()],
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["validity_window_ms"], 100);
+    assert_eq!(json["validity_window_source"], "the owner's");
+    // An explicit window still wins.
+    let out = cli(
+        &url,
+        &env,
+        &[
+            "validity-check",
+            "--owner",
+            owner.as_str(),
+            "--validity-window",
+            "1h",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stdout).contains("< --validity-window validity window 1h"));
+}
+
+#[test]
+fn a_margin_no_observer_can_judge_under_is_warned_about_by_validity_check_config_and_doctor() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("bank").display());
+    let (_owner_runtime, owner) = short_window_owner(&url);
+    // The default margin (2 s) against the owner's 2 s expire window: never valid.
+    let out = cli(&url, &[], &["validity-check", "--owner", owner.as_str()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("no observer with skew_margin=`2s` can call this lease valid"),
+        "{stderr}"
+    );
+    // The same windows in the admin's own configuration: warned at load, reported by doctor.
+    let env = [
+        ("BANKLEASE_LEASE__RENEW_WINDOW", "300ms"),
+        ("BANKLEASE_LEASE__EXPIRE_WINDOW", "2s"),
+        ("BANKLEASE_LEASE__VALIDITY_WINDOW", "100ms"),
+    ];
+    let out = cli(&url, &env, &["--json", "doctor", "--race-rounds", "1"]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("lease.skew_margin=`2s` is not shorter"),
+        "{stderr}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
+    let warnings = json["config_warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("skew_margin")),
+        "{json}"
+    );
+}
+
+/// Logs that go to a file, a pipe or journald carry no colour escapes; at a terminal they do,
+/// unless `NO_COLOR` is set.
+#[test]
+fn logs_are_coloured_only_at_a_terminal_without_no_color() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("bank").display());
+    // A job that leaves a checkpoint protecting: `run` warns when it completes it as error.
+    let job = [
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "banklease agent checkpoint create cp-1",
+    ];
+    let path = {
+        let mut paths = vec![Path::new(BIN).parent().unwrap().to_path_buf()];
+        paths.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap()));
+        std::env::join_paths(paths).unwrap()
+    };
+    let windows = [
+        ("BANKLEASE_LEASE__SKEW_MARGIN", "100ms"),
+        ("PATH", path.to_str().unwrap()),
+    ];
+    let out = cli(&url, &windows, &job);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("WARN"), "a warning is logged: {stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "no escapes into a pipe: {stderr:?}"
+    );
+
+    // At a terminal: script(1) runs the command on a pseudo-terminal.
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("note: script(1) missing; the terminal half of this test is skipped");
+        return;
+    }
+    let at_terminal = |no_color: Option<&str>| {
+        let id = if no_color.is_some() { "cp-3" } else { "cp-2" };
+        let line = format!(
+            "'{BIN}' --bank '{url}' run -- sh -c 'banklease agent checkpoint create {id}' 2>&1"
+        );
+        let mut cmd = Command::new("script");
+        cmd.args(["-qec", &line, "/dev/null"])
+            .env("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")
+            .env("PATH", &path)
+            .env_remove("NO_COLOR");
+        if let Some(v) = no_color {
+            cmd.env("NO_COLOR", v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stdout));
+        text(&out.stdout)
+    };
+    let coloured = at_terminal(None);
+    assert!(coloured.contains("WARN"), "{coloured}");
+    assert!(
+        coloured.contains('\u{1b}'),
+        "colours at a terminal: {coloured:?}"
+    );
+    let plain = at_terminal(Some("1"));
+    assert!(plain.contains("WARN"), "{plain}");
+    assert!(!plain.contains('\u{1b}'), "NO_COLOR honoured: {plain:?}");
+}
