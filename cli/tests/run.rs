@@ -178,7 +178,13 @@ impl Env {
                     .unwrap();
             for meta in listed {
                 let bytes = bank.store().get(&meta.location).await.unwrap();
-                let name = meta.location.filename().unwrap().to_owned();
+                let name = meta
+                    .location
+                    .prefix_match(&prefix)
+                    .unwrap()
+                    .map(|p| p.as_ref().to_owned())
+                    .collect::<Vec<_>>()
+                    .join("/");
                 out.push((name, bytes.bytes().await.unwrap().to_vec()));
             }
             out.sort();
@@ -267,7 +273,12 @@ exit 8
 fn assert_two_completed(env: &Env, big: bool) {
     for cp in ["cp-a", "cp-b"] {
         assert_eq!(env.status_of(cp), Some(Status::Available), "{cp}");
-        let data = env.data_of(cp);
+        // Swift keeps a large object's segments beside it (`<name>.segments/…`).
+        let data: Vec<_> = env
+            .data_of(cp)
+            .into_iter()
+            .filter(|(n, _)| !n.contains(".segments/"))
+            .collect();
         let names: Vec<&str> = data.iter().map(|(n, _)| n.as_str()).collect();
         let expect: &[&str] = if big && cp == "cp-a" {
             &["big", "vol1", "vol2"]
@@ -284,16 +295,11 @@ fn assert_two_completed(env: &Env, big: bool) {
     }
 }
 
-/// Multipart uploads: not offered by the Swift backend (see README).
-fn big_data(store: Store) -> bool {
-    store != Store::Swift
-}
-
 #[test]
 fn a_backup_job_completes_two_and_run_completes_the_third_as_error_on_exit() {
     for store in stores() {
         let env = Env::new(store, "job");
-        let big = big_data(store);
+        let big = true;
         std::fs::write(env.path("go"), "").unwrap();
         let mut run = env.start(&[], &backup_job(big));
         let status = wait(&mut run, &env);
@@ -600,28 +606,6 @@ fn run_exits_127_126_and_125_and_leaves_no_lease() {
     let out = env.command(&["agent", "valid"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("BANKLEASE_AGENT"));
-}
-
-#[test]
-fn data_too_large_for_one_request_on_swift_is_refused_clearly_and_writes_nothing() {
-    if !stores().contains(&Store::Swift) {
-        return;
-    }
-    let env = Env::new(Store::Swift, "big");
-    let mut run = env.start(
-        &[],
-        "banklease agent checkpoint create cp-big || exit 9\n\
-         head -c 9000000 /dev/zero | banklease agent checkpoint put cp-big big 2> put.err\n\
-         echo $? > put.exit\n",
-    );
-    assert_eq!(wait(&mut run, &env).code(), Some(0), "{}", env.stderr());
-    assert_eq!(read(&env, "put.exit"), "2");
-    let said = read(&env, "put.err");
-    assert!(
-        said.contains("multipart") && said.contains("at most 8 MiB"),
-        "{said}"
-    );
-    assert!(env.data_of("cp-big").is_empty());
 }
 
 /// README's "Wrapping an existing backup job" script, as written there.

@@ -338,7 +338,10 @@ fn once_runs_a_single_pass_and_prints_its_report() {
     assert!(!bank.join("gc/active").exists(), "{}", d.logs());
     let log = std::fs::read_to_string(&d.log).unwrap();
     assert!(log.contains("INFO"), "the daemon logged: {log}");
-    assert!(!log.contains('\u{1b}'), "no colour escapes into a log file: {log:?}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "no colour escapes into a log file: {log:?}"
+    );
 }
 
 #[test]

@@ -411,13 +411,14 @@ fn no_multipart(e: &Error, checkpoint: &Checkpoint, name: &str) -> Option<ApiErr
         }
     )
     .then(|| {
+        let cause = error_chain(e);
         ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
             "unsupported",
             format!(
                 "data object name=`{name}` of checkpoint_id=`{}` is larger than {} MiB, which \
-                 takes a multipart upload, and bank=`{}` offers none (Swift: not yet); nothing \
-                 was written; split the data into objects of at most {} MiB",
+                 takes a multipart upload, and bank=`{}` offers none ({cause}); nothing was \
+                 written; split the data into objects of at most {} MiB",
                 checkpoint.id(),
                 PART_SIZE >> 20,
                 checkpoint.lease().bank().label(),
