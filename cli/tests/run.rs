@@ -244,13 +244,12 @@ fn read(env: &Env, name: &str) -> String {
 }
 
 /// The backup job: three checkpoints with data from stdin, two completed, the third left
-/// protecting; then it says `ready` and, unless `exit_at_once`, waits for `go`.
-fn backup_job(big: bool) -> String {
-    let big = if big {
-        "head -c 20000000 /dev/urandom > big.bin\nbanklease agent checkpoint put cp-a big big.bin\n"
-    } else {
-        ""
-    };
+/// protecting; then it says `ready` and waits for `go`.
+fn backup_job() -> String {
+    // 20 MB: a multipart upload of three parts (on Swift an SLO with three segments).
+    let big = "head -c 20000000 /dev/urandom > big.bin\n\
+         banklease agent checkpoint put cp-a big big.bin || exit 9\n\
+         banklease agent checkpoint put cp-c big big.bin || exit 9\n";
     format!(
         r#"echo "$BANKLEASE_OWNER_ID" > owner
 echo "$BANKLEASE_AGENT" > socket
@@ -270,7 +269,7 @@ exit 8
     )
 }
 
-fn assert_two_completed(env: &Env, big: bool) {
+fn assert_two_completed(env: &Env) {
     for cp in ["cp-a", "cp-b"] {
         assert_eq!(env.status_of(cp), Some(Status::Available), "{cp}");
         // Swift keeps a large object's segments beside it (`<name>.segments/…`).
@@ -280,7 +279,7 @@ fn assert_two_completed(env: &Env, big: bool) {
             .filter(|(n, _)| !n.contains(".segments/"))
             .collect();
         let names: Vec<&str> = data.iter().map(|(n, _)| n.as_str()).collect();
-        let expect: &[&str] = if big && cp == "cp-a" {
+        let expect: &[&str] = if cp == "cp-a" {
             &["big", "vol1", "vol2"]
         } else {
             &["vol1", "vol2"]
@@ -288,7 +287,7 @@ fn assert_two_completed(env: &Env, big: bool) {
         assert_eq!(names, expect, "{cp}");
         let vol1 = data.iter().find(|(n, _)| n == "vol1").unwrap();
         assert_eq!(vol1.1, format!("volume of {cp}\n").as_bytes());
-        if big && cp == "cp-a" {
+        if cp == "cp-a" {
             let big = data.iter().find(|(n, _)| n == "big").unwrap();
             assert_eq!(big.1, std::fs::read(env.path("big.bin")).unwrap());
         }
@@ -299,9 +298,8 @@ fn assert_two_completed(env: &Env, big: bool) {
 fn a_backup_job_completes_two_and_run_completes_the_third_as_error_on_exit() {
     for store in stores() {
         let env = Env::new(store, "job");
-        let big = true;
         std::fs::write(env.path("go"), "").unwrap();
-        let mut run = env.start(&[], &backup_job(big));
+        let mut run = env.start(&[], &backup_job());
         let status = wait(&mut run, &env);
         assert_eq!(status.code(), Some(0), "{store:?}: {}", env.stderr());
         assert_eq!(read(&env, "valid.exit"), "0");
@@ -330,7 +328,7 @@ fn a_backup_job_completes_two_and_run_completes_the_third_as_error_on_exit() {
             ]
             .map(|(a, b)| (a.to_owned(), b.to_owned()))
         );
-        assert_two_completed(&env, big);
+        assert_two_completed(&env);
         assert_eq!(env.status_of("cp-c"), Some(Status::Error), "{store:?}");
         assert!(
             !env.lease_exists(&read(&env, "owner")),
@@ -347,7 +345,8 @@ fn a_backup_job_completes_two_and_run_completes_the_third_as_error_on_exit() {
 fn an_agent_killed_leaves_the_lease_to_expire_and_the_gc_collects_only_the_protecting_one() {
     for store in stores() {
         let env = Env::new(store, "agentkill");
-        let mut run = env.start(&[], &backup_job(false));
+        // cp-c holds a multipart object too (on Swift: an SLO and its segments).
+        let mut run = env.start(&[], &backup_job());
         env.wait_for_file(&mut run, "ready");
         run.kill().unwrap(); // SIGKILL: nothing is released
         run.wait().unwrap();
@@ -370,7 +369,7 @@ fn an_agent_killed_leaves_the_lease_to_expire_and_the_gc_collects_only_the_prote
             "collected before the lease could expire"
         );
         assert!(env.data_of("cp-c").is_empty(), "{store:?}: cp-c's data");
-        assert_two_completed(&env, false);
+        assert_two_completed(&env);
     }
 }
 
