@@ -49,7 +49,10 @@ pub enum Error {
     },
 
     /// A request to the object store failed.
-    #[error("store request failed: op=`{op}` path=`{path}`; check that the bank is reachable")]
+    #[error(
+        "store request failed: op=`{op}` path=`{path}`: {}",
+        crate::store_cause::classify(.source)
+    )]
     Store {
         /// The operation, e.g. `put`, `get`, `head`.
         op: &'static str,

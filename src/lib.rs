@@ -74,6 +74,7 @@ pub mod lease;
 pub mod local;
 pub mod lock;
 pub mod observe;
+pub mod store_cause;
 pub mod swift;
 pub mod upload;
 pub mod windows;

@@ -117,7 +117,7 @@ pub(crate) async fn read_listed_checkpoint(
         let dir = bank.path(&["checkpoints", id]);
         let first = bank.store().list(Some(&dir)).next().await.transpose();
         if first
-            .with_context(|| format!("cannot list `{dir}`; check that the bank is reachable"))?
+            .with_context(|| format!("cannot list `{dir}`"))?
             .is_none()
         {
             return Ok(None);
@@ -140,12 +140,7 @@ pub(crate) async fn checkpoint_list(
         .store()
         .list_with_delimiter(Some(&prefix))
         .await
-        .with_context(|| {
-            format!(
-                "cannot list `{prefix}` in bank=`{}`; check that the bank is reachable",
-                ctx.bank.label()
-            )
-        })?;
+        .with_context(|| format!("cannot list `{prefix}` in bank=`{}`", ctx.bank.label()))?;
     let mut ids: Vec<String> = listing
         .common_prefixes
         .iter()
@@ -172,7 +167,10 @@ pub(crate) async fn checkpoint_list(
             Ok(None) => continue,
             Err(e) => {
                 unreadable += 1;
-                eprintln!("warning: checkpoint `{id}` is unreadable: {e:#}");
+                eprintln!(
+                    "warning: checkpoint `{id}` is unreadable: {}",
+                    banklease_gc::logging::error_line(&e)
+                );
                 continue;
             }
         };
@@ -236,7 +234,7 @@ pub(crate) async fn checkpoint_show(ctx: &Ctx, id: &str) -> Result<Outcome> {
         .list(Some(&dir))
         .try_collect()
         .await
-        .with_context(|| format!("cannot list `{dir}`; check that the bank is reachable"))?;
+        .with_context(|| format!("cannot list `{dir}`"))?;
     let owner = index
         .as_ref()
         .map(|i| i.owner_id.clone())

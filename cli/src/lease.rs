@@ -147,12 +147,7 @@ pub(crate) async fn lease_list(ctx: &Ctx) -> Result<Outcome> {
         .list(Some(&prefix))
         .try_collect()
         .await
-        .with_context(|| {
-            format!(
-                "cannot list `{prefix}` in bank=`{}`; check that the bank is reachable",
-                ctx.bank.label()
-            )
-        })?;
+        .with_context(|| format!("cannot list `{prefix}` in bank=`{}`", ctx.bank.label()))?;
     listed.sort_by(|a, b| a.location.cmp(&b.location));
 
     let mut unreadable = 0u64;

@@ -199,7 +199,7 @@ fn main() -> ExitCode {
         // The reader went away (`banklease lease list | head`): nothing left to say.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
             ExitCode::from(2)
         }
     }
@@ -280,7 +280,7 @@ async fn run(cli: Cli) -> Result<Outcome> {
             return Ok(match load() {
                 Ok(ctx) => agent::run::run(&ctx, args).await,
                 Err(e) => {
-                    eprintln!("error: {e:#}");
+                    eprintln!("error: {}", banklease_gc::logging::error_line(&e));
                     Outcome::Exit(agent::run::EXIT_RUN_FAILED)
                 }
             })

@@ -17,9 +17,49 @@ pub fn colour(is_terminal: bool, no_color: Option<&OsStr>) -> bool {
     is_terminal && no_color.is_none_or(OsStr::is_empty)
 }
 
+/// An error as one line for stderr: each context, then the library's error — which names the
+/// cause, e.g. "the bucket or container does not exist (HTTP 404)" — or a store's error,
+/// classified the same way, and nothing of the chain below, where every level repeats the one
+/// beneath (the chain is kept for `{:?}` and debug logs).
+pub fn error_line(error: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        // A store's own error, met before any library error: its cause, named.
+        if let Some(store) = cause.downcast_ref::<object_store::Error>() {
+            parts.push(banklease::store_cause::classify(store).to_string());
+            break;
+        }
+        let text = cause.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        if cause.downcast_ref::<banklease::Error>().is_some() {
+            break;
+        }
+    }
+    parts.join(": ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_line_stops_at_the_library_error_and_repeats_nothing() {
+        let store = object_store::Error::Generic {
+            store: "S3",
+            source: "404 Not Found: <Code>NoSuchBucket</Code>".into(),
+        };
+        let e = anyhow::Error::new(banklease::Error::store("list", "b/leases", store))
+            .context("cannot list `b/leases` in bank=`s3://b`")
+            .context("cannot list `b/leases` in bank=`s3://b`");
+        assert_eq!(
+            error_line(&e),
+            "cannot list `b/leases` in bank=`s3://b`: store request failed: op=`list` \
+             path=`b/leases`: the bucket or container does not exist; create it (`banklease \
+             init --create-container`) or fix the bank url"
+        );
+    }
 
     #[test]
     fn colour_only_at_a_terminal_without_no_color() {

@@ -77,7 +77,7 @@ impl Cli {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = init_tracing(cli.log_format) {
-        eprintln!("banklease-gc: {e:#}");
+        eprintln!("banklease-gc: {}", banklease_gc::logging::error_line(&e));
         return ExitCode::FAILURE;
     }
     let result = load_config(&cli).and_then(|config| {
@@ -94,7 +94,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "banklease-gc stopped on an error");
+            tracing::error!(error = %banklease_gc::logging::error_line(&e), "banklease-gc stopped on an error");
             ExitCode::FAILURE
         }
     }

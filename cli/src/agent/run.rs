@@ -79,7 +79,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> Outcome {
     match supervise(ctx, args).await {
         Ok(code) => Outcome::Exit(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
             Outcome::Exit(EXIT_RUN_FAILED)
         }
     }
@@ -111,7 +111,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     let (socket_dir, agent, server, cancel, child) = match started {
         Ok(s) => s,
         Err((code, e)) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
             if let Err(e) = keeper.release().await {
                 tracing::warn!(error = %error_chain(&e), "releasing the lease failed; it expires on its own");
             }
@@ -156,7 +156,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         }
         Err(e) => {
             // COMMAND's status cannot be told; it was not stopped by us.
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
             if let Err(e) = keeper.release().await {
                 tracing::warn!(error = %error_chain(&e), "releasing the lease failed; it expires on its own");
             }

@@ -1,0 +1,119 @@
+//! A store that cannot be used says why, in one line: the bucket or container is missing, the
+//! credentials are refused, nothing listens, TLS fails. On Swift and S3 (moto; s3s-fs for
+//! credentials, which moto does not check) when their servers run (`.ci/run` starts them).
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+
+fn on(var: &str) -> bool {
+    std::env::var(var).as_deref() == Ok("1")
+}
+
+/// `banklease --bank url lease list` with `env` changed; its exit code and stderr.
+fn lease_list(url: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut cmd = Command::new(BIN);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("BANKLEASE_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.args(["--bank", url, "lease", "list"]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn assert_says(case: &str, (code, stderr): (Option<i32>, String), says: &str) {
+    assert_eq!(code, Some(2), "{case}: {stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "{case}: one line: {stderr}"
+    );
+    assert!(stderr.contains(says), "{case}: `{says}` in: {stderr}");
+}
+
+#[test]
+fn swift_errors_name_their_cause() {
+    if !on("BANKLEASE_TEST_SWIFT") {
+        eprintln!("note: skipped: set BANKLEASE_TEST_SWIFT=1 (.ci/run does)");
+        return;
+    }
+    let container = std::env::var("SWIFT_CONTAINER").unwrap_or_else(|_| "banklease-test".into());
+    let auth = std::env::var("ST_AUTH").unwrap();
+    let url = format!("swift://{container}/errors");
+    assert_says(
+        "missing container",
+        lease_list("swift://no-such-container-here/x", &[]),
+        "the bucket or container does not exist (HTTP 404)",
+    );
+    assert_says(
+        "wrong key",
+        lease_list(&url, &[("ST_KEY", "not-the-key")]),
+        "the store refused the credentials (HTTP 401)",
+    );
+    assert_says(
+        "nothing listens",
+        lease_list(&url, &[("ST_AUTH", "http://127.0.0.1:1/auth/v1.0")]),
+        "connection refused",
+    );
+    assert_says(
+        "https to a plain-HTTP port",
+        lease_list(&url, &[("ST_AUTH", &auth.replace("http://", "https://"))]),
+        "TLS failed",
+    );
+}
+
+#[test]
+fn s3_errors_name_their_cause() {
+    if !on("BANKLEASE_TEST_S3") {
+        eprintln!("note: skipped: set BANKLEASE_TEST_S3=1 (.ci/run does)");
+        return;
+    }
+    let bucket = std::env::var("S3_BUCKET").unwrap_or_else(|_| "banklease-test".into());
+    let endpoint = std::env::var("AWS_ENDPOINT").unwrap();
+    let url = format!("s3://{bucket}/errors");
+    assert_says(
+        "missing bucket",
+        lease_list("s3://no-such-bucket-here/x", &[]),
+        "the bucket or container does not exist (HTTP 404)",
+    );
+    assert_says(
+        "nothing listens",
+        lease_list(&url, &[("AWS_ENDPOINT", "http://127.0.0.1:1")]),
+        "connection refused",
+    );
+    assert_says(
+        "https to a plain-HTTP port",
+        lease_list(
+            &url,
+            &[("AWS_ENDPOINT", &endpoint.replace("http://", "https://"))],
+        ),
+        "TLS failed",
+    );
+    if !on("BANKLEASE_TEST_S3S") {
+        eprintln!("note: credentials case skipped: set BANKLEASE_TEST_S3S=1 (s3s-fs checks them)");
+        return;
+    }
+    let var = |k: &str| std::env::var(k).unwrap();
+    let s3s_bucket = var("S3S_BUCKET");
+    assert_says(
+        "wrong secret",
+        lease_list(
+            &format!("s3://{s3s_bucket}/errors"),
+            &[
+                ("AWS_ENDPOINT", &var("S3S_ENDPOINT")),
+                ("AWS_ACCESS_KEY_ID", &var("S3S_ACCESS_KEY_ID")),
+                ("AWS_SECRET_ACCESS_KEY", "not-the-secret"),
+                ("AWS_REGION", &var("S3S_REGION")),
+            ],
+        ),
+        "the store refused the credentials (HTTP 403)",
+    );
+}

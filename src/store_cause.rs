@@ -1,0 +1,250 @@
+//! What a failed store request means, in one line an operator can act on.
+//!
+//! object_store's errors nest the HTTP client's, which nest the connector's: the cause an
+//! operator needs (the bucket is missing, the key is wrong, nothing listens on that port, the
+//! endpoint speaks plain HTTP) is at the bottom, and each level repeats the one below. This
+//! reads the whole chain once and names the cause, with the HTTP status when there is one.
+//! The chain itself is kept as the error's source.
+//!
+//! ```
+//! use banklease::store_cause::{StoreCause, classify};
+//!
+//! let e = object_store::Error::Generic {
+//!     store: "S3",
+//!     source: "Server returned non-2xx status code: 404 Not Found: <Code>NoSuchBucket</Code>".into(),
+//! };
+//! assert_eq!(classify(&e), StoreCause::ContainerMissing { status: Some(404) });
+//! ```
+
+use std::fmt;
+
+/// The cause of a failed store request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreCause {
+    /// The bucket or container does not exist.
+    ContainerMissing {
+        /// The HTTP status, when the store answered.
+        status: Option<u16>,
+    },
+    /// The store (or its auth service) refused the credentials.
+    CredentialsRefused {
+        /// The HTTP status, when the store answered.
+        status: Option<u16>,
+    },
+    /// Nothing accepts connections at the endpoint.
+    ConnectionRefused,
+    /// The endpoint's host name does not resolve.
+    UnknownHost,
+    /// TLS failed: a certificate not trusted, or `https://` to a plain-HTTP endpoint.
+    Tls,
+    /// The store did not answer in time.
+    TimedOut,
+    /// The object does not exist.
+    NotFound,
+    /// Something else; the innermost message, shortened to one line.
+    Other {
+        /// The HTTP status, when the store answered.
+        status: Option<u16>,
+        /// The innermost message.
+        message: String,
+    },
+}
+
+impl fmt::Display for StoreCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let status = |s: &Option<u16>| s.map(|s| format!(" (HTTP {s})")).unwrap_or_default();
+        match self {
+            StoreCause::ContainerMissing { status: s } => write!(
+                f,
+                "the bucket or container does not exist{}; create it (`banklease init \
+                 --create-container`) or fix the bank url",
+                status(s)
+            ),
+            StoreCause::CredentialsRefused { status: s } => write!(
+                f,
+                "the store refused the credentials{}; check the key, secret or token and their \
+                 permissions on this bucket or container",
+                status(s)
+            ),
+            StoreCause::ConnectionRefused => write!(
+                f,
+                "connection refused; check that the store runs at the configured endpoint and port"
+            ),
+            StoreCause::UnknownHost => {
+                write!(
+                    f,
+                    "the endpoint's host name does not resolve; check the endpoint"
+                )
+            }
+            StoreCause::Tls => write!(
+                f,
+                "TLS failed; check the endpoint's scheme (`https://` to a plain-HTTP port fails) \
+                 and that its certificate is trusted"
+            ),
+            StoreCause::TimedOut => write!(
+                f,
+                "the store did not answer in time; check that it is reachable and not overloaded"
+            ),
+            StoreCause::NotFound => write!(f, "the object does not exist"),
+            StoreCause::Other { status: s, message } => write!(f, "{message}{}", status(s)),
+        }
+    }
+}
+
+/// Name the cause of `error`; see the [module documentation](self).
+pub fn classify(error: &object_store::Error) -> StoreCause {
+    let mut texts = Vec::new();
+    let mut io_kind = None;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            io_kind = Some(io.kind());
+        }
+        texts.push(c.to_string());
+        cause = c.source();
+    }
+    let all = texts.join("\n").to_lowercase();
+    let status = http_status(&all);
+    let has = |needles: &[&str]| needles.iter().any(|n| all.contains(n));
+    if io_kind == Some(std::io::ErrorKind::ConnectionRefused) || has(&["connection refused"]) {
+        return StoreCause::ConnectionRefused;
+    }
+    if has(&[
+        "dns error",
+        "failed to lookup address",
+        "name or service not known",
+    ]) {
+        return StoreCause::UnknownHost;
+    }
+    if has(&[
+        "invalidcontenttype",
+        "certificate",
+        "tls handshake",
+        "ssl",
+        "wrong version number",
+    ]) {
+        return StoreCause::Tls;
+    }
+    if has(&[
+        "nosuchbucket",
+        "containernotfound",
+        "the specified container does not exist",
+        "bucket does not exist",
+    ]) || (has(&["container `"]) && has(&["does not exist"]))
+    {
+        return StoreCause::ContainerMissing { status };
+    }
+    if matches!(status, Some(401 | 403))
+        || has(&[
+            "accessdenied",
+            "invalidaccesskeyid",
+            "signaturedoesnotmatch",
+            "authenticationfailed",
+            "lacked valid authentication",
+            "unauthorized",
+        ])
+    {
+        return StoreCause::CredentialsRefused { status };
+    }
+    if io_kind == Some(std::io::ErrorKind::TimedOut) || has(&["timed out", "deadline has elapsed"])
+    {
+        return StoreCause::TimedOut;
+    }
+    if matches!(error, object_store::Error::NotFound { .. }) {
+        return StoreCause::NotFound;
+    }
+    let innermost = texts.last().map(String::as_str).unwrap_or_default();
+    StoreCause::Other {
+        status,
+        message: one_line(innermost, 200),
+    }
+}
+
+/// The first HTTP status (400–599) the chain names.
+fn http_status(text: &str) -> Option<u16> {
+    for marker in ["status code: ", "status=", "status ", "http "] {
+        for (i, _) in text.match_indices(marker) {
+            let digits: String = text[i + marker.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            if let Ok(s) = digits.parse::<u16>() {
+                if (400..600).contains(&s) {
+                    return Some(s);
+                }
+            }
+        }
+    }
+    None
+}
+
+fn one_line(text: &str, max: usize) -> String {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &line[..i]),
+        None => line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generic(text: &str) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "S3",
+            source: text.into(),
+        }
+    }
+
+    #[test]
+    fn each_cause_is_named_with_its_status() {
+        assert_eq!(
+            classify(&generic("GET http://x: client error (Connect): tcp connect error: Connection refused (os error 111)")),
+            StoreCause::ConnectionRefused
+        );
+        assert_eq!(
+            classify(&generic(
+                "client error (Connect): received corrupt message of type InvalidContentType"
+            )),
+            StoreCause::Tls
+        );
+        assert_eq!(
+            classify(&generic(
+                "container `c` does not exist (status 404 on GET); create it first"
+            )),
+            StoreCause::ContainerMissing { status: Some(404) }
+        );
+        assert_eq!(
+            classify(&generic(
+                "authentication at url=`u` failed with status=401 Unauthorized"
+            )),
+            StoreCause::CredentialsRefused { status: Some(401) }
+        );
+        assert_eq!(
+            classify(&generic("Server returned non-2xx status code: 403 Forbidden: <Code>SignatureDoesNotMatch</Code>")),
+            StoreCause::CredentialsRefused { status: Some(403) }
+        );
+        assert_eq!(
+            classify(&generic("after 10 retries, max_retries: 10, retry_timeout: 180s - 500 Internal Server Error: boom")),
+            StoreCause::Other { status: None, message: "after 10 retries, max_retries: 10, retry_timeout: 180s - 500 Internal Server Error: boom".into() },
+            "a retry budget named in the message is no timeout"
+        );
+        let missing = object_store::Error::NotFound {
+            path: "p".into(),
+            source: "404".into(),
+        };
+        assert_eq!(classify(&missing), StoreCause::NotFound);
+    }
+
+    #[test]
+    fn messages_stay_on_one_short_line() {
+        let long = "x ".repeat(500) + "\n<xml>\n</xml>";
+        let StoreCause::Other { message, .. } = classify(&generic(&long)) else {
+            panic!()
+        };
+        assert!(!message.contains('\n'));
+        assert!(message.chars().count() <= 201);
+    }
+}
