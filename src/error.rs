@@ -63,6 +63,35 @@ pub enum Error {
         source: object_store::Error,
     },
 
+    /// The bank's descriptor names a layout this release does not know.
+    #[error(
+        "bank=`{bank}` is in layout {found} (written by {created_by}), which this banklease \
+         ({}) does not know (it knows layout {known}); use a release that knows layout {found}",
+        env!("CARGO_PKG_VERSION")
+    )]
+    UnknownLayout {
+        /// The bank.
+        bank: String,
+        /// The layout its descriptor names.
+        found: u32,
+        /// Who wrote the descriptor.
+        created_by: String,
+        /// The layout this release knows.
+        known: u32,
+    },
+
+    /// `init` found objects that are not a bank's under the prefix.
+    #[error(
+        "refusing to make bank=`{bank}` a bank: its prefix holds `{found}`, which is not a \
+         bank's; choose an empty prefix (or the prefix of an existing bank)"
+    )]
+    NotABank {
+        /// The bank.
+        bank: String,
+        /// The first foreign name found.
+        found: String,
+    },
+
     /// `acquire` found a lease object for this owner already in the bank.
     #[error(
         "lease already exists: owner_id=`{owner_id}`; owner ids must be unique per process, \

@@ -70,6 +70,7 @@ pub mod doctor;
 pub mod error;
 pub mod id;
 pub mod keeper;
+pub mod layout;
 pub mod lease;
 pub mod local;
 pub mod lock;

@@ -28,6 +28,7 @@ mod agent;
 mod checkpoint;
 mod doctor;
 mod gc;
+mod init;
 mod lease;
 mod lock;
 mod output;
@@ -118,6 +119,15 @@ enum Command {
         after_help = "Example:\n  banklease run --checkpoint-prefix nightly- -- ./backup.sh"
     )]
     Run(agent::run::RunArgs),
+    /// Make the configured bank a bank: write its descriptor (`banklease.json`, the layout
+    /// version) unless it has one. Refuses a prefix holding anything but a bank's objects; a
+    /// bank made before `init` existed is adopted. Exit 0 done, 2 error.
+    Init {
+        /// Create the container first (Swift; `file:` and `memory:` banks need none). For S3,
+        /// Azure and GCS, create the bucket or container with the provider's tools.
+        #[arg(long)]
+        create_container: bool,
+    },
     /// Owner operations for a command started by `banklease run`, sent to its agent (the Unix
     /// socket in `BANKLEASE_AGENT`). Exit 0 done, 1 refused (lease not valid or lost, checkpoint
     /// collected), 2 error.
@@ -285,8 +295,13 @@ async fn run(cli: Cli) -> Result<Outcome> {
                 }
             })
         }
+        Command::Init { create_container } => {
+            return init::init(&load()?, create_container).await;
+        }
         _ => load()?,
     };
+    // Before anything else: a bank in a layout this release does not know is not touched.
+    banklease::layout::check(&ctx.bank).await?;
     match command {
         Command::ValidityCheck {
             owner,
@@ -303,6 +318,8 @@ async fn run(cli: Cli) -> Result<Outcome> {
         Command::Gc { dry_run, force } => gc::gc(&ctx, dry_run, force).await,
         Command::Lock(command) => lock::run(&ctx, command).await,
         Command::Doctor { race_rounds } => doctor::run(&ctx, race_rounds).await,
-        Command::Run(_) | Command::Agent(_) => unreachable!("dispatched above"),
+        Command::Run(_) | Command::Agent(_) | Command::Init { .. } => {
+            unreachable!("dispatched above")
+        }
     }
 }

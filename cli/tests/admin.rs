@@ -200,3 +200,120 @@ fn logs_are_coloured_only_at_a_terminal_without_no_color() {
     assert!(plain.contains("WARN"), "{plain}");
     assert!(!plain.contains('\u{1b}'), "NO_COLOR honoured: {plain:?}");
 }
+
+fn file_bank() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("bank").display());
+    (dir, url)
+}
+
+#[test]
+fn init_creates_adopts_or_refuses_and_says_which() {
+    let (dir, url) = file_bank();
+    let env = [("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")];
+    let out = cli(&url, &env, &["init"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("bank created: "),
+        "{}",
+        text(&out.stdout)
+    );
+    let descriptor: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("bank/banklease.json")).unwrap())
+            .unwrap();
+    assert_eq!(descriptor["layout"], 1);
+    assert!(descriptor["created_by"]
+        .as_str()
+        .unwrap()
+        .starts_with("banklease "));
+    let out = cli(&url, &env, &["--json", "init", "--create-container"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["outcome"], "already");
+
+    // A bank made before `init` existed (a lease in it, no descriptor) is adopted.
+    let (dir, url) = file_bank();
+    let (_owner_runtime, _owner) = short_window_owner(&url);
+    let out = cli(&url, &env, &["init"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("adopted"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(dir.path().join("bank/banklease.json").exists());
+
+    // Anything else under the prefix: refused, nothing written.
+    let (dir, url) = file_bank();
+    std::fs::create_dir_all(dir.path().join("bank")).unwrap();
+    std::fs::write(dir.path().join("bank/notes.txt"), "mine").unwrap();
+    let out = cli(&url, &env, &["init"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("its prefix holds `notes.txt`, which is not a bank's"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!dir.path().join("bank/banklease.json").exists());
+}
+
+#[test]
+fn a_bank_in_an_unknown_layout_is_refused_by_every_command_and_left_untouched() {
+    let (dir, url) = file_bank();
+    let env = [("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")];
+    assert_eq!(cli(&url, &env, &["init"]).status.code(), Some(0));
+    let descriptor = dir.path().join("bank/banklease.json");
+    std::fs::write(
+        &descriptor,
+        r#"{"format":1,"layout":99,"created_by":"banklease 9.0.0","created_at":"2030-01-01T00:00:00Z"}"#,
+    )
+    .unwrap();
+    let before = list_files(&dir.path().join("bank"));
+    let says = "is in layout 99 (written by banklease 9.0.0), which this banklease";
+    for args in [
+        &["lease", "list"][..],
+        &["checkpoint", "list"],
+        &["validity-check", "--owner", "o1"],
+        &["gc"],
+        &["doctor"],
+        &["lock", "list"],
+        &["init"],
+    ] {
+        let out = cli(&url, &env, args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(says) && stderr.contains("knows layout 1"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let out = cli(&url, &env, &["run", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(says));
+    assert_eq!(
+        list_files(&dir.path().join("bank")),
+        before,
+        "nothing written"
+    );
+}
+
+fn list_files(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p.strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -117,3 +117,52 @@ fn s3_errors_name_their_cause() {
         "the store refused the credentials (HTTP 403)",
     );
 }
+
+#[test]
+fn init_creates_a_swift_container_and_refuses_to_create_s3_buckets() {
+    if on("BANKLEASE_TEST_SWIFT") {
+        let container = format!("banklease-init-{}", uuid::Uuid::new_v4().simple());
+        let url = format!("swift://{container}/p");
+        let run = |args: &[&str]| {
+            Command::new(BIN)
+                .args(["--bank", &url])
+                .args(args)
+                .output()
+                .unwrap()
+        };
+        let out = run(&["init", "--create-container"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert!(String::from_utf8_lossy(&out.stdout).starts_with("bank created"));
+        assert_eq!(run(&["lease", "list"]).status.code(), Some(0));
+        // Clean up, best effort (a container listing may lag its deletions: 409).
+        let bank = banklease::Bank::open(&url).unwrap();
+        tokio::runtime::Runtime::new().unwrap().block_on(async {
+            use futures::TryStreamExt;
+            use object_store::ObjectStoreExt;
+            let all: Vec<_> = bank.store().list(None).try_collect().await.unwrap();
+            for meta in all {
+                let _ = bank.store().delete(&meta.location).await;
+            }
+            let _ = bank.swift().unwrap().delete_container().await;
+        });
+    }
+    if on("BANKLEASE_TEST_S3") {
+        let bucket = std::env::var("S3_BUCKET").unwrap_or_else(|_| "banklease-test".into());
+        let out = Command::new(BIN)
+            .args([
+                "--bank",
+                &format!("s3://{bucket}/init"),
+                "init",
+                "--create-container",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("create it with the provider's tools"),
+            "{stderr}"
+        );
+    }
+}

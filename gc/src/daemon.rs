@@ -166,6 +166,12 @@ impl Daemon {
         once: bool,
         cancel: CancellationToken,
     ) -> anyhow::Result<Option<PassReport>> {
+        // A bank in a layout this release does not know is not touched.
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Ok(None),
+            checked = banklease::layout::check(&self.bank) => checked.context("refusing to start")?,
+        }
         // Aborting the probe on shutdown is harmless: at worst it leaves its probe key behind.
         let capabilities = tokio::select! {
             biased;

@@ -359,3 +359,23 @@ fn refuses_to_start_on_an_unusable_bank() {
     assert!(logs.contains("cannot open the bank"), "{logs}");
     assert!(logs.contains("not-a-dir"), "{logs}");
 }
+
+#[test]
+fn refuses_a_bank_in_a_layout_it_does_not_know() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = bank_in(dir.path());
+    std::fs::create_dir_all(&bank).unwrap();
+    std::fs::write(
+        bank.join("banklease.json"),
+        r#"{"format":1,"layout":99,"created_by":"banklease 9.0.0","created_at":"2030-01-01T00:00:00Z"}"#,
+    )
+    .unwrap();
+    let [port] = free_ports::<1>();
+    let mut d = Daemon::spawn("layout", dir.path(), &bank, port, &[]);
+    let status = d.wait_exit(START_TIMEOUT);
+    assert!(!status.success(), "must fail to start\n{}", d.logs());
+    let logs = d.logs();
+    assert!(logs.contains("refusing to start"), "{logs}");
+    assert!(logs.contains("is in layout 99"), "{logs}");
+    assert!(!bank.join("gc/active").exists(), "no GC lease taken");
+}

@@ -95,6 +95,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     // Signals are taken over before anything is started, so none is lost or kills `run` with
     // the lease held.
     let mut signals = Signals::new().context("cannot install signal handlers")?;
+    banklease::layout::check(&ctx.bank).await?;
     let owner = ctx.config.lease.new_owner_id(ctx.clock.system_now());
     let lease = OwnerLease::acquire(&ctx.bank, owner.clone(), windows, ctx.clock.clone())
         .await

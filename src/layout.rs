@@ -1,0 +1,165 @@
+//! The bank descriptor: which layout a bank is written in, so that a release that does not
+//! know it refuses the bank instead of misreading it.
+//!
+//! `banklease init` writes `banklease.json` at the bank's root:
+//!
+//! ```json
+//! {"format": 1, "layout": 1, "created_by": "banklease 0.1.0", "created_at": "2026-11-23T…Z"}
+//! ```
+//!
+//! Invariant: **a bank in a layout this release does not know is refused, never touched.**
+//! The CLI's commands, `banklease run` and the GC daemon call [`check`] before anything else.
+//! A bank without a descriptor (every bank made before `init` existed) is layout 1 and keeps
+//! working.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> banklease::Result<()> {
+//! use banklease::{layout, Bank};
+//!
+//! let bank = Bank::open("memory:///b")?;
+//! assert_eq!(layout::init(&bank).await?, layout::Initialised::Created);
+//! assert_eq!(layout::init(&bank).await?, layout::Initialised::Already);
+//! layout::check(&bank).await?;
+//! # Ok(()) }
+//! ```
+
+use chrono::{DateTime, Utc};
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use serde::{Deserialize, Serialize};
+
+use crate::bank::Bank;
+use crate::error::{Error, Result};
+
+/// The layout this release writes and reads.
+pub const LAYOUT_VERSION: u32 = 1;
+/// The descriptor's name at the bank's root.
+pub const DESCRIPTOR: &str = "banklease.json";
+/// Top-level names of a bank's own objects: a prefix holding only these is a bank.
+pub const BANK_ENTRIES: &[&str] = &[
+    DESCRIPTOR,
+    "leases",
+    "index",
+    "checkpoints",
+    "decisions",
+    "gc",
+    "locks",
+    "_banklease",
+];
+
+/// The descriptor's body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Descriptor {
+    /// Body format version.
+    pub format: u32,
+    /// The bank's layout version.
+    pub layout: u32,
+    /// The release that created the bank, for humans.
+    pub created_by: String,
+    /// When, on its creator's wall clock, for humans.
+    pub created_at: DateTime<Utc>,
+}
+
+/// What [`init`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Initialised {
+    /// The prefix was empty: the descriptor was written.
+    Created,
+    /// The prefix held a bank without a descriptor (made before `init` existed): written.
+    Adopted,
+    /// The descriptor was there already, in this layout.
+    Already,
+}
+
+fn descriptor_path(bank: &Bank) -> Path {
+    bank.path(&[DESCRIPTOR])
+}
+
+/// Read the bank's descriptor; `None` when there is none.
+pub async fn read(bank: &Bank) -> Result<Option<Descriptor>> {
+    let path = descriptor_path(bank);
+    let bytes = match bank.store().get(&path).await {
+        Ok(r) => r.bytes().await.map_err(|e| Error::store("get", &path, e))?,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(Error::store("get", &path, e)),
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| Error::Corrupt {
+            path: path.to_string(),
+            reason: format!("not a bank descriptor: {e}"),
+        })
+}
+
+/// Refuse a bank whose layout this release does not know. One GET.
+pub async fn check(bank: &Bank) -> Result<()> {
+    match read(bank).await? {
+        Some(d) if d.layout != LAYOUT_VERSION => Err(Error::UnknownLayout {
+            bank: bank.label().to_owned(),
+            found: d.layout,
+            created_by: d.created_by,
+            known: LAYOUT_VERSION,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Make `bank` a bank: write its descriptor unless it has one. Refuses a prefix that holds
+/// anything else than a bank's own objects ([`Error::NotABank`]).
+pub async fn init(bank: &Bank) -> Result<Initialised> {
+    if read(bank).await?.is_some() {
+        check(bank).await?;
+        return Ok(Initialised::Already);
+    }
+    let prefix = bank.prefix();
+    let listed = bank
+        .store()
+        .list_with_delimiter(Some(prefix))
+        .await
+        .map_err(|e| Error::store("list", prefix, e))?;
+    let names = listed
+        .objects
+        .iter()
+        .map(|o| &o.location)
+        .chain(&listed.common_prefixes)
+        .filter_map(|p| p.filename().map(str::to_owned));
+    let mut empty = true;
+    for name in names {
+        empty = false;
+        if !BANK_ENTRIES.contains(&name.as_str()) && !name.starts_with(".banklease-lock") {
+            return Err(Error::NotABank {
+                bank: bank.label().to_owned(),
+                found: name,
+            });
+        }
+    }
+    let descriptor = Descriptor {
+        format: 1,
+        layout: LAYOUT_VERSION,
+        created_by: format!("banklease {}", env!("CARGO_PKG_VERSION")),
+        created_at: Utc::now(),
+    };
+    let path = descriptor_path(bank);
+    let body = serde_json::to_vec(&descriptor).expect("a descriptor serialises");
+    let put = bank
+        .store()
+        .put_opts(
+            &path,
+            PutPayload::from(body),
+            PutOptions::from(PutMode::Create),
+        )
+        .await;
+    match put {
+        Ok(_) => Ok(if empty {
+            Initialised::Created
+        } else {
+            Initialised::Adopted
+        }),
+        // Another init won the race: judge what it wrote.
+        Err(object_store::Error::AlreadyExists { .. }) => {
+            check(bank).await?;
+            Ok(Initialised::Already)
+        }
+        Err(e) => Err(Error::store("put", &path, e)),
+    }
+}
