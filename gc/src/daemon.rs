@@ -428,7 +428,7 @@ impl Daemon {
             Ok(report) => {
                 // The collector logs its own summary (and a brake, as an error); this line only
                 // adds what the daemon saw.
-                self.metrics.record_pass(report);
+                self.metrics.record_pass(report, self.clock.system_now());
                 debug!(
                     alive = report.alive,
                     dead = report.dead,

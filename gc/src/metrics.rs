@@ -13,6 +13,11 @@
 //! | `banklease_gc_owners_dead` | gauge | owners judged dead, as of the last completed pass |
 //! | `banklease_gc_pass_duration_seconds` | histogram | wall time of passes, failed ones included |
 //! | `banklease_gc_active` | gauge | 1 while this daemon holds the bank's GC lease, else 0 |
+//! | `banklease_gc_last_success_timestamp_seconds` | gauge | when the last pass that was neither braked nor failed ended (Unix time; 0 before the first) |
+//! | `banklease_gc_protecting_checkpoints{owner_state}` | gauge | protecting checkpoints by their owner's state (`alive`, `in_grace`, `dead`, `unreadable`), as of the last completed pass |
+//! | `banklease_gc_oldest_zombie_age_seconds` | gauge | how long the longest-dead owner whose protecting checkpoints the last completed pass left behind has been dead; 0 when none is left |
+//! | `banklease_gc_leases{state}` | gauge | owner leases by state (`alive`, `expired`, `missing`, `unreadable`), as of the last completed pass |
+//! | `banklease_gc_requests_total{kind}` | counter | store requests made by passes, by kind (`get`, `put`, `list`, `delete`, ...) |
 //!
 //! **API boundary:** the endpoint serves only these two read-only paths; it has no way to change
 //! the daemon. Bind it to a loopback or otherwise protected address.
@@ -20,7 +25,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -76,6 +81,25 @@ struct PassLabels {
     outcome: Outcome,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OwnerStateLabels {
+    owner_state: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+/// The label values every pass reports, so that each series exists (at 0) from the start.
+const OWNER_STATES: [&str; 4] = ["alive", "in_grace", "dead", "unreadable"];
+const LEASE_STATES: [&str; 4] = ["alive", "expired", "missing", "unreadable"];
+
 /// The daemon's metrics. Cheap to share behind an `Arc`; every update is a few atomic operations.
 pub struct Metrics {
     registry: Registry,
@@ -88,6 +112,11 @@ pub struct Metrics {
     owners_dead: Gauge,
     pass_duration: Histogram,
     active: Gauge,
+    last_success: Gauge,
+    protecting: Family<OwnerStateLabels, Gauge>,
+    oldest_zombie_age: Gauge,
+    leases: Family<StateLabels, Gauge>,
+    requests: Family<KindLabels, Counter>,
 }
 
 impl fmt::Debug for Metrics {
@@ -171,7 +200,54 @@ impl Metrics {
             "1 while this daemon holds the bank's GC lease, else 0",
             active.clone(),
         );
+        let last_success = Gauge::default();
+        registry.register_with_unit(
+            "banklease_gc_last_success_timestamp",
+            "When the last pass that was neither braked nor failed ended (Unix time)",
+            Unit::Seconds,
+            last_success.clone(),
+        );
+        let protecting = Family::<OwnerStateLabels, Gauge>::default();
+        for state in OWNER_STATES {
+            let _ = protecting.get_or_create(&OwnerStateLabels {
+                owner_state: state.to_owned(),
+            });
+        }
+        registry.register(
+            "banklease_gc_protecting_checkpoints",
+            "Protecting checkpoints by their owner's state, as of the last completed pass",
+            protecting.clone(),
+        );
+        let oldest_zombie_age = Gauge::default();
+        registry.register_with_unit(
+            "banklease_gc_oldest_zombie_age",
+            "How long the longest-dead owner with protecting checkpoints left has been dead",
+            Unit::Seconds,
+            oldest_zombie_age.clone(),
+        );
+        let leases = Family::<StateLabels, Gauge>::default();
+        for state in LEASE_STATES {
+            let _ = leases.get_or_create(&StateLabels {
+                state: state.to_owned(),
+            });
+        }
+        registry.register(
+            "banklease_gc_leases",
+            "Owner leases by state, as of the last completed pass",
+            leases.clone(),
+        );
+        let requests = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "banklease_gc_requests",
+            "Store requests made by GC passes, by kind",
+            requests.clone(),
+        );
         Self {
+            last_success,
+            protecting,
+            oldest_zombie_age,
+            leases,
+            requests,
             registry,
             passes,
             collected,
@@ -185,13 +261,42 @@ impl Metrics {
         }
     }
 
-    /// Record a pass that ran to its end.
-    pub fn record_pass(&self, report: &PassReport) {
+    /// Record a pass that ran to its end at `ended` (wall clock).
+    pub fn record_pass(&self, report: &PassReport, ended: SystemTime) {
         let outcome = if report.braked.is_some() {
             Outcome::Braked
         } else {
             Outcome::Ok
         };
+        if outcome == Outcome::Ok {
+            let secs = ended
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            self.last_success.set(saturating_i64(secs));
+        }
+        for state in OWNER_STATES {
+            let n = report.protecting.get(state).copied().unwrap_or(0);
+            self.protecting
+                .get_or_create(&OwnerStateLabels {
+                    owner_state: state.to_owned(),
+                })
+                .set(saturating_i64(n));
+        }
+        for state in LEASE_STATES {
+            let n = report.leases.get(state).copied().unwrap_or(0);
+            self.leases
+                .get_or_create(&StateLabels {
+                    state: state.to_owned(),
+                })
+                .set(saturating_i64(n));
+        }
+        self.oldest_zombie_age
+            .set(saturating_i64(report.oldest_zombie_age_ms / 1000));
+        for (kind, n) in &report.requests {
+            self.requests
+                .get_or_create(&KindLabels { kind: kind.clone() })
+                .inc_by(*n);
+        }
         self.passes.get_or_create(&PassLabels { outcome }).inc();
         self.collected.inc_by(report.collected);
         self.late_data_swept.inc_by(report.late_data_swept);
@@ -325,21 +430,39 @@ mod tests {
     #[test]
     fn passes_update_counters_and_gauges() {
         let m = Metrics::new();
-        m.record_pass(&PassReport {
-            alive: 3,
-            dead: 2,
-            collected: 5,
-            errors: 1,
-            duration_ms: 1500,
-            ..PassReport::default()
-        });
-        m.record_pass(&PassReport {
-            alive: 4,
-            dead: 0,
-            collected: 0,
-            braked: Some("too many".into()),
-            ..PassReport::default()
-        });
+        let at = |secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        let map = |pairs: &[(&str, u64)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), *v))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        m.record_pass(
+            &PassReport {
+                alive: 3,
+                dead: 2,
+                collected: 5,
+                errors: 1,
+                duration_ms: 1500,
+                requests: map(&[("get", 7), ("list", 2)]),
+                ..PassReport::default()
+            },
+            at(1_000),
+        );
+        m.record_pass(
+            &PassReport {
+                alive: 4,
+                dead: 0,
+                collected: 0,
+                braked: Some("too many".into()),
+                protecting: map(&[("alive", 9), ("dead", 12)]),
+                leases: map(&[("alive", 4), ("expired", 1)]),
+                oldest_zombie_age_ms: 90_500,
+                requests: map(&[("get", 1)]),
+                ..PassReport::default()
+            },
+            at(2_000),
+        );
         m.record_failed_pass(Duration::from_millis(20));
         let text = m.encode();
         assert_eq!(m.passes(Outcome::Ok), 1);
@@ -358,6 +481,31 @@ mod tests {
         assert_eq!(
             sample(&text, "banklease_gc_pass_duration_seconds_sum"),
             Some(1.52)
+        );
+        // A braked pass is no success; its gauges are the latest all the same.
+        assert_eq!(
+            sample(&text, "banklease_gc_last_success_timestamp_seconds"),
+            Some(1000.0)
+        );
+        let labelled = |name: &str, label: &str| sample(&text, &format!("{name}{{{label}}}"));
+        let protecting = "banklease_gc_protecting_checkpoints";
+        assert_eq!(labelled(protecting, "owner_state=\"dead\""), Some(12.0));
+        assert_eq!(labelled(protecting, "owner_state=\"in_grace\""), Some(0.0));
+        assert_eq!(
+            labelled("banklease_gc_leases", "state=\"expired\""),
+            Some(1.0)
+        );
+        assert_eq!(
+            labelled("banklease_gc_leases", "state=\"missing\""),
+            Some(0.0)
+        );
+        assert_eq!(
+            sample(&text, "banklease_gc_oldest_zombie_age_seconds"),
+            Some(90.0)
+        );
+        assert_eq!(
+            labelled("banklease_gc_requests_total", "kind=\"get\""),
+            Some(8.0)
         );
     }
 

@@ -27,6 +27,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use std::time::Instant;
 
 use banklease::bank::StoreTime;
@@ -92,6 +93,16 @@ pub struct PassReport {
     pub requests: BTreeMap<String, u64>,
     /// Wall time of the pass in milliseconds.
     pub duration_ms: u64,
+    /// Protecting checkpoints seen, by their owner's state: `alive`, `in_grace`, `dead`,
+    /// `unreadable`.
+    pub protecting: BTreeMap<String, u64>,
+    /// Owner leases judged, by state (`alive`, `expired`, `missing`, `unreadable`): the owners
+    /// of protecting checkpoints, and — when leases are reaped (not in a dry run) — every other
+    /// lease of the bank.
+    pub leases: BTreeMap<String, u64>,
+    /// How long the longest-dead owner whose protecting checkpoints this pass left behind
+    /// (braked, limited, dry run, errors) has been dead, in milliseconds; 0 when none is left.
+    pub oldest_zombie_age_ms: u64,
 }
 
 /// Runs GC passes on one bank. Clones share what the collector remembers between passes (the
@@ -338,7 +349,9 @@ impl Collector {
         report.owners = order.len() as u64;
 
         // 2. Judge each owner once, by reading its lease (never by a listing).
-        let views: Vec<(OwnerId, Verdict, bool)> = futures::stream::iter(order)
+        #[allow(clippy::type_complexity)]
+        let views: Vec<(OwnerId, Verdict, bool, &'static str, Option<Duration>)> =
+            futures::stream::iter(order)
             .map(|owner| {
                 let observer = &observer;
                 let store_time = &store_time;
@@ -346,6 +359,11 @@ impl Collector {
                 async move {
                     let view = observer.view(&owner, store_time).await;
                     let mut verdict = Verdict::of(&view, self.options.grace);
+                    let state = view.name();
+                    let mut dead_for = match &view {
+                        LeaseView::Expired { since, .. } => Some(*since),
+                        _ => None,
+                    };
                     // Keep a missing-since record only while the lease reads as missing (or
                     // cannot be read): one left from an earlier episode would start a later
                     // episode's grace long before it began.
@@ -354,10 +372,11 @@ impl Collector {
                         LeaseView::Missing | LeaseView::Unreadable { .. }
                     );
                     if verdict == Verdict::Missing {
-                        verdict = self.missing_verdict(observer_bank, &owner, store_time).await;
+                        (verdict, dead_for) =
+                            self.missing_verdict(observer_bank, &owner, store_time).await;
                     }
                     tracing::debug!(owner_id = %owner, view = view.name(), ?verdict, "judged owner");
-                    (owner, verdict, keep_record)
+                    (owner, verdict, keep_record, state, dead_for)
                 }
             })
             .buffered(self.options.concurrency)
@@ -365,22 +384,36 @@ impl Collector {
             .await;
         let keep_records: HashSet<OwnerId> = views
             .iter()
-            .filter(|(_, _, keep)| *keep)
-            .map(|(owner, _, _)| owner.clone())
+            .filter(|(_, _, keep, _, _)| *keep)
+            .map(|(owner, _, _, _, _)| owner.clone())
             .collect();
+        let mut dead_for: HashMap<OwnerId, Duration> = HashMap::new();
         let tallies: Vec<OwnerTally> = views
             .into_iter()
-            .map(|(owner, verdict, _)| {
+            .map(|(owner, verdict, _, state, dead)| {
                 let n = markers.get(&owner).copied().unwrap_or(0);
-                match &verdict {
-                    Verdict::Alive => report.alive += 1,
-                    Verdict::InGrace => report.in_grace += 1,
+                *report.leases.entry(state.to_owned()).or_default() += 1;
+                let owner_state = match &verdict {
+                    Verdict::Alive => {
+                        report.alive += 1;
+                        "alive"
+                    }
+                    Verdict::InGrace => {
+                        report.in_grace += 1;
+                        "in_grace"
+                    }
                     Verdict::Unreadable(error) => {
                         tracing::warn!(owner_id = %owner, %error, "lease unreadable: not collecting");
                         report.unreadable += 1;
+                        "unreadable"
                     }
-                    Verdict::Expired | Verdict::Missing => report.dead += 1,
-                }
+                    Verdict::Expired | Verdict::Missing => {
+                        report.dead += 1;
+                        dead_for.insert(owner.clone(), dead.unwrap_or_default());
+                        "dead"
+                    }
+                };
+                *report.protecting.entry(owner_state.to_owned()).or_default() += n;
                 if !verdict.is_dead() {
                     report.skipped += n;
                 }
@@ -394,6 +427,7 @@ impl Collector {
 
         // 3. Decide (pure), then act.
         let plan = plan(&tallies, report.scanned, &self.options);
+        let mut cleared: HashSet<OwnerId> = HashSet::new();
         if let Some(reason) = &plan.braked {
             tracing::error!("{reason}");
             report.braked = Some(reason.clone());
@@ -421,7 +455,6 @@ impl Collector {
                 report.errors += swept.errors;
             }
             let taken = AtomicU64::new(0);
-            let mut cleared: HashSet<OwnerId> = HashSet::new();
             for tally in &plan.dead {
                 let clean = self
                     .collect_owner(
@@ -462,6 +495,13 @@ impl Collector {
             report.errors += errors;
         }
 
+        // What dead owners still have protecting after this pass: zombies, the oldest first.
+        report.oldest_zombie_age_ms = dead_for
+            .iter()
+            .filter(|(owner, _)| !cleared.contains(*owner))
+            .map(|(_, d)| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .max()
+            .unwrap_or(0);
         report.requests = counters.snapshot();
         report.duration_ms = self
             .clock
@@ -526,21 +566,26 @@ impl Collector {
         drop(listing);
         // Judge every candidate first (the reads), then check the store clock once more, then
         // delete: a step after this pass's first reading would make fresh stamps look old.
-        let judged: Vec<(OwnerId, Verdict)> = futures::stream::iter(candidates)
-            .map(|owner| async move {
-                // Cleared owners were judged this pass; the others are judged now. Either way the
-                // lease is re-read, so one renewed since (impossible when expired) is never lost.
-                let verdict =
-                    Verdict::of(&observer.view(&owner, store_time).await, self.options.grace);
-                (owner, verdict)
-            })
-            .buffer_unordered(self.options.concurrency)
-            .collect()
-            .await;
+        let judged: Vec<(OwnerId, Verdict, Option<&'static str>)> =
+            futures::stream::iter(candidates)
+                .map(|owner| async move {
+                    // Cleared owners were judged this pass; the others are judged now. Either way the
+                    // lease is re-read, so one renewed since (impossible when expired) is never lost.
+                    let view = observer.view(&owner, store_time).await;
+                    let counted = (!seen.contains(&owner)).then_some(view.name());
+                    let verdict = Verdict::of(&view, self.options.grace);
+                    (owner, verdict, counted)
+                })
+                .buffer_unordered(self.options.concurrency)
+                .collect()
+                .await;
+        for state in judged.iter().filter_map(|(_, _, counted)| *counted) {
+            *report.leases.entry(state.to_owned()).or_default() += 1;
+        }
         let expired: Vec<OwnerId> = judged
             .into_iter()
-            .filter(|(_, v)| *v == Verdict::Expired)
-            .map(|(o, _)| o)
+            .filter(|(_, v, _)| *v == Verdict::Expired)
+            .map(|(o, _, _)| o)
             .collect();
         if expired.is_empty() {
             return Ok(());
@@ -660,7 +705,7 @@ impl Collector {
         bank: &Bank,
         owner: &OwnerId,
         store_time: &StoreTime,
-    ) -> Verdict {
+    ) -> (Verdict, Option<Duration>) {
         let sent = self.clock.now();
         match missing_for(
             bank,
@@ -676,13 +721,16 @@ impl Collector {
             Ok(MissingFor::AtLeast(d))
                 if d >= self.options.grace.saturating_add(self.options.skew_margin) =>
             {
-                Verdict::Missing
+                (Verdict::Missing, Some(d))
             }
-            Ok(_) => Verdict::InGrace,
-            Err(e) => Verdict::Unreadable(format!(
-                "lease missing, but its missing-since record cannot be read: {}",
-                error_chain(&e)
-            )),
+            Ok(_) => (Verdict::InGrace, None),
+            Err(e) => (
+                Verdict::Unreadable(format!(
+                    "lease missing, but its missing-since record cannot be read: {}",
+                    error_chain(&e)
+                )),
+                None,
+            ),
         }
     }
 

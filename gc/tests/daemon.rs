@@ -379,3 +379,104 @@ fn refuses_a_bank_in_a_layout_it_does_not_know() {
     assert!(logs.contains("is in layout 99"), "{logs}");
     assert!(!bank.join("gc/active").exists(), "no GC lease taken");
 }
+
+/// Metric names in a PromQL expression: every `banklease_…` identifier.
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find("banklease_") {
+        let name: String = rest[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        rest = &rest[i + name.len()..];
+        names.push(name);
+    }
+    names
+}
+
+#[test]
+fn alert_rules_and_dashboard_use_only_metrics_a_live_daemon_serves() {
+    let etc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../etc");
+    // The alert rules: groups → rules, each with an expression, a severity and a summary.
+    let text = std::fs::read_to_string(etc.join("prometheus/banklease-gc-alerts.yml")).unwrap();
+    let docs = yaml_rust2::YamlLoader::load_from_str(&text).expect("the alert rules are YAML");
+    let mut exprs: Vec<(String, String)> = Vec::new();
+    for group in docs[0]["groups"].as_vec().expect("groups") {
+        for rule in group["rules"].as_vec().expect("rules") {
+            let alert = rule["alert"]
+                .as_str()
+                .expect("every rule is an alert")
+                .to_owned();
+            let expr = rule["expr"].as_str().expect("expr").to_owned();
+            assert!(
+                rule["labels"]["severity"].as_str().is_some(),
+                "{alert}: severity"
+            );
+            assert!(
+                rule["annotations"]["summary"].as_str().is_some(),
+                "{alert}: summary"
+            );
+            exprs.push((alert, expr));
+        }
+    }
+    assert!(exprs.len() >= 6, "{exprs:?}");
+    // The dashboard: every panel's targets.
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(etc.join("grafana/banklease-gc-dashboard.json")).unwrap(),
+    )
+    .expect("the dashboard is JSON");
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        let title = panel["title"].as_str().expect("title").to_owned();
+        for target in panel["targets"].as_array().expect("targets") {
+            exprs.push((
+                title.clone(),
+                target["expr"].as_str().expect("expr").to_owned(),
+            ));
+        }
+    }
+
+    // A live daemon, after a pass: the series it serves.
+    let dir = tempfile::tempdir().unwrap();
+    let bank = bank_in(dir.path());
+    let [port] = free_ports::<1>();
+    let d = Daemon::spawn("metrics", dir.path(), &bank, port, &[]);
+    let served = wait_for(START_TIMEOUT, "a pass recorded", &[&d], || {
+        let (status, body) = http_get(port, "/metrics").ok()?;
+        (status == 200 && sample(&body, "banklease_gc_last_success_timestamp_seconds")? > 0.0)
+            .then_some(body)
+    });
+    let names: std::collections::HashSet<&str> = served
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .collect();
+    for (what, expr) in &exprs {
+        let used = metric_names(expr);
+        assert!(
+            !used.is_empty(),
+            "{what}: `{expr}` uses no banklease metric"
+        );
+        for name in used {
+            assert!(
+                names.contains(name.as_str()),
+                "{what}: `{name}` is not served:\n{served}"
+            );
+        }
+    }
+    for required in [
+        "banklease_gc_last_success_timestamp_seconds",
+        "banklease_gc_protecting_checkpoints",
+        "banklease_gc_oldest_zombie_age_seconds",
+        "banklease_gc_leases",
+        "banklease_gc_requests_total",
+        "banklease_gc_passes_total",
+    ] {
+        assert!(
+            exprs
+                .iter()
+                .any(|(_, e)| metric_names(e).iter().any(|n| n == required)),
+            "nothing watches {required}"
+        );
+    }
+}

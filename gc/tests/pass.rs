@@ -189,9 +189,26 @@ async fn collects_exactly_the_dead_owners_protecting_checkpoints() {
         assert_eq!(r.collected, 0, "{name}: {r:?}");
         assert_eq!(r.scanned, 5, "{name}: {r:?}");
         assert_eq!(r.alive, 2, "{name}: {r:?}");
+        let counts = |pairs: &[(&str, u64)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), *v))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        assert_eq!(r.protecting, counts(&[("alive", 5)]), "{name}");
+        assert_eq!(r.leases, counts(&[("alive", 2)]), "{name}");
+        assert_eq!(r.oldest_zombie_age_ms, 0, "{name}");
 
         tokio::time::sleep(f.past_expiry()).await;
+        // A dry run leaves the dead owner's checkpoints: zombies, aged since the expiry.
+        let mut dry = f.options();
+        dry.dry_run = true;
+        let r = pass(b, dry).await;
+        assert_eq!(r.protecting, counts(&[("alive", 2), ("dead", 3)]), "{name}");
+        assert_eq!(r.leases, counts(&[("alive", 1), ("expired", 1)]), "{name}");
+        assert!(r.oldest_zombie_age_ms > 0, "{name}: {r:?}");
         let r = pass(b, f.options()).await;
+        assert_eq!(r.oldest_zombie_age_ms, 0, "{name}: all collected: {r:?}");
         assert_eq!(r.collected, 3, "{name}: {r:?}");
         assert_eq!(r.dead, 1, "{name}: {r:?}");
         assert_eq!(r.errors, 0, "{name}: {r:?}");
