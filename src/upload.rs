@@ -24,8 +24,10 @@
 //!
 //! Invariant: **no part is sent, and no upload completed, unless the lease is valid at that
 //! instant** ([`OwnerLease::ensure_valid`], zero requests), exactly as for `put_data`. A part
-//! refused or failed leaves the upload open; [`DataUpload::abort`] (or the store's own expiry
-//! of incomplete uploads) removes what was sent. The object itself appears only on
+//! refused or failed leaves the upload open; [`DataUpload::abort`] removes what was sent (a
+//! refused or failed completion aborts by itself). On S3, an upload never aborted (its process
+//! died) keeps its parts until a bucket lifecycle rule (`AbortIncompleteMultipartUpload`)
+//! removes them; on Swift its segments lie under the checkpoint's data prefix and go with it. The object itself appears only on
 //! [`DataUpload::complete`], so a reader never sees half of it.
 
 use std::fmt;
@@ -111,14 +113,26 @@ impl DataUpload {
         Ok(())
     }
 
-    /// Make the object visible, if the lease is valid now. Returns its size.
+    /// Make the object visible, if the lease is valid now. Returns its size. A refused or
+    /// failed completion aborts the upload (best effort), so no parts are left behind.
     pub async fn complete(mut self) -> Result<u64> {
-        self.lease.ensure_valid()?;
-        self.upload
-            .complete()
-            .await
-            .map_err(|e| Error::store("complete_multipart", &self.path, e))?;
-        Ok(self.bytes)
+        let completed = match self.lease.ensure_valid() {
+            Ok(()) => self
+                .upload
+                .complete()
+                .await
+                .map(|_| self.bytes)
+                .map_err(|e| Error::store("complete_multipart", &self.path, e)),
+            Err(e) => Err(e),
+        };
+        if completed.is_err() {
+            if let Err(abort) = self.upload.abort().await {
+                tracing::warn!(path = %self.path, error = %abort,
+                    "aborting an upload whose completion failed failed; the store's expiry of \
+                     incomplete uploads removes its parts");
+            }
+        }
+        completed
     }
 
     /// Abandon the upload and remove the parts sent. Needs no validity: it writes no data.

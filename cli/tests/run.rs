@@ -660,3 +660,85 @@ fn the_readme_backup_job_runs_as_written() {
     );
     assert!(data[0].1.starts_with(&[0x1f, 0x8b]), "a gzip archive");
 }
+
+#[test]
+fn a_checkpoint_is_not_completed_while_one_of_its_uploads_runs() {
+    let env = Env::new(Store::File, "inflight");
+    let mut run = env.start(
+        &[],
+        "echo \"$BANKLEASE_AGENT\" > socket\n\
+         banklease agent checkpoint create cp-u || exit 9\n\
+         touch ready\nfor _ in $(seq 1 600); do [ -e go ] && exit 0; sleep 0.1; done\nexit 8\n",
+    );
+    env.wait_for_file(&mut run, "ready");
+    let socket = PathBuf::from(read(&env, "socket"));
+    // An upload whose body is half sent.
+    let mut upload = UnixStream::connect(&socket).unwrap();
+    upload
+        .write_all(
+            b"PUT /v1/checkpoints/cp-u/data/v HTTP/1.1\r\nhost: agent\r\nconnection: close\r\n\
+              content-length: 10\r\n\r\nhalf-",
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let complete = http(
+        "POST",
+        "/v1/checkpoints/cp-u/complete",
+        r#"{"status":"available"}"#,
+    );
+    let (line, body) = raw(&socket, &complete);
+    assert!(line.contains("409"), "{line} {body}");
+    assert!(body.contains("upload(s) still running"), "{body}");
+    // The upload ends; then the completion goes through, with the data.
+    upload.write_all(b"done!").unwrap();
+    upload
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = String::new();
+    let _ = upload.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    let (line, body) = raw(&socket, &complete);
+    assert!(line.contains("200"), "{line} {body}");
+    assert_eq!(env.status_of("cp-u"), Some(Status::Available));
+    assert_eq!(
+        env.data_of("cp-u"),
+        [("v".to_owned(), b"half-done!".to_vec())]
+    );
+    std::fs::write(env.path("go"), "").unwrap();
+    assert_eq!(wait(&mut run, &env).code(), Some(0), "{}", env.stderr());
+}
+
+#[test]
+fn members_of_the_jobs_group_that_ignore_sigterm_are_killed_when_the_lease_ends() {
+    let env = Env::new(Store::File, "members");
+    // The job itself exits on SIGTERM; a process of its group ignores it.
+    let mut run = env.start(
+        &["--kill-after", "300ms"],
+        "trap 'exit 143' TERM\n\
+         (trap '' TERM; for _ in $(seq 1 3000); do sleep 0.1; done) &\n\
+         echo $! > member.pid\n\
+         touch ready\nfor _ in $(seq 1 600); do sleep 0.1; done\nexit 8\n",
+    );
+    env.wait_for_file(&mut run, "ready");
+    let member: u32 = read(&env, "member.pid").parse().unwrap();
+    signal(run.id(), rustix::process::Signal::STOP);
+    std::thread::sleep(EXPIRE + Duration::from_secs(1));
+    signal(run.id(), rustix::process::Signal::CONT);
+    let status = wait(&mut run, &env);
+    assert_eq!(status.code(), Some(75), "{}", env.stderr());
+    // Killed with the group (and reaped by init, as an orphan): gone within a moment.
+    let alive = || {
+        let pid = rustix::process::Pid::from_raw(member as i32).unwrap();
+        rustix::process::test_kill_process(pid).is_ok()
+            && !std::fs::read_to_string(format!("/proc/{member}/stat"))
+                .is_ok_and(|s| s.split_whitespace().nth(2) == Some("Z"))
+    };
+    let start = Instant::now();
+    while alive() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "a member of the job's group outlived the lease"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -32,7 +32,8 @@
 //! Copies and renames run under the locks in one blocking call (a copy is a new, stamped
 //! version; a rename moves the same object). A multipart upload's completion takes the key's
 //! lock around object_store's own completion: if the caller drops that future midway, the
-//! completion may still land after the lock is released (banklease never uses multipart).
+//! completion may still land after the lock is released (banklease completes multipart uploads
+//! only for checkpoint data, which no conditional write guards).
 //!
 //! Not covered: writers that bypass this wrapper (a plain `LocalFileSystem`, `cp`, `rsync`) see
 //! no locks; and network filesystems, where `flock` may be local to one client (NFS before

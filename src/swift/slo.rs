@@ -5,7 +5,9 @@
 //! its late-data sweep) deletes them too, and a crashed upload leaves nothing elsewhere.
 //! `complete` PUTs the manifest (`?multipart-manifest=put`) listing every segment with its ETag
 //! and size; the proxy checks each segment before it accepts the manifest, and only then does
-//! `<key>` exist. `abort` deletes the segments written.
+//! `<key>` exist. A HEAD then checks that `<key>` is a large object (a proxy without `slo`
+//! would have stored the manifest as data: deleted, and the upload fails). `abort` deletes the
+//! segments written.
 
 use std::sync::{Arc, Mutex};
 
@@ -109,6 +111,22 @@ impl MultipartUpload for SloUpload {
                 .into());
         }
         let write = SwiftWrite::from_headers(response.headers());
+        // A proxy without `slo` in its pipeline (GET /info may come from another proxy of the
+        // fleet) stores the manifest itself as the object: check, and never leave that behind.
+        let head = Request::new(Method::HEAD, Target::Object(&self.location))
+            .header(super::headers::X_NEWEST, HeaderValue::from_static("true"));
+        let answer = self.store.client.send(&head).await?;
+        if !answer.headers().contains_key("x-static-large-object") {
+            let _ = object_store::ObjectStoreExt::delete(&self.store, &self.location).await;
+            return Err(object_store::Error::NotImplemented {
+                operation: format!(
+                    "multipart upload of `{}`: the proxy stored the SLO manifest as plain data \
+                     (no `slo` middleware in its pipeline); it was deleted",
+                    self.location
+                ),
+                implementer: super::error::STORE.to_owned(),
+            });
+        }
         Ok(PutResult {
             e_tag: write.e_tag,
             version: None,

@@ -30,8 +30,9 @@ pub const OWNER_ENV: &str = "BANKLEASE_OWNER_ID";
 /// The environment variable holding the bank's label (its URL, without secrets).
 pub const BANK_ENV: &str = "BANKLEASE_BANK";
 
-/// Error kinds that mean "refused": the lease does not allow the write (exit 1 in the CLI).
-pub const REFUSED_KINDS: &[&str] = &["not_valid", "lost", "fenced"];
+/// Error kinds that mean "refused": the lease (or the agent's shutdown) does not allow the write
+/// (exit 1 in the CLI).
+pub const REFUSED_KINDS: &[&str] = &["not_valid", "lost", "fenced", "closing"];
 
 /// `GET /v1/status`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -118,7 +119,7 @@ pub struct DataBody {
 pub struct ErrorBody {
     /// What went wrong and what to do.
     pub error: String,
-    /// `not_valid`, `lost`, `fenced` (refusals), `bad_request`, `not_found`, `conflict`,
+    /// `not_valid`, `lost`, `fenced`, `closing` (refusals), `bad_request`, `not_found`, `conflict`,
     /// `forbidden`, `unsupported`, `store`, `internal`.
     pub kind: String,
 }

@@ -108,6 +108,14 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     let keeper = lease.spawn_keeper(Jitter::from_entropy(), ctx.config.lease.renew_jitter);
     tracing::info!(owner_id = %owner, bank = %ctx.bank.label(), "lease acquired");
 
+    // A signal that came while the lease was being acquired: COMMAND is not started at all.
+    if let Some(signal) = signals.pending() {
+        eprintln!("error: signal {signal} before COMMAND was started; nothing was run");
+        if let Err(e) = keeper.release().await {
+            tracing::warn!(error = %error_chain(&e), "releasing the lease failed; it expires on its own");
+        }
+        return Ok(exit_code(ExitStatus::from_raw(signal)));
+    }
     let started = start(ctx, &args, &lease).await;
     let (socket_dir, agent, server, cancel, child) = match started {
         Ok(s) => s,
@@ -122,7 +130,10 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
 
     let ended = watch(child, &lease, &ctx.clock, &mut signals, kill_after).await;
 
-    // No new request from here on; the ones in flight get a moment to finish.
+    // No write starts from here on; those in flight (a background process of COMMAND may still
+    // be uploading) may finish, for at most the validity window. Only then are COMMAND's
+    // checkpoints completed as `error`: never while one of its completions may still race.
+    let drained = agent.close(windows.validity_window.max(SERVER_DRAIN)).await;
     cancel.cancel();
     let mut server = server;
     if tokio::time::timeout(SERVER_DRAIN, &mut server)
@@ -130,13 +141,19 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         .is_err()
     {
         server.abort();
-        tracing::warn!("requests to the agent still in flight at exit were dropped");
     }
     drop(socket_dir);
 
     match ended {
         Ok(Ended::Exited(status)) => {
-            finish_protecting(&agent).await;
+            if drained {
+                finish_protecting(&agent).await;
+            } else {
+                tracing::warn!(
+                    "requests to the agent were still writing at exit: the checkpoints COMMAND \
+                     left protecting are left to the GC"
+                );
+            }
             if let Err(e) = keeper.release().await {
                 tracing::warn!(owner_id = %owner, error = %error_chain(&e),
                     "releasing the lease failed; it expires on its own");
@@ -189,7 +206,8 @@ async fn start(
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
         .with_context(|| format!("cannot make socket=`{}` private", socket.display()))
         .map_err(failed)?;
-    let uid = rustix::process::getuid().as_raw();
+    // SO_PEERCRED reports the peer's effective uid.
+    let uid = rustix::process::geteuid().as_raw();
     let agent = Agent::new(lease.clone(), args.checkpoint_prefix.clone(), uid);
     let cancel = CancellationToken::new();
     let server = tokio::spawn(server::serve(
@@ -229,10 +247,13 @@ async fn start(
 /// A private directory for the socket: in `$XDG_RUNTIME_DIR` (per user, tmpfs) when there is
 /// one, else in the temporary directory; mode 0700.
 fn socket_dir() -> Result<tempfile::TempDir> {
+    // A socket path holds at most 107 bytes (sun_path); a long $TMPDIR falls back to /tmp.
+    let fits = |p: &PathBuf| p.as_os_str().len() + "/banklease-agent-XXXXXX/agent.sock".len() < 108;
     let base = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
-        .filter(|p| p.is_dir())
-        .unwrap_or_else(std::env::temp_dir);
+        .filter(|p| p.is_dir() && fits(p))
+        .or_else(|| Some(std::env::temp_dir()).filter(fits))
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
     let dir = tempfile::Builder::new()
         .prefix("banklease-agent-")
         .tempdir_in(&base)
@@ -261,6 +282,18 @@ struct Signals {
 }
 
 impl Signals {
+    /// A signal received and not yet handled, if any (without waiting).
+    fn pending(&mut self) -> Option<i32> {
+        use futures::FutureExt;
+        [
+            (self.term.recv().now_or_never(), Signal::TERM),
+            (self.int.recv().now_or_never(), Signal::INT),
+            (self.hup.recv().now_or_never(), Signal::HUP),
+        ]
+        .into_iter()
+        .find_map(|(got, signal)| got.flatten().map(|()| signal.as_raw()))
+    }
+
     fn new() -> std::io::Result<Self> {
         Ok(Self {
             term: signal(SignalKind::terminate())?,
@@ -286,13 +319,33 @@ async fn watch(
     let lost = validity_ended(lease, clock);
     tokio::pin!(lost);
     let mut stopping: Option<String> = None;
-    let mut kill_at = None;
+    // On the owner's clock, which counts time the host was suspended; checked at least once a
+    // second.
+    let mut kill_at: Option<std::time::Instant> = None;
     loop {
+        let kill_wait = kill_at.map(|at| {
+            at.saturating_duration_since(clock.now())
+                .min(Duration::from_secs(1))
+        });
         tokio::select! {
             status = child.wait() => {
-                let status = status.context("cannot wait for COMMAND")?;
+                let status = match status {
+                    Ok(s) => s,
+                    Err(e) => {
+                        // COMMAND cannot be watched: it must not run on without its lease.
+                        send(group, Signal::KILL);
+                        return Err(anyhow::Error::new(e).context("cannot wait for COMMAND; it was killed"));
+                    }
+                };
                 return Ok(match stopping {
-                    Some(reason) => Ended::Stopped { status, reason },
+                    Some(reason) => {
+                        // Members of its group that ignored SIGTERM go too, before the lease can
+                        // expire (the group outlives its leader while any member lives).
+                        if kill_at.is_some() {
+                            send(group, Signal::KILL);
+                        }
+                        Ended::Stopped { status, reason }
+                    }
                     None => Ended::Exited(status),
                 });
             }
@@ -303,13 +356,15 @@ async fn watch(
                 tracing::warn!(reason = %reason, kill_after = %human(kill_after),
                     "the lease stopped being valid: stopping COMMAND (SIGTERM now, SIGKILL after kill_after)");
                 send(group, Signal::TERM);
-                kill_at = Some(clock.sleep(kill_after));
+                kill_at = Some(clock.now() + kill_after);
                 stopping = Some(reason);
             }
-            () = async { kill_at.as_mut().expect("guarded").await }, if kill_at.is_some() => {
-                tracing::warn!("COMMAND outlived --kill-after: SIGKILL");
-                send(group, Signal::KILL);
-                kill_at = None;
+            () = clock.sleep(kill_wait.unwrap_or_default()), if kill_wait.is_some() => {
+                if kill_at.is_some_and(|at| clock.now() >= at) {
+                    tracing::warn!("COMMAND outlived --kill-after: SIGKILL");
+                    send(group, Signal::KILL);
+                    kill_at = None;
+                }
             }
         }
     }

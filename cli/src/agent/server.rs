@@ -26,6 +26,7 @@ use axum::serve::IncomingStream;
 use axum::Router;
 use banklease::checkpoint::{validate_checkpoint_id, Status};
 use banklease::observe::error_chain;
+use banklease::upload::DataUpload;
 use banklease::{Checkpoint, Error, LeaseState, OwnerLease};
 use futures::StreamExt;
 use object_store::PutPayload;
@@ -37,8 +38,22 @@ use super::api::{
 };
 
 /// Data up to this size is sent in one request; larger data as a multipart upload of parts of
-/// this size (above S3's 5 MiB minimum), each sent only while the lease is valid.
+/// at least this size (above S3's 5 MiB minimum), each sent only while the lease is valid.
 pub const PART_SIZE: usize = 8 << 20;
+/// Parts grow (×2 every this many parts, up to [`MAX_PART_SIZE`]) so that large objects stay
+/// within the stores' part limits (Swift's 1,000 segments by default: about 89 GiB; S3's
+/// 10,000 parts: over a TiB) while small ones keep small buffers.
+const PARTS_PER_SIZE: u64 = 100;
+/// The largest part, and so the most memory one upload holds.
+const MAX_PART_SIZE: usize = 128 << 20;
+/// Uploads served at once; more wait (memory: at most this many part buffers).
+const MAX_UPLOADS: usize = 4;
+
+/// The size of part `n` (0-based) of a multipart upload.
+pub fn part_size(n: u64) -> usize {
+    let doublings = u32::try_from(n / PARTS_PER_SIZE).unwrap_or(u32::MAX).min(8);
+    (PART_SIZE << doublings).min(MAX_PART_SIZE)
+}
 
 /// The agent's state, shared by every request.
 #[derive(Debug)]
@@ -48,6 +63,10 @@ pub struct Agent {
     prefix: Option<String>,
     uid: u32,
     checkpoints: Mutex<BTreeMap<String, Held>>,
+    /// Every request that writes holds a read guard; `close` takes the write side, so once it
+    /// returns no write is in flight and none will start (`true`: closed).
+    gate: tokio::sync::RwLock<bool>,
+    uploads: tokio::sync::Semaphore,
 }
 
 #[derive(Debug, Clone)]
@@ -56,6 +75,10 @@ struct Held {
     status: Status,
     data_objects: u64,
     data_bytes: u64,
+    /// Data uploads running on this checkpoint; it cannot be completed meanwhile.
+    uploading: u32,
+    /// A completion is under way; no upload may start.
+    completing: bool,
 }
 
 impl Agent {
@@ -67,11 +90,40 @@ impl Agent {
             prefix,
             uid,
             checkpoints: Mutex::new(BTreeMap::new()),
+            gate: tokio::sync::RwLock::new(false),
+            uploads: tokio::sync::Semaphore::new(MAX_UPLOADS),
         })
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Held>> {
         self.checkpoints.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stop serving writes: wait (at most `wait`) for those in flight, then refuse new ones.
+    /// False when some were still in flight at the deadline (they may still land).
+    pub async fn close(&self, wait: std::time::Duration) -> bool {
+        match tokio::time::timeout(wait, self.gate.write()).await {
+            Ok(mut closed) => {
+                *closed = true;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Enter a writing request: refused once the agent is closing.
+    async fn enter(&self) -> Result<tokio::sync::RwLockReadGuard<'_, bool>, ApiError> {
+        let guard = self.gate.read().await;
+        if *guard {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "closing",
+                "the agent is shutting down (COMMAND exited or the lease ended); nothing was \
+                 written"
+                    .to_owned(),
+            ));
+        }
+        Ok(guard)
     }
 
     /// The checkpoints created through the agent and still protecting.
@@ -135,6 +187,13 @@ impl Agent {
                 ),
             )
         })?;
+        if held.completing {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("checkpoint_id=`{id}` is being completed; it takes no more writes"),
+            ));
+        }
         if held.status != Status::Protecting && Some(held.status) != done {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
@@ -263,6 +322,7 @@ async fn create(
     State(agent): State<Arc<Agent>>,
     body: Bytes,
 ) -> Result<Json<CheckpointBody>, ApiError> {
+    let _open = agent.enter().await?;
     let CreateBody { id } = parse_json(&body, r#"{"id": "cp-1"}"#)?;
     validate_checkpoint_id(&id)?;
     if let Some(prefix) = &agent.prefix {
@@ -285,6 +345,8 @@ async fn create(
             status: Status::Protecting,
             data_objects: 0,
             data_bytes: 0,
+            uploading: 0,
+            completing: false,
         },
     );
     tracing::info!(checkpoint_id = %id, "checkpoint created");
@@ -304,13 +366,28 @@ async fn put_data(
     Path((id, name)): Path<(String, String)>,
     body: Body,
 ) -> Result<Json<DataBody>, ApiError> {
-    let held = agent.checkpoint(&id, None)?;
+    let _open = agent.enter().await?;
     banklease::id::validate_id("data object", &name)?;
-    let (bytes, parts) = upload(&held.checkpoint, &name, body).await?;
+    let _slot =
+        agent.uploads.acquire().await.map_err(|e| {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+        })?;
+    let checkpoint = {
+        let held = agent.checkpoint(&id, None)?;
+        if let Some(h) = agent.held().get_mut(&id) {
+            h.uploading += 1;
+        }
+        held.checkpoint
+    };
+    let uploaded = upload(&checkpoint, &name, body).await;
     if let Some(h) = agent.held().get_mut(&id) {
-        h.data_objects += 1;
-        h.data_bytes += bytes;
+        h.uploading -= 1;
+        if let Ok((bytes, _)) = &uploaded {
+            h.data_objects += 1;
+            h.data_bytes += bytes;
+        }
     }
+    let (bytes, parts) = uploaded?;
     Ok(Json(
         StatusCode::CREATED,
         DataBody {
@@ -326,7 +403,10 @@ async fn put_data(
 /// upload, aborted on any failure so that nothing half-written becomes visible.
 async fn upload(checkpoint: &Checkpoint, name: &str, body: Body) -> Result<(u64, u64), ApiError> {
     let mut stream = body.into_data_stream();
-    let mut buffer: Vec<u8> = Vec::new();
+    // Room for a part and the chunk that overflows it, so a buffer is never reallocated to
+    // twice its size (bodies arrive in chunks of at most about 1 MiB).
+    const SLACK: usize = 2 << 20;
+    let mut buffer: Vec<u8> = Vec::with_capacity(PART_SIZE + SLACK);
     let mut multipart = None;
     let mut failure = None;
     while let Some(chunk) = stream.next().await {
@@ -342,8 +422,17 @@ async fn upload(checkpoint: &Checkpoint, name: &str, body: Body) -> Result<(u64,
             }
         };
         buffer.extend_from_slice(&chunk);
-        while buffer.len() >= PART_SIZE {
-            let rest = buffer.split_off(PART_SIZE);
+        loop {
+            let size = part_size(multipart.as_ref().map_or(0, |u: &DataUpload| u.parts()));
+            // More than one part's worth: send a part (exactly one part's worth, at the end,
+            // may still be the whole object, sent in one request).
+            if buffer.len() <= size {
+                break;
+            }
+            let next = part_size(multipart.as_ref().map_or(0, |u: &DataUpload| u.parts()) + 1);
+            let mut rest = Vec::with_capacity(next + SLACK);
+            rest.extend_from_slice(&buffer[size..]);
+            buffer.truncate(size);
             let part = std::mem::replace(&mut buffer, rest);
             let sent = async {
                 if multipart.is_none() {
@@ -372,32 +461,32 @@ async fn upload(checkpoint: &Checkpoint, name: &str, body: Body) -> Result<(u64,
             Ok((len, 1))
         }
         (Some(mut upload), None) => {
-            let last = async {
-                if !buffer.is_empty() {
-                    upload.put_part(PutPayload::from(buffer)).await?;
+            if !buffer.is_empty() {
+                if let Err(e) = upload.put_part(PutPayload::from(buffer)).await {
+                    abort(upload).await;
+                    return Err(e.into());
                 }
-                Ok::<_, Error>(upload)
             }
-            .await;
-            match last {
-                Ok(upload) => {
-                    let parts = upload.parts();
-                    let bytes = upload.complete().await?;
-                    Ok((bytes, parts))
-                }
-                Err(e) => Err(e.into()),
-            }
+            let parts = upload.parts();
+            // A refused or failed completion aborts the upload itself.
+            let bytes = upload.complete().await?;
+            Ok((bytes, parts))
         }
         (upload, Some(e)) => {
             if let Some(upload) = upload {
-                if let Err(abort) = upload.abort().await {
-                    tracing::warn!(error = %error_chain(&abort),
-                        "aborting a failed multipart upload failed; the store's own expiry of \
-                         incomplete uploads removes its parts");
-                }
+                abort(upload).await;
             }
             Err(e)
         }
+    }
+}
+
+async fn abort(upload: DataUpload) {
+    if let Err(e) = upload.abort().await {
+        tracing::warn!(error = %error_chain(&e),
+            "aborting a failed multipart upload failed; on S3 a lifecycle rule \
+             (AbortIncompleteMultipartUpload) removes its parts, on Swift they go with the \
+             checkpoint's data");
     }
 }
 
@@ -445,8 +534,30 @@ async fn complete(
             ))
         }
     };
-    let held = agent.checkpoint(&id, Some(outcome))?;
-    held.checkpoint.complete(outcome).await?;
+    let _open = agent.enter().await?;
+    let held = {
+        let held = agent.checkpoint(&id, Some(outcome))?;
+        let mut all = agent.held();
+        let h = all.get_mut(&id).expect("checked above");
+        if h.uploading > 0 {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!(
+                    "checkpoint_id=`{id}` has {} data upload(s) still running; wait for them \
+                     before completing it",
+                    h.uploading
+                ),
+            ));
+        }
+        h.completing = true;
+        held
+    };
+    let completed = held.checkpoint.complete(outcome).await;
+    if let Some(h) = agent.held().get_mut(&id) {
+        h.completing = false;
+    }
+    completed?;
     agent.completed(&id, outcome);
     tracing::info!(checkpoint_id = %id, status = %outcome, "checkpoint completed");
     Ok(Json(
