@@ -170,7 +170,9 @@ impl Daemon {
         tokio::select! {
             biased;
             () = cancel.cancelled() => return Ok(None),
-            checked = banklease::layout::check(&self.bank) => checked.context("refusing to start")?,
+            checked = banklease::layout::check(&self.bank) => checked.with_context(|| {
+                format!("refusing to start on bank=`{}`", self.bank.label())
+            })?,
         }
         // Aborting the probe on shutdown is harmless: at worst it leaves its probe key behind.
         let capabilities = tokio::select! {
