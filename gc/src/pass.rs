@@ -125,10 +125,17 @@ pub const TEMPORARY_SWEEP_BUDGET: usize = 50_000;
 
 /// What happened to one checkpoint.
 enum Outcome {
+    /// Collected (dry run: would have been).
     Collected,
+    /// Collected but for its protecting marker, which is deleted in bulk with others'.
+    Tombstoned(Path),
     Repaired,
     Skipped,
 }
+
+/// Protecting markers of collected checkpoints deleted in one bulk request (`DeleteObjects`,
+/// Swift's bulk delete; one request each where the store has none).
+const MARKER_BATCH: usize = 1000;
 
 impl Collector {
     /// A collector on `bank`.
@@ -655,10 +662,18 @@ impl Collector {
                 self.collect_one(bank, &owner, &id).await
             })
             .buffer_unordered(self.options.concurrency);
-        // Consumed as it comes: memory stays bounded by `concurrency`, not by the owner's size.
+        // Consumed as it comes: memory stays bounded by `concurrency` and the marker batch, not
+        // by the owner's size.
+        let mut tombstoned: Vec<Path> = Vec::new();
         while let Some(result) = results.next().await {
             match result {
                 Ok(Outcome::Collected) => report.collected += 1,
+                Ok(Outcome::Tombstoned(marker)) => {
+                    tombstoned.push(marker);
+                    if tombstoned.len() >= MARKER_BATCH {
+                        clean &= delete_markers(bank, &mut tombstoned, report).await;
+                    }
+                }
                 Ok(Outcome::Repaired) => report.repaired += 1,
                 Ok(Outcome::Skipped) => {
                     report.skipped += 1;
@@ -672,6 +687,7 @@ impl Collector {
                 }
             }
         }
+        clean &= delete_markers(bank, &mut tombstoned, report).await;
         // A dry run removed nothing.
         clean && !self.options.dry_run
     }
@@ -814,7 +830,9 @@ impl Collector {
         self.finish_collection(bank, owner, id, existing).await
     }
 
-    /// The GC holds the decision: sweep marker, data, tombstone, marker. Idempotent.
+    /// The GC holds the decision: sweep marker, data, tombstone — and the marker, which the
+    /// caller deletes in bulk with other checkpoints' (after their tombstones). Idempotent: a
+    /// marker left by a crash brings the checkpoint back here on the next pass.
     async fn finish_collection(
         &self,
         bank: &Bank,
@@ -832,11 +850,37 @@ impl Collector {
         let created_at = existing.map(|r| r.created_at);
         checkpoint::write_tombstone(bank, id, owner, created_at, self.clock.system_now().into())
             .await?;
-        delete_ok_if_missing(bank, &marker_path(bank, owner, id)).await?;
         tracing::info!(checkpoint_id = id, owner_id = %owner, decision = %decision_path(bank, id),
             "collected");
-        Ok(Outcome::Collected)
+        Ok(Outcome::Tombstoned(marker_path(bank, owner, id)))
     }
+}
+
+/// Delete the markers of tombstoned checkpoints in bulk; each one deleted (or already gone)
+/// completes a collection. False if some could not be deleted (the next pass resumes those).
+async fn delete_markers(bank: &Bank, markers: &mut Vec<Path>, report: &mut PassReport) -> bool {
+    if markers.is_empty() {
+        return true;
+    }
+    let batch = std::mem::take(markers);
+    let n = batch.len();
+    let locations = futures::stream::iter(batch.into_iter().map(Ok)).boxed();
+    let mut results = bank.store().delete_stream(locations);
+    let mut done = 0;
+    let mut clean = true;
+    while let Some(result) = results.next().await {
+        match result {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => done += 1,
+            Err(e) => {
+                tracing::warn!(error = %e,
+                    "deleting a collected checkpoint's marker failed; the next pass resumes it");
+                report.errors += 1;
+                clean = false;
+            }
+        }
+    }
+    report.collected += done;
+    clean && done == n as u64
 }
 
 fn uuid_token() -> String {

@@ -119,7 +119,7 @@ pub async fn sweep_due(
                     tracing::warn!(checkpoint_id = %id,
                         "sweep marker beside an owner's decision: data left alone, marker removed");
                     match bank.store().delete(&marker).await {
-                        Ok(()) | Err(object_store::Error::NotFound { .. }) => return Ok(0),
+                        Ok(()) | Err(object_store::Error::NotFound { .. }) => return Ok(None),
                         Err(e) => return Err(banklease::Error::store("delete", &marker, e)),
                     }
                 }
@@ -137,22 +137,24 @@ pub async fn sweep_due(
                 }
             }
             let found = delete_prefix(bank, &data_prefix(bank, &id)).await?;
-            match bank.store().delete(&marker).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(banklease::Error::store("delete", &marker, e)),
-            }
             if found > 0 {
                 tracing::warn!(checkpoint_id = %id, found,
                     "late data under a collected checkpoint: deleted");
             }
-            Ok::<u64, banklease::Error>(found)
+            // The marker goes in bulk with the others', after every sweep of the batch.
+            Ok::<Option<(u64, Path)>, banklease::Error>(Some((found, marker)))
         })
         .buffer_unordered(concurrency.max(1));
+    let mut done: Vec<Path> = Vec::new();
     while let Some(result) = results.next().await {
         match result {
-            Ok(found) => {
-                swept.checkpoints += 1;
+            Ok(None) => {}
+            Ok(Some((found, marker))) => {
                 swept.objects += found;
+                done.push(marker);
+                if done.len() >= MARKER_BATCH {
+                    delete_sweep_markers(bank, &mut done, &mut swept).await;
+                }
             }
             Err(e) => {
                 tracing::warn!(error = %error_chain(&e), "sweeping late data failed; next pass retries");
@@ -160,7 +162,31 @@ pub async fn sweep_due(
             }
         }
     }
+    drop(results);
+    delete_sweep_markers(bank, &mut done, &mut swept).await;
     swept
+}
+
+/// Sweep markers deleted in one bulk request.
+const MARKER_BATCH: usize = 1000;
+
+/// Delete the markers of swept checkpoints in bulk; each one deleted (or already gone) ends
+/// its checkpoint's sweep. One that cannot be deleted is swept again by a later pass.
+async fn delete_sweep_markers(bank: &Bank, markers: &mut Vec<Path>, swept: &mut Swept) {
+    if markers.is_empty() {
+        return;
+    }
+    let locations = futures::stream::iter(std::mem::take(markers).into_iter().map(Ok)).boxed();
+    let mut results = bank.store().delete_stream(locations);
+    while let Some(result) = results.next().await {
+        match result {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => swept.checkpoints += 1,
+            Err(e) => {
+                tracing::warn!(error = %e, "deleting a sweep marker failed; a later pass sweeps again");
+                swept.errors += 1;
+            }
+        }
+    }
 }
 
 /// Delete every object under `prefix`; returns how many the listing showed. A listing may still
