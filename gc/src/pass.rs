@@ -45,7 +45,7 @@ use object_store::{ObjectMeta, ObjectStoreExt};
 use serde::Serialize;
 
 use crate::plan::{plan, GcOptions, OwnerTally, Verdict};
-use crate::sweep::{delete_prefix, mark_for_sweep, sweep_due};
+use crate::sweep::{delete_markers, delete_prefix, mark_for_sweep, sweep_due, MARKER_BATCH};
 use crate::timing::{
     floor_path, forget_clock_probes, forget_missing, missing_for, read_floor, write_floor,
     ClockWatch, MissingFor, Step,
@@ -132,10 +132,6 @@ enum Outcome {
     Repaired,
     Skipped,
 }
-
-/// Protecting markers of collected checkpoints deleted in one bulk request (`DeleteObjects`,
-/// Swift's bulk delete; one request each where the store has none).
-const MARKER_BATCH: usize = 1000;
 
 impl Collector {
     /// A collector on `bank`.
@@ -671,7 +667,7 @@ impl Collector {
                 Ok(Outcome::Tombstoned(marker)) => {
                     tombstoned.push(marker);
                     if tombstoned.len() >= MARKER_BATCH {
-                        clean &= delete_markers(bank, &mut tombstoned, report).await;
+                        clean &= delete_collected_markers(bank, &mut tombstoned, report).await;
                     }
                 }
                 Ok(Outcome::Repaired) => report.repaired += 1,
@@ -687,7 +683,7 @@ impl Collector {
                 }
             }
         }
-        clean &= delete_markers(bank, &mut tombstoned, report).await;
+        clean &= delete_collected_markers(bank, &mut tombstoned, report).await;
         // A dry run removed nothing.
         clean && !self.options.dry_run
     }
@@ -858,29 +854,16 @@ impl Collector {
 
 /// Delete the markers of tombstoned checkpoints in bulk; each one deleted (or already gone)
 /// completes a collection. False if some could not be deleted (the next pass resumes those).
-async fn delete_markers(bank: &Bank, markers: &mut Vec<Path>, report: &mut PassReport) -> bool {
-    if markers.is_empty() {
-        return true;
-    }
-    let batch = std::mem::take(markers);
-    let n = batch.len();
-    let locations = futures::stream::iter(batch.into_iter().map(Ok)).boxed();
-    let mut results = bank.store().delete_stream(locations);
-    let mut done = 0;
-    let mut clean = true;
-    while let Some(result) = results.next().await {
-        match result {
-            Ok(_) | Err(object_store::Error::NotFound { .. }) => done += 1,
-            Err(e) => {
-                tracing::warn!(error = %e,
-                    "deleting a collected checkpoint's marker failed; the next pass resumes it");
-                report.errors += 1;
-                clean = false;
-            }
-        }
-    }
+async fn delete_collected_markers(
+    bank: &Bank,
+    markers: &mut Vec<Path>,
+    report: &mut PassReport,
+) -> bool {
+    let (done, failed) =
+        delete_markers(bank, markers, "a collected checkpoint's protecting marker").await;
     report.collected += done;
-    clean && done == n as u64
+    report.errors += failed;
+    failed == 0
 }
 
 fn uuid_token() -> String {

@@ -167,26 +167,36 @@ pub async fn sweep_due(
     swept
 }
 
-/// Sweep markers deleted in one bulk request.
-const MARKER_BATCH: usize = 1000;
+/// Markers (protecting or sweep) deleted in one bulk request (`DeleteObjects`, Swift's bulk
+/// delete; one request each where the store has none).
+pub const MARKER_BATCH: usize = 1000;
 
-/// Delete the markers of swept checkpoints in bulk; each one deleted (or already gone) ends
-/// its checkpoint's sweep. One that cannot be deleted is swept again by a later pass.
-async fn delete_sweep_markers(bank: &Bank, markers: &mut Vec<Path>, swept: &mut Swept) {
+/// Delete `markers` (emptied) in bulk: how many were deleted or already gone, and how many
+/// failed (each warned about as `what`; a later pass finds those again).
+pub async fn delete_markers(bank: &Bank, markers: &mut Vec<Path>, what: &str) -> (u64, u64) {
     if markers.is_empty() {
-        return;
+        return (0, 0);
     }
     let locations = futures::stream::iter(std::mem::take(markers).into_iter().map(Ok)).boxed();
     let mut results = bank.store().delete_stream(locations);
+    let (mut done, mut failed) = (0, 0);
     while let Some(result) = results.next().await {
         match result {
-            Ok(_) | Err(object_store::Error::NotFound { .. }) => swept.checkpoints += 1,
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => done += 1,
             Err(e) => {
-                tracing::warn!(error = %e, "deleting a sweep marker failed; a later pass sweeps again");
-                swept.errors += 1;
+                tracing::warn!(error = %e, "deleting {what} failed; a later pass finds it again");
+                failed += 1;
             }
         }
     }
+    (done, failed)
+}
+
+/// End the sweep of every checkpoint in `markers` by deleting its sweep marker.
+async fn delete_sweep_markers(bank: &Bank, markers: &mut Vec<Path>, swept: &mut Swept) {
+    let (done, failed) = delete_markers(bank, markers, "a sweep marker").await;
+    swept.checkpoints += done;
+    swept.errors += failed;
 }
 
 /// Delete every object under `prefix`; returns how many the listing showed. A listing may still
