@@ -88,7 +88,7 @@ pub use error::{Error, Result};
 pub use id::OwnerId;
 pub use keeper::Keeper;
 pub use lease::{LeaseRecord, LeaseState, OwnerLease};
-pub use observe::{LeaseObserver, LeaseView};
+pub use observe::{LeaseObserver, LeaseView, ValidityCheck};
 pub use windows::LeaseWindows;
 #[cfg(any(test, feature = "test-util"))]
 pub mod failing;

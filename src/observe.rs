@@ -154,6 +154,51 @@ impl LeaseObserver {
         }
     }
 
+    /// An admin's answer to "may this owner start an update now?" (`banklease validity-check`,
+    /// Python's `LeaseObserver.view`): three requests (the store's clock, then the lease).
+    ///
+    /// The view is judged at a *lower* bound of the store's time, which is right for "is it
+    /// dead?". This question needs an *upper* bound, so `remaining` also loses both round trips
+    /// and the read staleness. The owner's declared validity window is used unless `window` is
+    /// given; `fallback` serves when the lease declares none (missing or unreadable).
+    pub async fn validity_check(
+        &self,
+        owner: &OwnerId,
+        window: Option<Duration>,
+        fallback: Duration,
+    ) -> crate::Result<ValidityCheck> {
+        let t = self.store_time().await?;
+        let sent = self.clock.now();
+        let view = self.view(owner, &t).await;
+        let received = self.clock.now();
+        let declared = match &view {
+            LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. } => {
+                Some(Duration::from_millis(record.validity_window_ms))
+            }
+            _ => None,
+        };
+        let (validity_window, window_source) = match (window, declared) {
+            (Some(w), _) => (w, WindowSource::Given),
+            (None, Some(w)) => (w, WindowSource::Owner),
+            (None, None) => (fallback, WindowSource::Fallback),
+        };
+        let uncertainty = received.saturating_duration_since(sent)
+            + t.observed.saturating_duration_since(t.sent)
+            + self.staleness;
+        let remaining = match &view {
+            LeaseView::Alive { remaining, .. } => remaining.saturating_sub(uncertainty),
+            _ => Duration::ZERO,
+        };
+        let ok = matches!(view, LeaseView::Alive { .. }) && remaining >= validity_window;
+        Ok(ValidityCheck {
+            view,
+            remaining,
+            validity_window,
+            window_source,
+            ok,
+        })
+    }
+
     /// `stamp`, raised to the step floor if there is one.
     pub fn floored(&self, stamp: DateTime<Utc>) -> DateTime<Utc> {
         match self.floor {
@@ -161,6 +206,32 @@ impl LeaseObserver {
             _ => stamp,
         }
     }
+}
+
+/// Where a [`ValidityCheck`]'s validity window came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowSource {
+    /// Given by the caller (`--validity-window`).
+    Given,
+    /// Declared by the owner in its lease.
+    Owner,
+    /// The caller's fallback (its configuration): the lease declares none.
+    Fallback,
+}
+
+/// The answer of [`LeaseObserver::validity_check`].
+#[derive(Debug, Clone)]
+pub struct ValidityCheck {
+    /// What the observer read.
+    pub view: LeaseView,
+    /// Lease time left at the latest instant the answer may be acted on (zero unless alive).
+    pub remaining: Duration,
+    /// The validity window `remaining` must reach.
+    pub validity_window: Duration,
+    /// Where `validity_window` came from.
+    pub window_source: WindowSource,
+    /// Whether the owner may start an update: alive, with at least the validity window left.
+    pub ok: bool,
 }
 
 /// An error and its sources on one line.

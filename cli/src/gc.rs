@@ -13,20 +13,9 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool) -> Result<Outcome>
     options.dry_run |= dry_run;
     options.force = force;
     // As the daemon: a margin below the store's stamp resolution cannot absorb the truncation.
-    let resolution = ctx
-        .bank
-        .stamp_resolution(&ctx.clock)
+    banklease_gc::timing::check_skew_margin(&ctx.bank, &ctx.clock, options.skew_margin)
         .await
-        .with_context(|| format!("cannot read the store clock of bank=`{}`", ctx.bank.label()))?;
-    if options.skew_margin < resolution {
-        anyhow::bail!(
-            "refusing to collect: lease.skew_margin=`{}` is below the store's timestamp \
-             resolution=`{}` on bank=`{}`; set lease.skew_margin to at least the resolution",
-            humantime::format_duration(options.skew_margin),
-            humantime::format_duration(resolution),
-            ctx.bank.label()
-        );
-    }
+        .with_context(|| format!("refusing to collect on bank=`{}`", ctx.bank.label()))?;
     let collector = banklease_gc::Collector::new(ctx.bank.clone(), ctx.clock.clone(), options);
     let report: banklease_gc::PassReport = collector
         .run_pass()

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
-use banklease::{LeaseView, OwnerId};
+use anyhow::{Context, Result};
+use banklease::observe::WindowSource;
+use banklease::{LeaseView, OwnerId, ValidityCheck};
 use serde::Serialize;
 
 use crate::{human, ms, out_json, out_line, Ctx, Outcome};
@@ -30,47 +31,44 @@ pub(crate) async fn validity_check(
     window: Option<Duration>,
 ) -> Result<Outcome> {
     let owner = OwnerId::parse(owner)?;
-    let t = ctx.store_time().await?;
-    let sent = ctx.clock.now();
-    let view = ctx.observer().view(&owner, &t).await;
-    let received = ctx.clock.now();
     // The owner's own validity window, as its lease declares it, unless one is given: the
     // admin's configuration describes the admin's owners, not necessarily this one.
-    let record = match &view {
-        LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. } => Some(record),
-        _ => None,
+    let check = ctx
+        .observer()
+        .validity_check(&owner, window, ctx.config.lease.validity_window)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot read the store's clock of bank=`{}`",
+                ctx.bank.label()
+            )
+        })?;
+    let ValidityCheck {
+        view,
+        remaining,
+        validity_window: window,
+        window_source,
+        ok,
+    } = check;
+    let window_source = match window_source {
+        WindowSource::Given => "--validity-window",
+        WindowSource::Owner => "the owner's",
+        WindowSource::Fallback => "configured",
     };
-    let (window, window_source) = match (window, record) {
-        (Some(w), _) => (w, "--validity-window"),
-        (None, Some(r)) => (Duration::from_millis(r.validity_window_ms), "the owner's"),
-        (None, None) => (ctx.config.lease.validity_window, "configured"),
-    };
-    if let Some(r) = record {
-        let slack = r.expire_window().saturating_sub(window);
+    if let LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. } = &view {
+        let slack = record.expire_window().saturating_sub(window);
         if ctx.config.lease.skew_margin >= slack {
             eprintln!(
                 "warning: no observer with skew_margin=`{}` can call this lease valid: the \
                  owner's expire_window=`{}` leaves only `{}` beyond validity_window=`{}`; lower \
                  [lease] skew_margin or give the owner a longer expire window",
                 human(ctx.config.lease.skew_margin),
-                human(r.expire_window()),
+                human(record.expire_window()),
                 human(slack),
                 human(window)
             );
         }
     }
-    // The view is judged at a *lower* bound of the store's time (right for "is it dead?"). For
-    // "may it start an update?" the answer must hold at an *upper* bound: at receipt, with the
-    // probe stamped as early as it could have been. The difference is both round trips plus the
-    // read staleness the lower bound deducted.
-    let uncertainty = received.saturating_duration_since(sent)
-        + t.observed.saturating_duration_since(t.sent)
-        + ctx.config.gc.read_staleness;
-    let remaining = match &view {
-        LeaseView::Alive { remaining, .. } => remaining.saturating_sub(uncertainty),
-        _ => Duration::ZERO,
-    };
-    let ok = matches!(view, LeaseView::Alive { .. }) && remaining >= window;
     let (since, error) = match &view {
         LeaseView::Expired { since, .. } => (Some(*since), None),
         LeaseView::Unreadable { error } => (None, Some(error.as_str())),

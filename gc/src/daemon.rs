@@ -195,23 +195,14 @@ impl Daemon {
                 lease.why
             ));
         }
-        // Every judgement deducts the skew margin; one below the store's stamp resolution
-        // cannot absorb the truncation of every stamp (1 s on S3 and Swift's Last-Modified).
-        let resolution = tokio::select! {
+        tokio::select! {
             biased;
             () = cancel.cancelled() => return Ok(None),
-            measured = self.bank.stamp_resolution(&self.clock) => measured.with_context(|| {
-                format!("refusing to start: cannot read the store clock of bank=`{}`", self.bank.label())
+            checked = crate::timing::check_skew_margin(
+                &self.bank, &self.clock, self.config.lease.skew_margin,
+            ) => checked.with_context(|| {
+                format!("refusing to start on bank=`{}`", self.bank.label())
             })?,
-        };
-        if self.config.lease.skew_margin < resolution {
-            return Err(anyhow!(
-                "refusing to start: lease.skew_margin=`{}` is below the store's timestamp \
-                 resolution=`{}` on bank=`{}`; set lease.skew_margin to at least the resolution",
-                humantime::format_duration(self.config.lease.skew_margin),
-                humantime::format_duration(resolution),
-                self.bank.label()
-            ));
         }
         info!(bank = self.bank.label(), renewal = ?capabilities.renewal,
             owner_lease = %lease.basis,

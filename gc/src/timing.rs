@@ -321,6 +321,29 @@ pub(crate) async fn forget_missing(bank: &Bank, keep: impl Fn(&OwnerId) -> bool)
     .await
 }
 
+/// Refuse to collect with a skew margin below the store's timestamp resolution (1 s on S3 and
+/// Swift's Last-Modified): no judgement could then absorb the truncation of every stamp. The
+/// daemon checks before it starts, a one-shot pass (CLI, Python) before it runs.
+pub async fn check_skew_margin(
+    bank: &Bank,
+    clock: &banklease::clock::SharedClock,
+    margin: Duration,
+) -> banklease::Result<()> {
+    let resolution = bank.stamp_resolution(clock).await?;
+    if margin < resolution {
+        return Err(banklease::Error::Config {
+            message: format!(
+                "lease.skew_margin=`{}` is below the store's timestamp resolution=`{}` on \
+                 bank=`{}`; set lease.skew_margin to at least the resolution",
+                humantime::format_duration(margin),
+                humantime::format_duration(resolution),
+                bank.label()
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Delete the objects under `prefix` that `stale` selects (listed first, then deleted); returns
 /// the errors met. For the GC's own bookkeeping, where deleting too much only delays.
 async fn delete_listed(

@@ -1,0 +1,276 @@
+"""banklease: owner leases, checkpoint indexes and a safe GC for protection services.
+
+A protection (backup) service writes checkpoints into a *bank* in object storage. While a
+checkpoint is written its status is ``protecting``; each running instance of the service is an
+*owner* and keeps one lease object in the bank. Once an owner's lease is gone on the store's
+clock, its protecting checkpoints are zombies the GC collects — and never while it is alive.
+
+Blocking style::
+
+    import banklease
+
+    bank = banklease.Bank.open("file:///var/lib/bank")
+    windows = banklease.LeaseWindows(renew_window=30, expire_window=120, validity_window=20)
+    lease = banklease.OwnerLease.acquire(bank, windows)
+    with lease.keep(on_lost=lambda err: print("stop writing:", err)):
+        cp = banklease.Checkpoint.create(lease, "cp-0001")
+        cp.put_data("disk0", b"...")       # checks validity first (no request)
+        cp.complete("available")            # raises Fenced if the GC collected it
+    # leaving the block released the lease
+
+asyncio style: every call that sends requests has an ``*_async`` twin returning an awaitable
+(``await banklease.OwnerLease.acquire_async(bank, windows)``, ``await cp.complete_async()``,
+``async with lease.keep(): ...``).
+
+Admin side: ``LeaseObserver(bank).view(owner_id)`` judges a lease on the store's clock,
+``run_pass(bank)`` runs one GC pass (the daemon's engine), ``doctor(bank)`` measures what the
+store enforces. ``banklease.compat.BankPluginLease`` offers the seed design's bank-plugin
+names (``acquire_lease``, ``renew_lease``, ``check_lease_validity``, ``check_lease_existence``).
+
+Durations are seconds (int or float) or ``datetime.timedelta``. Errors are the exceptions of
+``banklease.errors`` (all under ``BankleaseError``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Dict, Optional, Union
+
+from ._banklease import (
+    Bank,
+    Checkpoint,
+    Keeper,
+    LeaseObserver,
+    LeaseStatus,
+    LeaseView,
+    LeaseWindows,
+    OwnerLease,
+    __version__,
+)
+from . import _banklease
+from .errors import (
+    BankleaseError,
+    CheckpointAmbiguous,
+    CheckpointError,
+    CheckpointExists,
+    ClockStep,
+    ConfigError,
+    CorruptObject,
+    Fenced,
+    InvalidId,
+    LayoutError,
+    LeaseError,
+    LeaseExists,
+    LeaseLost,
+    NotValid,
+    StoreError,
+    Unsupported,
+)
+
+__all__ = [
+    "Bank",
+    "Checkpoint",
+    "CheckpointRecord",
+    "DoctorReport",
+    "Keeper",
+    "LeaseObserver",
+    "LeaseStatus",
+    "LeaseView",
+    "LeaseWindows",
+    "OwnerLease",
+    "PassReport",
+    "doctor",
+    "doctor_async",
+    "read_checkpoint",
+    "read_checkpoint_async",
+    "run_pass",
+    "run_pass_async",
+    "__version__",
+    # errors
+    "BankleaseError",
+    "CheckpointAmbiguous",
+    "CheckpointError",
+    "CheckpointExists",
+    "ClockStep",
+    "ConfigError",
+    "CorruptObject",
+    "Fenced",
+    "InvalidId",
+    "LayoutError",
+    "LeaseError",
+    "LeaseExists",
+    "LeaseLost",
+    "NotValid",
+    "StoreError",
+    "Unsupported",
+]
+
+Seconds = Union[int, float, "datetime.timedelta"]  # noqa: F821 (documentation only)
+
+
+@dataclasses.dataclass(frozen=True)
+class PassReport:
+    """What one GC pass did (the daemon's ``PassReport``).
+
+    Counts are of protecting checkpoints (``scanned``, ``collected``, ...) and of their owners
+    (``owners``, ``alive``, ``in_grace``, ``dead``, ``unreadable``). ``braked`` says why the
+    safety brake refused the pass (nothing was collected). ``requests`` counts the store
+    requests by kind. Durations are in milliseconds, as in the daemon's JSON log.
+    """
+
+    scanned: int
+    owners: int
+    alive: int
+    in_grace: int
+    dead: int
+    unreadable: int
+    collected: int
+    repaired: int
+    skipped: int
+    errors: int
+    late_data_swept: int
+    leases_reaped: int
+    temporaries_swept: int
+    dry_run: bool
+    braked: Optional[str]
+    requests: Dict[str, int]
+    duration_ms: int
+    protecting: Dict[str, int]
+    leases: Dict[str, int]
+    oldest_zombie_age_ms: int
+
+    @classmethod
+    def _from_json(cls, text: str) -> "PassReport":
+        data = json.loads(text)
+        names = {f.name for f in dataclasses.fields(cls)}
+        # A newer extension may report more than this class knows: keep what it knows.
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclasses.dataclass(frozen=True)
+class DoctorReport:
+    """What ``doctor`` measured: ``supported`` is True when the bank supports owner leases and
+    the GC; ``verdicts`` says what each guarantee rests on; ``diagnosis`` holds the
+    measurements (the JSON of ``banklease doctor --json``)."""
+
+    supported: bool
+    verdicts: Dict[str, Any]
+    diagnosis: Dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointRecord:
+    """A checkpoint's ``index.json``: its owner and status (``protecting``, ``available``,
+    ``error``, ``deleting``, ``deleted``, ``error-deleting``)."""
+
+    id: str
+    owner_id: str
+    status: str
+    created_at: str
+    format: int
+
+
+def _record(text: Optional[str]) -> Optional[CheckpointRecord]:
+    if text is None:
+        return None
+    data = json.loads(text)
+    names = {f.name for f in dataclasses.fields(CheckpointRecord)}
+    return CheckpointRecord(**{k: v for k, v in data.items() if k in names})
+
+
+def run_pass(
+    bank: Bank,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    grace: Optional[Seconds] = None,
+    skew_margin: Optional[Seconds] = None,
+    read_staleness: Optional[Seconds] = None,
+    concurrency: Optional[int] = None,
+    max_deletions: Optional[int] = None,
+    reap_leases: Optional[bool] = None,
+    config_file: Optional[str] = None,
+) -> PassReport:
+    """Run one GC pass on ``bank`` with the engine of the ``banklease-gc`` daemon.
+
+    Collects the protecting checkpoints of owners whose lease is gone on the store's clock
+    (expired past ``grace``, or missing), and never one whose owner is alive or whose lease
+    cannot be read. Options default to ``config_file``'s ``[gc]`` and ``[lease]`` sections (or
+    the built-in defaults); the arguments override them. ``dry_run`` plans and reports only;
+    ``force`` lets a pass through that the safety brake would refuse. Raises ``ConfigError``
+    when ``skew_margin`` is below the store's timestamp resolution, ``ClockStep`` when the
+    store's clock stepped (nothing was deleted), ``StoreError`` when the bank cannot be read.
+    """
+    return PassReport._from_json(
+        _banklease.run_pass(
+            bank,
+            dry_run=dry_run,
+            force=force,
+            grace=grace,
+            skew_margin=skew_margin,
+            read_staleness=read_staleness,
+            concurrency=concurrency,
+            max_deletions=max_deletions,
+            reap_leases=reap_leases,
+            config_file=config_file,
+        )
+    )
+
+
+async def run_pass_async(
+    bank: Bank,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    grace: Optional[Seconds] = None,
+    skew_margin: Optional[Seconds] = None,
+    read_staleness: Optional[Seconds] = None,
+    concurrency: Optional[int] = None,
+    max_deletions: Optional[int] = None,
+    reap_leases: Optional[bool] = None,
+    config_file: Optional[str] = None,
+) -> PassReport:
+    """``run_pass``, for asyncio."""
+    return PassReport._from_json(
+        await _banklease.run_pass_async(
+            bank,
+            dry_run=dry_run,
+            force=force,
+            grace=grace,
+            skew_margin=skew_margin,
+            read_staleness=read_staleness,
+            concurrency=concurrency,
+            max_deletions=max_deletions,
+            reap_leases=reap_leases,
+            config_file=config_file,
+        )
+    )
+
+
+def _doctor(text: str) -> DoctorReport:
+    data = json.loads(text)
+    return DoctorReport(
+        supported=data["supported"], verdicts=data["verdicts"], diagnosis=data["diagnosis"]
+    )
+
+
+def doctor(bank: Bank, *, race_rounds: Optional[int] = None) -> DoctorReport:
+    """Measure what ``bank``'s store enforces (conditional writes, races, clock, expiry), as
+    ``banklease doctor`` does; writes and removes its own probe objects only."""
+    return _doctor(_banklease.doctor(bank, race_rounds=race_rounds))
+
+
+async def doctor_async(bank: Bank, *, race_rounds: Optional[int] = None) -> DoctorReport:
+    """``doctor``, for asyncio."""
+    return _doctor(await _banklease.doctor_async(bank, race_rounds=race_rounds))
+
+
+def read_checkpoint(bank: Bank, checkpoint_id: str) -> Optional[CheckpointRecord]:
+    """Read checkpoint ``checkpoint_id``'s ``index.json``; None when there is none."""
+    return _record(_banklease.read_checkpoint(bank, checkpoint_id))
+
+
+async def read_checkpoint_async(bank: Bank, checkpoint_id: str) -> Optional[CheckpointRecord]:
+    """``read_checkpoint``, for asyncio."""
+    return _record(await _banklease.read_checkpoint_async(bank, checkpoint_id))

@@ -1,0 +1,122 @@
+"""The exceptions banklease raises.
+
+Every exception keeps the Rust library's message, which says what went wrong and what to do,
+with its details as ``key=`value``` pairs; the same details are attributes of the exception.
+
+::
+
+    BankleaseError
+    ├── ConfigError (also ValueError)    bad windows, durations, URLs, configuration
+    ├── InvalidId (also ValueError)      an owner or checkpoint id unusable in a path
+    ├── StoreError                       a store request failed (.op, .path, .transient)
+    ├── LayoutError                      the bank's layout is unknown, or not a bank
+    ├── Unsupported                      the store cannot give a guarantee leases rest on
+    ├── LeaseError
+    │   ├── LeaseExists                  the owner id is taken
+    │   ├── LeaseLost                    final: stop writing (.owner_id, .reason)
+    │   └── NotValid                     too little validity left (.remaining, .validity_window)
+    ├── CheckpointError
+    │   ├── Fenced                       the GC collected it first (.decided_by, .outcome)
+    │   ├── CheckpointExists
+    │   └── CheckpointAmbiguous          create may have landed: adopt it or use a new id
+    ├── ClockStep                        the store's clock stepped; the pass deleted nothing
+    └── CorruptObject                    an object in the bank cannot be parsed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BankleaseError",
+    "ConfigError",
+    "InvalidId",
+    "StoreError",
+    "LayoutError",
+    "Unsupported",
+    "LeaseError",
+    "LeaseExists",
+    "LeaseLost",
+    "NotValid",
+    "CheckpointError",
+    "Fenced",
+    "CheckpointExists",
+    "CheckpointAmbiguous",
+    "ClockStep",
+    "CorruptObject",
+]
+
+
+class BankleaseError(Exception):
+    """Base class of every banklease error."""
+
+
+class ConfigError(BankleaseError, ValueError):
+    """A bad value: lease windows, a duration, a bank URL, the configuration file."""
+
+
+class InvalidId(BankleaseError, ValueError):
+    """An owner or checkpoint id that cannot be part of an object path (``.kind``, ``.id``)."""
+
+
+class StoreError(BankleaseError):
+    """A request to the object store failed.
+
+    ``.op`` and ``.path`` name the request, ``.transient`` says whether retrying may help,
+    ``.detail`` is the store's full error chain.
+    """
+
+
+class LayoutError(BankleaseError):
+    """The bank's descriptor names a layout this release does not know, or the prefix is not a
+    bank's (``.bank``)."""
+
+
+class Unsupported(BankleaseError):
+    """The bank's store cannot give a guarantee the operation rests on (``.bank``,
+    ``.usage``); run ``banklease doctor``."""
+
+
+class LeaseError(BankleaseError):
+    """Base class of the owner-lease errors."""
+
+
+class LeaseExists(LeaseError):
+    """A lease object for this owner id already exists (``.owner_id``): ids are unique per
+    process, never reuse a crashed process's id."""
+
+
+class LeaseLost(LeaseError):
+    """The lease is lost: deleted, replaced, or its validity ran out before a renewal
+    succeeded (``.owner_id``, ``.reason``). Final: stop updating checkpoints and start again
+    under a new owner id."""
+
+
+class NotValid(LeaseError):
+    """Too little validity is left to start an update (``.remaining``,
+    ``.validity_window``, in seconds): wait for the keeper to renew, or give up."""
+
+
+class CheckpointError(BankleaseError):
+    """Base class of the checkpoint errors (``.checkpoint_id``)."""
+
+
+class Fenced(CheckpointError):
+    """The checkpoint was moved out of ``protecting`` by someone else — the GC collected it
+    (``.decided_by``, ``.outcome``). Do not report it as available."""
+
+
+class CheckpointExists(CheckpointError):
+    """A checkpoint with this id already exists: use a new id."""
+
+
+class CheckpointAmbiguous(CheckpointError):
+    """A create may have landed but could not be read back: call ``Checkpoint.adopt`` to take
+    it up, or use a new id."""
+
+
+class ClockStep(BankleaseError):
+    """The store's clock stepped between two readings; the GC pass was aborted and deleted
+    nothing. Check the store host's time service."""
+
+
+class CorruptObject(BankleaseError):
+    """An object in the bank cannot be parsed (``.path``): inspect or remove it by hand."""

@@ -1,0 +1,58 @@
+//! `Bank`: where checkpoints and leases live.
+
+use pyo3::prelude::*;
+
+use crate::errors::to_py;
+use crate::runtime::{awaitable, block_on};
+
+/// A bank: the object-store prefix that holds a protection service's checkpoints and leases.
+///
+/// Open one from a URL: `memory://` (this process only), `file:///var/lib/bank`,
+/// `s3://bucket/prefix`, `swift://container/prefix`, `az://container/prefix`,
+/// `gs://bucket/prefix`. Credentials and endpoints come from the environment, as for the
+/// `banklease` CLI (`AWS_*`, `ST_AUTH`/`ST_USER`/`ST_KEY` or `OS_*`, `AZURE_*`,
+/// `GOOGLE_*`). Opening sends no request.
+#[pyclass(module = "banklease", frozen)]
+#[derive(Debug, Clone)]
+pub(crate) struct Bank {
+    pub(crate) inner: banklease::Bank,
+}
+
+#[pymethods]
+impl Bank {
+    /// Open the bank at `url` (no request is sent).
+    #[staticmethod]
+    fn open(url: &str) -> PyResult<Self> {
+        banklease::Bank::open(url)
+            .map(|inner| Bank { inner })
+            .map_err(to_py)
+    }
+
+    /// The bank's URL, without secrets.
+    #[getter]
+    fn label(&self) -> String {
+        self.inner.label().to_owned()
+    }
+
+    /// Refuse a bank whose descriptor (`banklease.json`) names a layout this release does not
+    /// know (`LayoutError`); banks without one are accepted. Acquiring a lease, a GC pass and
+    /// doctor check this themselves.
+    fn check_layout(&self, py: Python<'_>) -> PyResult<()> {
+        let bank = self.inner.clone();
+        block_on(py, async move {
+            banklease::layout::check(&bank).await.map_err(to_py)
+        })
+    }
+
+    /// `check_layout`, awaitable.
+    fn check_layout_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let bank = self.inner.clone();
+        awaitable(py, async move {
+            banklease::layout::check(&bank).await.map_err(to_py)
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Bank.open({:?})", self.inner.label())
+    }
+}

@@ -1,0 +1,185 @@
+//! `Checkpoint` and reading a checkpoint's index.
+
+use banklease::checkpoint::Status;
+use bytes::Bytes;
+use pyo3::prelude::*;
+
+use crate::bank::Bank;
+use crate::errors::to_py;
+use crate::lease::OwnerLease;
+use crate::runtime::{awaitable, block_on};
+
+/// A checkpoint being written (`protecting`) under an owner lease.
+///
+/// Every call checks the lease's validity first (zero requests; `NotValid` or `LeaseLost`).
+/// `complete()` raises `Fenced` when the GC collected the checkpoint first: it must then not
+/// be reported as available.
+#[pyclass(module = "banklease", frozen)]
+#[derive(Debug, Clone)]
+pub(crate) struct Checkpoint {
+    inner: banklease::Checkpoint,
+}
+
+fn parse_outcome(status: &str) -> PyResult<Status> {
+    match status.parse::<Status>().map_err(to_py)? {
+        s @ (Status::Available | Status::Error) => Ok(s),
+        other => Err(crate::errors::config_error(format!(
+            "status=`{other}` cannot complete a checkpoint; use \"available\" or \"error\""
+        ))),
+    }
+}
+
+/// Bytes-like data (bytes, bytearray, memoryview, ...) copied for the upload.
+fn payload(data: &Bound<'_, PyAny>) -> PyResult<Bytes> {
+    let bytes: Vec<u8> = data.extract().or_else(|_| {
+        data.call_method0("tobytes")
+            .or_else(|_| {
+                data.py()
+                    .import("builtins")?
+                    .getattr("bytes")?
+                    .call1((data,))
+            })
+            .and_then(|b| b.extract())
+    })?;
+    Ok(Bytes::from(bytes))
+}
+
+#[pymethods]
+impl Checkpoint {
+    /// Create checkpoint `checkpoint_id` as `protecting`, owned by `lease`'s owner
+    /// (`CheckpointExists` if the id is taken).
+    #[staticmethod]
+    fn create(
+        py: Python<'_>,
+        lease: &Bound<'_, OwnerLease>,
+        checkpoint_id: String,
+    ) -> PyResult<Self> {
+        let lease = lease.get().inner.clone();
+        block_on(py, async move {
+            let inner = banklease::Checkpoint::create(&lease, &checkpoint_id)
+                .await
+                .map_err(to_py)?;
+            Ok(Checkpoint { inner })
+        })
+    }
+
+    /// `create`, awaitable.
+    #[staticmethod]
+    fn create_async<'py>(
+        py: Python<'py>,
+        lease: &Bound<'_, OwnerLease>,
+        checkpoint_id: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let lease = lease.get().inner.clone();
+        awaitable(py, async move {
+            let inner = banklease::Checkpoint::create(&lease, &checkpoint_id)
+                .await
+                .map_err(to_py)?;
+            Ok(Checkpoint { inner })
+        })
+    }
+
+    /// Take up checkpoint `checkpoint_id` again after an ambiguous `create`
+    /// (`CheckpointAmbiguous`): succeeds only if it is this owner's and still protecting.
+    #[staticmethod]
+    fn adopt(
+        py: Python<'_>,
+        lease: &Bound<'_, OwnerLease>,
+        checkpoint_id: String,
+    ) -> PyResult<Self> {
+        let lease = lease.get().inner.clone();
+        block_on(py, async move {
+            let inner = banklease::Checkpoint::adopt(&lease, &checkpoint_id)
+                .await
+                .map_err(to_py)?;
+            Ok(Checkpoint { inner })
+        })
+    }
+
+    /// The checkpoint id.
+    #[getter]
+    fn id(&self) -> String {
+        self.inner.id().to_owned()
+    }
+
+    /// Write one data object, `checkpoints/<id>/data/<name>` (bytes-like `data`).
+    fn put_data(&self, py: Python<'_>, name: String, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let data = payload(data)?;
+        let cp = self.inner.clone();
+        block_on(py, async move {
+            cp.put_data(&name, data.into()).await.map_err(to_py)
+        })
+    }
+
+    /// `put_data`, awaitable.
+    fn put_data_async<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        data: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let data = payload(data)?;
+        let cp = self.inner.clone();
+        awaitable(py, async move {
+            cp.put_data(&name, data.into()).await.map_err(to_py)
+        })
+    }
+
+    /// Move the checkpoint out of `protecting`: `"available"` or `"error"`. Raises `Fenced`
+    /// when the GC decided first.
+    #[pyo3(signature = (status="available"))]
+    fn complete(&self, py: Python<'_>, status: &str) -> PyResult<()> {
+        let status = parse_outcome(status)?;
+        let cp = self.inner.clone();
+        block_on(py, async move { cp.complete(status).await.map_err(to_py) })
+    }
+
+    /// `complete`, awaitable.
+    #[pyo3(signature = (status="available"))]
+    fn complete_async<'py>(&self, py: Python<'py>, status: &str) -> PyResult<Bound<'py, PyAny>> {
+        let status = parse_outcome(status)?;
+        let cp = self.inner.clone();
+        awaitable(py, async move { cp.complete(status).await.map_err(to_py) })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<Checkpoint id={} owner_id={}>",
+            self.inner.id(),
+            self.inner.lease().owner_id()
+        )
+    }
+}
+
+async fn read(bank: banklease::Bank, id: String) -> PyResult<Option<String>> {
+    let record = banklease::checkpoint::read_checkpoint(&bank, &id)
+        .await
+        .map_err(to_py)?;
+    record
+        .map(|r| serde_json::to_string(&r))
+        .transpose()
+        .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
+}
+
+/// A checkpoint's `index.json` as JSON text, or None when there is none (see the Python
+/// wrapper `banklease.read_checkpoint`).
+#[pyfunction]
+pub(crate) fn read_checkpoint(
+    py: Python<'_>,
+    bank: &Bound<'_, Bank>,
+    checkpoint_id: String,
+) -> PyResult<Option<String>> {
+    let bank = bank.get().inner.clone();
+    block_on(py, read(bank, checkpoint_id))
+}
+
+/// `read_checkpoint`, awaitable.
+#[pyfunction]
+pub(crate) fn read_checkpoint_async<'py>(
+    py: Python<'py>,
+    bank: &Bound<'_, Bank>,
+    checkpoint_id: String,
+) -> PyResult<Bound<'py, PyAny>> {
+    let bank = bank.get().inner.clone();
+    awaitable(py, read(bank, checkpoint_id))
+}

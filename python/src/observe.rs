@@ -1,0 +1,155 @@
+//! `LeaseObserver`: an admin's (or the GC's) judgement of an owner's lease.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use banklease::clock::SystemClock;
+use banklease::observe::WindowSource;
+use banklease::OwnerId;
+use pyo3::prelude::*;
+
+use crate::bank::Bank;
+use crate::errors::to_py;
+use crate::runtime::{awaitable, block_on, opt_duration};
+
+/// Judges owners' leases on the store's clock, as the GC and `banklease validity-check` do.
+///
+/// `skew_margin` (default 2 s) is deducted in the owner's favour and must cover the store's
+/// timestamp resolution; `read_staleness` (default 0) is how old a read's answer may be on this
+/// store (lagging replicas). The owner's own windows, as its lease declares them, are used.
+#[pyclass(module = "banklease", frozen)]
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseObserver {
+    inner: banklease::LeaseObserver,
+}
+
+/// What an observer found: `state` is `"alive"`, `"expired"`, `"missing"` or `"unreadable"`.
+///
+/// `ok` answers "may this owner start an update now?": alive, with at least `validity_window`
+/// seconds left (`remaining`) at the latest instant the answer may be acted on.
+/// `window_source` says whose window that is: `"owner"` (declared in its lease), `"given"` or
+/// `"default"`. `expired_since` (seconds) is set for expired leases, `error` for unreadable
+/// ones, `record` (a dict) when the lease could be read.
+#[pyclass(module = "banklease", frozen, get_all)]
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseView {
+    owner_id: String,
+    state: &'static str,
+    ok: bool,
+    remaining: f64,
+    validity_window: f64,
+    window_source: &'static str,
+    expired_since: Option<f64>,
+    error: Option<String>,
+    record_json: Option<String>,
+}
+
+#[pymethods]
+impl LeaseView {
+    /// The lease object's body (owner id, host, pid, windows in ms, generation, ...), or None.
+    #[getter]
+    fn record<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.record_json
+            .as_ref()
+            .map(|json| py.import("json")?.call_method1("loads", (json,)))
+            .transpose()
+    }
+
+    fn __bool__(&self) -> bool {
+        self.ok
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "LeaseView(owner_id='{}', state='{}', ok={}, remaining={:.3}, validity_window={}, \
+             window_source='{}')",
+            self.owner_id,
+            self.state,
+            if self.ok { "True" } else { "False" },
+            self.remaining,
+            self.validity_window,
+            self.window_source
+        )
+    }
+}
+
+async fn view(
+    observer: banklease::LeaseObserver,
+    owner: String,
+    window: Option<Duration>,
+) -> PyResult<LeaseView> {
+    let owner = OwnerId::parse(&owner).map_err(to_py)?;
+    let fallback = banklease::config::LeaseConfig::default().validity_window;
+    let check = observer
+        .validity_check(&owner, window, fallback)
+        .await
+        .map_err(to_py)?;
+    let (expired_since, error, record) = match &check.view {
+        banklease::LeaseView::Alive { record, .. } => (None, None, Some(record)),
+        banklease::LeaseView::Expired { since, record } => {
+            (Some(since.as_secs_f64()), None, Some(record))
+        }
+        banklease::LeaseView::Missing => (None, None, None),
+        banklease::LeaseView::Unreadable { error } => (None, Some(error.clone()), None),
+    };
+    Ok(LeaseView {
+        owner_id: owner.to_string(),
+        state: check.view.name(),
+        ok: check.ok,
+        remaining: check.remaining.as_secs_f64(),
+        validity_window: check.validity_window.as_secs_f64(),
+        window_source: match check.window_source {
+            WindowSource::Given => "given",
+            WindowSource::Owner => "owner",
+            WindowSource::Fallback => "default",
+        },
+        expired_since,
+        error,
+        record_json: record.and_then(|r| serde_json::to_string(r).ok()),
+    })
+}
+
+#[pymethods]
+impl LeaseObserver {
+    #[new]
+    #[pyo3(signature = (bank, skew_margin=None, read_staleness=None))]
+    fn new(
+        bank: &Bound<'_, Bank>,
+        skew_margin: Option<&Bound<'_, PyAny>>,
+        read_staleness: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let margin = opt_duration("skew_margin", skew_margin)?
+            .unwrap_or(banklease::config::LeaseConfig::default().skew_margin);
+        let staleness = opt_duration("read_staleness", read_staleness)?.unwrap_or_default();
+        let inner =
+            banklease::LeaseObserver::new(bank.get().inner.clone(), Arc::new(SystemClock), margin)
+                .with_read_staleness(staleness);
+        Ok(Self { inner })
+    }
+
+    /// Read and judge `owner_id`'s lease (three requests: the store's clock, then the lease).
+    /// `validity_window` (seconds) overrides the owner's declared one. Raises `StoreError` only
+    /// when the store's clock cannot be read; an unreadable lease is a view with `error`.
+    #[pyo3(signature = (owner_id, validity_window=None))]
+    fn view(
+        &self,
+        py: Python<'_>,
+        owner_id: String,
+        validity_window: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<LeaseView> {
+        let window = opt_duration("validity_window", validity_window)?;
+        block_on(py, view(self.inner.clone(), owner_id, window))
+    }
+
+    /// `view`, awaitable.
+    #[pyo3(signature = (owner_id, validity_window=None))]
+    fn view_async<'py>(
+        &self,
+        py: Python<'py>,
+        owner_id: String,
+        validity_window: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let window = opt_duration("validity_window", validity_window)?;
+        awaitable(py, view(self.inner.clone(), owner_id, window))
+    }
+}
