@@ -2,7 +2,9 @@
 
 use banklease::checkpoint::Status;
 use bytes::Bytes;
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 
 use crate::bank::Bank;
 use crate::errors::to_py;
@@ -29,19 +31,22 @@ fn parse_outcome(status: &str) -> PyResult<Status> {
     }
 }
 
-/// Bytes-like data (bytes, bytearray, memoryview, ...) copied for the upload.
+/// Bytes-like data (bytes, bytearray, memoryview), copied for the upload.
 fn payload(data: &Bound<'_, PyAny>) -> PyResult<Bytes> {
-    let bytes: Vec<u8> = data.extract().or_else(|_| {
-        data.call_method0("tobytes")
-            .or_else(|_| {
-                data.py()
-                    .import("builtins")?
-                    .getattr("bytes")?
-                    .call1((data,))
-            })
-            .and_then(|b| b.extract())
-    })?;
-    Ok(Bytes::from(bytes))
+    if let Ok(b) = data.cast::<PyBytes>() {
+        return Ok(Bytes::copy_from_slice(b.as_bytes()));
+    }
+    if let Ok(b) = data.cast::<PyByteArray>() {
+        return Ok(Bytes::from(b.to_vec()));
+    }
+    if let Ok(view) = data.cast::<PyMemoryView>() {
+        let b = view.call_method0("tobytes")?;
+        return Ok(Bytes::copy_from_slice(b.cast::<PyBytes>()?.as_bytes()));
+    }
+    Err(PyTypeError::new_err(format!(
+        "data must be bytes, bytearray or memoryview, not {}",
+        data.get_type().name()?
+    )))
 }
 
 #[pymethods]

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use banklease::clock::{Jitter, SharedClock, SystemClock};
 use banklease::{LeaseState, OwnerId};
 use pyo3::prelude::*;
-use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use crate::bank::Bank;
 use crate::errors::{config_error, to_py};
@@ -20,8 +20,8 @@ use crate::runtime::{awaitable, block_on, opt_duration};
 /// - `validity_window`: how much lease time must be left to start an update.
 ///
 /// Rules: `validity_window <= renew_window < expire_window` (raises `ConfigError`). Each may
-/// be given as seconds or a `datetime.timedelta`; missing ones take the defaults (30 s, 120 s,
-/// 20 s).
+/// be given as seconds or a `datetime.timedelta`; missing ones take the
+/// defaults of `[lease]` (120 s, 600 s, 100 s).
 #[pyclass(module = "banklease", frozen)]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LeaseWindows {
@@ -208,7 +208,7 @@ impl OwnerLease {
         awaitable(py, acquire(bank, owner_id, windows))
     }
 
-    /// This owner's id (the lease object is `leases/owners/<owner_id>`).
+    /// This owner's id (the lease object is `leases/<owner_id>` in the bank).
     #[getter]
     fn owner_id(&self) -> String {
         self.inner.owner_id().to_string()
@@ -284,15 +284,15 @@ impl OwnerLease {
     /// exception if the lease is lost.
     #[pyo3(signature = (on_lost=None, jitter=0.1))]
     fn keep(&self, on_lost: Option<Py<PyAny>>, jitter: f64) -> PyResult<Keeper> {
-        if !(0.0..1.0).contains(&jitter) {
+        if !(0.0..=0.5).contains(&jitter) {
             return Err(config_error(format!(
-                "jitter=`{jitter}` is out of range; give a fraction of renew_window in [0, 1)"
+                "jitter=`{jitter}` is out of range; give a fraction of renew_window between 0 and 0.5"
             )));
         }
         let runtime = pyo3_async_runtimes::tokio::get_runtime();
         let _entered = runtime.enter();
         let keeper = self.inner.spawn_keeper(Jitter::from_entropy(), jitter);
-        let stopped = Arc::new(Notify::new());
+        let stopped = CancellationToken::new();
         if let Some(callback) = on_lost {
             let lease = self.inner.clone();
             let stopped = stopped.clone();
@@ -335,6 +335,27 @@ impl OwnerLease {
         Ok(false)
     }
 
+    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let me = slf.unbind();
+        awaitable(py, async move { Ok(me) })
+    }
+
+    /// Leaving an `async with` block releases the lease.
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let lease = self.inner.clone();
+        awaitable(py, async move {
+            lease.release().await.map_err(to_py)?;
+            Ok(false)
+        })
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "<OwnerLease owner_id={} bank={:?} {}>",
@@ -363,11 +384,9 @@ fn lost(lease: &banklease::OwnerLease, reason: String) -> banklease::Error {
 ///
 /// A held lease whose validity runs out with no renewal is lost: `state()` says so once it is
 /// asked, so the wait also wakes when the current validity ends.
-async fn wait_lost(lease: &banklease::OwnerLease, stopped: &Notify) -> Option<String> {
+async fn wait_lost(lease: &banklease::OwnerLease, stopped: &CancellationToken) -> Option<String> {
     let mut rx = lease.subscribe();
     let clock = lease.clock().clone();
-    let stop = stopped.notified();
-    tokio::pin!(stop);
     loop {
         let until = match lease.state() {
             LeaseState::Lost { reason } => return Some(reason),
@@ -378,7 +397,7 @@ async fn wait_lost(lease: &banklease::OwnerLease, stopped: &Notify) -> Option<St
         tokio::select! {
             changed = rx.changed() => if changed.is_err() { return None },
             () = clock.sleep(left + Duration::from_millis(1)) => {}
-            () = &mut stop => return None,
+            () = stopped.cancelled() => return None,
         }
     }
 }
@@ -390,13 +409,13 @@ async fn wait_lost(lease: &banklease::OwnerLease, stopped: &Notify) -> Option<St
 pub(crate) struct Keeper {
     lease: banklease::OwnerLease,
     keeper: Mutex<Option<banklease::Keeper>>,
-    stopped: Arc<Notify>,
+    stopped: CancellationToken,
 }
 
 impl Keeper {
     fn take(&self) -> Option<banklease::Keeper> {
         let taken = self.keeper.lock().unwrap_or_else(|e| e.into_inner()).take();
-        self.stopped.notify_waiters();
+        self.stopped.cancel();
         taken
     }
 }

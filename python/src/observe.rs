@@ -30,16 +30,24 @@ pub(crate) struct LeaseObserver {
 /// `window_source` says whose window that is: `"owner"` (declared in its lease), `"given"` or
 /// `"default"`. `expired_since` (seconds) is set for expired leases, `error` for unreadable
 /// ones, `record` (a dict) when the lease could be read.
-#[pyclass(module = "banklease", frozen, get_all)]
+#[pyclass(module = "banklease", frozen)]
 #[derive(Debug, Clone)]
 pub(crate) struct LeaseView {
+    #[pyo3(get)]
     owner_id: String,
+    #[pyo3(get)]
     state: &'static str,
+    #[pyo3(get)]
     ok: bool,
+    #[pyo3(get)]
     remaining: f64,
+    #[pyo3(get)]
     validity_window: f64,
+    #[pyo3(get)]
     window_source: &'static str,
+    #[pyo3(get)]
     expired_since: Option<f64>,
+    #[pyo3(get)]
     error: Option<String>,
     record_json: Option<String>,
 }

@@ -1,0 +1,236 @@
+"""Type stubs of the extension module ``banklease._banklease`` (see ``banklease``)."""
+
+from __future__ import annotations
+
+import datetime
+from types import TracebackType
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Type, Union
+
+from .errors import LeaseLost
+
+Seconds = Union[int, float, datetime.timedelta]
+BytesLike = Union[bytes, bytearray, memoryview]
+
+__version__: str
+
+class Bank:
+    """A bank: the object-store prefix holding a protection service's checkpoints and leases."""
+
+    @staticmethod
+    def open(url: str) -> Bank:
+        """Open the bank at ``url`` (``memory://``, ``file:///path``, ``s3://bucket/prefix``,
+        ``swift://container/prefix``, ``az://...``, ``gs://...``); sends no request."""
+    @property
+    def label(self) -> str:
+        """The bank's URL, without secrets."""
+    def check_layout(self) -> None:
+        """Raise ``LayoutError`` if the bank's layout is unknown to this release."""
+    def check_layout_async(self) -> Awaitable[None]: ...
+
+class LeaseWindows:
+    """The three windows of an owner lease, in seconds (``validity <= renew < expire``)."""
+
+    def __init__(
+        self,
+        renew_window: Optional[Seconds] = None,
+        expire_window: Optional[Seconds] = None,
+        validity_window: Optional[Seconds] = None,
+    ) -> None: ...
+    @property
+    def renew_window(self) -> float: ...
+    @property
+    def expire_window(self) -> float: ...
+    @property
+    def validity_window(self) -> float: ...
+    @property
+    def warnings(self) -> List[str]:
+        """What these windows get wrong without being invalid."""
+
+class LeaseStatus:
+    """A lease's state as its owner knows it."""
+
+    @property
+    def name(self) -> str:
+        """``"held"``, ``"lost"`` or ``"released"`` (the last two are final)."""
+    @property
+    def remaining(self) -> float:
+        """Seconds of validity left (0 unless held)."""
+    @property
+    def reason(self) -> Optional[str]:
+        """Why the lease was lost."""
+    @property
+    def held(self) -> bool: ...
+
+class OwnerLease:
+    """An owner lease: one lease object per service instance."""
+
+    @staticmethod
+    def acquire(
+        bank: Bank, windows: Optional[LeaseWindows] = None, owner_id: Optional[str] = None
+    ) -> OwnerLease:
+        """Acquire a new owner lease (``LeaseExists`` if the id is taken)."""
+    @staticmethod
+    def acquire_async(
+        bank: Bank, windows: Optional[LeaseWindows] = None, owner_id: Optional[str] = None
+    ) -> Awaitable[OwnerLease]: ...
+    @property
+    def owner_id(self) -> str: ...
+    @property
+    def bank(self) -> Bank: ...
+    @property
+    def windows(self) -> LeaseWindows: ...
+    @property
+    def state(self) -> LeaseStatus: ...
+    def check_validity(self) -> bool:
+        """May an update start now? Zero requests."""
+    def ensure_valid(self) -> None:
+        """Raise ``NotValid`` or ``LeaseLost`` unless an update may start now."""
+    def remaining(self) -> float:
+        """Seconds of lease time left. Zero requests."""
+    def renew(self) -> float:
+        """Renew once; returns the seconds of validity then left."""
+    def renew_async(self) -> Awaitable[float]: ...
+    def release(self) -> None:
+        """Delete the lease object; validity ends for good."""
+    def release_async(self) -> Awaitable[None]: ...
+    def keep(
+        self, on_lost: Optional[Callable[[LeaseLost], Any]] = None, jitter: float = 0.1
+    ) -> Keeper:
+        """Start the background keeper."""
+    def __enter__(self) -> OwnerLease: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+    def __aenter__(self) -> Awaitable[OwnerLease]: ...
+    def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> Awaitable[bool]: ...
+
+class Keeper:
+    """A running keeper (``OwnerLease.keep()``)."""
+
+    @property
+    def lease(self) -> OwnerLease: ...
+    @property
+    def state(self) -> LeaseStatus: ...
+    def wait_lost(self, timeout: Optional[Seconds] = None) -> Optional[LeaseLost]:
+        """Block until the lease is lost; None when released, stopped or timed out."""
+    def wait_lost_async(self) -> Awaitable[Optional[LeaseLost]]: ...
+    def stop(self) -> None: ...
+    def stop_async(self) -> Awaitable[None]: ...
+    def release(self) -> None: ...
+    def release_async(self) -> Awaitable[None]: ...
+    def __enter__(self) -> Keeper: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+    def __aenter__(self) -> Awaitable[Keeper]: ...
+    def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> Awaitable[bool]: ...
+
+class Checkpoint:
+    """A checkpoint being written (``protecting``) under an owner lease."""
+
+    @staticmethod
+    def create(lease: OwnerLease, checkpoint_id: str) -> Checkpoint: ...
+    @staticmethod
+    def create_async(lease: OwnerLease, checkpoint_id: str) -> Awaitable[Checkpoint]: ...
+    @staticmethod
+    def adopt(lease: OwnerLease, checkpoint_id: str) -> Checkpoint: ...
+    @property
+    def id(self) -> str: ...
+    def put_data(self, name: str, data: BytesLike) -> None: ...
+    def put_data_async(self, name: str, data: BytesLike) -> Awaitable[None]: ...
+    def complete(self, status: str = "available") -> None:
+        """``"available"`` or ``"error"``; raises ``Fenced`` if the GC decided first."""
+    def complete_async(self, status: str = "available") -> Awaitable[None]: ...
+
+class LeaseView:
+    """What an observer found about an owner's lease."""
+
+    @property
+    def owner_id(self) -> str: ...
+    @property
+    def state(self) -> str:
+        """``"alive"``, ``"expired"``, ``"missing"`` or ``"unreadable"``."""
+    @property
+    def ok(self) -> bool:
+        """May the owner start an update now?"""
+    @property
+    def remaining(self) -> float: ...
+    @property
+    def validity_window(self) -> float: ...
+    @property
+    def window_source(self) -> str:
+        """``"owner"``, ``"given"`` or ``"default"``."""
+    @property
+    def expired_since(self) -> Optional[float]: ...
+    @property
+    def error(self) -> Optional[str]: ...
+    @property
+    def record(self) -> Optional[Dict[str, Any]]: ...
+    def __bool__(self) -> bool: ...
+
+class LeaseObserver:
+    """Judges owners' leases on the store's clock."""
+
+    def __init__(
+        self,
+        bank: Bank,
+        skew_margin: Optional[Seconds] = None,
+        read_staleness: Optional[Seconds] = None,
+    ) -> None: ...
+    def view(self, owner_id: str, validity_window: Optional[Seconds] = None) -> LeaseView: ...
+    def view_async(
+        self, owner_id: str, validity_window: Optional[Seconds] = None
+    ) -> Awaitable[LeaseView]: ...
+
+def read_checkpoint(bank: Bank, checkpoint_id: str) -> Optional[str]:
+    """``index.json`` as JSON text (``banklease.read_checkpoint`` parses it)."""
+
+def read_checkpoint_async(bank: Bank, checkpoint_id: str) -> Awaitable[Optional[str]]: ...
+def run_pass(
+    bank: Bank,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    grace: Optional[Seconds] = None,
+    skew_margin: Optional[Seconds] = None,
+    read_staleness: Optional[Seconds] = None,
+    concurrency: Optional[int] = None,
+    max_deletions: Optional[int] = None,
+    reap_leases: Optional[bool] = None,
+    config_file: Optional[str] = None,
+) -> str:
+    """One GC pass; the report as JSON text (``banklease.run_pass`` makes a ``PassReport``)."""
+
+def run_pass_async(
+    bank: Bank,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    grace: Optional[Seconds] = None,
+    skew_margin: Optional[Seconds] = None,
+    read_staleness: Optional[Seconds] = None,
+    concurrency: Optional[int] = None,
+    max_deletions: Optional[int] = None,
+    reap_leases: Optional[bool] = None,
+    config_file: Optional[str] = None,
+) -> Awaitable[str]: ...
+def doctor(bank: Bank, *, race_rounds: Optional[int] = None) -> str:
+    """The measurements as JSON text (``banklease.doctor`` makes a ``DoctorReport``)."""
+
+def doctor_async(bank: Bank, *, race_rounds: Optional[int] = None) -> Awaitable[str]: ...

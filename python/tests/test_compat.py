@@ -1,0 +1,82 @@
+"""The seed design's bank-plugin names (banklease.compat), and where they are stricter."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+
+import banklease
+from banklease.compat import BankPluginLease
+from conftest import eventually
+
+
+def test_the_plugin_names_work_as_before(backend):
+    plugin = BankPluginLease(backend.bank, backend.windows, skew_margin=backend.margin)
+    assert not plugin.check_lease_validity()  # not acquired yet
+    plugin.acquire_lease()
+    plugin.acquire_lease()  # again while held: nothing happens
+    owner = plugin.get_owner_id()
+    assert owner and owner == plugin.owner_id
+    assert plugin.check_lease_validity()
+    plugin.renew_lease()
+    assert plugin.check_lease_existence(owner)
+    assert not plugin.check_lease_existence("nobody-has-this-id")
+    # Renewed in the background (the seed design's looping call).
+    time.sleep(backend.windows.expire_window * 1.5)
+    assert plugin.check_lease_validity()
+    plugin.release_lease()
+    assert not plugin.check_lease_validity()
+    assert not plugin.check_lease_existence(owner)
+
+
+def test_renewing_by_hand(backend):
+    plugin = BankPluginLease(backend.bank, backend.windows, keep=False)
+    plugin.acquire_lease()
+    deadline = time.monotonic() + backend.windows.expire_window * 2
+    while time.monotonic() < deadline:
+        plugin.renew_lease()
+        assert plugin.check_lease_validity()
+        time.sleep(backend.windows.renew_window / 2)
+    # Stop renewing: validity ends before the lease expires (validity_window earlier).
+    eventually(backend.windows.expire_window + 1, "validity ends", lambda: not plugin.check_lease_validity())
+
+
+def test_stricter_an_expired_lease_object_is_not_an_existing_lease(backend):
+    """The seed design answered existence by whether the object was there; an expired lease
+    whose object the store has not removed yet counts as gone here."""
+    owner = BankPluginLease(backend.bank, backend.windows, keep=False)
+    owner.acquire_lease()
+    admin = BankPluginLease(backend.bank, skew_margin=backend.margin)
+    assert admin.check_lease_existence(owner.get_owner_id())
+    time.sleep(backend.past_expiry())
+    view = banklease.LeaseObserver(backend.bank, skew_margin=backend.margin).view(owner.owner_id)
+    assert view.state == "expired" and view.record is not None  # the object is still there
+    assert not admin.check_lease_existence(owner.get_owner_id())
+
+
+def test_stricter_renewal_failures_are_reported_and_lost_is_final(file_backend):
+    plugin = BankPluginLease(file_backend.bank, file_backend.windows, keep=False)
+    with pytest.raises(banklease.LeaseError, match="acquire_lease"):
+        plugin.renew_lease()
+    plugin.acquire_lease()
+    shutil.rmtree(file_backend.path)
+    # The seed design logged this and carried on.
+    with pytest.raises(banklease.LeaseLost):
+        plugin.renew_lease()
+    assert not plugin.check_lease_validity()
+    with pytest.raises(banklease.LeaseLost, match="lost is final"):
+        plugin.acquire_lease()
+
+
+def test_stricter_doubt_is_an_error_not_an_answer(file_backend):
+    plugin = BankPluginLease(file_backend.bank, file_backend.windows)
+    plugin.acquire_lease()
+    owner = plugin.get_owner_id()
+    lease_file = file_backend.path / "leases" / owner
+    plugin.release_lease()
+    lease_file.parent.mkdir(parents=True, exist_ok=True)
+    lease_file.write_text("not a lease")
+    with pytest.raises(banklease.StoreError, match="cannot judge the lease"):
+        BankPluginLease(file_backend.bank).check_lease_existence(owner)

@@ -1,0 +1,128 @@
+"""The GC from Python (one pass) and a Python owner's zombies collected by the Rust daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+
+import banklease
+from conftest import GRACE, eventually, make_backend
+
+
+def zombies_and_a_live_owner(b):
+    """A dead owner (stopped renewing: a crash) with two protecting checkpoints, and a live one
+    with one protecting and one completed checkpoint."""
+    dead = banklease.OwnerLease.acquire(b.bank, b.windows)
+    for i in range(2):
+        cp = banklease.Checkpoint.create(dead, f"zombie-{i}")
+        cp.put_data("disk0", b"z" * 100)
+        cp.put_data("disk1", b"z" * 100)
+    live_windows = banklease.LeaseWindows(renew_window=1, expire_window=30, validity_window=0.5)
+    live = banklease.OwnerLease.acquire(b.bank, live_windows)
+    keeper = live.keep()
+    banklease.Checkpoint.create(live, "in-progress").put_data("disk0", b"l")
+    banklease.Checkpoint.create(live, "done").complete("available")
+    return dead, live, keeper
+
+
+def test_one_pass_collects_a_python_owners_zombies_and_nothing_else(backend):
+    b = backend
+    dead, live, keeper = zombies_and_a_live_owner(b)
+
+    early = banklease.run_pass(b.bank, grace=GRACE, skew_margin=b.margin)
+    assert (early.scanned, early.collected, early.alive) == (3, 0, 2), early
+
+    time.sleep(b.past_expiry())
+    dry = banklease.run_pass(b.bank, grace=GRACE, skew_margin=b.margin, dry_run=True)
+    assert dry.dry_run and dry.collected == 2 and dry.dead == 1, dry
+    assert banklease.read_checkpoint(b.bank, "zombie-0").status == "protecting"
+
+    report = banklease.run_pass(b.bank, grace=GRACE, skew_margin=b.margin)
+    assert isinstance(report, banklease.PassReport)
+    assert (report.scanned, report.collected, report.dead, report.alive) == (3, 2, 1, 1), report
+    assert report.errors == 0 and report.braked is None
+    assert report.requests.get("delete", 0) > 0
+    for i in range(2):
+        assert banklease.read_checkpoint(b.bank, f"zombie-{i}").status == "deleted"
+    assert banklease.read_checkpoint(b.bank, "in-progress").status == "protecting"
+    assert banklease.read_checkpoint(b.bank, "done").status == "available"
+    assert live.check_validity()
+    keeper.release()
+
+
+def test_run_pass_asyncio(backend):
+    async def main():
+        return await banklease.run_pass_async(backend.bank, grace=GRACE, skew_margin=backend.margin)
+
+    report = asyncio.run(main())
+    assert report.scanned == 0 and report.errors == 0
+
+
+def test_the_brake_holds_a_mass_collection_unless_forced(file_backend, tmp_path):
+    """Options come from a configuration file (here a brake that trips at 2 checkpoints),
+    arguments override them."""
+    b = file_backend
+    config = tmp_path / "banklease.toml"
+    config.write_text(
+        '[lease]\nskew_margin = "50ms"\n'
+        '[gc]\ngrace = "200ms"\nbrake_min = 2\nbrake_ratio = 0.5\n'
+    )
+    dead = banklease.OwnerLease.acquire(b.bank, b.windows)
+    for i in range(3):
+        banklease.Checkpoint.create(dead, f"z-{i}")
+    time.sleep(b.past_expiry())
+    braked = banklease.run_pass(b.bank, config_file=str(config))
+    assert braked.braked and braked.collected == 0, braked
+    assert "--force" in braked.braked or "force" in braked.braked
+    assert banklease.read_checkpoint(b.bank, "z-0").status == "protecting"
+    forced = banklease.run_pass(b.bank, config_file=str(config), force=True)
+    assert forced.braked is None and forced.collected == 3, forced
+    with pytest.raises(banklease.ConfigError, match="missing.toml"):
+        banklease.run_pass(b.bank, config_file=str(tmp_path / "missing.toml"))
+
+
+@pytest.mark.skipif(os.environ.get("BANKLEASE_TEST_S3") != "1", reason="needs S3 (moto)")
+def test_a_margin_below_the_stores_stamp_resolution_is_refused(tmp_path):
+    # S3 stamps whole seconds (file: and Swift's X-Timestamp are finer).
+    b = make_backend("s3", tmp_path)
+    with pytest.raises(banklease.ConfigError, match="timestamp resolution") as err:
+        banklease.run_pass(b.bank, skew_margin=0.01)
+    assert "skew_margin=`10ms`" in str(err.value)
+
+
+def test_doctor(backend):
+    report = banklease.doctor(backend.bank, race_rounds=2)
+    assert isinstance(report, banklease.DoctorReport)
+    assert report.supported is True, report.verdicts
+    assert "owner_lease" in report.verdicts or report.verdicts, report.verdicts
+
+
+def test_a_python_owners_zombies_are_collected_by_the_rust_daemon(shared_backend, spawn_gc):
+    b = shared_backend
+    dead, live, keeper = zombies_and_a_live_owner(b)
+    daemon = spawn_gc(b.url, b.margin)
+    try:
+        eventually(
+            60,
+            "the daemon collects both zombies",
+            lambda: all(
+                banklease.read_checkpoint(b.bank, f"zombie-{i}").status == "deleted"
+                for i in range(2)
+            ),
+        )
+        # The live owner's work is untouched, and stays so over further passes.
+        time.sleep(1.5)
+        assert banklease.read_checkpoint(b.bank, "in-progress").status == "protecting"
+        assert banklease.read_checkpoint(b.bank, "done").status == "available"
+        assert live.check_validity()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        code = daemon.wait(timeout=30)
+        log = daemon.log_path.read_text(errors="replace")
+    assert code == 0, log
+    assert "collected" in log, log
+    keeper.release()
