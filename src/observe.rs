@@ -159,15 +159,31 @@ impl LeaseObserver {
     ///
     /// The view is judged at a *lower* bound of the store's time, which is right for "is it
     /// dead?". This question needs an *upper* bound, so `remaining` also loses both round trips
-    /// and the read staleness. The owner's declared validity window is used unless `window` is
-    /// given; `fallback` serves when the lease declares none (missing or unreadable).
+    /// and the read staleness, and is zero when no reading of the store's clock showed this
+    /// observer's own probe (up to three are made). The owner's declared validity window is used
+    /// unless `window` is given; `fallback` serves when the lease declares none (missing or
+    /// unreadable).
+    ///
+    /// Advisory: the owner counts its validity from the *send* time of its last renewal, the
+    /// observer from the store's stamp of it, which is later by that request's latency (covered
+    /// by the skew margin only while the latency stays below it). The owner's own
+    /// [`OwnerLease::check_validity`](crate::OwnerLease::check_validity) is what its writes
+    /// obey.
     pub async fn validity_check(
         &self,
         owner: &OwnerId,
         window: Option<Duration>,
         fallback: Duration,
     ) -> crate::Result<ValidityCheck> {
-        let t = self.store_time().await?;
+        // Only a reading of our own probe bounds the store's time from above: another version
+        // (a concurrent prober's, a lagging replica's) may be older by any amount.
+        let mut t = self.store_time().await?;
+        for _ in 1..VALIDITY_CLOCK_READINGS {
+            if t.verified {
+                break;
+            }
+            t = self.store_time().await?;
+        }
         let sent = self.clock.now();
         let view = self.view(owner, &t).await;
         let received = self.clock.now();
@@ -189,6 +205,11 @@ impl LeaseObserver {
             LeaseView::Alive { remaining, .. } => remaining.saturating_sub(uncertainty),
             _ => Duration::ZERO,
         };
+        let remaining = if t.verified {
+            remaining
+        } else {
+            Duration::ZERO
+        };
         let ok = matches!(view, LeaseView::Alive { .. }) && remaining >= validity_window;
         Ok(ValidityCheck {
             view,
@@ -207,6 +228,9 @@ impl LeaseObserver {
         }
     }
 }
+
+/// Clock readings [`LeaseObserver::validity_check`] makes at most to get one of its own probe.
+const VALIDITY_CLOCK_READINGS: usize = 3;
 
 /// Where a [`ValidityCheck`]'s validity window came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,7 +16,7 @@ Blocking style::
         cp = banklease.Checkpoint.create(lease, "cp-0001")
         cp.put_data("disk0", b"...")       # checks validity first (no request)
         cp.complete("available")            # raises Fenced if the GC collected it
-    # leaving the block released the lease
+    # leaving the block released the lease (and raised LeaseLost had it been lost inside)
 
 asyncio style: every call that sends requests has an ``*_async`` twin returning an awaitable
 (``await banklease.OwnerLease.acquire_async(bank, windows)``, ``await cp.complete_async()``,
@@ -201,6 +201,10 @@ def run_pass(
     ``force`` lets a pass through that the safety brake would refuse. Raises ``ConfigError``
     when ``skew_margin`` is below the store's timestamp resolution, ``ClockStep`` when the
     store's clock stepped (nothing was deleted), ``StoreError`` when the bank cannot be read.
+
+    A pass that completes may still have left work: check ``report.errors`` (each one leaves
+    its checkpoint for the next pass) and ``report.braked`` (the safety brake refused the pass;
+    rerun with ``force=True`` if that many owners really died).
     """
     return PassReport._from_json(
         _banklease.run_pass(

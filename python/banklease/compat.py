@@ -51,8 +51,9 @@ class BankPluginLease:
 
     ``keep=True`` (the default) renews in the background from ``acquire_lease()`` on, as the
     seed design's looping call did; with ``keep=False`` the caller calls ``renew_lease()``
-    every ``renew_window`` itself. ``skew_margin`` is the observer's margin for
-    ``check_lease_existence``.
+    every ``renew_window`` itself. ``skew_margin`` (default 2 s; at least the store's timestamp
+    resolution, checked) and ``read_staleness`` (default 0; how old a read may be on this store)
+    are the observer's, for ``check_lease_existence``: use the GC's values.
     """
 
     def __init__(
@@ -64,13 +65,14 @@ class BankPluginLease:
         keep: bool = True,
         on_lost: Optional[Callable[[LeaseLost], None]] = None,
         skew_margin: Optional[float] = None,
+        read_staleness: Optional[float] = None,
     ) -> None:
         self._bank = bank
         self._windows = windows
         self._owner_id = owner_id
         self._keep = keep
         self._on_lost = on_lost
-        self._observer = LeaseObserver(bank, skew_margin=skew_margin)
+        self._observer = LeaseObserver(bank, skew_margin=skew_margin, read_staleness=read_staleness)
         self._lease: Optional[OwnerLease] = None
         self._keeper: Optional[Keeper] = None
         self._lock = threading.Lock()
@@ -93,9 +95,14 @@ class BankPluginLease:
                 state = self._lease.state
                 if state.name == "held":
                     return
+                why = (
+                    f"lease lost: owner_id=`{self._lease.owner_id}` reason=`{state.reason}`"
+                    if state.name == "lost"
+                    else f"lease released: owner_id=`{self._lease.owner_id}`"
+                )
                 raise LeaseLost(
-                    f"lease lost: owner_id=`{self._lease.owner_id}` reason=`{state.reason or state.name}`; "
-                    "lost is final: make a new BankPluginLease (a new owner id) to start again"
+                    f"{why}; a lease is never taken again under the same owner id: make a new "
+                    "BankPluginLease (a new owner id) to start again"
                 )
             self._lease = OwnerLease.acquire(self._bank, self._windows, self._owner_id)
             if self._keep:
@@ -125,7 +132,8 @@ class BankPluginLease:
                 f"cannot judge the lease of owner_id=`{owner_id}`: {view.error}; "
                 "treat the owner as alive and try again"
             )
-            error.detail = view.error
+            error.op, error.path = "get", f"leases/{owner_id}"
+            error.transient, error.detail = True, view.error
             raise error
         return view.state == "alive"
 

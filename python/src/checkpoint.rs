@@ -101,6 +101,22 @@ impl Checkpoint {
         })
     }
 
+    /// `adopt`, awaitable.
+    #[staticmethod]
+    fn adopt_async<'py>(
+        py: Python<'py>,
+        lease: &Bound<'_, OwnerLease>,
+        checkpoint_id: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let lease = lease.get().inner.clone();
+        awaitable(py, async move {
+            let inner = banklease::Checkpoint::adopt(&lease, &checkpoint_id)
+                .await
+                .map_err(to_py)?;
+            Ok(Checkpoint { inner })
+        })
+    }
+
     /// The checkpoint id.
     #[getter]
     fn id(&self) -> String {

@@ -38,6 +38,11 @@ enum Attr {
     Bool(bool),
 }
 
+/// `BankleaseError`: a failure of the package itself.
+pub(crate) fn error(message: String) -> PyErr {
+    raise("BankleaseError", message, &[])
+}
+
 /// `ConfigError`: a bad value given by the caller.
 pub(crate) fn config_error(message: String) -> PyErr {
     raise("ConfigError", message, &[])
@@ -49,13 +54,16 @@ pub(crate) fn to_py(e: banklease::Error) -> PyErr {
     let message = e.to_string();
     let transient = e.is_transient();
     match e {
-        E::Config { .. } | E::InvalidWindows { .. } | E::InvalidUrl { .. } => {
-            raise("ConfigError", message, &[])
-        }
-        E::InvalidId { kind, id, .. } => raise(
+        E::Config { .. } | E::InvalidWindows { .. } => raise("ConfigError", message, &[]),
+        E::InvalidUrl { url, .. } => raise("ConfigError", message, &[("url", Attr::Str(url))]),
+        E::InvalidId { kind, id, reason } => raise(
             "InvalidId",
             message,
-            &[("kind", Attr::Str(kind.into())), ("id", Attr::Str(id))],
+            &[
+                ("kind", Attr::Str(kind.into())),
+                ("id", Attr::Str(id)),
+                ("reason", Attr::Str(reason.into())),
+            ],
         ),
         E::Store { op, path, source } => {
             let detail = banklease::observe::error_chain(&source);
@@ -128,7 +136,16 @@ pub(crate) fn to_py(e: banklease::Error) -> PyErr {
             message,
             &[("checkpoint_id", Attr::Str(checkpoint_id))],
         ),
-        E::ClockStep { .. } => raise("ClockStep", message, &[]),
+        E::ClockStep {
+            step, direction, ..
+        } => raise(
+            "ClockStep",
+            message,
+            &[
+                ("step", Attr::Secs(step)),
+                ("direction", Attr::Str(direction.into())),
+            ],
+        ),
         E::Corrupt { path, .. } => raise("CorruptObject", message, &[("path", Attr::Str(path))]),
         // Named locks are not in the Python API; any later variant lands here too.
         _ => raise("BankleaseError", message, &[]),

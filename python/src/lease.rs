@@ -1,16 +1,17 @@
 //! `LeaseWindows`, `OwnerLease`, `LeaseStatus` and `Keeper`.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
 
-use banklease::clock::{Jitter, SharedClock, SystemClock};
+use banklease::clock::{SharedClock, SystemClock};
 use banklease::{LeaseState, OwnerId};
 use pyo3::prelude::*;
-use tokio_util::sync::CancellationToken;
 
 use crate::bank::Bank;
 use crate::errors::{config_error, to_py};
-use crate::runtime::{awaitable, block_on, opt_duration};
+use crate::keeper::Keeper;
+use crate::runtime::{awaitable, block_on, block_on_whole, opt_duration};
 
 /// The three windows of an owner lease, in seconds.
 ///
@@ -83,7 +84,7 @@ impl LeaseWindows {
 }
 
 /// A lease's state as its owner knows it: `name` is `"held"`, `"lost"` or `"released"`
-/// (the last two are final); `remaining` is the validity left in seconds (0 unless held);
+/// (both final: a lost lease stays lost, even once released); `remaining` is the validity left in seconds (0 unless held);
 /// `reason` says why a lease was lost.
 #[pyclass(module = "banklease", frozen, get_all)]
 #[derive(Debug, Clone)]
@@ -94,7 +95,7 @@ pub(crate) struct LeaseStatus {
 }
 
 impl LeaseStatus {
-    fn of(state: &LeaseState, now: Instant) -> Self {
+    pub(crate) fn of(state: &LeaseState, now: Instant) -> Self {
         match state {
             LeaseState::Held { valid_until } => Self {
                 name: "held",
@@ -124,7 +125,7 @@ impl LeaseStatus {
         self.name == "held"
     }
 
-    fn __repr__(&self) -> String {
+    pub(crate) fn __repr__(&self) -> String {
         match &self.reason {
             Some(reason) => format!("LeaseStatus(name='lost', reason={reason:?})"),
             None => format!(
@@ -140,11 +141,22 @@ impl LeaseStatus {
 /// Acquire it once per process (`OwnerLease.acquire`), keep it renewed (`keep()`), ask
 /// `check_validity()` before every update of a checkpoint, and `release()` on orderly
 /// shutdown. A lost lease (`LeaseLost`) is final: stop writing and start again under a new
-/// owner id.
+/// owner id. Thread-safe: one lease may be used from many threads and tasks.
 #[pyclass(module = "banklease", frozen)]
 #[derive(Debug, Clone)]
 pub(crate) struct OwnerLease {
     pub(crate) inner: banklease::OwnerLease,
+    /// Whether a keeper runs for this lease (shared by every wrapper of it).
+    pub(crate) kept: Arc<AtomicBool>,
+}
+
+impl OwnerLease {
+    pub(crate) fn wrap(inner: banklease::OwnerLease) -> Self {
+        Self {
+            inner,
+            kept: Arc::new(AtomicBool::new(false)),
+        }
+    }
 }
 
 fn clock() -> SharedClock {
@@ -165,7 +177,7 @@ async fn acquire(
     let inner = banklease::OwnerLease::acquire(&bank, owner, windows, clock)
         .await
         .map_err(to_py)?;
-    Ok(OwnerLease { inner })
+    Ok(OwnerLease::wrap(inner))
 }
 
 fn acquire_args(
@@ -176,6 +188,34 @@ fn acquire_args(
         bank.get().inner.clone(),
         windows.map(|w| w.get().inner).unwrap_or_default(),
     )
+}
+
+/// Release `lease`, unless it is lost: a lost lease has no object of ours to delete, and
+/// releasing it would turn its state into Released and hide the loss. Lost stays final.
+pub(crate) async fn release_unless_lost(lease: &banklease::OwnerLease) -> PyResult<()> {
+    if matches!(lease.state(), LeaseState::Lost { .. }) {
+        return Ok(());
+    }
+    lease.release().await.map_err(to_py)
+}
+
+/// The `LeaseLost` exception of a lost lease, for a `with` block that ends without another
+/// exception: the loss must not pass unnoticed.
+pub(crate) fn lost_at_exit(
+    lease: &banklease::OwnerLease,
+    exc_type: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    match lease.state() {
+        LeaseState::Lost { reason } if exc_type.is_none() => Err(to_py(lost(lease, reason))),
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn lost(lease: &banklease::OwnerLease, reason: String) -> banklease::Error {
+    banklease::Error::LeaseLost {
+        owner_id: lease.owner_id().to_string(),
+        reason,
+    }
 }
 
 #[pymethods]
@@ -254,10 +294,10 @@ impl OwnerLease {
     }
 
     /// Renew once, now; returns the seconds of validity then left. A failed renewal raises
-    /// (`StoreError`, or `LeaseLost` when the lease is gone); it is never swallowed.
+    /// (`StoreError`, or `LeaseLost` when the lease is gone); it is never swallowed. Not cut
+    /// short by Ctrl-C (its answer would be lost): it ends within the store's timeouts.
     fn renew(&self, py: Python<'_>) -> PyResult<f64> {
-        let lease = self.inner.clone();
-        block_on(py, renew(lease))
+        block_on_whole(py, renew(self.inner.clone()))
     }
 
     /// `renew`, awaitable.
@@ -266,72 +306,51 @@ impl OwnerLease {
     }
 
     /// Release the lease (delete its object). From the call on, `check_validity()` is False
-    /// for good, even if the delete fails (the object then expires on the store's clock).
+    /// for good, even if the delete fails (the object then expires on the store's clock). A
+    /// running keeper stops once it sees the release. A lost lease is left as it is (lost).
     fn release(&self, py: Python<'_>) -> PyResult<()> {
         let lease = self.inner.clone();
-        block_on(py, async move { lease.release().await.map_err(to_py) })
+        block_on(py, async move { release_unless_lost(&lease).await })
     }
 
     /// `release`, awaitable.
     fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let lease = self.inner.clone();
-        awaitable(py, async move { lease.release().await.map_err(to_py) })
+        awaitable(py, async move { release_unless_lost(&lease).await })
     }
 
     /// Start the background keeper: it renews every `renew_window` (shortened by a random
-    /// fraction of up to `jitter`) on the module's runtime, whatever Python is doing.
-    /// `on_lost(error)` is called once, from a background thread, with the `LeaseLost`
-    /// exception if the lease is lost.
+    /// fraction of up to `jitter`, 0 to 0.5) on the package's runtime, whatever Python is
+    /// doing, until the keeper or the lease is stopped or released, or the lease is lost —
+    /// dropping the `Keeper` object does not stop it. `on_lost(error)` is called once, from a
+    /// background thread, with the `LeaseLost` exception if the lease is lost while the keeper
+    /// runs. One keeper per lease.
     #[pyo3(signature = (on_lost=None, jitter=0.1))]
     fn keep(&self, on_lost: Option<Py<PyAny>>, jitter: f64) -> PyResult<Keeper> {
         if !(0.0..=0.5).contains(&jitter) {
             return Err(config_error(format!(
-                "jitter=`{jitter}` is out of range; give a fraction of renew_window between 0 and 0.5"
+                "jitter=`{jitter}` is out of range; give a fraction of renew_window between 0 \
+                 and 0.5"
             )));
         }
-        let runtime = pyo3_async_runtimes::tokio::get_runtime();
-        let _entered = runtime.enter();
-        let keeper = self.inner.spawn_keeper(Jitter::from_entropy(), jitter);
-        let stopped = CancellationToken::new();
-        if let Some(callback) = on_lost {
-            let lease = self.inner.clone();
-            let stopped = stopped.clone();
-            runtime.spawn(async move {
-                if let Some(reason) = wait_lost(&lease, &stopped).await {
-                    let err = to_py(lost(&lease, reason));
-                    // A callback may call blocking banklease methods: not on a runtime worker.
-                    let _ = tokio::task::spawn_blocking(move || {
-                        Python::attach(|py| {
-                            let value = err.value(py).clone();
-                            if let Err(e) = callback.call1(py, (value,)) {
-                                e.write_unraisable(py, Some(callback.bind(py)));
-                            }
-                        })
-                    })
-                    .await;
-                }
-            });
-        }
-        Ok(Keeper {
-            lease: self.inner.clone(),
-            keeper: Mutex::new(Some(keeper)),
-            stopped,
-        })
+        Keeper::start(self, on_lost, jitter)
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
 
-    /// Leaving a `with` block releases the lease.
+    /// Leaving a `with` block releases the lease; a lease lost inside the block raises
+    /// `LeaseLost` here (unless another exception is on its way).
     fn __exit__(
         &self,
         py: Python<'_>,
-        _exc_type: &Bound<'_, PyAny>,
+        exc_type: &Bound<'_, PyAny>,
         _exc: &Bound<'_, PyAny>,
         _tb: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         self.release(py)?;
+        lost_at_exit(&self.inner, exc_type)?;
         Ok(false)
     }
 
@@ -341,18 +360,22 @@ impl OwnerLease {
         awaitable(py, async move { Ok(me) })
     }
 
-    /// Leaving an `async with` block releases the lease.
+    /// Leaving an `async with` block releases the lease (see `__exit__`).
     fn __aexit__<'py>(
         &self,
         py: Python<'py>,
-        _exc_type: &Bound<'_, PyAny>,
+        exc_type: &Bound<'_, PyAny>,
         _exc: &Bound<'_, PyAny>,
         _tb: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let lease = self.inner.clone();
+        let quiet = !exc_type.is_none();
         awaitable(py, async move {
-            lease.release().await.map_err(to_py)?;
-            Ok(false)
+            release_unless_lost(&lease).await?;
+            match lease.state() {
+                LeaseState::Lost { reason } if !quiet => Err(to_py(lost(&lease, reason))),
+                _ => Ok(false),
+            }
         })
     }
 
@@ -371,203 +394,4 @@ async fn renew(lease: banklease::OwnerLease) -> PyResult<f64> {
     Ok(valid_until
         .saturating_duration_since(lease.clock().now())
         .as_secs_f64())
-}
-
-fn lost(lease: &banklease::OwnerLease, reason: String) -> banklease::Error {
-    banklease::Error::LeaseLost {
-        owner_id: lease.owner_id().to_string(),
-        reason,
-    }
-}
-
-/// Wait until the lease is lost (its reason), released, or the keeper stopped (None).
-///
-/// A held lease whose validity runs out with no renewal is lost: `state()` says so once it is
-/// asked, so the wait also wakes when the current validity ends.
-async fn wait_lost(lease: &banklease::OwnerLease, stopped: &CancellationToken) -> Option<String> {
-    let mut rx = lease.subscribe();
-    let clock = lease.clock().clone();
-    loop {
-        let until = match lease.state() {
-            LeaseState::Lost { reason } => return Some(reason),
-            LeaseState::Released => return None,
-            LeaseState::Held { valid_until } => valid_until,
-        };
-        let left = until.saturating_duration_since(clock.now());
-        tokio::select! {
-            changed = rx.changed() => if changed.is_err() { return None },
-            () = clock.sleep(left + Duration::from_millis(1)) => {}
-            () = stopped.cancelled() => return None,
-        }
-    }
-}
-
-/// A running keeper (`OwnerLease.keep()`). Use it as a context manager (`with`, `async with`)
-/// to release the lease on the way out.
-#[pyclass(module = "banklease", frozen)]
-#[derive(Debug)]
-pub(crate) struct Keeper {
-    lease: banklease::OwnerLease,
-    keeper: Mutex<Option<banklease::Keeper>>,
-    stopped: CancellationToken,
-}
-
-impl Keeper {
-    fn take(&self) -> Option<banklease::Keeper> {
-        let taken = self.keeper.lock().unwrap_or_else(|e| e.into_inner()).take();
-        self.stopped.cancel();
-        taken
-    }
-}
-
-async fn stop(keeper: Option<banklease::Keeper>) {
-    if let Some(keeper) = keeper {
-        keeper.stop().await;
-    }
-}
-
-async fn release(keeper: Option<banklease::Keeper>, lease: banklease::OwnerLease) -> PyResult<()> {
-    stop(keeper).await;
-    lease.release().await.map_err(to_py)
-}
-
-#[pymethods]
-impl Keeper {
-    /// The lease this keeper renews.
-    #[getter]
-    fn lease(&self) -> OwnerLease {
-        OwnerLease {
-            inner: self.lease.clone(),
-        }
-    }
-
-    /// The lease's state now (`LeaseStatus`).
-    #[getter]
-    fn state(&self) -> LeaseStatus {
-        LeaseStatus::of(&self.lease.state(), self.lease.clock().now())
-    }
-
-    /// Block until the lease is lost, then return the `LeaseLost` exception (not raised).
-    /// Returns None when the lease is released, the keeper is stopped, or `timeout` seconds
-    /// pass first.
-    #[pyo3(signature = (timeout=None))]
-    fn wait_lost(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
-        let timeout = opt_duration("timeout", timeout)?;
-        let lease = self.lease.clone();
-        let stopped = self.stopped.clone();
-        let reason = block_on(py, async move {
-            let wait = wait_lost(&lease, &stopped);
-            Ok(match timeout {
-                Some(t) => tokio::select! {
-                    r = wait => r,
-                    () = lease.clock().sleep(t) => None,
-                },
-                None => wait.await,
-            })
-        })?;
-        Ok(match reason {
-            Some(reason) => to_py(lost(&self.lease, reason))
-                .value(py)
-                .clone()
-                .into_any()
-                .unbind(),
-            None => py.None(),
-        })
-    }
-
-    /// Awaitable: the `LeaseLost` exception once the lease is lost (not raised), or None when
-    /// it is released or the keeper stopped. Wrap in `asyncio.wait_for` for a timeout.
-    fn wait_lost_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let lease = self.lease.clone();
-        let stopped = self.stopped.clone();
-        awaitable(py, async move {
-            let reason = wait_lost(&lease, &stopped).await;
-            Python::attach(|py| -> PyResult<Py<PyAny>> {
-                Ok(match reason {
-                    Some(reason) => to_py(lost(&lease, reason))
-                        .value(py)
-                        .clone()
-                        .into_any()
-                        .unbind(),
-                    None => py.None(),
-                })
-            })
-        })
-    }
-
-    /// Stop renewing (waits for a renewal in flight). The lease object stays and runs out on
-    /// its own; prefer `release()` on orderly shutdown.
-    fn stop(&self, py: Python<'_>) -> PyResult<()> {
-        let keeper = self.take();
-        block_on(py, async move {
-            stop(keeper).await;
-            Ok(())
-        })
-    }
-
-    /// `stop`, awaitable.
-    fn stop_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let keeper = self.take();
-        awaitable(py, async move {
-            stop(keeper).await;
-            Ok(())
-        })
-    }
-
-    /// Stop renewing and release the lease.
-    fn release(&self, py: Python<'_>) -> PyResult<()> {
-        let keeper = self.take();
-        block_on(py, release(keeper, self.lease.clone()))
-    }
-
-    /// `release`, awaitable.
-    fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let keeper = self.take();
-        awaitable(py, release(keeper, self.lease.clone()))
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    /// Leaving a `with` block stops the keeper and releases the lease.
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _exc_type: &Bound<'_, PyAny>,
-        _exc: &Bound<'_, PyAny>,
-        _tb: &Bound<'_, PyAny>,
-    ) -> PyResult<bool> {
-        self.release(py)?;
-        Ok(false)
-    }
-
-    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let me = slf.unbind();
-        awaitable(py, async move { Ok(me) })
-    }
-
-    fn __aexit__<'py>(
-        &self,
-        py: Python<'py>,
-        _exc_type: &Bound<'_, PyAny>,
-        _exc: &Bound<'_, PyAny>,
-        _tb: &Bound<'_, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let keeper = self.take();
-        let lease = self.lease.clone();
-        awaitable(py, async move {
-            release(keeper, lease).await?;
-            Ok(false)
-        })
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "<Keeper owner_id={} {}>",
-            self.lease.owner_id(),
-            self.state().__repr__()
-        )
-    }
 }

@@ -12,6 +12,7 @@ mod bank;
 mod checkpoint;
 mod errors;
 mod gc;
+mod keeper;
 mod lease;
 mod observe;
 mod runtime;
@@ -35,7 +36,7 @@ fn _banklease(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lease::LeaseWindows>()?;
     m.add_class::<lease::OwnerLease>()?;
     m.add_class::<lease::LeaseStatus>()?;
-    m.add_class::<lease::Keeper>()?;
+    m.add_class::<keeper::Keeper>()?;
     m.add_class::<checkpoint::Checkpoint>()?;
     m.add_class::<observe::LeaseObserver>()?;
     m.add_class::<observe::LeaseView>()?;

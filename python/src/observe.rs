@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use banklease::clock::SystemClock;
+use banklease::clock::{SharedClock, SystemClock};
 use banklease::observe::WindowSource;
 use banklease::OwnerId;
 use pyo3::prelude::*;
@@ -15,18 +15,25 @@ use crate::runtime::{awaitable, block_on, opt_duration};
 /// Judges owners' leases on the store's clock, as the GC and `banklease validity-check` do.
 ///
 /// `skew_margin` (default 2 s) is deducted in the owner's favour and must cover the store's
-/// timestamp resolution; `read_staleness` (default 0) is how old a read's answer may be on this
-/// store (lagging replicas). The owner's own windows, as its lease declares them, are used.
+/// timestamp resolution (the first `view` checks, `ConfigError` if not); `read_staleness`
+/// (default 0) is how old a read's answer may be on this store (lagging replicas; the GC's
+/// `gc.read_staleness`). The owner's own windows, as its lease declares them, are used.
 #[pyclass(module = "banklease", frozen)]
 #[derive(Debug, Clone)]
 pub(crate) struct LeaseObserver {
     inner: banklease::LeaseObserver,
+    bank: banklease::Bank,
+    /// Set once the skew margin was found to cover the store's timestamp resolution.
+    margin_checked: Arc<tokio::sync::OnceCell<()>>,
 }
 
 /// What an observer found: `state` is `"alive"`, `"expired"`, `"missing"` or `"unreadable"`.
 ///
 /// `ok` answers "may this owner start an update now?": alive, with at least `validity_window`
-/// seconds left (`remaining`) at the latest instant the answer may be acted on.
+/// seconds left (`remaining`) at the latest instant the answer may be acted on. Advisory: the
+/// owner counts from the send time of its last renewal, the store stamps it a request's
+/// latency later; the owner's own `check_validity()` is what its writes obey. Dead or alive
+/// is `state`, not `ok` (a live owner with little time left is not ok, and not dead).
 /// `window_source` says whose window that is: `"owner"` (declared in its lease), `"given"` or
 /// `"default"`. `expired_since` (seconds) is set for expired leases, `error` for unreadable
 /// ones, `record` (a dict) when the lease could be read.
@@ -63,8 +70,14 @@ impl LeaseView {
             .transpose()
     }
 
-    fn __bool__(&self) -> bool {
-        self.ok
+    /// A view has no truth value: ask `state` (is the owner dead?) or `ok` (may it start an
+    /// update?), which differ for a live owner with little time left.
+    fn __bool__(&self) -> PyResult<bool> {
+        Err(pyo3::exceptions::PyTypeError::new_err(
+            "a LeaseView has no truth value: use view.state (\"alive\", \"expired\", \"missing\", \
+             \"unreadable\") to tell whether the owner is dead, or view.ok for whether it may \
+             start an update",
+        ))
     }
 
     fn __repr__(&self) -> String {
@@ -82,11 +95,23 @@ impl LeaseView {
 }
 
 async fn view(
-    observer: banklease::LeaseObserver,
+    observer: LeaseObserver,
     owner: String,
     window: Option<Duration>,
 ) -> PyResult<LeaseView> {
     let owner = OwnerId::parse(&owner).map_err(to_py)?;
+    // A margin below the store's stamp resolution would judge a live owner's truncated stamp
+    // as older than it is: refused, as the GC refuses it (checked once per observer).
+    observer
+        .margin_checked
+        .get_or_try_init(|| async {
+            let clock: SharedClock = Arc::new(SystemClock);
+            banklease_gc::timing::check_skew_margin(&observer.bank, &clock, observer.inner.margin())
+                .await
+                .map_err(to_py)
+        })
+        .await?;
+    let observer = observer.inner;
     let fallback = banklease::config::LeaseConfig::default().validity_window;
     let check = observer
         .validity_check(&owner, window, fallback)
@@ -129,15 +154,20 @@ impl LeaseObserver {
         let margin = opt_duration("skew_margin", skew_margin)?
             .unwrap_or(banklease::config::LeaseConfig::default().skew_margin);
         let staleness = opt_duration("read_staleness", read_staleness)?.unwrap_or_default();
-        let inner =
-            banklease::LeaseObserver::new(bank.get().inner.clone(), Arc::new(SystemClock), margin)
-                .with_read_staleness(staleness);
-        Ok(Self { inner })
+        let bank = bank.get().inner.clone();
+        let inner = banklease::LeaseObserver::new(bank.clone(), Arc::new(SystemClock), margin)
+            .with_read_staleness(staleness);
+        Ok(Self {
+            inner,
+            bank,
+            margin_checked: Arc::default(),
+        })
     }
 
-    /// Read and judge `owner_id`'s lease (three requests: the store's clock, then the lease).
-    /// `validity_window` (seconds) overrides the owner's declared one. Raises `StoreError` only
-    /// when the store's clock cannot be read; an unreadable lease is a view with `error`.
+    /// Read and judge `owner_id`'s lease (three requests: the store's clock, then the lease;
+    /// the first view also measures the store's timestamp resolution). `validity_window`
+    /// (seconds) overrides the owner's declared one. Raises `StoreError` only when the store's
+    /// clock cannot be read; an unreadable lease is a view with `error`.
     #[pyo3(signature = (owner_id, validity_window=None))]
     fn view(
         &self,
@@ -146,7 +176,7 @@ impl LeaseObserver {
         validity_window: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<LeaseView> {
         let window = opt_duration("validity_window", validity_window)?;
-        block_on(py, view(self.inner.clone(), owner_id, window))
+        block_on(py, view(self.clone(), owner_id, window))
     }
 
     /// `view`, awaitable.
@@ -158,6 +188,6 @@ impl LeaseObserver {
         validity_window: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let window = opt_duration("validity_window", validity_window)?;
-        awaitable(py, view(self.inner.clone(), owner_id, window))
+        awaitable(py, view(self.clone(), owner_id, window))
     }
 }

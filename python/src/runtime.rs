@@ -1,14 +1,33 @@
 //! Running the library's futures for Python: blocking (GIL released) or as awaitables.
 
 use std::future::Future;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use banklease::clock::{Clock, SystemClock};
 use pyo3::prelude::*;
-use pyo3::types::PyDelta;
+use pyo3::types::{PyBool, PyDelta};
 
 /// How often a blocking call looks for a pending signal (Ctrl-C) while it waits.
 const SIGNAL_POLL: Duration = Duration::from_millis(100);
+
+/// The process that started the module's runtime.
+static RUNTIME_PID: OnceLock<u32> = OnceLock::new();
+
+/// The module's runtime, refused in a process forked from the one that started it: the fork
+/// has none of its threads, so any call would hang.
+pub(crate) fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
+    let pid = *RUNTIME_PID.get_or_init(std::process::id);
+    if pid != std::process::id() {
+        return Err(crate::errors::error(format!(
+            "banklease cannot run in process pid=`{}`: it was forked from pid=`{pid}`, where \
+             banklease had already started its threads; use the \"spawn\" or \"forkserver\" start \
+             method of multiprocessing, or first use banklease after the fork",
+            std::process::id()
+        )));
+    }
+    Ok(pyo3_async_runtimes::tokio::get_runtime())
+}
 
 /// Run `fut` to completion on the module's runtime with the GIL released.
 ///
@@ -21,9 +40,31 @@ where
     F: Future<Output = PyResult<T>> + Send,
     T: Send,
 {
-    let runtime = pyo3_async_runtimes::tokio::get_runtime();
+    run(py, fut, true)
+}
+
+/// [`block_on`] for calls that must not be cut short: a renewal abandoned after its write was
+/// sent would leave the lease's answer unknown, and the next renewal would take the landed
+/// write for another writer's (a spurious Lost). Bounded by the store client's timeouts.
+pub(crate) fn block_on_whole<F, T>(py: Python<'_>, fut: F) -> PyResult<T>
+where
+    F: Future<Output = PyResult<T>> + Send,
+    T: Send,
+{
+    run(py, fut, false)
+}
+
+fn run<F, T>(py: Python<'_>, fut: F, interruptible: bool) -> PyResult<T>
+where
+    F: Future<Output = PyResult<T>> + Send,
+    T: Send,
+{
+    let runtime = runtime()?;
     py.detach(|| {
         runtime.block_on(async {
+            if !interruptible {
+                return fut.await;
+            }
             tokio::pin!(fut);
             loop {
                 tokio::select! {
@@ -43,11 +84,18 @@ where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
+    runtime()?;
     pyo3_async_runtimes::tokio::future_into_py(py, fut)
 }
 
 /// A duration given as seconds (int or float) or a `datetime.timedelta`.
 pub(crate) fn duration(what: &str, value: &Bound<'_, PyAny>) -> PyResult<Duration> {
+    if value.is_instance_of::<PyBool>() {
+        return Err(crate::errors::config_error(format!(
+            "{what}=`{}` is not a duration; give seconds (a number) or a datetime.timedelta",
+            value.repr().map(|r| r.to_string()).unwrap_or_default()
+        )));
+    }
     let secs: f64 = if let Ok(delta) = value.cast::<PyDelta>() {
         delta.call_method0("total_seconds")?.extract()?
     } else {

@@ -69,7 +69,8 @@ class Backend:
 
 GRACE = 0.2
 
-SHORT = dict(renew_window=0.2, expire_window=1.0, validity_window=0.15)
+# A keeper must miss renewals for over a second before a lease is lost: loaded runners stall.
+SHORT = dict(renew_window=0.3, expire_window=2.0, validity_window=0.2)
 # Servers: a renewal round trip on a loaded 2-core runner can take a good part of a second.
 SERVER = dict(renew_window=0.5, expire_window=3.0, validity_window=0.4)
 

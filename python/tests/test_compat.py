@@ -66,7 +66,7 @@ def test_stricter_renewal_failures_are_reported_and_lost_is_final(file_backend):
     with pytest.raises(banklease.LeaseLost):
         plugin.renew_lease()
     assert not plugin.check_lease_validity()
-    with pytest.raises(banklease.LeaseLost, match="lost is final"):
+    with pytest.raises(banklease.LeaseLost, match="never taken again under the same owner id"):
         plugin.acquire_lease()
 
 
@@ -78,5 +78,6 @@ def test_stricter_doubt_is_an_error_not_an_answer(file_backend):
     plugin.release_lease()
     lease_file.parent.mkdir(parents=True, exist_ok=True)
     lease_file.write_text("not a lease")
-    with pytest.raises(banklease.StoreError, match="cannot judge the lease"):
+    with pytest.raises(banklease.StoreError, match="cannot judge the lease") as err:
         BankPluginLease(file_backend.bank).check_lease_existence(owner)
+    assert err.value.transient and err.value.path == f"leases/{owner}" and err.value.detail

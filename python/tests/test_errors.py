@@ -150,3 +150,18 @@ def test_the_stub_matches_the_extension():
         assert {m for m in methods if not m.startswith("_")} == real, (name, methods ^ real)
         for dunder in {m for m in methods if m.startswith("__")} - {"__init__"}:
             assert hasattr(cls, dunder), f"stub names {name}.{dunder}, the extension lacks it"
+
+
+def test_a_lease_view_has_no_truth_value():
+    bank = banklease.Bank.open("memory://")
+    view = banklease.LeaseObserver(bank, skew_margin=0.05).view("nobody")
+    assert view.state == "missing" and view.ok is False
+    with pytest.raises(TypeError, match="no truth value"):
+        bool(view)
+
+
+@pytest.mark.skipif(os.environ.get("BANKLEASE_TEST_S3") != "1", reason="needs S3 (moto)")
+def test_an_observer_refuses_a_margin_below_the_stamp_resolution():
+    bank = banklease.Bank.open(f"s3://{os.environ.get('S3_BUCKET', 'banklease-test')}/py-margin")
+    with pytest.raises(banklease.ConfigError, match="timestamp resolution"):
+        banklease.LeaseObserver(bank, skew_margin=0.05).view("someone")

@@ -98,7 +98,8 @@ def test_doctor(backend):
     report = banklease.doctor(backend.bank, race_rounds=2)
     assert isinstance(report, banklease.DoctorReport)
     assert report.supported is True, report.verdicts
-    assert "owner_lease" in report.verdicts or report.verdicts, report.verdicts
+    assert set(report.verdicts) == {"owner_lease", "completion_vs_collection", "named_locks"}
+    assert "renewal" in report.diagnosis or report.diagnosis, report.diagnosis
 
 
 def test_a_python_owners_zombies_are_collected_by_the_rust_daemon(shared_backend, spawn_gc):

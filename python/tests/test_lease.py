@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import gc
 import os
 import shutil
+import signal
 import threading
 import time
 import urllib.parse
@@ -176,9 +178,16 @@ def test_wait_lost_async_completes_with_the_loss(file_backend):
 def test_a_stopped_keeper_leaves_the_lease_to_run_out(backend):
     lease = banklease.OwnerLease.acquire(backend.bank, backend.windows)
     keeper = lease.keep()
+    waiter = []
+    thread = threading.Thread(target=lambda: waiter.append(keeper.wait_lost(timeout=30)))
+    thread.start()
+    time.sleep(0.2)
+    started = time.monotonic()
     keeper.stop()
-    # Stopping wakes the waiters: nothing more will be reported.
-    assert keeper.wait_lost(timeout=1) is None
+    # Stopping wakes the waiters at once: nothing more will be reported.
+    thread.join(10)
+    assert waiter == [None] and time.monotonic() - started < 5
+    assert keeper.wait_lost(timeout=30) is None
     eventually(backend.windows.expire_window + 1, "validity runs out", lambda: not lease.check_validity())
     view = banklease.LeaseObserver(backend.bank, skew_margin=backend.margin).view(lease.owner_id)
     # The object is still there (a crash looks the same): the GC judges it by its age.
@@ -195,3 +204,82 @@ def test_windows_accept_seconds_and_timedeltas():
     assert (d.renew_window, d.expire_window, d.validity_window) == (120.0, 600.0, 100.0)
     risky = banklease.LeaseWindows(renew_window=10, expire_window=15, validity_window=5)
     assert any("single failed renewal" in w for w in risky.warnings)
+
+
+def test_a_loss_inside_a_with_block_is_raised_at_its_end(file_backend):
+    lease = banklease.OwnerLease.acquire(file_backend.bank, file_backend.windows)
+    with pytest.raises(banklease.LeaseLost) as err:
+        with lease.keep() as keeper:
+            shutil.rmtree(file_backend.path)
+            assert isinstance(keeper.wait_lost(timeout=10), banklease.LeaseLost)
+    assert err.value.owner_id == lease.owner_id
+    # Lost stays lost: leaving the block (which releases) did not turn it into "released".
+    assert lease.state.name == "lost" and keeper.state.name == "lost"
+    assert isinstance(keeper.wait_lost(timeout=1), banklease.LeaseLost)
+    # An exception already on its way is not replaced.
+    other = banklease.OwnerLease.acquire(banklease.Bank.open("memory://"), file_backend.windows)
+    with pytest.raises(KeyError):
+        with other:
+            raise KeyError("the body's own error")
+
+
+def test_dropping_the_keeper_object_does_not_stop_renewals(backend):
+    lease = banklease.OwnerLease.acquire(backend.bank, backend.windows)
+    lease.keep()  # the Keeper object is dropped at once
+    gc.collect()
+    time.sleep(backend.windows.expire_window * 2)
+    assert lease.check_validity(), lease.state
+    with pytest.raises(banklease.BankleaseError, match="a keeper already runs"):
+        lease.keep()
+    lease.release()  # the detached keeper stops once it sees the release
+    assert lease.state.name == "released"
+
+
+def test_ctrl_c_interrupts_a_blocking_wait(file_backend):
+    lease = banklease.OwnerLease.acquire(file_backend.bank, file_backend.windows)
+    keeper = lease.keep()
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            keeper.wait_lost(timeout=30)
+        assert time.monotonic() - started < 5
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert keeper.state.held  # the keeper itself was not interrupted
+    keeper.release()
+
+
+def test_a_forked_child_gets_a_clear_error_not_a_hang():
+    bank = banklease.Bank.open("memory://")
+    banklease.OwnerLease.acquire(bank).release()  # the runtime is started in this process
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what happened through the pipe, then leave at once
+        os.close(read)
+        try:
+            banklease.OwnerLease.acquire(bank)
+            message = "no error"
+        except banklease.BankleaseError as e:
+            message = str(e)
+        except BaseException as e:  # noqa: BLE001 - anything else is the test's failure
+            message = f"{type(e).__name__}: {e}"
+        os.write(write, message.encode())
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    message = os.read(read, 4096).decode()
+    os.close(read)
+    assert status == 0
+    assert "forked from pid=" in message and "spawn" in message, message
+
+
+def test_durations_are_numbers_or_timedeltas_not_bools():
+    with pytest.raises(banklease.ConfigError, match="renew_window=`True` is not a duration"):
+        banklease.LeaseWindows(renew_window=True)
