@@ -80,9 +80,9 @@ struct Args {
     /// Dead owners D among them.
     #[arg(long, default_value_t = 10)]
     dead: u64,
-    /// Data objects per checkpoint.
-    #[arg(long, default_value_t = 1)]
-    data: u64,
+    /// Data objects per checkpoint d; several (`1,16,256`) run side by side.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    data: Vec<u64>,
     /// The pass's `gc.concurrency` (also the Karbor scan's and the replay's).
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
@@ -604,14 +604,14 @@ fn parent(args: Args) -> anyhow::Result<()> {
         leases: Vec::new(),
         keepers: Vec::new(),
     };
-    let base = |backend: Backend, n: u64| Job {
+    let base = |backend: Backend, n: u64, data: u64| Job {
         backend,
         location: String::new(),
         layout: Layout {
             checkpoints: n,
             owners: args.owners,
             dead: args.dead,
-            data: args.data,
+            data,
         },
         concurrency: args.concurrency,
         build_concurrency: args.build_concurrency,
@@ -632,16 +632,18 @@ fn parent(args: Args) -> anyhow::Result<()> {
                 &local_sizes
             };
             for &n in sizes {
-                let config = run_config(&args, &base(backend, n), &run_id, &work)?;
-                eprintln!("{}", report::config_line(&config));
-                results.configs.push(config);
+                for &data in &args.data {
+                    let config = run_config(&args, &base(backend, n, data), &run_id, &work)?;
+                    eprintln!("{}", report::config_line(&config));
+                    results.configs.push(config);
+                }
             }
         }
     }
     if section("lease") {
         for &backend in &backends {
             log_step(&format!("{}: lease operations", backend.name()));
-            let mut job = base(backend, 0);
+            let mut job = base(backend, 0, 0);
             job.location = backend.location(&work, &format!("bench-{run_id}-lease"));
             let ops: lease_bench::LeaseOps = serde_json::from_value(spawn("lease", &job)?)?;
             cleanup(&args, &job)?;
@@ -659,7 +661,7 @@ fn parent(args: Args) -> anyhow::Result<()> {
                 "{name}: keeping {} leases for {:?}",
                 args.keeper_leases, args.keeper_run
             ));
-            let mut job = base(backend, 0);
+            let mut job = base(backend, 0, 0);
             job.location = backend.location(&work, &format!("bench-{run_id}-keepers"));
             let run: lease_bench::KeepersRun = serde_json::from_value(spawn("keepers", &job)?)?;
             cleanup(&args, &job)?;

@@ -7,6 +7,7 @@
 //! [`pass`] does the I/O around it. The daemon ([`daemon`]) runs passes on an interval while it
 //! holds the bank's single GC lease.
 
+pub mod batch;
 pub mod daemon;
 pub mod logging;
 pub mod metrics;

@@ -6,8 +6,10 @@
 //! `gc/missing/<owner>`), then, if anything is to be deleted, 2 to read the store clock again
 //! (step check), per dead owner a listing of its markers, and per collected checkpoint: read
 //! `index.json` (owner and status check), create `decisions/<id>`, write `index/sweep/<id>`,
-//! list and delete its data, overwrite `index.json` with a `deleted` tombstone, delete the
-//! marker. Last, the listing of `index/sweep/` and the late-data sweep of what is due.
+//! list its data, overwrite `index.json` with a `deleted` tombstone — and, in bulk across the
+//! checkpoints and owners of the pass ([`crate::batch`]), delete its data before the tombstone
+//! and its marker after it. Last, the listing of `index/sweep/` and the late-data sweep of what
+//! is due.
 //!
 //! Invariants kept here (see ARCHITECTURE.md):
 //! - **a read is judged at the instant before it was sent** ([`LeaseObserver::view`],
@@ -32,8 +34,8 @@ use std::time::Instant;
 
 use banklease::bank::StoreTime;
 use banklease::checkpoint::{
-    self, data_prefix, decide, decision_path, finish_owner_decision, marker_path, parse_marker,
-    protecting_prefix, read_decision, Decided, Decider, Decision, Status, CHECKPOINT_FORMAT,
+    self, decide, finish_owner_decision, marker_path, parse_marker, protecting_prefix,
+    read_decision, Decided, Decider, Decision, Status, CHECKPOINT_FORMAT,
 };
 use banklease::clock::SharedClock;
 use banklease::counting::CountingStore;
@@ -44,8 +46,9 @@ use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStoreExt};
 use serde::Serialize;
 
+use crate::batch::{list_data, Batch, Listed};
 use crate::plan::{plan, GcOptions, OwnerTally, Verdict};
-use crate::sweep::{delete_markers, delete_prefix, mark_for_sweep, sweep_due, MARKER_BATCH};
+use crate::sweep::{mark_for_sweep, sweep_due};
 use crate::timing::{
     floor_path, forget_clock_probes, forget_missing, missing_for, read_floor, write_floor,
     ClockWatch, MissingFor, Step,
@@ -127,8 +130,8 @@ pub const TEMPORARY_SWEEP_BUDGET: usize = 50_000;
 enum Outcome {
     /// Collected (dry run: would have been).
     Collected,
-    /// Collected but for its protecting marker, which is deleted in bulk with others'.
-    Tombstoned(Path),
+    /// Decided and listed: its data, tombstone and marker go in bulk with others' (batch.rs).
+    Listed(Listed),
     Repaired,
     Skipped,
 }
@@ -458,6 +461,9 @@ impl Collector {
                 report.errors += swept.errors;
             }
             let taken = AtomicU64::new(0);
+            // Every dead owner's collected checkpoints go out in bulk together (batch.rs).
+            let mut batch = Batch::default();
+            let mut clean_owners = Vec::new();
             for tally in &plan.dead {
                 let clean = self
                     .collect_owner(
@@ -468,13 +474,22 @@ impl Collector {
                         &observer,
                         plan.limit,
                         &taken,
+                        &mut batch,
                         &mut report,
                     )
                     .await;
                 if clean {
-                    cleared.insert(tally.owner.clone());
+                    clean_owners.push(tally.owner.clone());
                 }
             }
+            let unfinished = batch
+                .finish(&bank, &self.clock, self.options.concurrency, &mut report)
+                .await;
+            cleared.extend(
+                clean_owners
+                    .into_iter()
+                    .filter(|owner| !unfinished.contains(owner)),
+            );
             if acting {
                 // Missing-since records are kept only for owners whose lease still reads as
                 // missing and whose checkpoints are not all gone.
@@ -625,6 +640,7 @@ impl Collector {
         observer: &LeaseObserver,
         limit: Option<u64>,
         taken: &AtomicU64,
+        batch: &mut Batch,
         report: &mut PassReport,
     ) -> bool {
         let mut clean = true;
@@ -658,17 +674,15 @@ impl Collector {
                 self.collect_one(bank, &owner, &id).await
             })
             .buffer_unordered(self.options.concurrency);
-        // Consumed as it comes: memory stays bounded by `concurrency` and the marker batch, not
-        // by the owner's size.
-        let mut tombstoned: Vec<Path> = Vec::new();
+        // Consumed as it comes: memory stays bounded by `concurrency` and the batch, not by the
+        // owner's size. A checkpoint finished through the batch counts (or fails) there.
         while let Some(result) = results.next().await {
             match result {
                 Ok(Outcome::Collected) => report.collected += 1,
-                Ok(Outcome::Tombstoned(marker)) => {
-                    tombstoned.push(marker);
-                    if tombstoned.len() >= MARKER_BATCH {
-                        clean &= delete_collected_markers(bank, &mut tombstoned, report).await;
-                    }
+                Ok(Outcome::Listed(listed)) => {
+                    batch
+                        .add(bank, &self.clock, self.options.concurrency, listed, report)
+                        .await;
                 }
                 Ok(Outcome::Repaired) => report.repaired += 1,
                 Ok(Outcome::Skipped) => {
@@ -683,7 +697,6 @@ impl Collector {
                 }
             }
         }
-        clean &= delete_collected_markers(bank, &mut tombstoned, report).await;
         // A dry run removed nothing.
         clean && !self.options.dry_run
     }
@@ -826,9 +839,10 @@ impl Collector {
         self.finish_collection(bank, owner, id, existing).await
     }
 
-    /// The GC holds the decision: sweep marker, data, tombstone — and the marker, which the
-    /// caller deletes in bulk with other checkpoints' (after their tombstones). Idempotent: a
-    /// marker left by a crash brings the checkpoint back here on the next pass.
+    /// The GC holds the decision: the sweep marker, then the data listed for the batch, which
+    /// deletes it with other checkpoints' and then writes the tombstone and deletes the marker
+    /// (batch.rs). Idempotent: a marker left by a crash brings the checkpoint back here on the
+    /// next pass.
     async fn finish_collection(
         &self,
         bank: &Bank,
@@ -838,32 +852,19 @@ impl Collector {
     ) -> banklease::Result<Outcome> {
         // Before any data goes: a write still in flight may land after the deletion.
         mark_for_sweep(bank, id).await?;
-        delete_prefix(bank, &data_prefix(bank, id)).await?;
-        // A tombstone, not a deletion: an owner paused inside `Checkpoint::create` may still
-        // have its create-if-absent of index.json in flight; against a tombstone it fails,
-        // where after a deletion it would land as a protecting checkpoint with no marker — a
-        // zombie no pass could ever find (found by the simulation, seed 8).
-        let created_at = existing.map(|r| r.created_at);
-        checkpoint::write_tombstone(bank, id, owner, created_at, self.clock.system_now().into())
-            .await?;
-        tracing::info!(checkpoint_id = id, owner_id = %owner, decision = %decision_path(bank, id),
-            "collected");
-        Ok(Outcome::Tombstoned(marker_path(bank, owner, id)))
+        let data = list_data(bank, id).await?;
+        // The tombstone (not a deletion) keeps `index.json`'s creation time: an owner paused
+        // inside `Checkpoint::create` may still have its create-if-absent of index.json in
+        // flight; against a tombstone it fails, where after a deletion it would land as a
+        // protecting checkpoint with no marker — a zombie no pass could ever find (found by the
+        // simulation, seed 8).
+        Ok(Outcome::Listed(Listed {
+            owner: owner.clone(),
+            id: id.to_owned(),
+            created_at: existing.map(|r| r.created_at),
+            data,
+        }))
     }
-}
-
-/// Delete the markers of tombstoned checkpoints in bulk; each one deleted (or already gone)
-/// completes a collection. False if some could not be deleted (the next pass resumes those).
-async fn delete_collected_markers(
-    bank: &Bank,
-    markers: &mut Vec<Path>,
-    report: &mut PassReport,
-) -> bool {
-    let (done, failed) =
-        delete_markers(bank, markers, "a collected checkpoint's protecting marker").await;
-    report.collected += done;
-    report.errors += failed;
-    failed == 0
 }
 
 fn uuid_token() -> String {

@@ -7,11 +7,14 @@
 //! optimum = 2                        store clock: PUT + HEAD of _banklease/clock
 //!         + P(N)                     the protecting index: 1 listing call, or ceil(N/page) pages
 //!         + M                        one lease GET per owner
-//!         + C × (4 + L(k) + X(k))    per collected checkpoint: GET index.json (owner check),
-//!                                    PUT decisions/<id> (create-if-absent), PUT index.json (the
-//!                                    `deleted` tombstone), DELETE marker; L = listing of its
-//!                                    data (1 call / page),
-//!                                    X = deleting its k data objects (k; 1 bulk POST on S3)
+//!         + C × (5 + L(k))           per collected checkpoint: GET index.json (owner check),
+//!                                    PUT decisions/<id> (create-if-absent), PUT index/sweep/<id>
+//!                                    (the late sweep's marker, before any data goes), PUT
+//!                                    index.json (the `deleted` tombstone); L = listing of its
+//!                                    data (1 call / page)
+//!         + ⌈C × (k + 1) / B⌉        its k data objects and its marker, deleted in bulk across
+//!                                    checkpoints: B = 1,000 on S3 (DeleteObjects), 200 on Swift
+//!                                    (bulk delete, banklease's cap), 1 elsewhere
 //!         + R                        DELETE of each reaped dead owner's lease
 //! ```
 //!
@@ -197,11 +200,12 @@ pub fn optimum(backend: Backend, layout: &Layout, report: &Value) -> u64 {
         None => (1, 1),
         Some(p) => (div_ceil_min1(scanned, p), div_ceil_min1(k, p)),
     };
-    let data_delete = match backend {
-        Backend::S3 => k.div_ceil(1_000),
-        _ => k,
+    let bulk = match backend {
+        Backend::S3 => 1_000,
+        Backend::Swift => 200,
+        _ => 1,
     };
-    2 + index + owners + collected * (4 + data_list + data_delete) + reaped
+    2 + index + owners + collected * (5 + data_list) + (collected * (k + 1)).div_ceil(bulk) + reaped
 }
 
 /// The pieces of one configuration's figures.
@@ -273,10 +277,11 @@ pub fn figures(c: &ConfigResult) -> Figures {
 pub fn config_line(c: &ConfigResult) -> String {
     let fi = figures(c);
     format!(
-        "gc_pass: {} N={} collected={} requests={} optimum={} ratio={:.4} time={:.2}s hwm={}MiB \
-         karbor_scan={:?} floor={:?}s",
+        "gc_pass: {} N={} d={} collected={} requests={} optimum={} ratio={:.4} time={:.2}s \
+         hwm={}MiB karbor_scan={:?} floor={:?}s",
         c.backend.name(),
         c.layout.checkpoints,
+        c.layout.data,
         u(&c.gc["report"]["collected"]),
         fi.gc_total,
         fi.optimum,
@@ -397,19 +402,20 @@ fn write_gc_tables(s: &mut String, r: &Results) {
     );
     let _ = writeln!(
         s,
-        "| backend | N | M / D | collected | reaped | requests by kind | HTTP by kind | requests | of which 5xx, retried | optimum | ratio | ratio without the retried | time | peak RSS |"
+        "| backend | N | d | M / D | collected | reaped | requests by kind | HTTP by kind | requests | of which 5xx, retried | optimum | ratio | ratio without the retried | time | peak RSS |"
     );
     let _ = writeln!(
         s,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for c in &r.configs {
         let fi = figures(c);
         let _ = writeln!(
             s,
-            "| {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {:.4} | {:.4} | {:.3} s | {} MiB |",
+            "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {:.4} | {:.4} | {:.3} s | {} MiB |",
             c.backend.name(),
             n_label(c.layout.checkpoints),
+            c.layout.data,
             c.layout.owners,
             c.layout.dead,
             u(&c.gc["report"]["collected"]),

@@ -1,0 +1,189 @@
+//! Collection in bulk, across checkpoints and owners.
+//!
+//! A collected checkpoint ends in three steps: its data deleted, its tombstone written, its
+//! protecting marker deleted — in that order. The data of many checkpoints is deleted together
+//! (one `DeleteObjects` per 1,000 on S3, one Swift bulk delete per 200), then each of those
+//! checkpoints gets its tombstone, and their markers are deleted together too. Per collected
+//! checkpoint with d data objects that is 5 requests of its own (read `index.json`, the
+//! decision, the sweep marker, the data listing, the tombstone) plus ⌈(d + 1) / B⌉ amortised.
+//!
+//! Invariant: **each checkpoint's order holds, whatever its neighbours in a batch do.** A
+//! tombstone is written only after a bulk deletion that covered all of its data succeeded, and
+//! a marker is deleted only after its own tombstone was written. A deletion in a batch that
+//! fails holds back every checkpoint of that batch: each keeps its marker, and the next pass
+//! resumes it from its decision (deleting data again is harmless, a listing that shows nothing
+//! is a finished deletion).
+
+use std::collections::HashSet;
+use std::mem;
+
+use banklease::checkpoint::{self, data_prefix, marker_path};
+use banklease::clock::SharedClock;
+use banklease::observe::error_chain;
+use banklease::{Bank, OwnerId};
+use chrono::{DateTime, Utc};
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+
+use crate::pass::PassReport;
+use crate::sweep::{delete_markers, delete_prefix, MARKER_BATCH};
+
+/// Data objects deleted together (the stores' own requests split it further: 1,000 per
+/// `DeleteObjects`, 200 per Swift bulk delete).
+pub const DATA_BATCH: usize = 1000;
+
+/// Data objects of one checkpoint held for a batch; a checkpoint with more has its data deleted
+/// on its own, as it is listed, so memory stays bounded whatever a checkpoint holds.
+pub const LISTED_MAX: usize = 1000;
+
+/// A collected checkpoint (decided, marked for the late sweep) whose data was listed, waiting
+/// for that data to be deleted before its tombstone is written.
+#[derive(Debug)]
+pub(crate) struct Listed {
+    pub(crate) owner: OwnerId,
+    pub(crate) id: String,
+    pub(crate) created_at: Option<DateTime<Utc>>,
+    pub(crate) data: Vec<Path>,
+}
+
+/// List checkpoint `id`'s data for a batch. More than [`LISTED_MAX`] objects are deleted here
+/// and then (nothing left to batch) reported as none.
+pub(crate) async fn list_data(bank: &Bank, id: &str) -> banklease::Result<Vec<Path>> {
+    let prefix = data_prefix(bank, id);
+    let mut listing = bank.store().list(Some(&prefix));
+    let mut data = Vec::new();
+    while let Some(meta) = listing
+        .try_next()
+        .await
+        .map_err(|e| banklease::Error::store("list", &prefix, e))?
+    {
+        if data.len() == LISTED_MAX {
+            drop(listing);
+            delete_prefix(bank, &prefix).await?;
+            return Ok(Vec::new());
+        }
+        data.push(meta.location);
+    }
+    Ok(data)
+}
+
+/// The checkpoints of a pass on their way out, and the owners one of whose checkpoints could
+/// not be finished (they are not cleared: their leases are not reaped).
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    data: Vec<Path>,
+    waiting: Vec<Listed>,
+    tombstoned: Vec<(OwnerId, Path)>,
+    failed: HashSet<OwnerId>,
+}
+
+impl Batch {
+    /// Add a listed checkpoint; deletes a batch once [`DATA_BATCH`] objects are waiting.
+    pub(crate) async fn add(
+        &mut self,
+        bank: &Bank,
+        clock: &SharedClock,
+        concurrency: usize,
+        mut listed: Listed,
+        report: &mut PassReport,
+    ) {
+        self.data.append(&mut listed.data);
+        self.waiting.push(listed);
+        if self.data.len() >= DATA_BATCH {
+            self.flush_data(bank, clock, concurrency, report).await;
+        }
+    }
+
+    /// Finish everything waiting; returns the owners one of whose checkpoints is left for the
+    /// next pass.
+    pub(crate) async fn finish(
+        mut self,
+        bank: &Bank,
+        clock: &SharedClock,
+        concurrency: usize,
+        report: &mut PassReport,
+    ) -> HashSet<OwnerId> {
+        self.flush_data(bank, clock, concurrency, report).await;
+        self.flush_markers(bank, report).await;
+        self.failed
+    }
+
+    async fn flush_data(
+        &mut self,
+        bank: &Bank,
+        clock: &SharedClock,
+        concurrency: usize,
+        report: &mut PassReport,
+    ) {
+        let waiting = mem::take(&mut self.waiting);
+        if waiting.is_empty() {
+            return;
+        }
+        let (_, failed) =
+            delete_markers(bank, &mut self.data, "a collected checkpoint's data object").await;
+        if failed > 0 {
+            tracing::warn!(
+                checkpoints = waiting.len(),
+                failed,
+                "deleting collected checkpoints' data failed; the next pass resumes them"
+            );
+            report.errors += waiting.len() as u64;
+            self.failed.extend(waiting.into_iter().map(|l| l.owner));
+            return;
+        }
+        let written: Vec<(Listed, banklease::Result<()>)> = futures::stream::iter(waiting)
+            .map(|listed| async move {
+                // A tombstone, not a deletion: see `Collector::finish_collection`.
+                let result = checkpoint::write_tombstone(
+                    bank,
+                    &listed.id,
+                    &listed.owner,
+                    listed.created_at,
+                    clock.system_now().into(),
+                )
+                .await;
+                (listed, result)
+            })
+            .buffer_unordered(concurrency)
+            .collect()
+            .await;
+        for (listed, result) in written {
+            match result {
+                Ok(()) => {
+                    tracing::info!(checkpoint_id = listed.id, owner_id = %listed.owner, "collected");
+                    let marker = marker_path(bank, &listed.owner, &listed.id);
+                    self.tombstoned.push((listed.owner, marker));
+                }
+                Err(e) => {
+                    tracing::warn!(checkpoint_id = listed.id, owner_id = %listed.owner,
+                        error = %error_chain(&e),
+                        "writing a collected checkpoint's tombstone failed; the next pass resumes it");
+                    report.errors += 1;
+                    self.failed.insert(listed.owner);
+                }
+            }
+        }
+        if self.tombstoned.len() >= MARKER_BATCH {
+            self.flush_markers(bank, report).await;
+        }
+    }
+
+    /// Delete the markers of tombstoned checkpoints; each one deleted (or already gone)
+    /// completes a collection.
+    async fn flush_markers(&mut self, bank: &Bank, report: &mut PassReport) {
+        let (owners, mut markers): (Vec<OwnerId>, Vec<Path>) =
+            mem::take(&mut self.tombstoned).into_iter().unzip();
+        let (done, failed) = delete_markers(
+            bank,
+            &mut markers,
+            "a collected checkpoint's protecting marker",
+        )
+        .await;
+        report.collected += done;
+        report.errors += failed;
+        if failed > 0 {
+            // Which ones is not told: none of these owners is cleared this pass.
+            self.failed.extend(owners);
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! Collection in bulk across checkpoints and owners (gc/src/batch.rs): each checkpoint's order
+//! (data, then tombstone, then marker) holds whatever its neighbours in a batch do, and a batch
+//! that fails is resumed by the next pass. On a store whose clock the test drives.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use banklease::checkpoint::{self, Checkpoint, Status};
+use banklease::clock::{MockClock, SharedClock};
+use banklease::failing::{FailingStore, Op, Strike};
+use banklease::sim_store::{SimStore, StoreClock};
+use banklease::{Bank, LeaseWindows, OwnerId, OwnerLease};
+use banklease_gc::batch::{DATA_BATCH, LISTED_MAX};
+use banklease_gc::{Collector, GcOptions, PassReport};
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::PutPayload;
+
+const MARGIN: Duration = Duration::from_secs(1);
+const GRACE: Duration = Duration::from_secs(2);
+const EXPIRE: Duration = Duration::from_secs(10);
+
+struct World {
+    clock: MockClock,
+    owner_bank: Bank,
+    failing: FailingStore<SimStore>,
+    gc_bank: Bank,
+}
+
+fn world() -> World {
+    let clock = MockClock::new();
+    let sim = SimStore::new(StoreClock::new(clock.clone()));
+    let failing = FailingStore::new(sim.clone());
+    World {
+        owner_bank: Bank::from_store(Arc::new(sim), "", "sim"),
+        gc_bank: Bank::from_store(Arc::new(failing.clone()), "", "sim"),
+        failing,
+        clock,
+    }
+}
+
+impl World {
+    fn collector(&self) -> Collector {
+        let clock: SharedClock = Arc::new(self.clock.clone());
+        let options = GcOptions {
+            grace: GRACE,
+            skew_margin: MARGIN,
+            brake_ratio: 1.0,
+            ..GcOptions::default()
+        };
+        Collector::new(self.gc_bank.clone(), clock, options)
+    }
+
+    /// `owners` dead owners with `per_owner` protecting checkpoints of `data` objects each.
+    async fn dead_owners(&self, owners: usize, per_owner: usize, data: usize) -> Vec<String> {
+        let windows =
+            LeaseWindows::new(Duration::from_secs(2), EXPIRE, Duration::from_secs(1)).unwrap();
+        let mut ids = Vec::new();
+        for o in 0..owners {
+            let lease = OwnerLease::acquire(
+                &self.owner_bank,
+                OwnerId::parse(&format!("owner-{o}")).unwrap(),
+                windows,
+                Arc::new(self.clock.clone()),
+            )
+            .await
+            .unwrap();
+            for c in 0..per_owner {
+                let id = format!("cp-{o}-{c}");
+                let cp = Checkpoint::create(&lease, &id).await.unwrap();
+                for d in 0..data {
+                    cp.put_data(&format!("d{d}"), PutPayload::from_static(b"x"))
+                        .await
+                        .unwrap();
+                }
+                ids.push(id);
+            }
+        }
+        self.clock
+            .advance(EXPIRE + MARGIN + GRACE + Duration::from_secs(1));
+        ids
+    }
+
+    async fn status(&self, id: &str) -> Option<Status> {
+        checkpoint::read_checkpoint(&self.owner_bank, id)
+            .await
+            .unwrap()
+            .map(|r| r.status)
+    }
+
+    async fn count(&self, prefix: &str) -> usize {
+        let v: Vec<_> = self
+            .owner_bank
+            .store()
+            .list(Some(&Path::from(prefix)))
+            .try_collect()
+            .await
+            .unwrap();
+        v.len()
+    }
+}
+
+async fn pass(c: &Collector) -> PassReport {
+    c.run_pass().await.unwrap()
+}
+
+/// Every deletion of a pass is reported failed although it took effect (the answer was lost):
+/// no tombstone may be written, since the data deletion was not seen to succeed, and every
+/// marker stays; the next pass resumes every checkpoint and finishes it.
+#[tokio::test]
+async fn a_data_deletion_not_seen_to_succeed_holds_back_every_tombstone_of_its_batch() {
+    let w = world();
+    let ids = w.dead_owners(3, 4, 3).await;
+    w.failing.set_error_rate(Op::Delete, Strike::After, 1.0);
+    let gc = w.collector();
+    let first = pass(&gc).await;
+    assert_eq!(first.collected, 0, "{first:?}");
+    assert!(first.errors >= ids.len() as u64, "{first:?}");
+    for id in &ids {
+        assert_eq!(
+            w.status(id).await,
+            Some(Status::Protecting),
+            "{id}: no tombstone"
+        );
+    }
+    assert_eq!(
+        w.count("index/protecting").await,
+        ids.len(),
+        "every marker stays"
+    );
+
+    w.failing.heal();
+    let second = pass(&gc).await;
+    assert_eq!(second.collected, ids.len() as u64, "{second:?}");
+    assert_eq!(second.errors, 0, "{second:?}");
+    for id in &ids {
+        assert_eq!(w.status(id).await, Some(Status::Deleted), "{id}");
+        assert_eq!(w.count(&format!("checkpoints/{id}/data")).await, 0, "{id}");
+    }
+    assert_eq!(w.count("index/protecting").await, 0);
+}
+
+/// Data deletions refused before they reach the store: the data stays, nothing is tombstoned,
+/// and the next pass deletes it and finishes.
+#[tokio::test]
+async fn a_refused_data_deletion_leaves_its_batch_for_the_next_pass() {
+    let w = world();
+    let ids = w.dead_owners(2, 3, 2).await;
+    w.failing.set_error_rate(Op::Delete, Strike::Before, 1.0);
+    let gc = w.collector();
+    let first = pass(&gc).await;
+    assert_eq!(first.collected, 0, "{first:?}");
+    for id in &ids {
+        assert_eq!(w.status(id).await, Some(Status::Protecting), "{id}");
+        assert_eq!(w.count(&format!("checkpoints/{id}/data")).await, 2, "{id}");
+    }
+    w.failing.heal();
+    let second = pass(&gc).await;
+    assert_eq!(second.collected, ids.len() as u64, "{second:?}");
+    assert_eq!(
+        w.count("checkpoints").await,
+        ids.len(),
+        "only the tombstones are left"
+    );
+}
+
+/// More data than one batch, and a checkpoint with more objects than a batch holds for it:
+/// everything is deleted, every checkpoint tombstoned, nothing left behind.
+#[tokio::test]
+async fn batches_larger_than_the_limits_finish_every_checkpoint() {
+    let w = world();
+    // 12 checkpoints of 100 objects: more than DATA_BATCH in all.
+    let ids = w.dead_owners(3, 4, 100).await;
+    assert!(ids.len() * 100 > DATA_BATCH);
+    // And one checkpoint of an owner of its own with more than LISTED_MAX objects.
+    let big = {
+        let lease = OwnerLease::acquire(
+            &w.owner_bank,
+            OwnerId::parse("owner-big").unwrap(),
+            LeaseWindows::new(Duration::from_secs(2), EXPIRE, Duration::from_secs(1)).unwrap(),
+            Arc::new(w.clock.clone()),
+        )
+        .await
+        .unwrap();
+        let cp = Checkpoint::create(&lease, "cp-big").await.unwrap();
+        for d in 0..LISTED_MAX + 5 {
+            cp.put_data(&format!("d{d}"), PutPayload::from_static(b"x"))
+                .await
+                .unwrap();
+        }
+        w.clock
+            .advance(EXPIRE + MARGIN + GRACE + Duration::from_secs(1));
+        "cp-big".to_owned()
+    };
+    let report = pass(&w.collector()).await;
+    assert_eq!(report.collected, ids.len() as u64 + 1, "{report:?}");
+    assert_eq!(report.errors, 0, "{report:?}");
+    for id in ids.iter().chain([&big]) {
+        assert_eq!(w.status(id).await, Some(Status::Deleted), "{id}");
+        assert_eq!(w.count(&format!("checkpoints/{id}/data")).await, 0, "{id}");
+    }
+    assert_eq!(w.count("index/protecting").await, 0);
+}
