@@ -14,7 +14,7 @@
 //! resumes it from its decision (deleting data again is harmless, a listing that shows nothing
 //! is a finished deletion).
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::mem;
 
 use banklease::checkpoint::{self, data_prefix, marker_path};
@@ -69,16 +69,20 @@ pub(crate) async fn list_data(bank: &Bank, id: &str) -> banklease::Result<Vec<Pa
 
 /// The checkpoints of a pass on their way out, and the owners one of whose checkpoints could
 /// not be finished (they are not cleared: their leases are not reaped).
+///
+/// `data` holds the waiting checkpoints' objects in the order of `waiting`, so a deletion of
+/// the first `n` objects finishes the data of the checkpoints they cover from the front.
 #[derive(Debug, Default)]
 pub(crate) struct Batch {
-    data: Vec<Path>,
-    waiting: Vec<Listed>,
+    data: VecDeque<Path>,
+    /// Each waiting checkpoint, with how many of its objects `data` still holds.
+    waiting: VecDeque<(Listed, usize)>,
     tombstoned: Vec<(OwnerId, Path)>,
     failed: HashSet<OwnerId>,
 }
 
 impl Batch {
-    /// Add a listed checkpoint; deletes a batch once [`DATA_BATCH`] objects are waiting.
+    /// Add a listed checkpoint; deletes full batches of [`DATA_BATCH`] objects as they fill.
     pub(crate) async fn add(
         &mut self,
         bank: &Bank,
@@ -87,10 +91,12 @@ impl Batch {
         mut listed: Listed,
         report: &mut PassReport,
     ) {
-        self.data.append(&mut listed.data);
-        self.waiting.push(listed);
-        if self.data.len() >= DATA_BATCH {
-            self.flush_data(bank, clock, concurrency, report).await;
+        let objects = listed.data.len();
+        self.data.extend(listed.data.drain(..));
+        self.waiting.push_back((listed, objects));
+        while self.data.len() >= DATA_BATCH {
+            self.flush_data(DATA_BATCH, bank, clock, concurrency, report)
+                .await;
         }
     }
 
@@ -103,35 +109,56 @@ impl Batch {
         concurrency: usize,
         report: &mut PassReport,
     ) -> HashSet<OwnerId> {
-        self.flush_data(bank, clock, concurrency, report).await;
+        let all = self.data.len();
+        self.flush_data(all, bank, clock, concurrency, report).await;
         self.flush_markers(bank, report).await;
         self.failed
     }
 
+    /// Delete the first `count` waiting objects, then tombstone the checkpoints whose data that
+    /// finished.
     async fn flush_data(
         &mut self,
+        count: usize,
         bank: &Bank,
         clock: &SharedClock,
         concurrency: usize,
         report: &mut PassReport,
     ) {
-        let waiting = mem::take(&mut self.waiting);
-        if waiting.is_empty() {
+        if self.waiting.is_empty() {
             return;
         }
+        let count = count.min(self.data.len());
+        let mut chunk: Vec<Path> = self.data.drain(..count).collect();
         let (_, failed) =
-            delete_markers(bank, &mut self.data, "a collected checkpoint's data object").await;
+            delete_markers(bank, &mut chunk, "a collected checkpoint's data object").await;
         if failed > 0 {
+            // Which checkpoints' objects failed is not told: every waiting one is held back.
+            let waiting = mem::take(&mut self.waiting);
+            self.data.clear();
             tracing::warn!(
                 checkpoints = waiting.len(),
                 failed,
                 "deleting collected checkpoints' data failed; the next pass resumes them"
             );
             report.errors += waiting.len() as u64;
-            self.failed.extend(waiting.into_iter().map(|l| l.owner));
+            self.failed
+                .extend(waiting.into_iter().map(|(l, _)| l.owner));
             return;
         }
-        let written: Vec<(Listed, banklease::Result<()>)> = futures::stream::iter(waiting)
+        let mut deleted = count;
+        let mut ready = Vec::new();
+        while let Some((_, left)) = self.waiting.front_mut() {
+            if *left > deleted {
+                *left -= deleted;
+                break;
+            }
+            deleted -= *left;
+            if let Some((listed, _)) = self.waiting.pop_front() {
+                ready.push(listed);
+            }
+        }
+        let written: Vec<(Listed, banklease::Result<()>)> = futures::stream::iter(ready)
             .map(|listed| async move {
                 // A tombstone, not a deletion: see `Collector::finish_collection`.
                 let result = checkpoint::write_tombstone(
