@@ -193,6 +193,8 @@ struct Script {
     rng_late: StdRng,
     counts: FaultCounts,
     consistency: Consistency,
+    /// Deletions of paths containing one of these are refused (objects under retention).
+    refused_deletes: Vec<String>,
 }
 
 impl Default for Script {
@@ -212,6 +214,7 @@ impl Default for Script {
             rng_late: StdRng::seed_from_u64(LATE_SEED),
             counts: FaultCounts::default(),
             consistency: Consistency::default(),
+            refused_deletes: Vec::new(),
         }
     }
 }
@@ -369,6 +372,13 @@ impl<T: ObjectStore> FailingStore<T> {
             .extend(std::iter::repeat_n(strike, count));
     }
 
+    /// Every deletion of a path containing `needle` is refused, before it reaches the store,
+    /// as a store refuses to delete an object under retention (S3 Object Lock) or one it
+    /// forbids (a 403): the same object fails on every attempt, until [`heal`](Self::heal).
+    pub fn refuse_deletes_of(&self, needle: &str) {
+        self.script().refused_deletes.push(needle.to_owned());
+    }
+
     /// Each `op` request fails with probability `rate` at `strike`, drawn from the seeded
     /// generator. Scripted failures ([`fail_next`](Self::fail_next)) are used up first.
     pub fn set_error_rate(&self, op: Op, strike: Strike, rate: f64) {
@@ -428,6 +438,7 @@ impl<T: ObjectStore> FailingStore<T> {
         s.create_after = 0.0;
         s.partitioned = false;
         s.consistency = Consistency::default();
+        s.refused_deletes.clear();
     }
 
     /// While partitioned, every request fails before reaching the inner store.
@@ -719,6 +730,19 @@ impl<T: ObjectStore> ObjectStore for FailingStore<T> {
                 let this = this.clone();
                 async move {
                     let location = location?;
+                    let refused = {
+                        let text = location.as_ref();
+                        this.script()
+                            .refused_deletes
+                            .iter()
+                            .any(|n| text.contains(n.as_str()))
+                    };
+                    if refused {
+                        return Err(object_store::Error::PermissionDenied {
+                            path: location.to_string(),
+                            source: "deletion refused (object under retention)".into(),
+                        });
+                    }
                     let inner = this.inner.clone();
                     let loc = location.clone();
                     let tracker = this.clone();

@@ -8,11 +8,13 @@
 //! decision, the sweep marker, the data listing, the tombstone) plus ⌈(d + 1) / B⌉ amortised.
 //!
 //! Invariant: **each checkpoint's order holds, whatever its neighbours in a batch do.** A
-//! tombstone is written only after a bulk deletion that covered all of its data succeeded, and
-//! a marker is deleted only after its own tombstone was written. A deletion in a batch that
-//! fails holds back every checkpoint of that batch: each keeps its marker, and the next pass
-//! resumes it from its decision (deleting data again is harmless, a listing that shows nothing
-//! is a finished deletion).
+//! tombstone is written only after every one of that checkpoint's objects was seen deleted (or
+//! already gone) by the bulk deletions that covered it, and a marker is deleted only after its
+//! own tombstone was written. A checkpoint with an object whose deletion failed is held back —
+//! it keeps its marker, the next pass resumes it from its decision (deleting data again is
+//! harmless, a listing that shows nothing is a finished deletion) — and its owner is not
+//! cleared; its neighbours go on. (The one tombstone written before any data goes is the fence
+//! of a checkpoint without `index.json`, in `Collector::collect_one`.)
 
 use std::collections::{HashSet, VecDeque};
 use std::mem;
@@ -67,22 +69,31 @@ pub(crate) async fn list_data(bank: &Bank, id: &str) -> banklease::Result<Vec<Pa
     Ok(data)
 }
 
+/// A listed checkpoint in the batch: how many of its objects `Batch::data` still holds, and
+/// whether a deletion of one of them failed.
+#[derive(Debug)]
+struct Waiting {
+    listed: Listed,
+    left: usize,
+    failed: bool,
+}
+
 /// The checkpoints of a pass on their way out, and the owners one of whose checkpoints could
 /// not be finished (they are not cleared: their leases are not reaped).
 ///
 /// `data` holds the waiting checkpoints' objects in the order of `waiting`, so a deletion of
-/// the first `n` objects finishes the data of the checkpoints they cover from the front.
+/// the first `n` objects covers the checkpoints at the front.
 #[derive(Debug, Default)]
 pub(crate) struct Batch {
     data: VecDeque<Path>,
-    /// Each waiting checkpoint, with how many of its objects `data` still holds.
-    waiting: VecDeque<(Listed, usize)>,
+    waiting: VecDeque<Waiting>,
     tombstoned: Vec<(OwnerId, Path)>,
     failed: HashSet<OwnerId>,
 }
 
 impl Batch {
-    /// Add a listed checkpoint; deletes full batches of [`DATA_BATCH`] objects as they fill.
+    /// Add a listed checkpoint; deletes full batches of [`DATA_BATCH`] objects as they fill
+    /// (and finishes what waits once [`DATA_BATCH`] checkpoints do, data or not).
     pub(crate) async fn add(
         &mut self,
         bank: &Bank,
@@ -91,11 +102,16 @@ impl Batch {
         mut listed: Listed,
         report: &mut PassReport,
     ) {
-        let objects = listed.data.len();
+        let left = listed.data.len();
         self.data.extend(listed.data.drain(..));
-        self.waiting.push_back((listed, objects));
-        while self.data.len() >= DATA_BATCH {
-            self.flush_data(DATA_BATCH, bank, clock, concurrency, report)
+        self.waiting.push_back(Waiting {
+            listed,
+            left,
+            failed: false,
+        });
+        while self.data.len() >= DATA_BATCH || self.waiting.len() >= DATA_BATCH {
+            let count = self.data.len().min(DATA_BATCH);
+            self.flush_data(count, bank, clock, concurrency, report)
                 .await;
         }
     }
@@ -109,14 +125,18 @@ impl Batch {
         concurrency: usize,
         report: &mut PassReport,
     ) -> HashSet<OwnerId> {
-        let all = self.data.len();
-        self.flush_data(all, bank, clock, concurrency, report).await;
+        while !self.waiting.is_empty() {
+            let count = self.data.len().min(DATA_BATCH);
+            self.flush_data(count, bank, clock, concurrency, report)
+                .await;
+        }
         self.flush_markers(bank, report).await;
         self.failed
     }
 
-    /// Delete the first `count` waiting objects, then tombstone the checkpoints whose data that
-    /// finished.
+    /// Delete the first `count` waiting objects; then each checkpoint at the front whose every
+    /// object was seen deleted gets its tombstone, and one with an object that was not is held
+    /// back (the next pass resumes it) — its neighbours are not.
     async fn flush_data(
         &mut self,
         count: usize,
@@ -125,37 +145,34 @@ impl Batch {
         concurrency: usize,
         report: &mut PassReport,
     ) {
-        if self.waiting.is_empty() {
-            return;
-        }
-        let count = count.min(self.data.len());
-        let mut chunk: Vec<Path> = self.data.drain(..count).collect();
-        let (_, failed) =
-            delete_markers(bank, &mut chunk, "a collected checkpoint's data object").await;
-        if failed > 0 {
-            // Which checkpoints' objects failed is not told: every waiting one is held back.
-            let waiting = mem::take(&mut self.waiting);
-            self.data.clear();
-            tracing::warn!(
-                checkpoints = waiting.len(),
-                failed,
-                "deleting collected checkpoints' data failed; the next pass resumes them"
-            );
-            report.errors += waiting.len() as u64;
-            self.failed
-                .extend(waiting.into_iter().map(|(l, _)| l.owner));
-            return;
-        }
-        let mut deleted = count;
-        let mut ready = Vec::new();
-        while let Some((_, left)) = self.waiting.front_mut() {
-            if *left > deleted {
-                *left -= deleted;
+        let chunk: Vec<Path> = self.data.drain(..count).collect();
+        let deleted = delete_paths(bank, &chunk).await;
+        let mut paths = chunk.iter();
+        for w in self.waiting.iter_mut() {
+            if paths.len() == 0 {
                 break;
             }
-            deleted -= *left;
-            if let Some((listed, _)) = self.waiting.pop_front() {
-                ready.push(listed);
+            let n = w.left.min(paths.len());
+            for path in paths.by_ref().take(n) {
+                w.failed |= !deleted.contains(path);
+            }
+            w.left -= n;
+            if w.left > 0 {
+                break;
+            }
+        }
+        let mut ready = Vec::new();
+        while self.waiting.front().is_some_and(|w| w.left == 0) {
+            let Some(w) = self.waiting.pop_front() else {
+                break;
+            };
+            if w.failed {
+                tracing::warn!(checkpoint_id = w.listed.id, owner_id = %w.listed.owner,
+                    "deleting a collected checkpoint's data failed; the next pass resumes it");
+                report.errors += 1;
+                self.failed.insert(w.listed.owner);
+            } else {
+                ready.push(w.listed);
             }
         }
         let written: Vec<(Listed, banklease::Result<()>)> = futures::stream::iter(ready)
@@ -213,4 +230,37 @@ impl Batch {
             self.failed.extend(owners);
         }
     }
+}
+
+/// Delete `paths` in bulk; the ones seen deleted (or already gone).
+///
+/// Results come in the order of `paths` (object_store's contract), which identifies a
+/// "not found" (some stores name it by a file path, not the object's). A bulk request that
+/// failed as a whole may answer with fewer results: then only the paths named by a success
+/// count, and the others' checkpoints wait for the next pass.
+async fn delete_paths(bank: &Bank, paths: &[Path]) -> HashSet<Path> {
+    let mut done = HashSet::new();
+    if paths.is_empty() {
+        return done;
+    }
+    // The stream must own its paths ('static); `paths` stays for matching the results.
+    let owned: Vec<Path> = paths.to_vec();
+    let locations = futures::stream::iter(owned.into_iter().map(Ok)).boxed();
+    let results: Vec<object_store::Result<Path>> =
+        bank.store().delete_stream(locations).collect().await;
+    let in_order = results.len() == paths.len();
+    for (i, result) in results.into_iter().enumerate() {
+        match result {
+            Ok(path) => {
+                done.insert(if in_order { paths[i].clone() } else { path });
+            }
+            Err(object_store::Error::NotFound { .. }) if in_order => {
+                done.insert(paths[i].clone());
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "deleting a collected checkpoint's data object failed");
+            }
+        }
+    }
+    done
 }

@@ -14,7 +14,7 @@ use banklease_gc::batch::{DATA_BATCH, LISTED_MAX};
 use banklease_gc::{Collector, GcOptions, PassReport};
 use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::PutPayload;
+use object_store::{ObjectStoreExt, PutPayload};
 
 const MARGIN: Duration = Duration::from_secs(1);
 const GRACE: Duration = Duration::from_secs(2);
@@ -41,17 +41,23 @@ fn world() -> World {
 
 impl World {
     fn collector(&self) -> Collector {
+        self.collector_with(GcOptions::default().concurrency)
+    }
+
+    fn collector_with(&self, concurrency: usize) -> Collector {
         let clock: SharedClock = Arc::new(self.clock.clone());
         let options = GcOptions {
             grace: GRACE,
             skew_margin: MARGIN,
             brake_ratio: 1.0,
+            concurrency,
             ..GcOptions::default()
         };
         Collector::new(self.gc_bank.clone(), clock, options)
     }
 
-    /// `owners` dead owners with `per_owner` protecting checkpoints of `data` objects each.
+    /// `owners` dead owners with `per_owner` protecting checkpoints of `data` objects each
+    /// (`cp-<owner>-<n>`, objects `d000`, `d001`, ...: listed in numeric order).
     async fn dead_owners(&self, owners: usize, per_owner: usize, data: usize) -> Vec<String> {
         let windows =
             LeaseWindows::new(Duration::from_secs(2), EXPIRE, Duration::from_secs(1)).unwrap();
@@ -69,7 +75,7 @@ impl World {
                 let id = format!("cp-{o}-{c}");
                 let cp = Checkpoint::create(&lease, &id).await.unwrap();
                 for d in 0..data {
-                    cp.put_data(&format!("d{d}"), PutPayload::from_static(b"x"))
+                    cp.put_data(&format!("d{d:03}"), PutPayload::from_static(b"x"))
                         .await
                         .unwrap();
                 }
@@ -86,6 +92,14 @@ impl World {
             .await
             .unwrap()
             .map(|r| r.status)
+    }
+
+    async fn exists(&self, path: &str) -> bool {
+        match self.owner_bank.store().head(&Path::from(path)).await {
+            Ok(_) => true,
+            Err(object_store::Error::NotFound { .. }) => false,
+            Err(e) => panic!("{e}"),
+        }
     }
 
     async fn count(&self, prefix: &str) -> usize {
@@ -184,7 +198,7 @@ async fn batches_larger_than_the_limits_finish_every_checkpoint() {
         .unwrap();
         let cp = Checkpoint::create(&lease, "cp-big").await.unwrap();
         for d in 0..LISTED_MAX + 5 {
-            cp.put_data(&format!("d{d}"), PutPayload::from_static(b"x"))
+            cp.put_data(&format!("d{d:04}"), PutPayload::from_static(b"x"))
                 .await
                 .unwrap();
         }
@@ -200,4 +214,74 @@ async fn batches_larger_than_the_limits_finish_every_checkpoint() {
         assert_eq!(w.count(&format!("checkpoints/{id}/data")).await, 0, "{id}");
     }
     assert_eq!(w.count("index/protecting").await, 0);
+}
+
+/// One object the store refuses to delete (under retention) in a checkpoint whose data spans
+/// two batches: that checkpoint is held back — although the first batch, with the rest of its
+/// data, succeeded — and its owner's lease is kept; its neighbours in both batches are
+/// collected, and the other owner's lease is reaped. Pass after pass, until the object goes.
+#[tokio::test]
+async fn an_object_that_cannot_be_deleted_holds_back_its_own_checkpoint_only() {
+    let w = world();
+    // One at a time, in listing order: cp-0-0 .. cp-0-3 with 300 objects each fill the first
+    // batch of 1,000 with cp-0-3's first 100; its other 200 go in the second, with owner-1's.
+    let mut ids = w.dead_owners(1, 4, 300).await;
+    assert_eq!(
+        DATA_BATCH, 1000,
+        "the layout above assumes batches of 1,000"
+    );
+    let windows =
+        LeaseWindows::new(Duration::from_secs(2), EXPIRE, Duration::from_secs(1)).unwrap();
+    let other = OwnerLease::acquire(
+        &w.owner_bank,
+        OwnerId::parse("owner-other").unwrap(),
+        windows,
+        Arc::new(w.clock.clone()),
+    )
+    .await
+    .unwrap();
+    Checkpoint::create(&other, "cp-other").await.unwrap();
+    drop(other);
+    ids.push("cp-other".to_owned());
+    w.clock
+        .advance(EXPIRE + MARGIN + GRACE + Duration::from_secs(1));
+    w.failing.refuse_deletes_of("checkpoints/cp-0-3/data/d250");
+
+    let gc = w.collector_with(1);
+    for round in 0..2 {
+        let report = pass(&gc).await;
+        assert_eq!(report.errors, 1, "round {round}: {report:?}");
+        for id in ids.iter().filter(|id| *id != "cp-0-3") {
+            assert_eq!(
+                w.status(id).await,
+                Some(Status::Deleted),
+                "round {round}: {id}"
+            );
+        }
+        assert_eq!(
+            w.status("cp-0-3").await,
+            Some(Status::Protecting),
+            "round {round}"
+        );
+        assert_eq!(w.count("index/protecting").await, 1, "round {round}");
+        assert!(
+            w.exists("leases/owner-0").await,
+            "round {round}: lease kept"
+        );
+        assert!(
+            !w.exists("leases/owner-other").await,
+            "round {round}: lease reaped"
+        );
+    }
+    assert_eq!(
+        w.count("checkpoints/cp-0-3/data").await,
+        1,
+        "only the refused object is left"
+    );
+
+    w.failing.heal();
+    let report = pass(&gc).await;
+    assert_eq!((report.collected, report.errors), (1, 0), "{report:?}");
+    assert_eq!(w.status("cp-0-3").await, Some(Status::Deleted));
+    assert_eq!(w.count("checkpoints/cp-0-3/data").await, 0);
 }
