@@ -234,10 +234,12 @@ impl Batch {
 
 /// Delete `paths` in bulk; the ones seen deleted (or already gone).
 ///
-/// Results come in the order of `paths` (object_store's contract), which identifies a
-/// "not found" (some stores name it by a file path, not the object's). A bulk request that
-/// failed as a whole may answer with fewer results: then only the paths named by a success
-/// count, and the others' checkpoints wait for the next pass.
+/// Results come in the order of `paths` (object_store's contract); a "not found" counts for
+/// the requested path only if it names it (some stores name a file path that ends with it).
+/// An error that may go away on retry (the store unreachable, a 5xx) ends the deletion: the
+/// rest would most likely fail too, one retried request at a time, and the next pass resumes
+/// their checkpoints. A definite refusal (an object under retention, a 403) does not: only
+/// that object's checkpoint is held back.
 async fn delete_paths(bank: &Bank, paths: &[Path]) -> HashSet<Path> {
     let mut done = HashSet::new();
     if paths.is_empty() {
@@ -246,19 +248,24 @@ async fn delete_paths(bank: &Bank, paths: &[Path]) -> HashSet<Path> {
     // The stream must own its paths ('static); `paths` stays for matching the results.
     let owned: Vec<Path> = paths.to_vec();
     let locations = futures::stream::iter(owned.into_iter().map(Ok)).boxed();
-    let results: Vec<object_store::Result<Path>> =
-        bank.store().delete_stream(locations).collect().await;
-    let in_order = results.len() == paths.len();
-    for (i, result) in results.into_iter().enumerate() {
+    let mut results = bank.store().delete_stream(locations);
+    let mut requested = paths.iter();
+    while let Some(result) = results.next().await {
+        let asked = requested.next();
         match result {
             Ok(path) => {
-                done.insert(if in_order { paths[i].clone() } else { path });
+                done.insert(path);
             }
-            Err(object_store::Error::NotFound { .. }) if in_order => {
-                done.insert(paths[i].clone());
+            Err(object_store::Error::NotFound { path, .. }) => {
+                if let Some(asked) = asked.filter(|a| path.ends_with(a.as_ref())) {
+                    done.insert(asked.clone());
+                }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "deleting a collected checkpoint's data object failed");
+                if banklease::Error::store("delete", "", e).is_transient() {
+                    break;
+                }
             }
         }
     }
