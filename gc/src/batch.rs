@@ -13,7 +13,8 @@
 //! own tombstone was written. A checkpoint with an object whose deletion failed is held back —
 //! it keeps its marker, the next pass resumes it from its decision (deleting data again is
 //! harmless, a listing that shows nothing is a finished deletion) — and its owner is not
-//! cleared; its neighbours go on. (The one tombstone written before any data goes is the fence
+//! cleared; its neighbours go on, unless the error may go away on retry (the store
+//! unreachable, a 5xx): that ends the deletion, and the checkpoints it did not reach wait too. (The one tombstone written before any data goes is the fence
 //! of a checkpoint without `index.json`, in `Collector::collect_one`.)
 
 use std::collections::{HashSet, VecDeque};
