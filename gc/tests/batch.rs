@@ -56,21 +56,26 @@ impl World {
         Collector::new(self.gc_bank.clone(), clock, options)
     }
 
+    /// An owner that never renews (it dies once the clock passes its expiry).
+    async fn owner(&self, name: &str) -> OwnerLease {
+        let windows =
+            LeaseWindows::new(Duration::from_secs(2), EXPIRE, Duration::from_secs(1)).unwrap();
+        OwnerLease::acquire(
+            &self.owner_bank,
+            OwnerId::parse(name).unwrap(),
+            windows,
+            Arc::new(self.clock.clone()),
+        )
+        .await
+        .unwrap()
+    }
+
     /// `owners` dead owners with `per_owner` protecting checkpoints of `data` objects each
     /// (`cp-<owner>-<n>`, objects `d000`, `d001`, ...: listed in numeric order).
     async fn dead_owners(&self, owners: usize, per_owner: usize, data: usize) -> Vec<String> {
-        let windows =
-            LeaseWindows::new(Duration::from_secs(2), EXPIRE, Duration::from_secs(1)).unwrap();
         let mut ids = Vec::new();
         for o in 0..owners {
-            let lease = OwnerLease::acquire(
-                &self.owner_bank,
-                OwnerId::parse(&format!("owner-{o}")).unwrap(),
-                windows,
-                Arc::new(self.clock.clone()),
-            )
-            .await
-            .unwrap();
+            let lease = self.owner(&format!("owner-{o}")).await;
             for c in 0..per_owner {
                 let id = format!("cp-{o}-{c}");
                 let cp = Checkpoint::create(&lease, &id).await.unwrap();
@@ -188,14 +193,7 @@ async fn batches_larger_than_the_limits_finish_every_checkpoint() {
     assert!(ids.len() * 100 > DATA_BATCH);
     // And one checkpoint of an owner of its own with more than LISTED_MAX objects.
     let big = {
-        let lease = OwnerLease::acquire(
-            &w.owner_bank,
-            OwnerId::parse("owner-big").unwrap(),
-            LeaseWindows::new(Duration::from_secs(2), EXPIRE, Duration::from_secs(1)).unwrap(),
-            Arc::new(w.clock.clone()),
-        )
-        .await
-        .unwrap();
+        let lease = w.owner("owner-big").await;
         let cp = Checkpoint::create(&lease, "cp-big").await.unwrap();
         for d in 0..LISTED_MAX + 5 {
             cp.put_data(&format!("d{d:04}"), PutPayload::from_static(b"x"))
@@ -230,16 +228,7 @@ async fn an_object_that_cannot_be_deleted_holds_back_its_own_checkpoint_only() {
         DATA_BATCH, 1000,
         "the layout above assumes batches of 1,000"
     );
-    let windows =
-        LeaseWindows::new(Duration::from_secs(2), EXPIRE, Duration::from_secs(1)).unwrap();
-    let other = OwnerLease::acquire(
-        &w.owner_bank,
-        OwnerId::parse("owner-other").unwrap(),
-        windows,
-        Arc::new(w.clock.clone()),
-    )
-    .await
-    .unwrap();
+    let other = w.owner("owner-other").await;
     Checkpoint::create(&other, "cp-other").await.unwrap();
     drop(other);
     ids.push("cp-other".to_owned());

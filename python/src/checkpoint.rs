@@ -49,6 +49,20 @@ fn payload(data: &Bound<'_, PyAny>) -> PyResult<Bytes> {
     )))
 }
 
+async fn create(lease: banklease::OwnerLease, id: String) -> PyResult<Checkpoint> {
+    let inner = banklease::Checkpoint::create(&lease, &id)
+        .await
+        .map_err(to_py)?;
+    Ok(Checkpoint { inner })
+}
+
+async fn adopt(lease: banklease::OwnerLease, id: String) -> PyResult<Checkpoint> {
+    let inner = banklease::Checkpoint::adopt(&lease, &id)
+        .await
+        .map_err(to_py)?;
+    Ok(Checkpoint { inner })
+}
+
 #[pymethods]
 impl Checkpoint {
     /// Create checkpoint `checkpoint_id` as `protecting`, owned by `lease`'s owner
@@ -60,12 +74,7 @@ impl Checkpoint {
         checkpoint_id: String,
     ) -> PyResult<Self> {
         let lease = lease.get().inner.clone();
-        block_on(py, async move {
-            let inner = banklease::Checkpoint::create(&lease, &checkpoint_id)
-                .await
-                .map_err(to_py)?;
-            Ok(Checkpoint { inner })
-        })
+        block_on(py, create(lease, checkpoint_id))
     }
 
     /// `create`, awaitable.
@@ -76,12 +85,7 @@ impl Checkpoint {
         checkpoint_id: String,
     ) -> PyResult<Bound<'py, PyAny>> {
         let lease = lease.get().inner.clone();
-        awaitable(py, async move {
-            let inner = banklease::Checkpoint::create(&lease, &checkpoint_id)
-                .await
-                .map_err(to_py)?;
-            Ok(Checkpoint { inner })
-        })
+        awaitable(py, create(lease, checkpoint_id))
     }
 
     /// Take up checkpoint `checkpoint_id` again after an ambiguous `create`
@@ -93,12 +97,7 @@ impl Checkpoint {
         checkpoint_id: String,
     ) -> PyResult<Self> {
         let lease = lease.get().inner.clone();
-        block_on(py, async move {
-            let inner = banklease::Checkpoint::adopt(&lease, &checkpoint_id)
-                .await
-                .map_err(to_py)?;
-            Ok(Checkpoint { inner })
-        })
+        block_on(py, adopt(lease, checkpoint_id))
     }
 
     /// `adopt`, awaitable.
@@ -109,12 +108,7 @@ impl Checkpoint {
         checkpoint_id: String,
     ) -> PyResult<Bound<'py, PyAny>> {
         let lease = lease.get().inner.clone();
-        awaitable(py, async move {
-            let inner = banklease::Checkpoint::adopt(&lease, &checkpoint_id)
-                .await
-                .map_err(to_py)?;
-            Ok(Checkpoint { inner })
-        })
+        awaitable(py, adopt(lease, checkpoint_id))
     }
 
     /// The checkpoint id.

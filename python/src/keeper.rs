@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::to_py;
-use crate::lease::{lost, lost_at_exit, release_unless_lost, LeaseStatus, OwnerLease};
+use crate::lease::{lost, raise_if_lost, release_unless_lost, LeaseStatus, OwnerLease};
 use crate::runtime::{awaitable, block_on, opt_duration, runtime};
 
 /// A running keeper (`OwnerLease.keep()`). Use it as a context manager (`with`, `async with`)
@@ -250,8 +250,7 @@ impl Keeper {
         _tb: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         self.release(py)?;
-        lost_at_exit(&self.lease.inner, exc_type)?;
-        Ok(false)
+        raise_if_lost(&self.lease.inner, !exc_type.is_none())
     }
 
     fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
@@ -273,10 +272,7 @@ impl Keeper {
         let quiet = !exc_type.is_none();
         awaitable(py, async move {
             release(keeper, lease.clone()).await?;
-            match lease.state() {
-                LeaseState::Lost { reason } if !quiet => Err(to_py(lost(&lease, reason))),
-                _ => Ok(false),
-            }
+            raise_if_lost(&lease, quiet)
         })
     }
 

@@ -199,15 +199,13 @@ pub(crate) async fn release_unless_lost(lease: &banklease::OwnerLease) -> PyResu
     lease.release().await.map_err(to_py)
 }
 
-/// The `LeaseLost` exception of a lost lease, for a `with` block that ends without another
-/// exception: the loss must not pass unnoticed.
-pub(crate) fn lost_at_exit(
-    lease: &banklease::OwnerLease,
-    exc_type: &Bound<'_, PyAny>,
-) -> PyResult<()> {
+/// At the end of a `with` block: the `LeaseLost` exception of a lost lease, unless another
+/// exception is on its way (`quiet`) — the loss must not pass unnoticed. `Ok(false)`: the
+/// block's own exception, if any, goes on.
+pub(crate) fn raise_if_lost(lease: &banklease::OwnerLease, quiet: bool) -> PyResult<bool> {
     match lease.state() {
-        LeaseState::Lost { reason } if exc_type.is_none() => Err(to_py(lost(lease, reason))),
-        _ => Ok(()),
+        LeaseState::Lost { reason } if !quiet => Err(to_py(lost(lease, reason))),
+        _ => Ok(false),
     }
 }
 
@@ -350,8 +348,7 @@ impl OwnerLease {
         _tb: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         self.release(py)?;
-        lost_at_exit(&self.inner, exc_type)?;
-        Ok(false)
+        raise_if_lost(&self.inner, !exc_type.is_none())
     }
 
     fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
@@ -372,10 +369,7 @@ impl OwnerLease {
         let quiet = !exc_type.is_none();
         awaitable(py, async move {
             release_unless_lost(&lease).await?;
-            match lease.state() {
-                LeaseState::Lost { reason } if !quiet => Err(to_py(lost(&lease, reason))),
-                _ => Ok(false),
-            }
+            raise_if_lost(&lease, quiet)
         })
     }
 
