@@ -99,7 +99,8 @@ def test_doctor(backend):
     assert isinstance(report, banklease.DoctorReport)
     assert report.supported is True, report.verdicts
     assert set(report.verdicts) == {"owner_lease", "completion_vs_collection", "named_locks"}
-    assert "renewal" in report.diagnosis or report.diagnosis, report.diagnosis
+    assert report.diagnosis["bank"] == backend.bank.label, report.diagnosis
+    assert report.diagnosis["create_if_absent"] == "enforced", report.diagnosis
 
 
 def test_a_python_owners_zombies_are_collected_by_the_rust_daemon(shared_backend, spawn_gc):
