@@ -83,6 +83,10 @@ struct Args {
     /// Data objects per checkpoint d; several (`1,16,256`) run side by side.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     data: Vec<u64>,
+    /// Write data objects only in dead owners' checkpoints (the ones a pass collects): the
+    /// pass never touches a live checkpoint's data, so this only saves building time.
+    #[arg(long)]
+    data_dead_only: bool,
     /// The pass's `gc.concurrency` (also the Karbor scan's and the replay's).
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
@@ -612,6 +616,7 @@ fn parent(args: Args) -> anyhow::Result<()> {
             owners: args.owners,
             dead: args.dead,
             data,
+            data_dead_only: args.data_dead_only,
         },
         concurrency: args.concurrency,
         build_concurrency: args.build_concurrency,

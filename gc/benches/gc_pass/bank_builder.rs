@@ -10,7 +10,9 @@
 //!   1 ms, so a dead owner is expired on the store's clock 1 ms after its lease was written;
 //! - checkpoint `i` (`cp-00000000` ..) belongs to owner `i % M`: its marker
 //!   `index/protecting/<owner>/<id>` (empty), `checkpoints/<id>/index.json` (status protecting)
-//!   and `checkpoints/<id>/data/d<j>` (64 bytes each).
+//!   and `checkpoints/<id>/data/d<j>` (64 bytes each) — only dead owners' checkpoints get
+//!   data objects with `data_dead_only`: a pass never lists or reads a live checkpoint's data,
+//!   so their data changes nothing it does and only costs building time.
 
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -43,6 +45,9 @@ pub struct Layout {
     pub dead: u64,
     /// Data objects per checkpoint (k).
     pub data: u64,
+    /// Data objects only in dead owners' checkpoints (the ones a pass collects).
+    #[serde(default)]
+    pub data_dead_only: bool,
 }
 
 impl Layout {
@@ -71,9 +76,21 @@ impl Layout {
             .sum()
     }
 
+    /// Data objects in each checkpoint of owner `j`.
+    pub fn data_of(&self, j: u64) -> u64 {
+        if self.data_dead_only && !self.is_dead(j) {
+            0
+        } else {
+            self.data
+        }
+    }
+
     /// Objects in the bank once built.
     pub fn objects(&self) -> u64 {
-        self.owners + self.checkpoints * (2 + self.data)
+        self.owners
+            + (0..self.owners)
+                .map(|j| self.checkpoints_of(j) * (2 + self.data_of(j)))
+                .sum::<u64>()
     }
 }
 
@@ -120,8 +137,9 @@ fn checkpoint_objects(
     now: DateTime<Utc>,
 ) -> Vec<(Path, PutPayload)> {
     let owner = layout.owner(i % layout.owners);
+    let data = layout.data_of(i % layout.owners);
     let id = format!("cp-{i:08}");
-    let mut out = Vec::with_capacity(2 + layout.data as usize);
+    let mut out = Vec::with_capacity(2 + data as usize);
     out.push((marker_path(bank, &owner, &id), PutPayload::default()));
     out.push((
         index_path(bank, &id),
@@ -133,7 +151,7 @@ fn checkpoint_objects(
             created_at: now,
         }),
     ));
-    for d in 0..layout.data {
+    for d in 0..data {
         out.push((
             data_prefix(bank, &id).join(format!("d{d}")),
             PutPayload::from(vec![0x5a_u8; 64]),

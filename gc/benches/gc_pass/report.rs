@@ -273,6 +273,15 @@ pub fn figures(c: &ConfigResult) -> Figures {
     }
 }
 
+/// `d`, marked when only dead owners' checkpoints hold data.
+fn data_label(layout: &Layout) -> String {
+    if layout.data_dead_only {
+        format!("{} (dead only)", layout.data)
+    } else {
+        layout.data.to_string()
+    }
+}
+
 /// One line per configuration, for the log.
 pub fn config_line(c: &ConfigResult) -> String {
     let fi = figures(c);
@@ -281,7 +290,7 @@ pub fn config_line(c: &ConfigResult) -> String {
          hwm={}MiB karbor_scan={:?} floor={:?}s",
         c.backend.name(),
         c.layout.checkpoints,
-        c.layout.data,
+        data_label(&c.layout),
         u(&c.gc["report"]["collected"]),
         fi.gc_total,
         fi.optimum,
@@ -415,7 +424,7 @@ fn write_gc_tables(s: &mut String, r: &Results) {
             "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {:.4} | {:.4} | {:.3} s | {} MiB |",
             c.backend.name(),
             n_label(c.layout.checkpoints),
-            c.layout.data,
+            data_label(&c.layout),
             c.layout.owners,
             c.layout.dead,
             u(&c.gc["report"]["collected"]),
