@@ -7,7 +7,7 @@
 //! optimum = 2                        store clock: PUT + HEAD of _banklease/clock
 //!         + P(N)                     the protecting index: 1 listing call, or ceil(N/page) pages
 //!         + M                        one lease GET per owner
-//!         + C × (5 + L(k))           per collected checkpoint: GET index.json (owner check),
+//!         + C × (4 + L(k))           per collected checkpoint: GET index.json (owner check),
 //!                                    PUT decisions/<id> (create-if-absent), PUT index/sweep/<id>
 //!                                    (the late sweep's marker, before any data goes), PUT
 //!                                    index.json (the `deleted` tombstone); L = listing of its
@@ -205,7 +205,7 @@ pub fn optimum(backend: Backend, layout: &Layout, report: &Value) -> u64 {
         Backend::Swift => 200,
         _ => 1,
     };
-    2 + index + owners + collected * (5 + data_list) + (collected * (k + 1)).div_ceil(bulk) + reaped
+    2 + index + owners + collected * (4 + data_list) + (collected * (k + 1)).div_ceil(bulk) + reaped
 }
 
 /// The pieces of one configuration's figures.
