@@ -83,8 +83,9 @@ struct Args {
     /// Data objects per checkpoint d; several (`1,16,256`) run side by side.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     data: Vec<u64>,
-    /// Write data objects only in dead owners' checkpoints (the ones a pass collects): the
-    /// pass never touches a live checkpoint's data, so this only saves building time.
+    /// Write data objects only in dead owners' checkpoints (the ones a pass collects): on S3
+    /// and Swift a pass never touches a live checkpoint's data, so this only saves building
+    /// time (on `file:` the temporaries sweep walks the whole tree, live data included).
     #[arg(long)]
     data_dead_only: bool,
     /// The pass's `gc.concurrency` (also the Karbor scan's and the replay's).

@@ -11,8 +11,9 @@
 //! - checkpoint `i` (`cp-00000000` ..) belongs to owner `i % M`: its marker
 //!   `index/protecting/<owner>/<id>` (empty), `checkpoints/<id>/index.json` (status protecting)
 //!   and `checkpoints/<id>/data/d<j>` (64 bytes each) — only dead owners' checkpoints get
-//!   data objects with `data_dead_only`: a pass never lists or reads a live checkpoint's data,
-//!   so their data changes nothing it does and only costs building time.
+//!   data objects with `data_dead_only`: on S3 and Swift a pass never lists or reads a live
+//!   checkpoint's data, so their data changes nothing it does and only costs building time
+//!   (on `file:` the temporaries sweep walks the tree, live data included).
 
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
