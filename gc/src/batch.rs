@@ -14,8 +14,9 @@
 //! it keeps its marker, the next pass resumes it from its decision (deleting data again is
 //! harmless, a listing that shows nothing is a finished deletion) — and its owner is not
 //! cleared; its neighbours go on, unless the error may go away on retry (the store
-//! unreachable, a 5xx): that ends the deletion, and the checkpoints it did not reach wait too. (The one tombstone written before any data goes is the fence
-//! of a checkpoint without `index.json`, in `Collector::collect_one`.)
+//! unreachable, a 5xx): that ends the deletion, and the checkpoints it did not reach wait
+//! too. (The one tombstone written before any data goes is the fence of a checkpoint without
+//! `index.json`, in `Collector::collect_one`.)
 
 use std::collections::{HashSet, VecDeque};
 use std::mem;
@@ -263,8 +264,9 @@ async fn delete_paths(bank: &Bank, paths: &[Path]) -> HashSet<Path> {
                 }
             }
             Err(e) => {
+                let e = banklease::Error::store("delete", asked.map_or("", |a| a.as_ref()), e);
                 tracing::warn!(error = %e, "deleting a collected checkpoint's data object failed");
-                if banklease::Error::store("delete", "", e).is_transient() {
+                if e.is_transient() {
                     break;
                 }
             }
