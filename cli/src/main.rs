@@ -206,8 +206,8 @@ fn main() -> ExitCode {
         Ok(Outcome::No) => ExitCode::from(1),
         Ok(Outcome::Failed) => ExitCode::from(2),
         Ok(Outcome::Exit(code)) => ExitCode::from(code),
-        // The reader went away (`banklease lease list | head`): nothing left to say.
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        // Our stdout's reader went away (`banklease lease list | head`): nothing left to say.
+        Err(e) if e.chain().any(|c| c.is::<output::StdoutClosed>()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", banklease_gc::logging::error_line(&e));
             ExitCode::from(2)
@@ -222,13 +222,6 @@ fn init_tracing() {
         .with_ansi(banklease_gc::logging::stderr_colour())
         .with_writer(std::io::stderr)
         .init();
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
 }
 
 /// What every command needs: the loaded configuration, the bank, the clock.

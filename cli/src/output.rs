@@ -6,11 +6,28 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::Serialize;
 
+/// Our stdout's reader went away (`banklease lease list | head`): nothing is left to say, and
+/// it is not a failure. Only a write to our own stdout is ever this; a broken pipe anywhere
+/// else (the agent's socket, a store's connection) is an error like any other.
+#[derive(Debug)]
+pub(crate) struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stdout was closed by its reader")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
 pub(crate) fn out_line(line: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}")?;
-    out.flush()?;
-    Ok(())
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe => anyhow::Error::new(StdoutClosed),
+            _ => anyhow::Error::new(e).context("cannot write to stdout"),
+        })
 }
 
 pub(crate) fn out_json<T: Serialize>(value: &T) -> Result<()> {

@@ -5,6 +5,8 @@
 //! checkpoint); 2 error (no agent, bad input, store failure).
 
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Poll};
 
 use anyhow::{anyhow, Context, Result};
 use bytes::Bytes;
@@ -14,6 +16,7 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::UnixStream;
 use tokio_util::io::ReaderStream;
 
@@ -216,7 +219,11 @@ impl Client {
                  running?"
             )
         })?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        let io = TokioIo::new(AnswerFirst {
+            inner: stream,
+            stopped_reading: false,
+        });
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
             .await
             .with_context(|| format!("cannot talk HTTP to the agent at `{socket}`"))?;
         let connection = tokio::spawn(connection);
@@ -230,6 +237,8 @@ impl Client {
             format!("the agent at `{socket}` did not answer (did it exit, or the lease end?)")
         })?;
         let status = response.status();
+        // Whatever is left of our body is not sent once the answer is read: `connection` is
+        // aborted below (a refused upload does not wait for a slow producer's end).
         let body = response
             .into_body()
             .collect()
@@ -238,6 +247,79 @@ impl Client {
             .to_bytes();
         connection.abort();
         Ok(Answer { status, body })
+    }
+}
+
+/// The agent's socket, read and written as usual, except that the agent may answer before it
+/// has read our whole body — a refusal — and close its end: writing the rest then fails with
+/// EPIPE (or ECONNRESET), which must not hide the answer waiting in the socket. From the first
+/// such failure, writes are dropped; reads go on, so hyper reads the answer (or the end of the
+/// stream, when the agent died without one: an error). Success is never made up: the agent
+/// answers 2xx only after it read the whole body.
+struct AnswerFirst {
+    inner: UnixStream,
+    stopped_reading: bool,
+}
+
+fn peer_stopped_reading(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+    )
+}
+
+impl AsyncRead for AnswerFirst {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for AnswerFirst {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.stopped_reading {
+            return Poll::Ready(Ok(buf.len()));
+        }
+        match Pin::new(&mut self.inner).poll_write(cx, buf) {
+            Poll::Ready(Err(e)) if peer_stopped_reading(&e) => {
+                self.stopped_reading = true;
+                Poll::Ready(Ok(buf.len()))
+            }
+            other => other,
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        if self.stopped_reading {
+            return Poll::Ready(Ok(()));
+        }
+        match Pin::new(&mut self.inner).poll_flush(cx) {
+            Poll::Ready(Err(e)) if peer_stopped_reading(&e) => {
+                self.stopped_reading = true;
+                Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.stopped_reading {
+            return Poll::Ready(Ok(()));
+        }
+        match Pin::new(&mut self.inner).poll_shutdown(cx) {
+            Poll::Ready(Err(e)) if peer_stopped_reading(&e) => Poll::Ready(Ok(())),
+            other => other,
+        }
     }
 }
 
