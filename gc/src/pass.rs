@@ -122,8 +122,8 @@ pub struct Collector {
     temporary_walk: Arc<std::sync::Mutex<SweepWalk>>,
 }
 
-/// Directory entries a pass walks at most looking for stale temporaries (a fraction of a
-/// second on a local disk; a 1M-checkpoint bank is walked in a few hundred passes).
+/// Entries of a `file:` bank's staging directory a pass reads at most looking for stale staged
+/// files (it holds one per write in flight or crashed, so one pass almost always reads it all).
 pub const TEMPORARY_SWEEP_BUDGET: usize = 50_000;
 
 /// What happened to one checkpoint.
@@ -150,10 +150,10 @@ impl Collector {
     }
 
     /// On a `file:` bank, remove what writers killed between writing and publishing left
-    /// (hidden `<key>#<n>` files older than `late_write_window`: no write takes that long). The
-    /// bank's whole tree is walked, millions of entries on a large bank, so each pass goes on
-    /// with the walk for at most [`TEMPORARY_SWEEP_BUDGET`] entries, and a new walk starts at
-    /// most once per window after the last one ended. Returns (swept, errors).
+    /// (staged files in `_banklease/staging/` that no writer holds, older than
+    /// `late_write_window`). Each pass goes on with the walk for at most
+    /// [`TEMPORARY_SWEEP_BUDGET`] entries, and a new walk starts at most once per window after
+    /// the last one ended. Returns (swept, errors).
     async fn sweep_temporaries(&self, bank: &Bank) -> (u64, u64) {
         let Some(local) = bank.local() else {
             return (0, 0);

@@ -18,8 +18,17 @@ pub(super) const LOCK_PREFIX: &str = ".banklease-lock#";
 /// lock file, so the stripe count and the hash (SHA-256 of the key) never change.
 pub(super) const STRIPES: u64 = 64;
 
-/// Bound on random `<key>#<n>` names tried for one staged write (a collision is already
-/// vanishingly rare).
+/// Every write is staged in this directory of the store's root (the bank's own `_banklease/`),
+/// never beside the key: the sweep then looks only here and cannot meet a user's file, however
+/// its name looks. Renames and links from here stay within the bank's file system.
+pub(super) const STAGING: &str = "_banklease/staging";
+
+/// A staged file's name: `w-<32 hex digits>#0`. The `#<digits>` ending hides it from
+/// object_store's listings; the random part is never reused.
+const STAGED_PREFIX: &str = "w-";
+const STAGED_SUFFIX: &str = "#0";
+
+/// Bound on random names tried for one staged write (a collision is already vanishingly rare).
 const MAX_STAGED: u32 = 16;
 
 /// The name `store` in errors.
@@ -185,69 +194,149 @@ fn put_with(
     if matches!(mode, PutMode::Update(_)) && !exact_mtime {
         return Err(WriteError::NotImplemented);
     }
-    let (mut file, staged) = stage(path).map_err(WriteError::Io)?;
-    let result = (|| {
-        fill(&mut file).map_err(|e| WriteError::Io(context(e, "write", &staged)))?;
-        let _guard = lock_keys(root, &[key]).map_err(WriteError::Io)?;
-        let current = match std::fs::metadata(path) {
-            Ok(m) => Some(m),
-            Err(e) if e.kind() == ErrorKind::NotFound => None,
-            Err(e) => return Err(WriteError::Io(context(e, "stat", path))),
-        };
-        check(mode, current.as_ref())?;
-        if let Some(hook) = before_publish {
-            hook();
-        }
-        let now = micros(Some(store_clock()));
-        let stamp = match current.as_ref().map(|m| micros(m.modified().ok())) {
-            Some(old) if now <= old && old - now <= STEP_BACK_TOLERANCE_MICROS => old + 1,
-            _ => now,
-        };
-        let stamp = u64::try_from(stamp).unwrap_or(u64::MAX);
-        file.set_modified(UNIX_EPOCH + Duration::from_micros(stamp))
-            .map_err(|e| WriteError::Io(context(e, "set mtime of", &staged)))?;
-        let metadata = file
-            .metadata()
-            .map_err(|e| WriteError::Io(context(e, "stat", &staged)))?;
-        // Publish only our own temporary: a sweep may have removed it while we waited for the
-        // lock (and another writer may have made a file of that name since).
-        if !is_ours(&staged, &metadata) {
-            return Err(WriteError::Io(io::Error::new(
-                ErrorKind::NotFound,
-                format!(
-                    "the temporary `{}` was removed before it could be published (swept as \
-                     stale: this write waited longer than gc.late_write_window); nothing was \
-                     written, retry",
-                    staged.display()
-                ),
-            )));
-        }
-        match mode {
-            PutMode::Create => match std::fs::hard_link(&staged, path) {
-                Ok(()) => {
-                    // A failure here only leaves a hidden temporary for the sweep.
-                    let _ = std::fs::remove_file(&staged);
-                }
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => return Err(WriteError::Exists),
-                Err(e) => return Err(WriteError::Io(context(e, "link", path))),
-            },
-            PutMode::Overwrite | PutMode::Update(_) => std::fs::rename(&staged, path)
-                .map_err(|e| WriteError::Io(context(e, "rename onto", path)))?,
-        }
-        Ok(PutResult {
-            e_tag: Some(etag(&metadata)),
-            version: None,
-            extensions: Default::default(),
-        })
-    })();
+    let mut staged = Staged::new(root).map_err(WriteError::Io)?;
+    let result = fill(&mut staged.file)
+        .map_err(|e| WriteError::Io(context(e, "write", &staged.path)))
+        .and_then(|()| publish(root, key, path, &staged, mode, before_publish));
     if result.is_err() {
-        if let Ok(m) = file.metadata() {
-            if is_ours(&staged, &m) {
-                let _ = std::fs::remove_file(&staged);
+        staged.discard();
+    }
+    result
+}
+
+/// A staged write in progress: a file under [`STAGING`] holding an exclusive `flock` for as long
+/// as its writer lives, so a sweep never removes it under a live writer however slowly the
+/// writer goes (a multipart upload fed by a slow producer); a crashed writer's lock goes with its
+/// process.
+#[derive(Debug)]
+pub(super) struct Staged {
+    pub(super) file: File,
+    pub(super) path: PathBuf,
+}
+
+impl Staged {
+    /// A new staged file with a random name never used before: a name a sweep freed is never
+    /// taken again by another writer, whose half-written file the first one could otherwise
+    /// publish.
+    pub(super) fn new(root: &FsPath) -> io::Result<Self> {
+        let dir = root.join(STAGING);
+        for _ in 0..MAX_STAGED {
+            let name = format!(
+                "{STAGED_PREFIX}{}{STAGED_SUFFIX}",
+                uuid::Uuid::new_v4().simple()
+            );
+            let path = dir.join(name);
+            let open = || {
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+            };
+            let file = match open() {
+                Ok(f) => f,
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    std::fs::create_dir_all(&dir)
+                        .map_err(|e| context(e, "create directory", &dir))?;
+                    match open() {
+                        Ok(f) => f,
+                        Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                        Err(e) => return Err(context(e, "create", &path)),
+                    }
+                }
+                Err(e) => return Err(context(e, "create", &path)),
+            };
+            // A sweep that looked at this file just now holds it for a moment (and leaves it:
+            // it is new); wait for that, then keep the lock until the write ends.
+            file.lock().map_err(|e| context(e, "lock", &path))?;
+            return Ok(Self { file, path });
+        }
+        Err(io::Error::other(format!(
+            "no free name for a staged write in `{}` after {MAX_STAGED} tries",
+            dir.display()
+        )))
+    }
+
+    /// Remove the staged file if it is still ours (a failed or abandoned write).
+    pub(super) fn discard(&self) {
+        if let Ok(m) = self.file.metadata() {
+            if is_ours(&self.path, &m) {
+                let _ = std::fs::remove_file(&self.path);
             }
         }
     }
-    result
+}
+
+/// Under the key's stripe lock: check `mode` against the current file, stamp the staged file
+/// with the store's clock, and publish it at `path` — a hard link for create (atomic even
+/// against writers that do not take our locks), a rename otherwise. Only our own staged file is
+/// ever published (checked by device and inode).
+pub(super) fn publish(
+    root: &FsPath,
+    key: &str,
+    path: &FsPath,
+    staged: &Staged,
+    mode: &PutMode,
+    before_publish: &BeforePublish,
+) -> Result<PutResult, WriteError> {
+    let _guard = lock_keys(root, &[key]).map_err(WriteError::Io)?;
+    let current = match std::fs::metadata(path) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == ErrorKind::NotFound => None,
+        Err(e) => return Err(WriteError::Io(context(e, "stat", path))),
+    };
+    check(mode, current.as_ref())?;
+    if let Some(hook) = before_publish {
+        hook();
+    }
+    let now = micros(Some(store_clock()));
+    let stamp = match current.as_ref().map(|m| micros(m.modified().ok())) {
+        Some(old) if now <= old && old - now <= STEP_BACK_TOLERANCE_MICROS => old + 1,
+        _ => now,
+    };
+    let stamp = u64::try_from(stamp).unwrap_or(u64::MAX);
+    staged
+        .file
+        .set_modified(UNIX_EPOCH + Duration::from_micros(stamp))
+        .map_err(|e| WriteError::Io(context(e, "set mtime of", &staged.path)))?;
+    let metadata = staged
+        .file
+        .metadata()
+        .map_err(|e| WriteError::Io(context(e, "stat", &staged.path)))?;
+    // The staged file may have been removed under us (by hand: a sweep leaves a locked file
+    // alone), and another file made at its name since.
+    if !is_ours(&staged.path, &metadata) {
+        return Err(WriteError::Io(io::Error::new(
+            ErrorKind::NotFound,
+            format!(
+                "the staged file `{}` was removed before it could be published; nothing was \
+                 written, retry",
+                staged.path.display()
+            ),
+        )));
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| WriteError::Io(context(e, "create directory", parent)))?;
+    }
+    match mode {
+        PutMode::Create => match std::fs::hard_link(&staged.path, path) {
+            Ok(()) => {
+                // A failure here only leaves a staged file for the sweep.
+                let _ = std::fs::remove_file(&staged.path);
+            }
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => return Err(WriteError::Exists),
+            Err(e) => return Err(WriteError::Io(context(e, "link", path))),
+        },
+        PutMode::Overwrite | PutMode::Update(_) => std::fs::rename(&staged.path, path)
+            .map_err(|e| WriteError::Io(context(e, "rename onto", path)))?,
+    }
+    Ok(PutResult {
+        e_tag: Some(etag(&metadata)),
+        version: None,
+        extensions: Default::default(),
+    })
 }
 
 /// A step back of the store's clock up to this much is taken for two writes within one µs (the
@@ -270,7 +359,16 @@ fn is_ours(path: &FsPath, _: &Metadata) -> bool {
 /// ETag's unit): an odd stamp is written to a scratch file and read back. ext3, ext4 with small
 /// inodes, HFS+, FAT and exFAT round them, and there an older version's ETag could match again.
 pub(super) fn keeps_exact_mtime(root: &FsPath) -> io::Result<bool> {
-    let (file, scratch) = stage(&root.join(".banklease-mtime-check"))?;
+    let scratch = root.join(format!(
+        ".banklease-mtime-check#{}",
+        uuid::Uuid::new_v4().as_u64_pair().0
+    ));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&scratch)
+        .map_err(|e| context(e, "create", &scratch))?;
     let result = (|| {
         let odd = Duration::from_secs(1_700_000_000) + Duration::from_micros(123_457);
         file.set_modified(UNIX_EPOCH + odd)?;
@@ -311,62 +409,17 @@ fn check(mode: &PutMode, current: Option<&Metadata>) -> Result<(), WriteError> {
     }
 }
 
-/// Create `<path>#<n>` with a random `n` never used before (the name pattern object_store's local
-/// store uses for its own temporaries, hidden from listings), creating parent directories as
-/// needed. Random, not the smallest free number: a name that a sweep freed is never taken again
-/// by another writer, whose half-written file the first one could otherwise publish.
-fn stage(path: &FsPath) -> io::Result<(File, PathBuf)> {
-    for _ in 0..MAX_STAGED {
-        let n = uuid::Uuid::new_v4().as_u64_pair().0;
-        let mut staged = path.as_os_str().to_owned();
-        staged.push(format!("#{n}"));
-        let staged = PathBuf::from(staged);
-        let open = || {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&staged)
-        };
-        match open() {
-            Ok(f) => return Ok((f, staged)),
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                let parent = staged.parent().unwrap_or(FsPath::new("."));
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| context(e, "create directory", parent))?;
-                match open() {
-                    Ok(f) => return Ok((f, staged)),
-                    Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
-                    Err(e) => return Err(context(e, "create", &staged)),
-                }
-            }
-            Err(e) => return Err(context(e, "create", &staged)),
-        }
-    }
-    Err(io::Error::other(format!(
-        "no free temporary name beside `{}` after {MAX_STAGED} tries",
-        path.display()
-    )))
-}
-
 /// Remove `path` under its key's stripe lock.
 pub(super) fn delete(root: &FsPath, key: &str, path: &FsPath) -> io::Result<()> {
     let _guard = lock_keys(root, &[key])?;
     std::fs::remove_file(path)
 }
 
-/// Whether `name` is a staged temporary (`<key>#<digits>`) and not one of our lock files.
+/// Whether `name` (in [`STAGING`]) is a file this store staged: `w-<32 hex digits>#0`.
 pub(super) fn is_temporary(name: &str) -> bool {
-    if name.starts_with(LOCK_PREFIX) {
-        return false;
-    }
-    match name.rsplit_once('#') {
-        Some((base, digits)) => {
-            !base.is_empty() && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
-        }
-        None => false,
-    }
+    name.strip_prefix(STAGED_PREFIX)
+        .and_then(|rest| rest.strip_suffix(STAGED_SUFFIX))
+        .is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// What a sweep of stale temporaries found.
@@ -376,15 +429,15 @@ pub struct TemporarySweep {
     pub stale: u64,
     /// Of those, removed (zero on a dry run).
     pub removed: u64,
-    /// Temporaries younger than the threshold, left for their writers.
+    /// Temporaries younger than the threshold, or whose writer still holds them (however old),
+    /// left for their writers.
     pub fresh: u64,
     /// Whether the walk reached the end of the tree (else: call again to go on).
     pub done: bool,
 }
 
-/// A walk of the store's tree in progress, resumable across calls: one open directory per
-/// level, so memory grows with the tree's depth, not with how many directories a level holds (a
-/// bank has one per checkpoint).
+/// A walk of the staging directory in progress, resumable across calls (it holds one entry per
+/// write in flight or left by a crash, so a walk is short; the budget bounds it anyway).
 #[derive(Debug, Default)]
 pub struct SweepWalk {
     open: Vec<(PathBuf, std::fs::ReadDir)>,
@@ -403,9 +456,11 @@ impl SweepWalk {
     }
 }
 
-/// Go on with `walk` over `root` (no symlinks followed) for at most `budget` entries, removing
-/// temporaries whose mtime is older than `older_than`. A writer still using one fails its
-/// publish with a clear error and loses nothing it had been told was written.
+/// Go on with `walk` over the staging directory of `root` for at most `budget` entries,
+/// removing the files this store staged that no live writer holds (their `flock` is free: the
+/// writer crashed or dropped its upload) and whose mtime is older than `older_than` (a writer
+/// between creating its file and locking it is never caught). Nothing outside the staging
+/// directory is looked at, and nothing there but names this store makes.
 pub(super) fn sweep(
     root: &FsPath,
     walk: &mut SweepWalk,
@@ -417,8 +472,13 @@ pub(super) fn sweep(
     let mut report = TemporarySweep::default();
     if !walk.started {
         walk.started = true;
-        let first = std::fs::read_dir(root).map_err(|e| context(e, "read directory", root))?;
-        walk.open.push((root.to_path_buf(), first));
+        let dir = root.join(STAGING);
+        match std::fs::read_dir(&dir) {
+            Ok(entries) => walk.open.push((dir, entries)),
+            // Nothing was ever staged in this bank.
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(context(e, "read directory", &dir)),
+        }
     }
     let mut visited = 0;
     while visited < budget {
@@ -434,22 +494,27 @@ pub(super) fn sweep(
         let kind = entry
             .file_type()
             .map_err(|e| context(e, "stat", &entry.path()))?;
-        if kind.is_dir() {
-            match std::fs::read_dir(entry.path()) {
-                Ok(sub) => walk.open.push((entry.path(), sub)),
-                // Removed under us (a collected checkpoint's directory): nothing to sweep.
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(context(e, "read directory", &entry.path())),
-            }
-            continue;
-        }
         if !kind.is_file() || !is_temporary(&entry.file_name().to_string_lossy()) {
             continue;
         }
-        let modified = match entry.metadata().and_then(|m| m.modified()) {
-            Ok(t) => t,
+        let path = entry.path();
+        let file = match File::open(&path) {
+            Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => continue,
-            Err(e) => return Err(context(e, "stat", &entry.path())),
+            Err(e) => return Err(context(e, "open", &path)),
+        };
+        match file.try_lock() {
+            Ok(()) => {}
+            // A live writer holds it, however long it has been idle.
+            Err(std::fs::TryLockError::WouldBlock) => {
+                report.fresh += 1;
+                continue;
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(context(e, "lock", &path)),
+        }
+        let modified = match file.metadata().and_then(|m| m.modified()) {
+            Ok(t) => t,
+            Err(e) => return Err(context(e, "stat", &path)),
         };
         let age = now.duration_since(modified).unwrap_or_default();
         if age < older_than {
@@ -460,10 +525,11 @@ pub(super) fn sweep(
         if dry_run {
             continue;
         }
-        match std::fs::remove_file(entry.path()) {
+        // Still holding the lock: a writer cannot have taken this file meanwhile.
+        match std::fs::remove_file(&path) {
             Ok(()) => report.removed += 1,
             Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(context(e, "remove temporary", &entry.path())),
+            Err(e) => return Err(context(e, "remove staged file", &path)),
         }
     }
     report.done = walk.is_done();
@@ -486,13 +552,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn temporaries_are_told_from_keys_and_lock_files() {
-        assert!(is_temporary("index.json#1"));
-        assert!(is_temporary("abc#42"));
-        assert!(!is_temporary("abc"));
-        assert!(!is_temporary("abc#"));
-        assert!(!is_temporary("#12"));
-        assert!(!is_temporary("abc#1x"));
+    fn only_names_this_store_stages_are_temporaries() {
+        assert!(is_temporary("w-0123456789abcdef0123456789abcdef#0"));
+        assert!(!is_temporary("index.json#1"));
+        assert!(!is_temporary("invoice#2024"));
+        assert!(!is_temporary("w-0123456789abcdef#0"));
+        assert!(!is_temporary("w-0123456789abcdef0123456789abcdeg#0"));
+        assert!(!is_temporary("w-0123456789abcdef0123456789abcdef#1"));
         assert!(!is_temporary(".banklease-lock#3"));
     }
 

@@ -25,23 +25,28 @@
 //!   later writes of other keys look older than they are.
 //! - **A deleted key stays deleted**: a conditional write that compared before a delete cannot
 //!   publish after it, because both hold the key's lock.
-//! - **Only its own temporary is published**: temporary names are random, never reused, and
-//!   checked (device and inode) under the lock, so a writer whose temporary was swept while it
-//!   waited fails rather than publishing another writer's half-written file.
+//! - **Only its own staged file is published**: every write (a put, a copy, a multipart upload)
+//!   is staged in `_banklease/staging/` under a random name that is never reused, locked
+//!   (`flock`) by its writer until it is published or dropped, and checked (device and inode)
+//!   under the key's lock before it is published; a writer whose staged file was removed fails
+//!   rather than publishing another writer's half-written file.
 //!
 //! Copies and renames run under the locks in one blocking call (a copy is a new, stamped
-//! version; a rename moves the same object). A multipart upload's completion takes the key's
-//! lock around object_store's own completion: if the caller drops that future midway, the
-//! completion may still land after the lock is released (banklease completes multipart uploads
-//! only for checkpoint data, which no conditional write guards).
+//! version; a rename moves the same object). A multipart upload is staged by the same rules
+//! (its parts written at their offsets into its one staged file) and published like an
+//! overwrite.
 //!
 //! Not covered: writers that bypass this wrapper (a plain `LocalFileSystem`, `cp`, `rsync`) see
 //! no locks; and network filesystems, where `flock` may be local to one client (NFS before
 //! Linux 2.6.12 or with `nolock`, SMB), are not measured and not claimed.
 //!
-//! A writer killed between writing its temporary (`<key>#<n>`, hidden from listings) and
-//! publishing it leaves that file behind; [`LocalStore::sweep_temporaries`] removes those older
-//! than any write takes (the GC calls it each pass).
+//! Invariant: **the sweep removes only what this store staged and no live writer holds.**
+//! A writer killed between staging and publishing leaves its staged file behind (hidden from
+//! listings); [`LocalStore::sweep_temporaries`] removes those whose lock is free and whose last
+//! write is older than it is told. It looks in the staging directory only, at names this store
+//! makes (`w-<32 hex digits>#0`): a user's `invoice#2024` anywhere in the tree is never touched.
+//! (Releases before this one staged beside the key, as `<key>#<n>`; what their crashed writers
+//! left is no longer swept, since it cannot be told from a user's file.)
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> object_store::Result<()> {
@@ -81,8 +86,8 @@ use object_store::{
     UploadPart,
 };
 
-use fs::{StripeGuard, WriteError, STORE};
 pub use fs::{SweepWalk, TemporarySweep};
+use fs::{WriteError, STORE};
 
 /// The `file:` bank's store: [`LocalFileSystem`] plus atomic conditional overwrite. See the
 /// [module documentation](self).
@@ -144,11 +149,12 @@ impl LocalStore {
         self
     }
 
-    /// Remove temporaries (`<key>#<n>`, hidden from listings) whose last write is older than
-    /// `older_than`: what writers killed between writing and publishing left behind. Choose
-    /// `older_than` longer than any write takes; a writer still using a removed temporary gets
-    /// an error from its publish and loses nothing it was told was written. A dry run counts.
-    /// The whole tree in one call; see [`Self::sweep_temporaries_step`] for a bounded one.
+    /// Remove the staged files (in `_banklease/staging/`, hidden from listings) that no live
+    /// writer holds and whose last write is older than `older_than`: what writers killed
+    /// between writing and publishing left behind. A writer holds its staged file's lock until
+    /// it publishes, so a slow one is never swept; `older_than` only covers the instant between
+    /// a staged file's creation and its lock. A dry run counts. The whole directory in one
+    /// call; see [`Self::sweep_temporaries_step`] for a bounded one.
     pub async fn sweep_temporaries(
         &self,
         older_than: Duration,
@@ -159,8 +165,8 @@ impl LocalStore {
             .await
     }
 
-    /// Go on with `walk` for at most `budget` directory entries (a bank's tree holds millions
-    /// of files; a caller spreads the walk over many calls). `done` in the result says when
+    /// Go on with `walk` for at most `budget` directory entries (a caller spreads a walk of a
+    /// large staging directory, after many crashes, over several calls). `done` in the result says when
     /// the walk reached the end; start a new [`SweepWalk`] for the next round.
     pub async fn sweep_temporaries_step(
         &self,
@@ -183,16 +189,6 @@ impl LocalStore {
             location.as_ref().to_owned(),
             self.inner.path_to_filesystem(location)?,
         ))
-    }
-
-    /// Lock the stripes of `keys` from async code: the guard is held across the inner call.
-    async fn lock(&self, keys: Vec<String>) -> Result<Vec<StripeGuard>> {
-        let root = Arc::clone(&self.root);
-        blocking(move || {
-            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-            fs::lock_keys(&root, &keys).map_err(generic)
-        })
-        .await
     }
 }
 
@@ -263,11 +259,22 @@ impl ObjectStore for LocalStore {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> Result<Box<dyn MultipartUpload>> {
-        let upload = self.inner.put_multipart_opts(location, opts).await?;
-        Ok(Box::new(LockedUpload {
-            inner: upload,
+        if !opts.attributes.is_empty() {
+            return Err(object_store::Error::NotImplemented {
+                operation: "`put_multipart_opts` with `opts.attributes` specified".into(),
+                implementer: self.to_string(),
+            });
+        }
+        let (key, path) = self.key_and_path(location)?;
+        let root = Arc::clone(&self.root);
+        let staged = blocking(move || fs::Staged::new(&root).map_err(generic)).await?;
+        Ok(Box::new(StagedUpload {
+            staged: Some(Arc::new(std::sync::Mutex::new(staged))),
+            offset: 0,
             store: self.clone(),
-            key: location.as_ref().to_owned(),
+            key,
+            path,
+            location: location.clone(),
         }))
     }
 
@@ -321,7 +328,29 @@ impl ObjectStore for LocalStore {
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
+        let mut listed = self.inner.list_with_delimiter(prefix).await?;
+        // The staging directory holds only hidden files: it is not an object's prefix, and
+        // neither is `_banklease/` when it holds nothing else (a bank that only ever staged).
+        let staging = Path::from(fs::STAGING);
+        listed.common_prefixes.retain(|p| p != &staging);
+        let top = staging.parts().next().map(|p| Path::from_iter([p]));
+        if let Some(top) = top.filter(|t| listed.common_prefixes.contains(t)) {
+            let dir = self.root.join(top.as_ref());
+            let staging_dir = self.root.join(fs::STAGING);
+            let only_staging = blocking(move || {
+                let mut entries = match std::fs::read_dir(&dir) {
+                    Ok(entries) => entries,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+                    Err(e) => return Err(generic(fs::context(e, "read directory", &dir))),
+                };
+                Ok(entries.all(|e| e.is_ok_and(|e| e.path() == staging_dir)))
+            })
+            .await?;
+            if only_staging {
+                listed.common_prefixes.retain(|p| p != &top);
+            }
+        }
+        Ok(listed)
     }
 
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
@@ -373,27 +402,93 @@ impl ObjectStore for LocalStore {
     }
 }
 
-/// A multipart upload whose completion (the rename into place) holds the key's lock, so it
-/// cannot slip between a conditional write's compare and publish.
+/// A multipart upload staged by the store itself, by the rules of a single write: one staged
+/// file under `_banklease/staging/` with a random name, locked by its writer for the upload's
+/// life (so no sweep removes it, however slowly its parts come), parts written at their offsets
+/// in the order `put_part` was called, and a completion that publishes it under the key's lock
+/// only if it is still our own file (device and inode).
 #[derive(Debug)]
-struct LockedUpload {
-    inner: Box<dyn MultipartUpload>,
+struct StagedUpload {
+    /// `None` once completed or aborted.
+    staged: Option<Arc<std::sync::Mutex<fs::Staged>>>,
+    offset: u64,
     store: LocalStore,
     key: String,
+    path: PathBuf,
+    location: Path,
+}
+
+fn upload_finished(location: &Path) -> object_store::Error {
+    object_store::Error::Generic {
+        store: STORE,
+        source: format!("the multipart upload of `{location}` was already completed or aborted")
+            .into(),
+    }
 }
 
 #[async_trait]
-impl MultipartUpload for LockedUpload {
+impl MultipartUpload for StagedUpload {
     fn put_part(&mut self, data: PutPayload) -> UploadPart {
-        self.inner.put_part(data)
+        let offset = self.offset;
+        self.offset += data.content_length() as u64;
+        let staged = self.staged.clone();
+        let location = self.location.clone();
+        Box::pin(async move {
+            let staged = staged.ok_or_else(|| upload_finished(&location))?;
+            blocking(move || {
+                use std::io::{Seek, SeekFrom, Write};
+                let staged = staged.lock().expect("staged upload poisoned");
+                let mut file = &staged.file;
+                file.seek(SeekFrom::Start(offset))
+                    .and_then(|_| data.iter().try_for_each(|chunk| file.write_all(chunk)))
+                    .map_err(|e| generic(fs::context(e, "write", &staged.path)))
+            })
+            .await
+        })
     }
 
     async fn complete(&mut self) -> Result<PutResult> {
-        let _guard = self.store.lock(vec![self.key.clone()]).await?;
-        self.inner.complete().await
+        let staged = self
+            .staged
+            .take()
+            .ok_or_else(|| upload_finished(&self.location))?;
+        let (root, key, path) = (
+            Arc::clone(&self.store.root),
+            self.key.clone(),
+            self.path.clone(),
+        );
+        let (location, implementer) = (self.location.clone(), self.store.to_string());
+        blocking(move || {
+            let staged = staged.lock().expect("staged upload poisoned");
+            let published = fs::publish(&root, &key, &path, &staged, &PutMode::Overwrite, &None)
+                .map_err(|e| write_error(e, &location, &implementer));
+            if published.is_err() {
+                staged.discard();
+            }
+            published
+        })
+        .await
     }
 
     async fn abort(&mut self) -> Result<()> {
-        self.inner.abort().await
+        if let Some(staged) = self.staged.take() {
+            blocking(move || {
+                staged.lock().expect("staged upload poisoned").discard();
+                Ok(())
+            })
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for StagedUpload {
+    fn drop(&mut self) {
+        // Abandoned: its staged file is removed now rather than left for a sweep.
+        if let Some(staged) = self.staged.take() {
+            if let Ok(staged) = staged.lock() {
+                staged.discard();
+            }
+        }
     }
 }
