@@ -80,10 +80,12 @@ pub enum Error {
         known: u32,
     },
 
-    /// `init` found objects that are not a bank's under the prefix.
+    /// The bank's prefix holds objects that are not a bank's (and no bank descriptor): every
+    /// command, owner and collector refuses it, and `init` will not make it a bank.
     #[error(
-        "refusing to make bank=`{bank}` a bank: its prefix holds `{found}`, which is not a \
-         bank's; choose an empty prefix (or the prefix of an existing bank)"
+        "refusing bank=`{bank}`: its prefix holds `{found}`, which is not a bank's; banklease \
+         acts only on a bank or an empty prefix: choose an empty prefix (or the prefix of an \
+         existing bank)"
     )]
     NotABank {
         /// The bank.

@@ -8,9 +8,15 @@
 //! ```
 //!
 //! Invariant: **a bank in a layout this release does not know is refused, never touched.**
-//! The CLI's commands, `banklease run` and the GC daemon call [`check`] before anything else.
+//! The CLI's commands, `banklease run`, the GC daemon, the Python package and
+//! [`OwnerLease::acquire`](crate::OwnerLease::acquire) call [`check`] before anything else.
 //! A bank without a descriptor (every bank made before `init` existed) is layout 1 and keeps
 //! working.
+//!
+//! Invariant: **banklease never acts on what it did not make.** A prefix without a descriptor
+//! is a bank only if everything at its top is a bank's own ([`BANK_ENTRIES`]): a user's
+//! directory named by mistake (`--bank file:///home/me`) is refused by [`check`] with the
+//! message `init` gives, before anything is read, written or swept in it.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> banklease::Result<()> {
@@ -91,7 +97,9 @@ pub async fn read(bank: &Bank) -> Result<Option<Descriptor>> {
         })
 }
 
-/// Refuse a bank whose layout this release does not know. One GET.
+/// Refuse a bank whose layout this release does not know, and a prefix that is not a bank (no
+/// descriptor, and objects banklease did not make: [`Error::NotABank`]). One GET, and one
+/// listing of the prefix's top level when there is no descriptor.
 pub async fn check(bank: &Bank) -> Result<()> {
     match read(bank).await? {
         Some(d) if d.layout != LAYOUT_VERSION => Err(Error::UnknownLayout {
@@ -100,17 +108,14 @@ pub async fn check(bank: &Bank) -> Result<()> {
             created_by: d.created_by,
             known: LAYOUT_VERSION,
         }),
-        _ => Ok(()),
+        Some(_) => Ok(()),
+        None => top_level(bank).await.map(|_| ()),
     }
 }
 
-/// Make `bank` a bank: write its descriptor unless it has one. Refuses a prefix that holds
-/// anything else than a bank's own objects ([`Error::NotABank`]).
-pub async fn init(bank: &Bank) -> Result<Initialised> {
-    if read(bank).await?.is_some() {
-        check(bank).await?;
-        return Ok(Initialised::Already);
-    }
+/// What sits at the top of the bank's prefix: `Ok(true)` when nothing, `Ok(false)` when only a
+/// bank's own objects, [`Error::NotABank`] naming the first foreign one otherwise.
+async fn top_level(bank: &Bank) -> Result<bool> {
     let prefix = bank.prefix();
     let listed = bank
         .store()
@@ -133,6 +138,17 @@ pub async fn init(bank: &Bank) -> Result<Initialised> {
             });
         }
     }
+    Ok(empty)
+}
+
+/// Make `bank` a bank: write its descriptor unless it has one. Refuses a prefix that holds
+/// anything else than a bank's own objects ([`Error::NotABank`]).
+pub async fn init(bank: &Bank) -> Result<Initialised> {
+    if read(bank).await?.is_some() {
+        check(bank).await?;
+        return Ok(Initialised::Already);
+    }
+    let empty = top_level(bank).await?;
     let descriptor = Descriptor {
         format: 1,
         layout: LAYOUT_VERSION,

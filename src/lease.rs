@@ -239,12 +239,16 @@ impl OwnerLease {
     /// Fails with [`Error::LeaseExists`] if the object is already there (owner ids are unique;
     /// a second acquire of the same id is a bug or a stale id), and with [`Error::Unsupported`] if
     /// the bank cannot keep leases (see [`crate::capability`]).
+    /// Refuses a prefix that is not a bank ([`Error::NotABank`]) or a layout this release does
+    /// not know ([`crate::layout::check`]).
     pub async fn acquire(
         bank: &Bank,
         owner: OwnerId,
         windows: LeaseWindows,
         clock: SharedClock,
     ) -> Result<Self> {
+        // Never write a lease into a prefix that is not a bank (or a layout we do not know).
+        crate::layout::check(bank).await?;
         let path = bank.lease_path(&owner);
         Self::acquire_at(bank, path, owner, windows, clock).await
     }

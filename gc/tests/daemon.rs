@@ -380,6 +380,36 @@ fn refuses_a_bank_in_a_layout_it_does_not_know() {
     assert!(!bank.join("gc/active").exists(), "no GC lease taken");
 }
 
+#[test]
+fn refuses_a_directory_that_is_not_a_bank_and_touches_nothing_in_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = bank_in(dir.path());
+    // A user's directory, with a file that looks like a staged temporary, old enough for any
+    // sweep.
+    std::fs::create_dir_all(bank.join("docs")).unwrap();
+    let invoice = bank.join("docs/invoice#2024");
+    std::fs::write(&invoice, "invoice").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&invoice)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(3 * 24 * 3600))
+        .unwrap();
+    let [port] = free_ports::<1>();
+    let mut d = Daemon::spawn("foreign", dir.path(), &bank, port, &["--once"]);
+    let status = d.wait_exit(START_TIMEOUT);
+    assert!(!status.success(), "must fail to start\n{}", d.logs());
+    let logs = d.logs();
+    assert!(logs.contains("which is not a bank's"), "{logs}");
+    assert!(invoice.exists(), "a user's file was deleted\n{logs}");
+    let mut left: Vec<String> = std::fs::read_dir(&bank)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["docs"], "nothing created beside the user's files");
+}
+
 /// Metric names in a PromQL expression: every `banklease_…` identifier.
 fn metric_names(expr: &str) -> Vec<String> {
     let mut names = Vec::new();
