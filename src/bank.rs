@@ -334,8 +334,9 @@ impl Bank {
     }
 }
 
-/// Fresh attempts of the store-clock probe whose read-back shows another version.
-const CLOCK_PROBE_ATTEMPTS: usize = 3;
+/// Fresh attempts of the store-clock probe whose read-back shows another version (see
+/// [`Error::ClockUnverified`] for what a collector does when all of them do).
+pub const CLOCK_PROBE_ATTEMPTS: usize = 3;
 
 impl Bank {
     /// `_banklease/clock/`: the store-clock probes, one key per bank handle that read the clock.

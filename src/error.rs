@@ -191,6 +191,21 @@ pub enum Error {
         at: chrono::DateTime<chrono::Utc>,
     },
 
+    /// The collector could not read the store's clock from its own probe: every read-back showed
+    /// another version (a lagging replica). Its stamp bounds the store's time from neither side
+    /// reliably enough to judge leases or to detect a step, so nothing was judged.
+    #[error(
+        "store clock not verified on bank=`{bank}`: the read-back of the clock probe showed \
+         another version than the one just written in each of attempts=`{attempts}` (a lagging \
+         replica); the pass judged nothing and deleted nothing, and is tried again next time"
+    )]
+    ClockUnverified {
+        /// The bank.
+        bank: String,
+        /// Probe attempts made.
+        attempts: u32,
+    },
+
     /// An object in the bank could not be parsed.
     #[error("corrupt object: path=`{path}`: {reason}; inspect or remove it by hand")]
     Corrupt {

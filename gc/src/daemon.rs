@@ -295,8 +295,12 @@ impl Daemon {
             // takeover has a recent reading to compare with (and a step meanwhile is seen).
             match collector.watch_clock().await {
                 Ok(()) => {}
-                Err(e @ banklease::Error::ClockStep { .. }) => {
-                    // The step may make the active GC's lease look expired: not this round.
+                Err(
+                    e @ (banklease::Error::ClockStep { .. }
+                    | banklease::Error::ClockUnverified { .. }),
+                ) => {
+                    // A step (or a reading that could not be checked for one) may make the
+                    // active GC's lease look expired: not this round.
                     warn!(error = %error_chain(&e), "standby: the store clock stepped; not taking over this round");
                     tokio::select! {
                         () = cancel.cancelled() => return None,

@@ -51,7 +51,7 @@ use crate::plan::{plan, GcOptions, OwnerTally, Verdict};
 use crate::sweep::{mark_for_sweep, sweep_due};
 use crate::timing::{
     floor_path, forget_clock_probes, forget_missing, missing_for, read_floor, write_floor,
-    ClockWatch, MissingFor, Step,
+    ClockWatch, MissingFor, Refused,
 };
 use banklease::bank::add_saturating;
 use banklease::lease::MAX_EXPIRE_WINDOW;
@@ -237,6 +237,7 @@ impl Collector {
         let checked = self.watch.start(
             &store_time,
             self.step_tolerance(),
+            self.options.grace,
             self.options.floor_at_first_reading,
         );
         self.on_step(checked).await?;
@@ -275,8 +276,21 @@ impl Collector {
             .saturating_add(self.options.read_staleness)
     }
 
-    async fn on_step(&self, checked: Result<(), Step>) -> banklease::Result<()> {
-        let Err(step) = checked else { return Ok(()) };
+    async fn on_step(&self, checked: Result<(), Refused>) -> banklease::Result<()> {
+        let step =
+            match checked {
+                Ok(()) => return Ok(()),
+                Err(Refused::Step(step)) => step,
+                Err(Refused::Unverified) => {
+                    tracing::warn!(bank = self.bank.label(),
+                    "store clock reading not verified (a lagging replica): pass aborted, nothing \
+                     judged or deleted");
+                    return Err(banklease::Error::ClockUnverified {
+                        bank: self.bank.label().to_owned(),
+                        attempts: banklease::bank::CLOCK_PROBE_ATTEMPTS as u32,
+                    });
+                }
+            };
         let direction = if step.forward { "forward" } else { "backward" };
         tracing::error!(step = ?step.by, direction, at = %step.at,
             "store clock stepped: pass aborted, nothing deleted");

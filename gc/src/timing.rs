@@ -4,7 +4,14 @@
 //! Every probe of the store clock ([`StoreTime`]) is compared with the previous one (the previous
 //! pass's, then this pass's first before anything is deleted): the store's time may not advance
 //! more than this host's monotonic clock could have between the two stamps (plus the skew margin
-//! and a 0.1 % rate allowance). A forward step larger than that aborts the pass
+//! and a 0.1 % rate allowance). Only a *verified* reading counts: one whose read-back showed the
+//! probe's own write. An unverified one (a lagging replica answered with another version) is no
+//! reading at all: the pass judges nothing ([`banklease::Error::ClockUnverified`]), it is never a
+//! reference for the next comparison, and never a first-reading floor — its stamp may be from
+//! after a step that no comparison saw. A previous reading is a reference only while the rate
+//! allowance over the gap stays within `grace` (a gap under 1,000 × grace): past that, a step
+//! of more than margin + grace could hide in the allowance, so an older reference counts as
+//! none (and a daemon takes its reading as a floor). A forward step larger than that aborts the pass
 //! ([`banklease::Error::ClockStep`]) and raises a *floor*: from then on every `last_modified`
 //! older than the step is judged as if written at the step, so an owner whose last renewal was
 //! stamped before the step is timed from the step. On a `file:` bank the store clock is this
@@ -85,29 +92,48 @@ pub(crate) struct Step {
     pub(crate) at: DateTime<Utc>,
 }
 
+/// Why [`ClockWatch`] refuses a reading for judging.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Refused {
+    /// The store's clock stepped.
+    Step(Step),
+    /// The reading was not verified (another version was read back): it is no reading.
+    Unverified,
+}
+
+/// The longest gap between two readings for which the rate allowance stays within `grace`:
+/// an older previous reading is no reference.
+pub(crate) fn max_reference_gap(grace: Duration) -> Duration {
+    grace.div_f64(RATE_ALLOWANCE)
+}
+
 impl ClockWatch {
     /// A pass's first reading, checked against the previous pass's (when recent): `Err` when the
-    /// store clock stepped forward since (the floor is then raised to this reading's stamp).
+    /// store clock stepped forward since (the floor is then raised to this reading's stamp), or
+    /// when the reading is not verified (nothing is changed then).
     ///
     /// Without a recent previous reading (the first pass of a process, a standby that just took
-    /// over) a step that happened before this reading cannot be seen. With
-    /// `floor_without_reference` the reading itself becomes a floor then: every stamp older than
-    /// it is judged as written at it, which holds collection back for one expire window plus
-    /// margin and grace — the daemon's choice; a one-shot pass could never collect that way.
+    /// over, a previous reading older than [`max_reference_gap`]) a step that happened before
+    /// this reading cannot be seen. With `floor_without_reference` the reading itself becomes a
+    /// floor then: every stamp older than it is judged as written at it, which holds collection
+    /// back for one expire window plus margin and grace — the daemon's choice; a one-shot pass
+    /// could never collect that way.
     pub(crate) fn start(
         &self,
         probe: &StoreTime,
         tolerance: Duration,
+        grace: Duration,
         floor_without_reference: bool,
-    ) -> Result<(), Step> {
+    ) -> Result<(), Refused> {
         let mut s = self.inner.lock().expect("clock watch poisoned");
         if !probe.verified {
-            // Another version's stamp: a bound for judging, not a reading to compare.
-            return Ok(());
+            // Another version's stamp, maybe from after a step no comparison saw: no reading.
+            return Err(Refused::Unverified);
         }
-        // A reference of any age is compared (the rate allowance grows with the gap); only a
-        // collector that never had one takes this reading as its floor.
-        let reference = s.last;
+        let gap_limit = max_reference_gap(grace);
+        let reference = s
+            .last
+            .filter(|prev| probe.observed.saturating_duration_since(prev.sent) <= gap_limit);
         let step = reference.and_then(|prev| forward_step(&prev, probe, tolerance));
         if reference.is_none() && floor_without_reference {
             s.floor = Some(s.floor.map_or(probe.at, |f| f.max(probe.at)));
@@ -124,43 +150,44 @@ impl ClockWatch {
         match step {
             Some(by) => {
                 s.floor = Some(s.floor.map_or(probe.at, |f| f.max(probe.at)));
-                Err(Step {
+                Err(Refused::Step(Step {
                     by,
                     forward: true,
                     at: probe.at,
-                })
+                }))
             }
             None => Ok(()),
         }
     }
 
     /// A later reading in the same pass, checked both ways against the pass's first: `Err` on a
-    /// step either way (a forward one also raises the floor).
+    /// step either way (a forward one also raises the floor), and when either reading is not
+    /// verified (nothing may be deleted on a comparison that was not made).
     pub(crate) fn recheck(
         &self,
         first: &StoreTime,
         probe: &StoreTime,
         tolerance: Duration,
-    ) -> Result<(), Step> {
+    ) -> Result<(), Refused> {
         let mut s = self.inner.lock().expect("clock watch poisoned");
         if !probe.verified || !first.verified {
-            return Ok(());
+            return Err(Refused::Unverified);
         }
         s.last = Some(*probe);
         if let Some(by) = forward_step(first, probe, tolerance) {
             s.floor = Some(s.floor.map_or(probe.at, |f| f.max(probe.at)));
-            return Err(Step {
+            return Err(Refused::Step(Step {
                 by,
                 forward: true,
                 at: probe.at,
-            });
+            }));
         }
         match backward_step(first, probe, tolerance) {
-            Some(by) => Err(Step {
+            Some(by) => Err(Refused::Step(Step {
                 by,
                 forward: false,
                 at: probe.at,
-            }),
+            })),
             None => Ok(()),
         }
     }
@@ -386,6 +413,8 @@ async fn delete_listed(
 mod tests {
     use super::*;
 
+    const GRACE: Duration = Duration::from_secs(60);
+
     fn probe(base: Instant, sent_ms: u64, observed_ms: u64, at_ms: i64) -> StoreTime {
         StoreTime {
             verified: true,
@@ -425,13 +454,15 @@ mod tests {
         let base = Instant::now();
         let tol = Duration::from_millis(100);
         let watch = ClockWatch::default();
-        assert!(watch.start(&probe(base, 0, 10, 5), tol, false).is_ok());
+        assert!(watch
+            .start(&probe(base, 0, 10, 5), tol, GRACE, false)
+            .is_ok());
         assert_eq!(watch.floor(), None);
         let stepped = probe(base, 1_000, 1_010, 7_200_000);
-        assert!(watch.start(&stepped, tol, false).is_err());
+        assert!(watch.start(&stepped, tol, GRACE, false).is_err());
         assert_eq!(watch.floor(), Some(stepped.at));
         let next = probe(base, 2_000, 2_010, 7_201_000);
-        assert!(watch.start(&next, tol, false).is_ok());
+        assert!(watch.start(&next, tol, GRACE, false).is_ok());
         assert_eq!(watch.floor(), Some(stepped.at));
     }
 
@@ -441,20 +472,24 @@ mod tests {
         let tol = Duration::from_millis(100);
         let watch = ClockWatch::default();
         let first = probe(base, 0, 10, 5);
-        assert!(watch.start(&first, tol, false).is_ok());
+        assert!(watch.start(&first, tol, GRACE, false).is_ok());
         let fine = probe(base, 5_000, 5_010, 5_005);
         assert!(watch.recheck(&first, &fine, tol).is_ok());
-        let back = watch
-            .recheck(&first, &probe(base, 5_000, 5_010, -900_000), tol)
-            .unwrap_err();
+        let Err(Refused::Step(back)) =
+            watch.recheck(&first, &probe(base, 5_000, 5_010, -900_000), tol)
+        else {
+            panic!("a backward step is refused");
+        };
         assert!(
             !back.forward && back.by >= Duration::from_secs(900),
             "{back:?}"
         );
         assert_eq!(watch.floor(), None, "a backward step raises no floor");
-        let fwd = watch
-            .recheck(&first, &probe(base, 5_000, 5_010, 905_000), tol)
-            .unwrap_err();
+        let Err(Refused::Step(fwd)) =
+            watch.recheck(&first, &probe(base, 5_000, 5_010, 905_000), tol)
+        else {
+            panic!("a forward step is refused");
+        };
         assert!(fwd.forward);
         assert!(watch.floor().is_some());
     }
@@ -464,16 +499,78 @@ mod tests {
         let base = Instant::now();
         let tol = Duration::from_millis(100);
         let watch = ClockWatch::default();
-        assert!(watch.start(&probe(base, 0, 10, 5), tol, false).is_ok());
+        assert!(watch
+            .start(&probe(base, 0, 10, 5), tol, GRACE, false)
+            .is_ok());
         assert_eq!(watch.floor(), None);
         // Two hours later, a 20-second step is still seen (the allowance is 0.1 % of the gap).
         let later = 7_200_000;
         let stepped = probe(base, later, later + 10, later as i64 + 20_000);
-        assert!(watch.start(&stepped, tol, true).is_err());
+        assert!(watch.start(&stepped, tol, GRACE, true).is_err());
         // A daemon makes its very first reading its floor.
         let watch = ClockWatch::default();
         let first = probe(base, 0, 10, 5);
-        assert!(watch.start(&first, tol, true).is_ok());
+        assert!(watch.start(&first, tol, GRACE, true).is_ok());
         assert_eq!(watch.floor(), Some(first.at));
+    }
+
+    fn unverified(p: StoreTime) -> StoreTime {
+        StoreTime {
+            verified: false,
+            ..p
+        }
+    }
+
+    #[test]
+    fn an_unverified_reading_is_no_reading() {
+        let base = Instant::now();
+        let tol = Duration::from_millis(100);
+        // A daemon whose first reading is unverified: refused, and no floor taken from it.
+        let watch = ClockWatch::default();
+        let first = unverified(probe(base, 0, 10, 5));
+        assert!(matches!(
+            watch.start(&first, tol, GRACE, true),
+            Err(Refused::Unverified)
+        ));
+        assert_eq!(watch.floor(), None);
+        // Nor is it a reference: a verified reading after a step is then compared with nothing
+        // older (and becomes the daemon's floor), never with the unverified stamp.
+        let after = probe(base, 1_000, 1_010, 3_600_000);
+        assert!(watch.start(&after, tol, GRACE, true).is_ok());
+        assert_eq!(watch.floor(), Some(after.at));
+        // Within a pass, either reading unverified: nothing may be deleted.
+        let again = unverified(probe(base, 2_000, 2_010, 3_601_000));
+        assert!(matches!(
+            watch.recheck(&after, &again, tol),
+            Err(Refused::Unverified)
+        ));
+        assert!(matches!(
+            watch.recheck(
+                &unverified(after),
+                &probe(base, 2_000, 2_010, 3_601_000),
+                tol
+            ),
+            Err(Refused::Unverified)
+        ));
+    }
+
+    #[test]
+    fn a_reference_older_than_its_allowance_is_no_reference() {
+        let base = Instant::now();
+        let tol = Duration::from_millis(100);
+        let grace = Duration::from_secs(1);
+        // 1,000 × grace: the allowance over the gap reaches the grace.
+        assert_eq!(max_reference_gap(grace), Duration::from_secs(1_000));
+        let watch = ClockWatch::default();
+        assert!(watch
+            .start(&probe(base, 0, 10, 5), tol, grace, false)
+            .is_ok());
+        // 2,000 s later, with a 1.5 s step: inside the 2 s allowance of that gap, so a
+        // comparison would pass it; the reference is too old to be one.
+        let later = 2_000_000;
+        let stepped = probe(base, later, later + 10, later as i64 + 1_500);
+        assert!(watch.start(&stepped, tol, grace, true).is_ok());
+        // ... so the daemon takes this reading as its floor, as with no reference at all.
+        assert_eq!(watch.floor(), Some(stepped.at));
     }
 }

@@ -158,6 +158,11 @@ enum GcKind {
     Daemons,
     /// Two bare `Collector`s passing concurrently (they race on every decision).
     Collectors,
+    /// One bare `Collector`: no second collector's clock floor (`gc/clock-floor`) can cover for
+    /// a step this one failed to see.
+    SingleCollector,
+    /// One `banklease_gc::Daemon`: likewise, and its first-reading floor is its own.
+    SingleDaemon,
     /// Broken: judges expiry on the GC's own wall clock (skewed), then decides and deletes.
     BrokenOwnClock,
     /// Broken: judges on the store clock, but deletes without taking the decision key.
@@ -178,8 +183,27 @@ enum GcKind {
 
 impl GcKind {
     fn is_broken(self) -> bool {
-        !matches!(self, GcKind::Daemons | GcKind::Collectors)
+        !matches!(
+            self,
+            GcKind::Daemons | GcKind::Collectors | GcKind::SingleCollector | GcKind::SingleDaemon
+        )
     }
+
+    /// How many collectors run.
+    fn collectors(self) -> usize {
+        match self {
+            GcKind::SingleCollector | GcKind::SingleDaemon => 1,
+            _ => 2,
+        }
+    }
+
+    /// The kinds every seed runs with.
+    const REAL: [GcKind; 4] = [
+        GcKind::Daemons,
+        GcKind::Collectors,
+        GcKind::SingleCollector,
+        GcKind::SingleDaemon,
+    ];
 }
 
 // ---- the tests -----------------------------------------------------------------------------
@@ -260,12 +284,14 @@ fn without_uuids(line: &str) -> String {
     out
 }
 
-/// The kinds `SIM_KIND` names (`daemons`, `collectors`, or a broken kind in kebab case, e.g.
-/// `broken-reaper`); both real ones by default.
+/// The kinds `SIM_KIND` names (`daemons`, `collectors`, `single-collector`, `single-daemon`,
+/// or a broken kind in kebab case, e.g. `broken-reaper`); the four real ones by default.
 fn env_kinds() -> Vec<GcKind> {
     let all = [
         GcKind::Daemons,
         GcKind::Collectors,
+        GcKind::SingleCollector,
+        GcKind::SingleDaemon,
         GcKind::BrokenOwnClock,
         GcKind::BrokenNoDecision,
         GcKind::BrokenJudgeAtReceipt,
@@ -289,7 +315,7 @@ fn env_kinds() -> Vec<GcKind> {
             assert!(!kinds.is_empty(), "SIM_KIND=`{name}` names no kind");
             kinds
         }
-        Err(_) => vec![GcKind::Daemons, GcKind::Collectors],
+        Err(_) => GcKind::REAL.to_vec(),
     }
 }
 
@@ -369,6 +395,45 @@ fn known_findings_are_fixed() {
         if o.known.contains_key(&known) {
             let lines: Vec<&String> = o.trace.iter().filter(|l| l.contains("KNOWN")).collect();
             still.push(format!("{known:?} at seed {seed} ({kind:?}): {lines:?}"));
+        }
+    }
+    assert!(still.is_empty(), "still happening:\n{}", still.join("\n"));
+}
+
+/// Seeds at which the collector judged on an unverified store-clock reading (issue 21, defect
+/// 5: `ClockWatch` let an unverified reading through without comparing it, and a lagging
+/// replica's stamp from after a step made live owners look dead). Each failed with that code
+/// (seen by reverting the fix in gc/src/timing.rs); none may fail now.
+#[test]
+fn unverified_clock_readings_are_never_judged_on() {
+    use GcKind::{Collectors, Daemons, SingleCollector};
+    let cases: [(GcKind, u64, &str); 3] = [
+        (
+            SingleCollector,
+            106,
+            "collected while valid (one collector)",
+        ),
+        (Collectors, 170, "collected while valid"),
+        (Daemons, 211, "live leases reaped"),
+    ];
+    let mut still = Vec::new();
+    for (kind, seed, what) in cases {
+        let o = run_with(seed, kind, None);
+        assert!(
+            o.probe_lag_reads > 0,
+            "seed {seed} ({kind:?}): no lagging probe read; the scenario changed"
+        );
+        if !o.violations.is_empty() {
+            still.push(format!(
+                "seed {seed} ({kind:?}; {what}): {:?}\n  reproduce: SIM_SEED={seed} SIM_KIND={} \
+                 cargo test --release -p banklease-gc --test simulation -- --nocapture safety",
+                o.violations,
+                match kind {
+                    SingleCollector => "single-collector",
+                    Collectors => "collectors",
+                    _ => "daemons",
+                },
+            ));
         }
     }
     assert!(still.is_empty(), "still happening:\n{}", still.join("\n"));

@@ -152,6 +152,12 @@ pub(crate) struct World {
     pub(crate) faults: FailingStore<SimStore>,
     pub(crate) reg: Mutex<Registry>,
     pub(crate) activity: AtomicU64,
+    /// Lagging probe reads are on: a read-back of a store-clock probe key returns the version
+    /// before the one just written (see `Port`).
+    pub(crate) probe_lag: AtomicBool,
+    /// Per probe key, the version before its latest write, while lagging probe reads are on.
+    pub(crate) probe_before: Mutex<BTreeMap<Path, ObjectMeta>>,
+    pub(crate) probe_lag_reads: AtomicU64,
 }
 
 impl World {

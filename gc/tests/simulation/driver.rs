@@ -62,6 +62,9 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
         faults: faults.clone(),
         reg: Mutex::new(Registry::default()),
         activity: AtomicU64::new(0),
+        probe_lag: AtomicBool::new(false),
+        probe_before: Mutex::default(),
+        probe_lag_reads: AtomicU64::new(0),
     });
     {
         let w = world.clone();
@@ -78,7 +81,7 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
     let mut gc_clocks: Vec<Drifting> = Vec::new();
     let mut gc_tasks = Vec::new();
     let mut gc_ctls = Vec::new();
-    for i in 0..2 {
+    for i in 0..kind.collectors() {
         let head_start = rng.ms(0..5_000);
         let drifting = Drifting::new(&mut rng, head_start);
         let clock = drifting.clock.clone();
@@ -90,12 +93,12 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
         let bank = port_bank(&world, &ctl);
         let staleness = extra.read_staleness();
         let task = match kind {
-            GcKind::Daemons => {
+            GcKind::Daemons | GcKind::SingleDaemon => {
                 let concurrency = rng.range(1..5) as usize;
                 let config = daemon_config(concurrency, staleness);
                 tokio::spawn(daemon_loop(world.clone(), name, bank, clock, config))
             }
-            GcKind::Collectors | GcKind::SuspendStopsOwnerClock => {
+            GcKind::Collectors | GcKind::SingleCollector | GcKind::SuspendStopsOwnerClock => {
                 let options = gc_options(&mut rng, staleness);
                 let collector = Collector::new(bank, Arc::new(clock.clone()), options);
                 tokio::spawn(collector_loop(world.clone(), name, collector, clock))
@@ -166,6 +169,7 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
         if now >= RUN && !healed {
             healed = true;
             faults.heal();
+            world.probe_lag.store(false, Ordering::SeqCst);
             if let Some(name) = isolated.take() {
                 set_isolated(&world, &name, false);
             }
@@ -309,6 +313,20 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
                     outcome.big_steps += 1;
                     world.trace(format_args!("store clock STEPS forward {by:?}"));
                 }
+                Event::ProbeLag(on) => {
+                    world.probe_lag.store(on, Ordering::SeqCst);
+                    if !on {
+                        world.probe_before.lock().unwrap().clear();
+                    }
+                    world.trace(format_args!(
+                        "store-clock probe reads {}",
+                        if on {
+                            "LAG (previous version)"
+                        } else {
+                            "current again"
+                        }
+                    ));
+                }
                 Event::Restore => {
                     if restore_marker(&world, &mut frng).await.is_some() {
                         outcome.restores += 1;
@@ -335,6 +353,7 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
     finish(&world, &sentinels, &mut outcome);
     outcome.faults = faults.faults();
     outcome.stale_reads = sim.stale_reads();
+    outcome.probe_lag_reads = world.probe_lag_reads.load(Ordering::SeqCst);
     for task in gc_tasks {
         task.abort();
     }

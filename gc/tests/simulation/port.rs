@@ -58,6 +58,11 @@ fn judged_read(path: &Path) -> bool {
     p.contains("/leases/") || p.contains("/_banklease/clock") || p.ends_with("/gc/active")
 }
 
+/// A store-clock probe key (`_banklease/clock/<handle>`).
+fn clock_probe(path: &Path) -> bool {
+    path.as_ref().contains("/_banklease/clock/")
+}
+
 /// One owner's or GC's connection: it can be paused (stop-the-world), suspended (the host
 /// sleeps), cut off (isolated), or killed (crash: nothing is sent any more).
 #[derive(Debug)]
@@ -257,6 +262,23 @@ impl ObjectStore for Port {
     ) -> object_store::Result<PutResult> {
         let sent = self.ctl.world.now();
         let n = self.ctl.before(location).await?;
+        let world = &self.ctl.world;
+        if clock_probe(location) && world.probe_lag.load(Ordering::SeqCst) {
+            // What a lagging replica will answer the read-back with (no request: the driver's
+            // view of the store).
+            let parent = Path::from_iter(location.parts().take(location.parts().count() - 1));
+            let previous = world
+                .sim
+                .objects(Some(&parent))
+                .into_iter()
+                .map(|(meta, _)| meta)
+                .find(|meta| &meta.location == location);
+            let mut before = world.probe_before.lock().unwrap();
+            match previous {
+                Some(meta) => before.insert(location.clone(), meta),
+                None => before.remove(location),
+            };
+        }
         let mode = format!("PUT({:?})", opts.mode);
         let r = self
             .ctl
@@ -291,7 +313,17 @@ impl ObjectStore for Port {
         let sent = self.ctl.world.now();
         let n = self.ctl.before(location).await?;
         let op = if options.head { "HEAD" } else { "GET" };
-        let r = self.inner.get_opts(location, options).await;
+        let mut r = self.inner.get_opts(location, options).await;
+        let world = &self.ctl.world;
+        if clock_probe(location) && world.probe_lag.load(Ordering::SeqCst) {
+            if let (Ok(got), Some(before)) =
+                (r.as_mut(), world.probe_before.lock().unwrap().get(location))
+            {
+                got.meta = before.clone();
+                got.range = 0..before.size;
+                world.probe_lag_reads.fetch_add(1, Ordering::SeqCst);
+            }
+        }
         self.ctl.after(n, location).await;
         self.ctl.note(
             op,

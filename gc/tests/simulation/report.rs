@@ -38,6 +38,8 @@ pub(crate) struct Outcome {
     pub(crate) big_steps: u64,
     pub(crate) restores: u64,
     pub(crate) stale_reads: u64,
+    /// Clock-probe read-backs answered with the probe's previous version (lagging probe reads).
+    pub(crate) probe_lag_reads: u64,
     pub(crate) create_retries: u64,
     pub(crate) create_ambiguous: u64,
     pub(crate) known: BTreeMap<Known, u64>,
@@ -77,6 +79,7 @@ pub(crate) struct Totals {
     pub(crate) big_steps: u64,
     pub(crate) restores: u64,
     pub(crate) stale_reads: u64,
+    pub(crate) probe_lag_reads: u64,
     pub(crate) create_retries: u64,
     pub(crate) create_ambiguous: u64,
     /// Violations of safety (the others are of liveness).
@@ -108,6 +111,7 @@ impl Totals {
         self.big_steps += o.big_steps;
         self.restores += o.restores;
         self.stale_reads += o.stale_reads;
+        self.probe_lag_reads += o.probe_lag_reads;
         self.create_retries += o.create_retries;
         self.create_ambiguous += o.create_ambiguous;
         self.pauses += o.pauses;
@@ -157,7 +161,7 @@ impl fmt::Display for Totals {
             f,
             "store faults: errors_before={} errors_after={} timeouts_landed={} timeouts_lost={} \
              partitioned_calls={} listing_hidden={} listing_ghosts={} late_answers={} \
-             ambiguous_creates={} (total {}); stale_reads_served={}",
+             ambiguous_creates={} (total {}); stale_reads_served={} lagging_probe_reads={}",
             x.errors_before,
             x.errors_after,
             x.timeouts_landed,
@@ -168,7 +172,8 @@ impl fmt::Display for Totals {
             x.late_answers,
             x.creates_ambiguous,
             x.total(),
-            self.stale_reads
+            self.stale_reads,
+            self.probe_lag_reads
         )?;
         writeln!(
             f,
@@ -292,16 +297,17 @@ pub(crate) fn check_seeds(seeds: Range<u64>) {
     let started = Instant::now();
     let mut all = Totals::default();
     let mut failures = Vec::new();
-    for kind in [GcKind::Daemons, GcKind::Collectors] {
-        // Half the seeds with daemons, half with bare collectors.
+    for kind in GcKind::REAL {
+        // Every seed with each real kind: two daemons, two bare collectors, one of each.
         let (totals, failed) = run_many(seeds.clone(), kind);
         println!("{kind:?}:\n{totals}\n");
         merge(&mut all, totals);
         failures.extend(failed.into_iter().map(|o| (kind, o)));
     }
     println!(
-        "ALL: {} seeds × 2 collector kinds in {:?}\n{all}",
+        "ALL: {} seeds × {} collector kinds in {:?}\n{all}",
         seeds.end - seeds.start,
+        GcKind::REAL.len(),
         started.elapsed()
     );
     for (kind, o) in &failures {
@@ -336,6 +342,7 @@ pub(crate) fn merge(all: &mut Totals, t: Totals) {
     all.big_steps += t.big_steps;
     all.restores += t.restores;
     all.stale_reads += t.stale_reads;
+    all.probe_lag_reads += t.probe_lag_reads;
     all.create_retries += t.create_retries;
     all.create_ambiguous += t.create_ambiguous;
     for (k, v) in t.violation_seeds {

@@ -20,7 +20,11 @@
 //!   `file:` bank whose host's wall clock is stepped);
 //! - **restored markers**: a completed checkpoint's protecting marker comes back and its decision
 //!   is gone (a bank restored from an old copy, pruned decisions) — the GC must not collect an
-//!   `available`/`error` checkpoint.
+//!   `available`/`error` checkpoint;
+//! - **lagging probe reads** (issue 21): around a large step, every read-back of a store-clock
+//!   probe key returns the version before the one just written, as a lagging replica would, so
+//!   a collector's readings are unverified — and their stamps may be from after the step. With
+//!   one collector (`SingleCollector`, `SingleDaemon`) no other collector's floor covers for it.
 
 use super::*;
 
@@ -67,10 +71,13 @@ pub(crate) struct Faults {
     pub(crate) big_steps: u64,
     /// How many completed checkpoints get their marker back and lose their decision.
     pub(crate) restores: u64,
+    /// Lagging probe reads around each large step (and once on their own).
+    pub(crate) probe_lag: bool,
 }
 
 /// Which of the new faults a run has: all of them, or only those named (`gc-pauses`, `late`,
-/// `stale`, `creates`, `suspends`, `steps`, `restores`; none at all for the original model).
+/// `stale`, `creates`, `suspends`, `steps`, `restores`, `probe-lag`; none at all for the
+/// original model).
 /// `SIM_FAULTS` (comma-separated; `none`) sets it for the seeds run from the environment; for
 /// finding which fault exposes which defect.
 pub(crate) type Only = Option<&'static [&'static str]>;
@@ -121,7 +128,18 @@ impl Faults {
             } else {
                 0
             },
+            // Drawn last, so that every earlier draw of a seed is what it was before.
+            probe_lag: false,
         };
+        f.probe_lag = faulty && rng.chance(0.4);
+        if matches!(kind, GcKind::SingleCollector | GcKind::SingleDaemon)
+            && faulty
+            && rng.chance(0.5)
+        {
+            // A lone collector's only protection against a step is its own readings.
+            f.big_steps = 1;
+            f.probe_lag = true;
+        }
         if !enabled(only, "gc-pauses") {
             f.gc_pauses = None;
         }
@@ -142,6 +160,9 @@ impl Faults {
         }
         if !enabled(only, "restores") {
             f.restores = 0;
+        }
+        if !enabled(only, "probe-lag") {
+            f.probe_lag = false;
         }
         match kind {
             GcKind::BrokenJudgeAtReceipt | GcKind::BrokenReaper => {
@@ -190,11 +211,24 @@ impl Faults {
         for _ in 0..self.suspends {
             events.push((rng.ms(300..run - 1_000), Event::Suspend));
         }
+        let mut steps = Vec::new();
         for _ in 0..self.big_steps {
-            events.push((rng.ms(500..run - 1_500), Event::BigStep));
+            let at = rng.ms(500..run - 1_500);
+            steps.push(at);
+            events.push((at, Event::BigStep));
         }
         for _ in 0..self.restores {
             events.push((rng.ms(1_000..run - 500), Event::Restore));
+        }
+        if self.probe_lag {
+            if steps.is_empty() {
+                steps.push(rng.ms(500..run - 1_500));
+            }
+            for at in steps {
+                let from = at.saturating_sub(rng.ms(0..300));
+                events.push((from, Event::ProbeLag(true)));
+                events.push((at + rng.ms(300..1_500), Event::ProbeLag(false)));
+            }
         }
     }
 }
@@ -204,7 +238,7 @@ impl fmt::Display for Faults {
         write!(
             f,
             "gc_pauses={:?} late_answers={:?} stale_reads={:?} ambiguous_creates={:.3} \
-             suspends={} ({:?}) big_steps={} restores={}",
+             suspends={} ({:?}) big_steps={} restores={} probe_lag={}",
             self.gc_pauses,
             self.late,
             self.stale,
@@ -212,7 +246,8 @@ impl fmt::Display for Faults {
             self.suspends,
             self.suspend_time,
             self.big_steps,
-            self.restores
+            self.restores,
+            self.probe_lag
         )
     }
 }
@@ -232,6 +267,8 @@ pub(crate) enum Event {
     BigStep,
     /// A completed checkpoint's marker is restored and its decision pruned.
     Restore,
+    /// Lagging probe reads start (`true`) or end.
+    ProbeLag(bool),
 }
 
 /// Suspend a running owner's host for 0.3–3 expire windows (only if it resumes before the run
