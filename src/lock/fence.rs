@@ -10,7 +10,9 @@
 //! if it holds a higher token, (3) raises the sidecar to its token (create-if-absent, or If-Match
 //! on the ETag read), and (4) writes the object with If-Match on the ETag read in (1) (or
 //! create-if-absent). Any write by anyone between (1) and (4) makes (4) fail, and the round
-//! starts over. So once a write with token `n` has landed, a write with a token below `n` can never
+//! starts over — provided every write changes the object's ETag: on a store whose ETag is a
+//! hash of the content, a rewrite of the same bytes would not, so fenced writes are refused
+//! there ([`support::ensure_fencing_supported`]). So once a write with token `n` has landed, a write with a token below `n` can never
 //! land: it either read the sidecar after `n` raised it (refused in (2)), or read the object's
 //! ETag before `n`'s write (refused in (4)).
 
@@ -83,7 +85,9 @@ async fn read_sidecar(
 /// write with a higher token of the same lock has reached it; fails with
 /// [`Error::StaleFence`] otherwise. See the [module documentation](self) for the protocol.
 ///
-/// Needs the same store guarantees as the locks themselves ([`support::ensure_supported`]).
+/// Needs the same store guarantees as the locks themselves, and ETags that change on every write
+/// ([`support::ensure_fencing_supported`]: refused on S3-compatible stores, whose ETag is the
+/// content's MD5).
 /// A store error leaves the outcome unknown; calling again with the same token is safe.
 pub async fn guarded_put(
     bank: &Bank,
@@ -91,7 +95,7 @@ pub async fn guarded_put(
     path: &Path,
     payload: PutPayload,
 ) -> Result<PutResult> {
-    support::ensure_supported(bank).await?;
+    support::ensure_fencing_supported(bank).await?;
     let side = fence_path(path);
     for _ in 0..GUARD_ROUNDS {
         // (1) The object's version, before anything else.

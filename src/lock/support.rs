@@ -32,6 +32,7 @@ const RACE_ROUNDS: u32 = 4;
 
 /// What the bank is to be used for, in refusals.
 const USAGE: &str = "named locks";
+const FENCING_USAGE: &str = "fenced writes";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Verdict {
@@ -44,6 +45,8 @@ type Cell = Arc<tokio::sync::OnceCell<Verdict>>;
 struct Entry {
     store: Weak<dyn ObjectStore>,
     cell: Cell,
+    /// Whether the store's ETags change on every write (fenced writes), probed separately.
+    fencing: Cell,
 }
 
 fn registry() -> &'static Mutex<Vec<Entry>> {
@@ -52,6 +55,10 @@ fn registry() -> &'static Mutex<Vec<Entry>> {
 }
 
 fn cell_for(bank: &Bank) -> Cell {
+    cells_for(bank).0
+}
+
+fn cells_for(bank: &Bank) -> (Cell, Cell) {
     let store = bank.store();
     let ptr = Arc::as_ptr(store) as *const ();
     let mut entries = registry().lock().expect("lock support registry poisoned");
@@ -61,14 +68,70 @@ fn cell_for(bank: &Bank) -> Cell {
         .iter()
         .find(|e| e.store.as_ptr() as *const () == ptr)
     {
-        return e.cell.clone();
+        return (e.cell.clone(), e.fencing.clone());
     }
-    let cell = Cell::default();
+    let (cell, fencing) = (Cell::default(), Cell::default());
     entries.push(Entry {
         store: Arc::downgrade(store),
         cell: cell.clone(),
+        fencing: fencing.clone(),
     });
-    cell
+    (cell, fencing)
+}
+
+/// Fail with [`Error::Unsupported`] unless `bank` can keep named locks *and* its ETags change on
+/// every write, as [`guarded_put`](super::guarded_put) needs (probed once per store).
+///
+/// Invariant: **a fenced write is never conditioned on a content hash.** The guarded object's
+/// write is an If-Match on the version read before the fence check; where the ETag is a hash of
+/// the content (S3, MinIO, Ceph, moto: the MD5 of a single-part object), a newer holder that
+/// rewrites the same bytes leaves that ETag as it was, and a paused older holder's If-Match would
+/// still match and replace the newer holder's write. Such stores are refused for fenced writes
+/// (the locks themselves are unaffected: a lock record carries a fresh random token in every
+/// write, so its ETag always changes).
+pub async fn ensure_fencing_supported(bank: &Bank) -> Result<()> {
+    ensure_supported(bank).await?;
+    let (_, cell) = cells_for(bank);
+    match cell.get_or_try_init(|| probe_fencing(bank)).await? {
+        Verdict::Supported => Ok(()),
+        Verdict::Refused(detail) => Err(Error::Unsupported {
+            bank: bank.label().to_owned(),
+            usage: FENCING_USAGE,
+            detail: detail.clone(),
+        }),
+    }
+}
+
+/// Write the same bytes twice to a fresh key and compare what the store says of the versions.
+async fn probe_fencing(bank: &Bank) -> Result<Verdict> {
+    use object_store::{ObjectStoreExt, PutPayload};
+    let store = bank.store();
+    let path = bank.path(&["_banklease", "probe", &uuid::Uuid::new_v4().to_string()]);
+    let body = PutPayload::from_static(b"banklease fencing probe");
+    let first = store.put(&path, body.clone()).await;
+    let second = match &first {
+        Ok(_) => Some(store.put(&path, body).await),
+        Err(_) => None,
+    };
+    // Best effort: a leftover probe key is harmless and identifiable by its path.
+    let _ = store.delete(&path).await;
+    let first = first.map_err(|e| Error::store("put", &path, e))?;
+    let second = second
+        .expect("written after the first")
+        .map_err(|e| Error::store("put", &path, e))?;
+    let repeats =
+        first.e_tag.is_some() && first.e_tag == second.e_tag && first.version == second.version;
+    Ok(if repeats {
+        Verdict::Refused(format!(
+            "the store's ETag is a hash of the content (the same bytes written twice got \
+             etag={} both times), so after a newer holder rewrote the same bytes a paused older \
+             holder's If-Match would still match and replace the newer write; fenced writes need \
+             a store whose ETag changes on every write (memory, file:, Azure, GCS)",
+            first.e_tag.as_deref().unwrap_or_default()
+        ))
+    } else {
+        Verdict::Supported
+    })
 }
 
 /// Fail with [`Error::Unsupported`] unless `bank` can keep named locks (probed once per store).
