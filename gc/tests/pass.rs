@@ -523,10 +523,17 @@ async fn dead_owners_leases_are_reaped_once_nothing_is_left() {
 async fn a_file_banks_crashed_writers_temporaries_are_swept_once_per_window() {
     let dir = tempfile::tempdir().unwrap();
     let bank = Bank::open(&format!("file://{}", dir.path().display())).unwrap();
-    // What a writer killed between writing and publishing leaves: `<key>#<n>`, never listed.
-    let old = dir.path().join("checkpoints/cp-1/index.json#1");
-    let young = dir.path().join("decisions/cp-2#3");
-    for (path, age) in [(&old, Duration::from_secs(3600)), (&young, Duration::ZERO)] {
+    // What a writer killed between writing and publishing leaves: its staged file, never
+    // listed. And a file that only looks like one (an old release's, a user's): never swept.
+    let staging = dir.path().join("_banklease/staging");
+    let old = staging.join(format!("w-{:032x}#0", 1));
+    let young = staging.join(format!("w-{:032x}#0", 2));
+    let lookalike = dir.path().join("checkpoints/cp-1/index.json#1");
+    for (path, age) in [
+        (&old, Duration::from_secs(3600)),
+        (&young, Duration::ZERO),
+        (&lookalike, Duration::from_secs(3600)),
+    ] {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         let f = std::fs::File::create(path).unwrap();
         f.set_modified(std::time::SystemTime::now() - age).unwrap();
@@ -553,7 +560,8 @@ async fn a_file_banks_crashed_writers_temporaries_are_swept_once_per_window() {
         young.exists(),
         "a young temporary may belong to a live writer"
     );
-    // A whole-tree walk: not again within the window.
+    assert!(lookalike.exists(), "only what the store staged is swept");
+    // A walk of the staging directory: not again within the window.
     std::fs::File::create(&old)
         .unwrap()
         .set_modified(std::time::SystemTime::now() - Duration::from_secs(3600))
