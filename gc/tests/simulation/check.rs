@@ -364,8 +364,9 @@ pub(crate) fn short_state(lease: &OwnerLease) -> &'static str {
     }
 }
 
-/// Checks made after every step.
-pub(crate) fn sample(world: &World, healthy: bool, outcome: &mut Outcome) {
+/// Checks made after every step; `liveness` is the bound a zombie must be decided within on a
+/// healthy store.
+pub(crate) fn sample(world: &World, healthy: bool, liveness: Duration, outcome: &mut Outcome) {
     let now = world.now();
     let leases: Vec<(String, OwnerLease)> = world
         .reg()
@@ -414,7 +415,7 @@ pub(crate) fn sample(world: &World, healthy: bool, outcome: &mut Outcome) {
         if left.is_empty() {
             continue;
         }
-        if healthy && now > crashed_at + LIVENESS {
+        if healthy && now > crashed_at + liveness {
             world.violate(Violation::ZombieLate {
                 owner,
                 markers: left.len(),

@@ -347,7 +347,7 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
             c.advance(dt, after);
         }
         settle(&world).await;
-        sample(&world, healthy, &mut outcome);
+        sample(&world, healthy, kind.liveness(), &mut outcome);
     }
 
     finish(&world, &sentinels, &mut outcome);
