@@ -19,12 +19,20 @@
 //! let env = [("BANKLEASE_LEASE__EXPIRE_WINDOW".to_string(), "3s".to_string())];
 //! let err = Config::load_from(None, env).unwrap_err();
 //! assert!(err.to_string().contains("renew_window < expire_window"));
+//!
+//! // So are windows whose guarantees would hold only by luck (see [`Config::refusals`]): here
+//! // 0.1 % of a 30-day expire window (43m 12s) against 2s of margin and 10m of grace.
+//! let env = [("BANKLEASE_LEASE__EXPIRE_WINDOW".to_string(), "30days".to_string())];
+//! let err = Config::load_from(None, env).unwrap_err();
+//! assert!(err.to_string().contains("raise gc.grace to at least 43m 10s"));
 //! ```
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use object_store::{ClientConfigKey, ClientOptions, RetryConfig};
 
 use crate::error::{Error, Result};
 use crate::windows::LeaseWindows;
@@ -33,6 +41,89 @@ use crate::windows::LeaseWindows;
 pub const CONFIG_ENV: &str = "BANKLEASE_CONFIG";
 /// The prefix of environment overrides: `BANKLEASE_<SECTION>__<KEY>`.
 pub const ENV_PREFIX: &str = "BANKLEASE_";
+
+/// How far apart two clocks may run, in parts per million, that the configuration must absorb:
+/// 1,000 ppm (0.1 %). An owner times its lease on its own monotonic clock, the GC on the store's;
+/// over an expire window the owner's clock may count this much less time than passed. The
+/// collector allows the store's clock the same rate against its own (`RATE_ALLOWANCE = 0.001` in
+/// gc/src/timing.rs); [`Config::refusals`] holds the windows to it.
+pub const MAX_CLOCK_DRIFT_PPM: u64 = 1_000;
+
+/// [`MAX_CLOCK_DRIFT_PPM`] of `d`, rounded up to the nanosecond.
+pub fn clock_drift_over(d: Duration) -> Duration {
+    let nanos = d.as_nanos() * u128::from(MAX_CLOCK_DRIFT_PPM);
+    nanos_to_duration(nanos.div_ceil(1_000_000))
+}
+
+/// The longest duration whose [`clock_drift_over`] fits in `d`.
+fn longest_drifting_within(d: Duration) -> Duration {
+    nanos_to_duration(d.as_nanos() * 1_000_000 / u128::from(MAX_CLOCK_DRIFT_PPM))
+}
+
+fn nanos_to_duration(nanos: u128) -> Duration {
+    const NANOS_PER_SEC: u128 = 1_000_000_000;
+    let secs = u64::try_from(nanos / NANOS_PER_SEC).unwrap_or(u64::MAX);
+    // The remainder is below 10^9, so it fits.
+    Duration::new(secs, (nanos % NANOS_PER_SEC) as u32)
+}
+
+/// The store client's retry budget for the bank at `url`: the longest time after a write was
+/// sent that the client [`Bank::open`](crate::Bank::open) makes for that URL may still send it
+/// again, and so the longest time after which it can land. Zero for `file:` and `memory://`
+/// banks (no client, no retries).
+///
+/// Derived from the clients as they are (object_store 0.14 and `crate::swift`), not configured
+/// by banklease: every HTTP attempt ends within the request timeout (`ClientOptions`, 30s by
+/// default); after a failed attempt the client backs off for at most `max_backoff` (15s) and
+/// tries again while fewer than `max_retries` (10) retries were made and at most `retry_timeout`
+/// (3m) has passed since the first attempt. The last attempt therefore starts within
+/// `min(retry_timeout + max_backoff, max_retries × (timeout + max_backoff))` and ends one timeout
+/// later: 3m 45s with the defaults, for S3, Azure and GCS (whose request timeout `AWS_TIMEOUT`,
+/// `AZURE_TIMEOUT` or `GOOGLE_TIMEOUT` can change, as their builders read it; this function
+/// reads the same variables). The Swift client (`SwiftBuilder::from_env`, the same defaults) may
+/// run that loop three times for one write: a 401 ends the first, it re-authenticates (one more
+/// loop) and sends the write again (the third), so 11m 15s. Not counted: an authentication
+/// *before* the first attempt, which delays sending like any pause between the owner's validity
+/// check and its send (see ARCHITECTURE.md, "no late write outlives the sweep").
+pub fn store_client_retry_budget(url: &str) -> Duration {
+    retry_budget(url, |name| std::env::var(name).ok())
+}
+
+/// [`store_client_retry_budget`] with the environment read through `env`.
+fn retry_budget(url: &str, env: impl Fn(&str) -> Option<String>) -> Duration {
+    let url = url.trim();
+    let (timeout_variable, loops) = if url.starts_with("s3://") {
+        (Some("AWS_TIMEOUT"), 1)
+    } else if url.starts_with("az://") {
+        (Some("AZURE_TIMEOUT"), 1)
+    } else if url.starts_with("gs://") {
+        (Some("GOOGLE_TIMEOUT"), 1)
+    } else if url.starts_with("swift://") {
+        (None, 3)
+    } else {
+        // file:, memory:// (and anything Bank::open refuses anyway).
+        return Duration::ZERO;
+    };
+    let parse = |v: &str| humantime::parse_duration(v.trim()).ok();
+    let default_timeout = ClientOptions::default()
+        .get_config_value(&ClientConfigKey::Timeout)
+        .and_then(|v| parse(&v));
+    // An unparsable variable makes Bank::open fail; then no write is ever sent.
+    let timeout = timeout_variable
+        .and_then(&env)
+        .and_then(|v| parse(&v))
+        .or(default_timeout)
+        // No request timeout at all: nothing bounds a write.
+        .unwrap_or(Duration::MAX);
+    let retry = RetryConfig::default();
+    let backoff = retry.backoff.max_backoff;
+    let per_attempt = timeout.saturating_add(backoff);
+    let last_start = retry
+        .retry_timeout
+        .saturating_add(backoff)
+        .min(per_attempt.saturating_mul(u32::try_from(retry.max_retries).unwrap_or(u32::MAX)));
+    last_start.saturating_add(timeout).saturating_mul(loops)
+}
 
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -119,6 +210,8 @@ pub struct GcConfig {
     #[serde(with = "humantime_serde")]
     pub interval: Duration,
     /// How long past its expiry (store clock) a lease must be before its checkpoints are collected.
+    /// With `lease.skew_margin` it must cover 0.1 % of `lease.expire_window` (an owner's clock
+    /// running slow), and on Swift the store client's retry budget (see [`Config::refusals`]).
     #[serde(with = "humantime_serde")]
     pub grace: Duration,
     /// Requests in flight at once during a pass.
@@ -142,7 +235,8 @@ pub struct GcConfig {
     #[serde(with = "humantime_serde")]
     pub read_staleness: Duration,
     /// How long a write that an owner sent before its lease ran out may take to land. A
-    /// collected checkpoint's data prefix is swept once more after this, for such late data.
+    /// collected checkpoint's data prefix is swept once more after this, for such late data. At
+    /// least the store client's retry budget ([`store_client_retry_budget`]) plus 0.1 %.
     #[serde(with = "humantime_serde")]
     pub late_write_window: Duration,
     /// Renew window of the GC's own lease (one active GC per bank).
@@ -160,7 +254,12 @@ impl Default for GcConfig {
     fn default() -> Self {
         Self {
             interval: Duration::from_secs(300),
-            grace: Duration::from_secs(60),
+            // 10m, not the 1m it was: on Swift the store client may send an owner's write of
+            // `decisions/<id>` again up to 11m 15s after the owner sent it
+            // ([`store_client_retry_budget`]), and with the default validity window (1m 40s) and
+            // margin (2s) only a grace above 9m 34s keeps that write from landing beside the GC's
+            // (rule (c) of [`Config::refusals`]). 1m held only because retries that long are rare.
+            grace: Duration::from_secs(600),
             concurrency: 16,
             max_deletions: 0,
             brake_ratio: 0.5,
@@ -169,12 +268,29 @@ impl Default for GcConfig {
             reap_leases: true,
             metrics_addr: None,
             read_staleness: Duration::ZERO,
-            late_write_window: Duration::from_secs(600),
+            // 15m, not the 10m it was: at least the Swift client's retry budget (11m 15s) plus
+            // 0.1 % (rule (b) of [`Config::refusals`]); S3, Azure and GCS need 3m 45s 225ms.
+            late_write_window: Duration::from_secs(900),
             lease_renew_window: Duration::from_secs(10),
             lease_expire_window: Duration::from_secs(60),
             lease_validity_window: Duration::from_secs(10),
         }
     }
+}
+
+/// What [`Config::check`] found: warnings, and refusals (which [`Config::validate`] fails on).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Checked {
+    /// What the configuration gets wrong without being unsafe.
+    pub warnings: Vec<String>,
+    /// The rules of [`Config::refusals`] it breaks.
+    pub refusals: Vec<String>,
+}
+
+/// `d` rounded up to the millisecond (a grace that is "at least" it is then a round number).
+fn round_up_to_ms(d: Duration) -> Duration {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    nanos_to_duration(ms * 1_000_000)
 }
 
 impl LeaseConfig {
@@ -277,8 +393,139 @@ impl Config {
         Ok(config)
     }
 
-    /// Check values that serde cannot: window rules, ranges.
+    /// Check values that serde cannot: window rules, ranges, and the arithmetic of
+    /// [`Config::refusals`]. On success returns the warnings (possibly none); every refusal is
+    /// named in the one error.
     pub fn validate(&self) -> Result<Vec<String>> {
+        let checked = self.check()?;
+        if checked.refusals.is_empty() {
+            Ok(checked.warnings)
+        } else {
+            Err(Error::config(checked.refusals.join("; ")))
+        }
+    }
+
+    /// Like [`validate`](Self::validate), but hands back the refusals of [`Config::refusals`]
+    /// instead of failing on them (for `banklease doctor`, which reports them). Fails only on a
+    /// value out of range or windows that break their own rules.
+    pub fn check(&self) -> Result<Checked> {
+        let warnings = self.check_values()?;
+        Ok(Checked {
+            warnings,
+            refusals: self.refusals(),
+        })
+    }
+
+    /// Windows for which the arithmetic behind the guarantees fails, one message per failed
+    /// rule (empty when every rule holds). Each names the keys with their values, the
+    /// inequality that failed with its numbers, and the fix. The rules, with `drift(d)` =
+    /// [`MAX_CLOCK_DRIFT_PPM`] of `d` and `budget` = [`store_client_retry_budget`] of `bank.url`:
+    ///
+    /// - (a) `drift(lease.expire_window) <= lease.skew_margin + gc.grace`. An owner times its
+    ///   lease on its own clock, which may count 0.1 % less than passed; the GC collects
+    ///   `skew_margin + grace` after expiry on the store's clock. Beyond that an owner can still
+    ///   call its lease valid, renew it and write when the GC has judged it dead. Only the
+    ///   owners' `[lease]` windows: the GC's own lease (`gc.lease_*`) keeps standbys from
+    ///   duplicating work and is judged without grace, but collection never rests on it (each
+    ///   checkpoint is decided by `decisions/<id>`), so a slow clock there costs a duplicated
+    ///   pass, not a checkpoint.
+    /// - (b) `gc.late_write_window >= budget + drift(budget)`. A write an owner sent before its
+    ///   lease ran out can land `budget` later (the client's clock counting it); the late-data
+    ///   sweep runs `late_write_window + skew_margin` after the collection, on the store's clock.
+    /// - (c) on a `swift://` bank, `budget + drift(expire_window − validity_window + budget) <
+    ///   validity_window + skew_margin + grace`. Swift's create-if-absent is not atomic, so
+    ///   whether the owner's completion or the GC's collection wins `decisions/<id>` rests on
+    ///   timing: the owner sends it at most `expire_window − validity_window` after its last
+    ///   renewal was sent (its clock), its client may send it again for `budget`, and all of it
+    ///   must have landed before the GC's create, `expire_window + skew_margin + grace` after that
+    ///   renewal on the store's clock. (Other stores whose create-if-absent races are not atomic
+    ///   are found by `banklease doctor`, not by their URL.)
+    pub fn refusals(&self) -> Vec<String> {
+        self.refusals_with_budget(store_client_retry_budget(&self.bank.url))
+    }
+
+    fn refusals_with_budget(&self, budget: Duration) -> Vec<String> {
+        let d = |v: Duration| humantime::format_duration(v).to_string();
+        let lease = &self.lease;
+        let gc = &self.gc;
+        let margin_grace = lease.skew_margin.saturating_add(gc.grace);
+        let mut refusals = Vec::new();
+        // (a)
+        let drift = clock_drift_over(lease.expire_window);
+        if drift > margin_grace {
+            refusals.push(format!(
+                "lease.expire_window=`{}` needs lease.skew_margin + gc.grace >= 0.1 % of it, the \
+                 time an owner's clock may lose over it (lease.skew_margin=`{}` + gc.grace=`{}` = \
+                 {} < {}): raise gc.grace to at least {} or shorten lease.expire_window to at \
+                 most {}",
+                d(lease.expire_window),
+                d(lease.skew_margin),
+                d(gc.grace),
+                d(margin_grace),
+                d(drift),
+                d(drift.saturating_sub(lease.skew_margin)),
+                d(longest_drifting_within(margin_grace)),
+            ));
+        }
+        // (b)
+        let landed = budget.saturating_add(clock_drift_over(budget));
+        if gc.late_write_window < landed {
+            refusals.push(format!(
+                "gc.late_write_window=`{}` needs gc.late_write_window >= the store client's retry \
+                 budget on bank.url=`{}` + 0.1 % of it, the longest a write sent before an \
+                 owner's lease ran out can take to land ({} < {} + {} = {}): raise \
+                 gc.late_write_window to at least {}",
+                d(gc.late_write_window),
+                self.bank.url.trim(),
+                d(gc.late_write_window),
+                d(budget),
+                d(clock_drift_over(budget)),
+                d(landed),
+                d(landed),
+            ));
+        }
+        // (c)
+        if self.bank.url.trim().starts_with("swift://") {
+            let counted = lease
+                .expire_window
+                .saturating_sub(lease.validity_window)
+                .saturating_add(budget);
+            let landed = budget.saturating_add(clock_drift_over(counted));
+            let fence = lease.validity_window.saturating_add(margin_grace);
+            if landed >= fence {
+                let grace = landed
+                    .saturating_sub(lease.validity_window)
+                    .saturating_sub(lease.skew_margin)
+                    .saturating_add(Duration::from_nanos(1));
+                refusals.push(format!(
+                    "bank.url=`{}` needs the store client's retry budget + 0.1 % of \
+                     (lease.expire_window − lease.validity_window + that budget) < \
+                     lease.validity_window + lease.skew_margin + gc.grace: create-if-absent is \
+                     not atomic on Swift, so only timing keeps an owner's retried write of \
+                     decisions/<id> from landing beside the GC's ({} + 0.1 % of \
+                     (lease.expire_window=`{}` − lease.validity_window=`{}` + {}) = {} >= \
+                     lease.validity_window=`{}` + lease.skew_margin=`{}` + gc.grace=`{}` = {}): \
+                     raise gc.grace to at least {}",
+                    self.bank.url.trim(),
+                    d(budget),
+                    d(lease.expire_window),
+                    d(lease.validity_window),
+                    d(budget),
+                    d(landed),
+                    d(lease.validity_window),
+                    d(lease.skew_margin),
+                    d(gc.grace),
+                    d(fence),
+                    d(round_up_to_ms(grace)),
+                ));
+            }
+        }
+        refusals
+    }
+
+    /// The value checks of [`validate`](Self::validate) without [`Config::refusals`]: ranges and
+    /// the windows' own rules. Returns the warnings.
+    fn check_values(&self) -> Result<Vec<String>> {
         let mut warnings = self.lease.windows().validate()?;
         warnings.extend(
             self.gc
@@ -511,6 +758,73 @@ mod tests {
                 .expect_err(&format!("{key}={value} must be refused"));
             assert!(err.to_string().contains(needle), "{key}={value}: {err}");
         }
+    }
+
+    #[test]
+    fn retry_budgets_follow_the_clients_and_their_timeout_variables() {
+        let none = |_: &str| None;
+        let s = Duration::from_secs;
+        // retry_timeout 3m + one backoff of at most 15s, then the last attempt's 30s timeout.
+        assert_eq!(retry_budget("s3://b/p", none), s(225));
+        assert_eq!(retry_budget(" az://c/p", none), s(225));
+        assert_eq!(retry_budget("gs://b/p", none), s(225));
+        // Three such loops: a 401 ends the first, re-authentication, the write sent again.
+        assert_eq!(retry_budget("swift://c/p", none), s(675));
+        for url in ["file:./bank", "file:///tmp/x", "memory://", "nope://x"] {
+            assert_eq!(retry_budget(url, none), Duration::ZERO, "{url}");
+        }
+        // The request timeout the builders read from the environment.
+        let env = |name: &str| (name == "AWS_TIMEOUT").then(|| "5s".to_owned());
+        assert_eq!(retry_budget("s3://b/p", env), s(200));
+        assert_eq!(
+            retry_budget("az://c/p", env),
+            s(225),
+            "AZURE_TIMEOUT, not AWS_TIMEOUT"
+        );
+        // Ten retries of a 1s timeout and 15s backoffs start within 2m 40s, under 3m + 15s.
+        let env = |name: &str| (name == "GOOGLE_TIMEOUT").then(|| "1s".to_owned());
+        assert_eq!(retry_budget("gs://b/p", env), s(161));
+        // Swift's builder reads no timeout variable.
+        let env = |_: &str| Some("5s".to_owned());
+        assert_eq!(retry_budget("swift://c/p", env), s(675));
+    }
+
+    #[test]
+    fn check_hands_back_refusals_that_validate_fails_on() {
+        // As `banklease --bank swift://c/p doctor` sees it: the URL set after loading.
+        let mut c = Config::default();
+        c.bank.url = "swift://c/p".to_owned();
+        c.gc.grace = Duration::from_secs(60);
+        c.gc.late_write_window = Duration::from_secs(60);
+        let checked = c.check().unwrap();
+        assert_eq!(checked.refusals, c.refusals());
+        assert_eq!(checked.refusals.len(), 2, "{checked:?}");
+        let err = c.validate().unwrap_err().to_string();
+        for refusal in &checked.refusals {
+            assert!(err.contains(refusal.as_str()), "{err}");
+        }
+        // Values out of range are still errors, not refusals.
+        c.gc.concurrency = 0;
+        assert!(c.check().is_err());
+    }
+
+    #[test]
+    fn drift_is_rounded_up_and_inverted_down() {
+        assert_eq!(
+            clock_drift_over(Duration::from_secs(600)),
+            Duration::from_millis(600)
+        );
+        assert_eq!(
+            clock_drift_over(Duration::from_nanos(1)),
+            Duration::from_nanos(1)
+        );
+        assert_eq!(
+            longest_drifting_within(Duration::from_millis(599)),
+            Duration::from_secs(599)
+        );
+        // No overflow at the extremes.
+        assert!(clock_drift_over(Duration::MAX) < Duration::MAX);
+        assert_eq!(longest_drifting_within(Duration::MAX).as_secs(), u64::MAX);
     }
 
     #[test]

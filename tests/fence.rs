@@ -18,7 +18,7 @@ use banklease::failing::{FailingStore, Op};
 use banklease::lock::{guarded_put, Fence};
 use banklease::{Bank, Error};
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStoreExt, PutPayload};
 
 /// Suite: run by each backend below.
 async fn a_paused_stale_holder_never_overwrites_an_identical_rewrite(bank: Bank) {

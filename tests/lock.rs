@@ -1154,7 +1154,11 @@ async fn fenced_writes_refused(env: &Env) -> bool {
     let path = env.bank.path(&["fence-probe"]);
     match guarded_put(&env.bank, &fence, &path, PutPayload::from_static(b"x")).await {
         Ok(_) => false,
-        Err(Error::Unsupported { usage, detail, .. }) if usage == "fenced writes" => {
+        Err(Error::Unsupported {
+            usage: "fenced writes",
+            detail,
+            ..
+        }) => {
             assert!(detail.contains("hash of the content"), "{detail}");
             true
         }

@@ -21,6 +21,10 @@ struct Report<'a> {
     supported: bool,
     /// What the configuration in use gets wrong without being invalid.
     config_warnings: &'a [String],
+    /// Why the configuration in use would be refused (`banklease::config::Config::refusals`):
+    /// the arithmetic behind a guarantee fails for its windows. Only a `--bank` given after the
+    /// configuration was loaded can bring one here; the exit code is then 1.
+    config_refusals: &'a [String],
 }
 
 /// `banklease doctor`
@@ -34,22 +38,32 @@ pub(super) async fn run(ctx: &Ctx, race_rounds: u32) -> Result<Outcome> {
         .with_context(|| format!("cannot diagnose bank=`{}`", ctx.bank.label()))?;
     let verdicts = diagnosis.verdicts();
     let supported = verdicts.supports_leasing_and_gc();
-    // The configuration's own pitfalls (windows no observer can judge valid, ...).
-    let config_warnings = ctx.config.validate()?;
+    // The configuration's own pitfalls (windows no observer can judge valid, ...), and the
+    // windows whose arithmetic fails for this bank: the same check as at load, which a `--bank`
+    // given on the command line (applied after loading) has not been through.
+    let checked = ctx.config.check()?;
     if ctx.json {
         out_json(&Report {
             diagnosis: &diagnosis,
             verdicts: &verdicts,
             supported,
-            config_warnings: &config_warnings,
+            config_warnings: &checked.warnings,
+            config_refusals: &checked.refusals,
         })?;
     } else {
         print_human(&diagnosis, &verdicts, supported)?;
-        for warning in &config_warnings {
+        for warning in &checked.warnings {
             out_line(&format!("configuration warning: {warning}"))?;
         }
+        for refusal in &checked.refusals {
+            out_line(&format!("configuration refused: {refusal}"))?;
+        }
     }
-    Ok(if supported { Outcome::Yes } else { Outcome::No })
+    Ok(if supported && checked.refusals.is_empty() {
+        Outcome::Yes
+    } else {
+        Outcome::No
+    })
 }
 
 fn condition(c: Condition) -> &'static str {

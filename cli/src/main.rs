@@ -100,7 +100,7 @@ enum Command {
     /// Probe the bank and print its capability table and, per guarantee (owner lease,
     /// completion versus collection, named locks), whether it rests on an atomic primitive, on
     /// timing only, or is not given. Exit 0 when the bank supports owner leases and the GC, 1
-    /// when it cannot, 2 on error.
+    /// when it cannot or the configuration's windows are refused for it, 2 on error.
     Doctor {
         /// Rounds of 16 concurrent conditional writers raced on fresh keys.
         #[arg(long, value_name = "N", default_value_t = 8,

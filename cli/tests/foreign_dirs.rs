@@ -139,7 +139,9 @@ fn an_owner_cannot_acquire_a_lease_in_a_directory_that_is_not_a_bank() {
             windows,
             std::sync::Arc::new(banklease::clock::SystemClock),
         ));
-    let err = acquired.err().expect("refused");
+    let Err(err) = acquired else {
+        panic!("a lease was acquired in a directory that is not a bank");
+    };
     assert!(matches!(err, banklease::Error::NotABank { .. }), "{err}");
     assert_eq!(snapshot(&root), before);
 }

@@ -13,6 +13,21 @@ import banklease
 from conftest import GRACE, eventually, make_backend
 
 
+LIVE_WINDOWS = banklease.LeaseWindows(renew_window=1, expire_window=30, validity_window=0.5)
+
+
+def lease_windows_config(w) -> dict:
+    """``[lease]`` windows for a GC's configuration, as ``BANKLEASE_LEASE__*`` variables: the
+    owners' own. A configuration is refused when 0.1 % of its expire window (what an owner's clock
+    may lose) exceeds skew margin + grace, as the default 10 m would against these tests' grace."""
+    ms = lambda seconds: f"{round(seconds * 1000)}ms"  # noqa: E731
+    return {
+        "BANKLEASE_LEASE__RENEW_WINDOW": ms(w.renew_window),
+        "BANKLEASE_LEASE__EXPIRE_WINDOW": ms(w.expire_window),
+        "BANKLEASE_LEASE__VALIDITY_WINDOW": ms(w.validity_window),
+    }
+
+
 def zombies_and_a_live_owner(b):
     """A dead owner (stopped renewing: a crash) with two protecting checkpoints, and a live one
     with one protecting and one completed checkpoint."""
@@ -21,8 +36,7 @@ def zombies_and_a_live_owner(b):
         cp = banklease.Checkpoint.create(dead, f"zombie-{i}")
         cp.put_data("disk0", b"z" * 100)
         cp.put_data("disk1", b"z" * 100)
-    live_windows = banklease.LeaseWindows(renew_window=1, expire_window=30, validity_window=0.5)
-    live = banklease.OwnerLease.acquire(b.bank, live_windows)
+    live = banklease.OwnerLease.acquire(b.bank, LIVE_WINDOWS)
     keeper = live.keep()
     banklease.Checkpoint.create(live, "in-progress").put_data("disk0", b"l")
     banklease.Checkpoint.create(live, "done").complete("available")
@@ -67,8 +81,13 @@ def test_the_brake_holds_a_mass_collection_unless_forced(file_backend, tmp_path)
     arguments override them."""
     b = file_backend
     config = tmp_path / "banklease.toml"
+    w = b.windows
     config.write_text(
-        '[lease]\nskew_margin = "50ms"\n'
+        # The owners' windows: with the default 10 m expire window, 0.1 % of it (600 ms) would
+        # exceed margin + grace and the configuration be refused.
+        f'[lease]\nrenew_window = "{round(w.renew_window * 1000)}ms"\n'
+        f'expire_window = "{round(w.expire_window * 1000)}ms"\n'
+        f'validity_window = "{round(w.validity_window * 1000)}ms"\nskew_margin = "50ms"\n'
         '[gc]\ngrace = "200ms"\nbrake_min = 2\nbrake_ratio = 0.5\n'
     )
     dead = banklease.OwnerLease.acquire(b.bank, b.windows)
@@ -105,8 +124,15 @@ def test_doctor(backend):
 
 def test_a_python_owners_zombies_are_collected_by_the_rust_daemon(shared_backend, spawn_gc):
     b = shared_backend
+    if b.name == "swift":
+        # The Swift client may send a write again up to 11m 15s after it was sent (retries, one
+        # re-authentication), so a daemon with these sub-second windows is refused: an owner's
+        # retried decisions/<id> could land beside the GC's. Runs again once the store client's
+        # retry budget can be configured (short) for tests.
+        pytest.skip("the Swift client's retry budget exceeds validity + margin + grace here")
     dead, live, keeper = zombies_and_a_live_owner(b)
-    daemon = spawn_gc(b.url, b.margin)
+    # The longest-lived owner's windows describe the owners to the daemon's configuration.
+    daemon = spawn_gc(b.url, b.margin, **lease_windows_config(LIVE_WINDOWS))
     try:
         eventually(
             60,

@@ -312,6 +312,11 @@ pub(crate) fn daemon_config(concurrency: usize, read_staleness: Duration) -> Con
         ("BANKLEASE_GC__CONCURRENCY", concurrency.to_string()),
         ("BANKLEASE_GC__BRAKE_MIN", "1000000".to_owned()),
         ("BANKLEASE_LEASE__SKEW_MARGIN", ms(MARGIN)),
+        // The windows the simulation's owners use: the configuration is refused if its owners'
+        // expire window could drift by more than margin + grace (the default 10m would).
+        ("BANKLEASE_LEASE__RENEW_WINDOW", ms(RENEW)),
+        ("BANKLEASE_LEASE__EXPIRE_WINDOW", ms(EXPIRE)),
+        ("BANKLEASE_LEASE__VALIDITY_WINDOW", ms(VALIDITY)),
         ("BANKLEASE_LEASE__RENEW_JITTER", "0".to_owned()),
         ("BANKLEASE_LEASE__OWNER_ID_SCHEME", "uuid".to_owned()),
     ]
