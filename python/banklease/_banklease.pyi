@@ -88,8 +88,10 @@ class OwnerLease:
     def remaining(self) -> float:
         """Seconds of lease time left. Zero requests."""
     def renew(self) -> float:
-        """Renew once; returns the seconds of validity then left."""
-    def renew_async(self) -> Awaitable[float]: ...
+        """Renew once; returns the seconds of validity then left. Not cut short by Ctrl-C."""
+    def renew_async(self) -> Awaitable[float]:
+        """``renew``, awaitable. Cancelling the await does not cut the renewal: it runs to its
+        end and counts; the next renewal or release waits for it."""
     def release(self) -> None:
         """Delete the lease object; validity ends for good."""
     def release_async(self) -> Awaitable[None]: ...

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use crate::bank::Bank;
 use crate::errors::{config_error, to_py};
 use crate::keeper::Keeper;
-use crate::runtime::{awaitable, block_on, block_on_whole, opt_duration};
+use crate::runtime::{awaitable, awaitable_whole, block_on, block_on_whole, opt_duration};
 
 /// The three windows of an owner lease, in seconds.
 ///
@@ -298,9 +298,11 @@ impl OwnerLease {
         block_on_whole(py, renew(self.inner.clone()))
     }
 
-    /// `renew`, awaitable.
+    /// `renew`, awaitable. Cancelling the awaiting task ends the await at once but not the
+    /// renewal (its answer would be lost): it runs to its end and counts, and the next renewal
+    /// or release waits for it.
     fn renew_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        awaitable(py, renew(self.inner.clone()))
+        awaitable_whole(py, renew(self.inner.clone()))
     }
 
     /// Release the lease (delete its object). From the call on, `check_validity()` is False

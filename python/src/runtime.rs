@@ -88,6 +88,30 @@ where
     pyo3_async_runtimes::tokio::future_into_py(py, fut)
 }
 
+/// [`awaitable`] for calls that must not be cut short (see [`block_on_whole`]). Cancelling the
+/// asyncio task that awaits a call drops the awaited future, and with it any request still in
+/// flight; so `fut` runs as a task of its own, which that drop detaches instead of cancelling.
+/// The await is cancelled at once; the call runs to its end and records its outcome (the lease
+/// serialises renewals and releases, so the next one waits for it).
+pub(crate) fn awaitable_whole<'py, F, T>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    let runtime = runtime()?;
+    // Spawned on the first poll: an await cancelled before that has sent nothing.
+    awaitable(py, async move {
+        match runtime.spawn(fut).await {
+            Ok(result) => result,
+            // Reported as the panic of the awaited future itself (pyo3-async-runtimes' RustPanic).
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(crate::errors::error(format!(
+                "the call did not finish: banklease's runtime is shutting down ({e})"
+            ))),
+        }
+    })
+}
+
 /// A duration given as seconds (int or float) or a `datetime.timedelta`.
 pub(crate) fn duration(what: &str, value: &Bound<'_, PyAny>) -> PyResult<Duration> {
     if value.is_instance_of::<PyBool>() {

@@ -8,10 +8,12 @@ Memory and ``file:`` always; Swift with ``BANKLEASE_TEST_SWIFT=1`` (and ``ST_*``
 from __future__ import annotations
 
 import datetime
+import fcntl
 import hashlib
 import hmac
 import os
 import pathlib
+import re
 import select
 import shutil
 import socket
@@ -269,6 +271,59 @@ class Proxy:
             except OSError:
                 pass
             c.close()
+
+
+# --- a file: bank whose writes of one key are taken but not answered ---------------------
+
+# Names the `file:` store hides from listings: its staged writes and its lock files.
+_HIDDEN = re.compile(r"#[0-9]+$")
+_LOCK_PREFIX = ".banklease-lock#"
+# The store's locking protocol (every writer of a directory must agree on it): the stripe of a
+# key is the first 8 bytes of its SHA-256, big-endian, mod 64.
+_STRIPES = 64
+
+
+def staged_writes(root: pathlib.Path) -> set:
+    """The writes a `file:` store holds under hidden names, not yet published."""
+    return {
+        p
+        for p in root.rglob("*")
+        if _HIDDEN.search(p.name) and not p.name.startswith(_LOCK_PREFIX)
+    }
+
+
+class HeldStripe:
+    """Holds a `file:` bank's lock on ``key`` as another writer process would: a write of
+    ``key`` is then taken by the store (its body staged) but not answered until ``release()``
+    — a slow store, on demand and without timing guesses."""
+
+    def __init__(self, root: pathlib.Path, key: str) -> None:
+        digest = hashlib.sha256(key.encode()).digest()
+        stripe = int.from_bytes(digest[:8], "big") % _STRIPES
+        self._root = root
+        self._fd: Optional[int] = os.open(
+            root / f"{_LOCK_PREFIX}{stripe}", os.O_RDWR | os.O_CREAT, 0o644
+        )
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        self._before = staged_writes(root)
+        self._lock = threading.Lock()
+
+    def write_taken(self) -> bool:
+        """Has the store taken a write since the lock was taken (one now waits for it)?"""
+        return bool(staged_writes(self._root) - self._before)
+
+    def release(self) -> None:
+        """Let the waiting write through (idempotent; callable from any thread)."""
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the last descriptor drops the flock
+
+    def __enter__(self) -> "HeldStripe":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 # --- the Rust GC daemon ------------------------------------------------------------------
