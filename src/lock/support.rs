@@ -40,6 +40,19 @@ enum Verdict {
     Refused(String),
 }
 
+impl Verdict {
+    fn or_refuse(&self, bank: &Bank, usage: &'static str) -> Result<()> {
+        match self {
+            Verdict::Supported => Ok(()),
+            Verdict::Refused(detail) => Err(Error::Unsupported {
+                bank: bank.label().to_owned(),
+                usage,
+                detail: detail.clone(),
+            }),
+        }
+    }
+}
+
 type Cell = Arc<tokio::sync::OnceCell<Verdict>>;
 
 struct Entry {
@@ -92,14 +105,8 @@ fn cells_for(bank: &Bank) -> (Cell, Cell) {
 pub async fn ensure_fencing_supported(bank: &Bank) -> Result<()> {
     ensure_supported(bank).await?;
     let (_, cell) = cells_for(bank);
-    match cell.get_or_try_init(|| probe_fencing(bank)).await? {
-        Verdict::Supported => Ok(()),
-        Verdict::Refused(detail) => Err(Error::Unsupported {
-            bank: bank.label().to_owned(),
-            usage: FENCING_USAGE,
-            detail: detail.clone(),
-        }),
-    }
+    let verdict = cell.get_or_try_init(|| probe_fencing(bank)).await?;
+    verdict.or_refuse(bank, FENCING_USAGE)
 }
 
 /// Write the same bytes twice to a fresh key and compare what the store says of the versions.
@@ -137,14 +144,8 @@ async fn probe_fencing(bank: &Bank) -> Result<Verdict> {
 /// Fail with [`Error::Unsupported`] unless `bank` can keep named locks (probed once per store).
 pub async fn ensure_supported(bank: &Bank) -> Result<()> {
     let cell = cell_for(bank);
-    match cell.get_or_try_init(|| probe(bank)).await? {
-        Verdict::Supported => Ok(()),
-        Verdict::Refused(detail) => Err(Error::Unsupported {
-            bank: bank.label().to_owned(),
-            usage: USAGE,
-            detail: detail.clone(),
-        }),
-    }
+    let verdict = cell.get_or_try_init(|| probe(bank)).await?;
+    verdict.or_refuse(bank, USAGE)
 }
 
 async fn probe(bank: &Bank) -> Result<Verdict> {
