@@ -161,3 +161,28 @@ async fn an_aborted_or_dropped_upload_leaves_nothing_a_sweep_must_find() {
     assert!(staged_files(dir.path()).is_empty());
     assert!(store.head(&key).await.is_err(), "nothing was published");
 }
+
+#[tokio::test]
+async fn two_uploads_of_one_name_racing_each_publish_only_their_own_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalStore::new(dir.path()).unwrap();
+    let key = Path::from("checkpoints/cp-1/data/vol");
+    let mut a = store.put_multipart(&key).await.unwrap();
+    let mut b = store.put_multipart(&key).await.unwrap();
+    // Parts interleaved, as a retry beside a slow first try sends them.
+    for i in 0..4 {
+        a.put_part(PutPayload::from(vec![b'a'; 100 + i]))
+            .await
+            .unwrap();
+        b.put_part(PutPayload::from(vec![b'b'; 200 + i]))
+            .await
+            .unwrap();
+    }
+    let want_a: Vec<u8> = (0..4).flat_map(|i| vec![b'a'; 100 + i]).collect();
+    let want_b: Vec<u8> = (0..4).flat_map(|i| vec![b'b'; 200 + i]).collect();
+    a.complete().await.unwrap();
+    assert_eq!(body(&store, &key).await, want_a);
+    b.complete().await.unwrap();
+    assert_eq!(body(&store, &key).await, want_b);
+    assert!(staged_files(dir.path()).is_empty());
+}
