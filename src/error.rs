@@ -305,21 +305,58 @@ impl Error {
     }
 
     /// True when the error is a store error that may go away if the request is retried
-    /// (as opposed to a definite answer such as NotFound or Precondition).
+    /// (as opposed to a definite answer such as NotFound or Precondition, a missing bucket or
+    /// refused credentials — which a listing reports as a generic HTTP error, not as NotFound).
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Store { source, .. } => !matches!(
-                source,
-                object_store::Error::NotFound { .. }
-                    | object_store::Error::AlreadyExists { .. }
-                    | object_store::Error::Precondition { .. }
-                    | object_store::Error::NotImplemented { .. }
-                    | object_store::Error::NotSupported { .. }
-                    | object_store::Error::InvalidPath { .. }
-                    | object_store::Error::PermissionDenied { .. }
-                    | object_store::Error::Unauthenticated { .. }
-            ),
+            Error::Store { source, .. } => {
+                !matches!(
+                    source,
+                    object_store::Error::NotFound { .. }
+                        | object_store::Error::AlreadyExists { .. }
+                        | object_store::Error::Precondition { .. }
+                        | object_store::Error::NotImplemented { .. }
+                        | object_store::Error::NotSupported { .. }
+                        | object_store::Error::InvalidPath { .. }
+                        | object_store::Error::PermissionDenied { .. }
+                        | object_store::Error::Unauthenticated { .. }
+                ) && !matches!(
+                    crate::store_cause::classify(source),
+                    crate::store_cause::StoreCause::ContainerMissing { .. }
+                        | crate::store_cause::StoreCause::CredentialsRefused { .. }
+                )
+            }
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_bucket_is_a_definite_answer_however_the_request_reports_it() {
+        // A listing of a missing S3 bucket comes back as a generic 404, not as NotFound.
+        let listed = Error::store(
+            "list",
+            &object_store::path::Path::from("p"),
+            object_store::Error::Generic {
+                store: "S3",
+                source: "Server returned non-2xx status code: 404 Not Found: \
+                         <Code>NoSuchBucket</Code>"
+                    .into(),
+            },
+        );
+        assert!(!listed.is_transient(), "{listed}");
+        let flaky = Error::store(
+            "list",
+            &object_store::path::Path::from("p"),
+            object_store::Error::Generic {
+                store: "S3",
+                source: "Server returned non-2xx status code: 503 Service Unavailable".into(),
+            },
+        );
+        assert!(flaky.is_transient(), "{flaky}");
     }
 }
