@@ -340,7 +340,7 @@ mod tests {
         // A listing of a missing S3 bucket comes back as a generic 404, not as NotFound.
         let listed = Error::store(
             "list",
-            &object_store::path::Path::from("p"),
+            object_store::path::Path::from("p"),
             object_store::Error::Generic {
                 store: "S3",
                 source: "Server returned non-2xx status code: 404 Not Found: \
@@ -351,7 +351,7 @@ mod tests {
         assert!(!listed.is_transient(), "{listed}");
         let flaky = Error::store(
             "list",
-            &object_store::path::Path::from("p"),
+            object_store::path::Path::from("p"),
             object_store::Error::Generic {
                 store: "S3",
                 source: "Server returned non-2xx status code: 503 Service Unavailable".into(),
