@@ -184,6 +184,18 @@ impl LocalStore {
         .await
     }
 
+    /// Files carry no attributes: a write that asks for some is refused, as `LocalFileSystem`
+    /// refuses it.
+    fn no_attributes(&self, call: &str, attributes: &object_store::Attributes) -> Result<()> {
+        if attributes.is_empty() {
+            return Ok(());
+        }
+        Err(object_store::Error::NotImplemented {
+            operation: format!("`{call}` with `opts.attributes` specified"),
+            implementer: self.to_string(),
+        })
+    }
+
     fn key_and_path(&self, location: &Path) -> Result<(String, PathBuf)> {
         Ok((
             location.as_ref().to_owned(),
@@ -235,12 +247,7 @@ impl ObjectStore for LocalStore {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<PutResult> {
-        if !opts.attributes.is_empty() {
-            return Err(object_store::Error::NotImplemented {
-                operation: "`put_opts` with `opts.attributes` specified".into(),
-                implementer: self.to_string(),
-            });
-        }
+        self.no_attributes("put_opts", &opts.attributes)?;
         let (key, path) = self.key_and_path(location)?;
         let root = Arc::clone(&self.root);
         let hook = self.before_publish.clone();
@@ -259,12 +266,7 @@ impl ObjectStore for LocalStore {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> Result<Box<dyn MultipartUpload>> {
-        if !opts.attributes.is_empty() {
-            return Err(object_store::Error::NotImplemented {
-                operation: "`put_multipart_opts` with `opts.attributes` specified".into(),
-                implementer: self.to_string(),
-            });
-        }
+        self.no_attributes("put_multipart_opts", &opts.attributes)?;
         let (key, path) = self.key_and_path(location)?;
         let root = Arc::clone(&self.root);
         let staged = blocking(move || fs::Staged::new(&root).map_err(generic)).await?;

@@ -278,48 +278,45 @@ impl AsyncRead for AnswerFirst {
     }
 }
 
+impl AnswerFirst {
+    /// Run one write-side call unless the agent stopped reading; once it has (now or before),
+    /// report `done` instead of the failure.
+    fn write_side<T>(
+        &mut self,
+        done: T,
+        call: impl FnOnce(Pin<&mut UnixStream>) -> Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        if self.stopped_reading {
+            return Poll::Ready(Ok(done));
+        }
+        match call(Pin::new(&mut self.inner)) {
+            Poll::Ready(Err(e)) if peer_stopped_reading(&e) => {
+                self.stopped_reading = true;
+                Poll::Ready(Ok(done))
+            }
+            other => other,
+        }
+    }
+}
+
 impl AsyncWrite for AnswerFirst {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut TaskContext<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        if self.stopped_reading {
-            return Poll::Ready(Ok(buf.len()));
-        }
-        match Pin::new(&mut self.inner).poll_write(cx, buf) {
-            Poll::Ready(Err(e)) if peer_stopped_reading(&e) => {
-                self.stopped_reading = true;
-                Poll::Ready(Ok(buf.len()))
-            }
-            other => other,
-        }
+        self.write_side(buf.len(), |inner| inner.poll_write(cx, buf))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
-        if self.stopped_reading {
-            return Poll::Ready(Ok(()));
-        }
-        match Pin::new(&mut self.inner).poll_flush(cx) {
-            Poll::Ready(Err(e)) if peer_stopped_reading(&e) => {
-                self.stopped_reading = true;
-                Poll::Ready(Ok(()))
-            }
-            other => other,
-        }
+        self.write_side((), |inner| inner.poll_flush(cx))
     }
 
     fn poll_shutdown(
         mut self: Pin<&mut Self>,
         cx: &mut TaskContext<'_>,
     ) -> Poll<std::io::Result<()>> {
-        if self.stopped_reading {
-            return Poll::Ready(Ok(()));
-        }
-        match Pin::new(&mut self.inner).poll_shutdown(cx) {
-            Poll::Ready(Err(e)) if peer_stopped_reading(&e) => Poll::Ready(Ok(())),
-            other => other,
-        }
+        self.write_side((), |inner| inner.poll_shutdown(cx))
     }
 }
 
