@@ -15,9 +15,8 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use object_store::memory::InMemory;
 use object_store::path::{Path, PathPart};
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -26,6 +25,7 @@ use crate::capability::Capabilities;
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
 use crate::id::OwnerId;
+pub use crate::lease::store_time::{add_saturating, sub_saturating, StoreTime};
 
 /// A handle on one bank. Cheap to clone; clones share the capability cache.
 #[derive(Clone)]
@@ -378,74 +378,6 @@ fn file_url_path(rest: &str) -> std::result::Result<PathBuf, String> {
             .join(path)
     };
     Ok(path)
-}
-
-/// The store's clock, read once and carried forward on this host's monotonic clock.
-///
-/// Invariant: every expiry judgement on the observer side compares a `last_modified` written by
-/// the store with a time also from the store — never with this host's wall clock.
-#[derive(Debug, Clone, Copy)]
-pub struct StoreTime {
-    /// The store's `last_modified` of the clock probe.
-    pub at: DateTime<Utc>,
-    /// This host's monotonic instant before the probe's write was sent: the stamp was made no
-    /// earlier (an upper bound on the store's time, used to detect clock steps).
-    pub sent: Instant,
-    /// This host's monotonic instant when the probe's answer arrived.
-    pub observed: Instant,
-    /// Whether the read-back showed the probe's own write. Another version (a concurrent
-    /// prober's, or an older one from a lagging replica) still bounds the store's time from
-    /// below, but is not compared for clock steps.
-    pub verified: bool,
-}
-
-impl StoreTime {
-    /// A lower bound on the store's time at monotonic instant `now`: the probe was stamped no
-    /// later than its answer arrived, so at most `now - observed` has passed on the store since.
-    /// Under-estimating the store's time only ever makes a lease look younger (safe).
-    ///
-    /// An instant before `observed` (a read sent before the probe's answer arrived) is carried
-    /// *back*: the stamp was made no later than `observed`, so at `now` the store's time was at
-    /// least `at − (observed − now)`.
-    pub fn at_instant(&self, now: Instant) -> DateTime<Utc> {
-        match now.checked_duration_since(self.observed) {
-            Some(elapsed) => add_saturating(self.at, elapsed),
-            None => sub_saturating(self.at, self.observed - now),
-        }
-    }
-
-    /// The store's time at the instant a read was *sent*, minus the store's read staleness: the
-    /// instant at which the read's answer is judged.
-    ///
-    /// Invariant: **a read is judged at the instant before it was sent.** Its answer describes
-    /// the store at some instant between send and receipt (and, on a store whose replicas may
-    /// lag, up to `staleness` earlier); the only instant at which every such answer is still
-    /// true of the owner is the earliest one. Judging at receipt turns a slow answer (a paused
-    /// collector, a swapped-out process, a slow network) into a live owner judged dead.
-    pub fn at_send(&self, sent: Instant, staleness: Duration) -> DateTime<Utc> {
-        sub_saturating(self.at_instant(sent), staleness)
-    }
-
-    /// The difference `later - earlier` as a std duration (zero if negative).
-    pub fn between(earlier: DateTime<Utc>, later: DateTime<Utc>) -> Duration {
-        (later - earlier).to_std().unwrap_or(Duration::ZERO)
-    }
-}
-
-/// `t + d`, saturating at the largest representable time.
-pub fn add_saturating(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
-    chrono::Duration::from_std(d)
-        .ok()
-        .and_then(|d| t.checked_add_signed(d))
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
-}
-
-/// `t − d`, saturating at the smallest representable time.
-pub fn sub_saturating(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
-    chrono::Duration::from_std(d)
-        .ok()
-        .and_then(|d| t.checked_sub_signed(d))
-        .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
 #[cfg(test)]

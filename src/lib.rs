@@ -54,9 +54,10 @@
 //!
 //! - [`bank`]: opening a bank from a URL, the object layout, the store's clock;
 //! - [`capability`]: what the store really enforces, probed once per bank;
-//! - [`lease`]: acquire, renew, release and the zero-request validity check;
+//! - [`lease`]: the lease core (records, the expiry judgement, the store's clock, the holding
+//!   state machine and its keeper) and the owner lease: acquire, renew, release and the
+//!   zero-request validity check;
 //! - [`checkpoint`]: checkpoints, the protecting index and the completion/collection decision;
-//! - [`keeper`]: the background renewal task;
 //! - [`observe`]: the observer's (GC's, CLI's) judgement of a lease on the store's clock;
 //! - [`config`], [`windows`], [`id`], [`clock`], [`error`].
 
@@ -69,7 +70,6 @@ pub mod counting;
 pub mod doctor;
 pub mod error;
 pub mod id;
-pub mod keeper;
 pub mod layout;
 pub mod lease;
 pub mod local;
@@ -86,8 +86,7 @@ pub use checkpoint::{Checkpoint, Status};
 pub use config::Config;
 pub use error::{Error, Result};
 pub use id::OwnerId;
-pub use keeper::Keeper;
-pub use lease::{LeaseRecord, LeaseState, OwnerLease};
+pub use lease::{Keeper, LeaseRecord, LeaseState, OwnerLease};
 pub use observe::{LeaseObserver, LeaseView, ValidityCheck};
 pub use windows::LeaseWindows;
 #[cfg(any(test, feature = "test-util"))]

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::bank::{add_saturating, sub_saturating, Bank, StoreTime};
+use crate::bank::{Bank, StoreTime};
 use crate::clock::SharedClock;
 use crate::id::OwnerId;
-use crate::lease::{read_lease, LeaseRecord};
+use crate::lease::{judge_expiry, read_lease, Expiry, LeaseRecord};
 
 /// What an observer knows about an owner's lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,31 +54,24 @@ impl LeaseView {
 
 /// Judge a lease from what the store said. Pure: the GC's planner and tests call it directly.
 ///
-/// `Alive.remaining = (last_modified + expire − margin) − store_now` (floored at zero) and
-/// `Expired.since = store_now − (last_modified + expire + margin)`: both err on the side of the
-/// owner being alive.
+/// The lease's expire window judged by [`judge_expiry`]: `Alive.remaining = (last_modified +
+/// expire − margin) − store_now` (floored at zero) and `Expired.since = store_now −
+/// (last_modified + expire + margin)`: both err on the side of the owner being alive.
 pub fn judge(
     record: LeaseRecord,
     last_modified: DateTime<Utc>,
     store_now: DateTime<Utc>,
     margin: Duration,
 ) -> LeaseView {
-    // The read returned this stamp, so the store's time was at least `last_modified` (a read
-    // judged at its send instant may predate it). Only ever shortens `remaining`.
-    let store_now = store_now.max(last_modified);
-    // Saturating arithmetic: absurd margins or stamps only ever make the lease look alive.
-    let expires_at = add_saturating(last_modified, record.expire_window());
-    let dead_from = add_saturating(expires_at, margin);
-    if store_now >= dead_from && dead_from < DateTime::<Utc>::MAX_UTC {
-        LeaseView::Expired {
-            since: StoreTime::between(dead_from, store_now),
+    match judge_expiry(last_modified, record.expire_window(), store_now, margin) {
+        Expiry::Expired { since } => LeaseView::Expired {
+            since,
             record: Box::new(record),
-        }
-    } else {
-        LeaseView::Alive {
-            remaining: StoreTime::between(store_now, sub_saturating(expires_at, margin)),
+        },
+        Expiry::Held { remaining } => LeaseView::Alive {
+            remaining,
             record: Box::new(record),
-        }
+        },
     }
 }
 

@@ -6,6 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+/// The longest expire window a lease may have (a record claiming more is treated as corrupt).
+pub const MAX_EXPIRE_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// How often an owner renews its lease, when it expires, and how much must be left to start an
 /// update.
 ///
@@ -91,14 +94,14 @@ impl LeaseWindows {
                 ),
             });
         }
-        if self.expire_window > crate::lease::MAX_EXPIRE_WINDOW {
+        if self.expire_window > MAX_EXPIRE_WINDOW {
             // Observers refuse records claiming more (they would find the lease unreadable).
             return Err(Error::InvalidWindows {
                 rule: "expire_window <= 30days",
                 detail: format!(
                     "expire_window=`{}` is longer than observers accept (`{}`)",
                     fmt_d(self.expire_window),
-                    fmt_d(crate::lease::MAX_EXPIRE_WINDOW),
+                    fmt_d(MAX_EXPIRE_WINDOW),
                 ),
             });
         }

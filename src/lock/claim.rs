@@ -14,10 +14,13 @@ use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 
 use super::fence::Fence;
-use super::named::{info_of, new_record, take, LazyStoreClock, LockInfo, LockState, Mode, Spec};
+use super::named::{LockInfo, LockState};
+use super::ops::info_of;
 use super::record::{judge, read_record, update_of, write_record, Judged, Written};
+use super::take::{new_record, take, Mode, Spec};
 use super::{support, Locks};
 use crate::error::{Error, Result};
+use crate::lease::LazyStoreTime;
 
 /// Rounds of read-judge-write when the object keeps changing under us.
 const CONTENTION_ROUNDS: usize = 8;
@@ -93,7 +96,7 @@ impl Locks {
             owner: holder.to_owned(),
             reason,
         };
-        let mut sc = LazyStoreClock::new();
+        let mut sc = LazyStoreTime::new();
         let mut first_seen: Option<Option<String>> = None;
         for _ in 0..CONTENTION_ROUNDS {
             let Some((rec, meta)) = read_record(&self.bank, &path).await? else {
@@ -123,7 +126,7 @@ impl Locks {
                 }
                 Some(_) => {}
             }
-            let sc_now = sc.get(self).await?;
+            let sc_now = sc.get(&self.bank, &self.clock).await?;
             let now = self.clock.now();
             let margin = chrono::Duration::from_std(self.margin).unwrap_or(chrono::Duration::MAX);
             let old = chrono::Duration::from_std(rec.duration()).unwrap_or(chrono::Duration::MAX);
@@ -132,8 +135,10 @@ impl Locks {
                 .checked_add_signed(old)
                 .unwrap_or(DateTime::<Utc>::MAX_UTC);
             // Held for at least this long more: the store may be ahead of our lower bound.
-            let left_at_least = (ends - margin - sc_now.upper(now))
-                .to_std()
+            // An unverified reading bounds nothing from above: then nothing is left for sure.
+            let left_at_least = sc_now
+                .upper_at(now)
+                .and_then(|upper| (ends - margin - upper).to_std().ok())
                 .unwrap_or(Duration::ZERO);
             if left_at_least >= duration {
                 return Ok(Grant {
@@ -144,7 +149,7 @@ impl Locks {
                 });
             }
             // Held for at most this long more: the new record must not end before it.
-            let left_at_most = (ends + margin - sc_now.lower(now))
+            let left_at_most = (ends + margin - sc_now.at_instant(now))
                 .to_std()
                 .unwrap_or(Duration::ZERO);
             let new_duration = duration.max(left_at_most);
@@ -185,7 +190,7 @@ impl Locks {
         Self::validate_key(key)?;
         support::ensure_supported(&self.bank).await?;
         let path = self.lock_path(key);
-        let mut sc = LazyStoreClock::new();
+        let mut sc = LazyStoreTime::new();
         for _ in 0..CONTENTION_ROUNDS {
             let sent = self.clock.now();
             let Some((rec, meta)) = read_record(&self.bank, &path).await? else {
@@ -194,7 +199,7 @@ impl Locks {
             let Some(holder) = rec.holder.clone() else {
                 return Ok(None);
             };
-            let now = sc.lower_at(self, sent).await?;
+            let now = sc.lower_at(&self.bank, &self.clock, sent).await?;
             if let Judged::Held { remaining } = judge(&rec, meta.last_modified, now, self.margin) {
                 return Err(Error::Unavailable {
                     key: self.full_key(key),
@@ -234,7 +239,7 @@ impl Locks {
             .list_with_delimiter(Some(&dir))
             .await
             .map_err(|e| Error::store("list", &dir, e))?;
-        let store_clock = super::record::StoreClock::read(&self.bank, &self.clock).await?;
+        let store_clock = self.bank.store_time(&self.clock).await?;
         let keys: Vec<String> = listed
             .objects
             .iter()
@@ -260,7 +265,7 @@ impl Locks {
             match read {
                 Ok(None) => {}
                 Ok(Some((rec, meta, sent))) => {
-                    let now = store_clock.lower(sent);
+                    let now = store_clock.at_send(sent, std::time::Duration::ZERO);
                     let state = match (
                         &rec.holder,
                         judge(&rec, meta.last_modified, now, self.margin),

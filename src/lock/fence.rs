@@ -20,10 +20,11 @@ use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, PutResult};
 use serde::{Deserialize, Serialize};
 
-use super::record::{new_token, update_of};
+use super::record::update_of;
 use super::support;
 use crate::bank::Bank;
 use crate::error::{Error, Result};
+use crate::lease::new_token;
 
 /// Rounds of the guarded write when the object or its sidecar keep changing.
 const GUARD_ROUNDS: usize = 8;

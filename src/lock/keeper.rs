@@ -1,14 +1,12 @@
-//! Background heartbeats for a named lock, reporting failures through a channel.
-
-use std::time::Duration;
+//! Background heartbeats for a named lock: the lease core's keeper, reporting failures through a
+//! channel.
 
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use super::named::Lock;
 use crate::clock::Jitter;
 use crate::error::{Error, Result};
+use crate::lease::{Failure, Running};
 
 /// Failures reported before the receiver must have read them (later ones are dropped, and
 /// logged).
@@ -24,33 +22,43 @@ pub struct HeartbeatFailure {
     pub lost: bool,
 }
 
-/// A running background heartbeat: renews the lock every half length (jittered shorter),
-/// retries store errors with backoff while time remains, and reports every failure on the
-/// channel returned by [`Lock::spawn_heartbeat`]. Dropping it stops the heartbeats (the lock then
-/// runs out on its own); call [`Heartbeat::release`] on orderly shutdown.
+/// A running background heartbeat: renews the lock every half length (jittered shorter) from the
+/// send time of its last write, retries store errors with backoff while time remains, and
+/// reports every failure on the channel returned by [`Lock::spawn_heartbeat`]. Dropping it stops
+/// the heartbeats (the lock then runs out on its own); call [`Heartbeat::release`] on orderly
+/// shutdown.
 #[derive(Debug)]
 pub struct Heartbeat {
     lock: Lock,
-    cancel: CancellationToken,
-    task: Option<JoinHandle<()>>,
+    running: Running,
 }
 
-pub(crate) fn spawn(
-    lock: Lock,
-    jitter: Jitter,
-    fraction: f64,
-) -> (Heartbeat, mpsc::Receiver<HeartbeatFailure>) {
-    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn(beat(lock.clone(), cancel.clone(), jitter, fraction, tx));
-    (
-        Heartbeat {
-            lock,
-            cancel,
-            task: Some(task),
-        },
-        rx,
-    )
+impl Lock {
+    /// Start a background heartbeat (see [`Heartbeat`]).
+    pub fn spawn_heartbeat(
+        &self,
+        jitter: Jitter,
+        jitter_fraction: f64,
+    ) -> (Heartbeat, mpsc::Receiver<HeartbeatFailure>) {
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let report = move |failure: Failure| {
+            let failure = match failure {
+                Failure::Retrying(error) => HeartbeatFailure { error, lost: false },
+                Failure::Final(error) => HeartbeatFailure { error, lost: true },
+            };
+            if let Err(e) = tx.try_send(failure) {
+                tracing::warn!(error = %e, "heartbeat failure not reported: the channel is full or closed");
+            }
+        };
+        let running = Running::spawn(self.clone(), jitter, jitter_fraction, report);
+        (
+            Heartbeat {
+                lock: self.clone(),
+                running,
+            },
+            rx,
+        )
+    }
 }
 
 impl Heartbeat {
@@ -61,11 +69,8 @@ impl Heartbeat {
 
     /// Stop the heartbeats, waiting for one in flight to finish. The lock stays held until it
     /// runs out.
-    pub async fn stop(mut self) {
-        self.cancel.cancel();
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
-        }
+    pub async fn stop(self) {
+        self.running.stop().await;
     }
 
     /// Stop the heartbeats and release the lock.
@@ -73,82 +78,5 @@ impl Heartbeat {
         let lock = self.lock.clone();
         self.stop().await;
         lock.release().await
-    }
-}
-
-impl Drop for Heartbeat {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-    }
-}
-
-fn report(tx: &mpsc::Sender<HeartbeatFailure>, failure: HeartbeatFailure) {
-    if let Err(e) = tx.try_send(failure) {
-        tracing::warn!(error = %e, "heartbeat failure not reported: the channel is full or closed");
-    }
-}
-
-async fn beat(
-    lock: Lock,
-    cancel: CancellationToken,
-    jitter: Jitter,
-    fraction: f64,
-    tx: mpsc::Sender<HeartbeatFailure>,
-) {
-    let clock = lock.locks().clock().clone();
-    let Some(length) = lock.duration() else {
-        report(
-            &tx,
-            HeartbeatFailure {
-                error: Error::LockLost {
-                    key: lock.full_key(),
-                    owner: lock.owner().to_owned(),
-                    reason: "not held when the heartbeat started".to_owned(),
-                },
-                lost: true,
-            },
-        );
-        return;
-    };
-    let first_backoff = (length / 20).max(Duration::from_millis(10));
-    let max_backoff = (length / 4).max(first_backoff);
-    let mut backoff = first_backoff;
-    // Until the next heartbeat: half the length after the last successful write, jittered.
-    let mut wait = jitter.shorten(lock.renew_in(), fraction);
-    loop {
-        // Never sleep past the end of the hold: running out must be noticed and reported.
-        let wait_now = wait.min(lock.remaining());
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = clock.sleep(wait_now) => {}
-        }
-        // A heartbeat can outlast the hold (a paused server answers nothing until the client's
-        // timeout): stop waiting when the time runs out and report the lock Lost then, not
-        // whenever the request returns.
-        let heartbeat = tokio::select! {
-            biased;
-            result = lock.heartbeat() => result,
-            _ = clock.sleep(lock.remaining()) => Err(Error::LockLost {
-                key: lock.full_key(),
-                owner: lock.owner().to_owned(),
-                reason: "its time ran out while a heartbeat was in flight".to_owned(),
-            }),
-        };
-        match heartbeat {
-            Ok(_) => {
-                backoff = first_backoff;
-                wait = jitter.shorten(lock.renew_in(), fraction);
-            }
-            Err(error @ Error::LockLost { .. }) => {
-                report(&tx, HeartbeatFailure { error, lost: true });
-                return;
-            }
-            Err(error) => {
-                tracing::warn!(key = %lock.full_key(), %error, retry_in = ?backoff, "heartbeat failed");
-                report(&tx, HeartbeatFailure { error, lost: false });
-                wait = jitter.shorten(backoff, fraction);
-                backoff = (backoff * 2).min(max_backoff);
-            }
-        }
     }
 }

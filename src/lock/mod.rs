@@ -93,13 +93,16 @@
 //! # }
 //! ```
 
-pub mod claim;
-pub mod fence;
-pub mod keeper;
-pub mod named;
-pub mod queue;
-pub mod record;
+mod claim;
+mod fence;
+mod keeper;
+mod named;
+mod ops;
+mod queue;
+mod record;
 pub mod support;
+mod take;
+mod tickets;
 
 use std::time::{Duration, SystemTime};
 
@@ -114,9 +117,11 @@ pub use claim::{Grant, Snapshot};
 pub use fence::{fence_path, guarded_put, Fence};
 pub use keeper::{Heartbeat, HeartbeatFailure};
 pub use named::{Acquired, Current, Lock, LockInfo, LockState, Order, Release};
-pub use queue::{Blocking, Wait, Waiter};
+pub use queue::{Blocking, Wait};
+pub use record::MAX_DURATION;
 pub use record::{judge, Judged, LockRecord, MAX_PAYLOAD_BYTES};
 pub use support::ensure_supported;
+pub use tickets::Waiter;
 
 /// The namespace used when none is given.
 pub const DEFAULT_NAMESPACE: &str = "default";

@@ -10,20 +10,14 @@ use object_store::path::Path;
 use object_store::PutMode;
 
 use super::fence::Fence;
-use super::queue;
-use super::record::{
-    self, judge, new_token, read_record, update_of, write_record, Judged, LockRecord, StoreClock,
-    Written,
-};
-use super::{support, Locks, Term};
+use super::record::{read_record, write_record, LockRecord, Written};
+use super::take::{new_record, take, unavailable, Granted, Mode, Spec, CONTENTION_ROUNDS};
+use super::{Locks, Term};
 use crate::clock::Jitter;
 use crate::error::{Error, Result};
-use crate::id::local_hostname;
-
-/// Rounds of read-judge-write when the object keeps changing under us.
-const CONTENTION_ROUNDS: usize = 4;
-/// Pending (unanswered) heartbeats remembered.
-const MAX_PENDING: usize = 16;
+use crate::lease::{
+    Cadence, Held, Holding, LeaseState, Phase, ReadBack, Reconciled, Renewable, Words,
+};
 
 /// What a successful acquisition gives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,361 +128,22 @@ pub enum Order {
     Random(Jitter),
 }
 
-/// How a key is taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// Free, expired, or already held by the same owner (then replaced).
-    Acquire,
-    /// Free or expired only: held by anyone, even the same holder, is unavailable.
-    Claim,
-}
-
-pub(crate) struct Spec<'a> {
-    pub owner: &'a str,
-    pub duration: Duration,
-    pub payload: Option<&'a str>,
-    pub mode: Mode,
-    /// Our ticket in the key's wait queue, when taking the lock from the head of the queue.
-    pub ticket: Option<&'a str>,
-}
-
-/// A write that took the lock.
-#[derive(Debug)]
-pub(crate) struct Granted {
-    pub record: LockRecord,
-    pub e_tag: Option<String>,
-    pub version: Option<String>,
-    pub t_send: Instant,
-}
-
-pub(crate) fn new_record(
-    locks: &Locks,
-    key: &str,
-    holder: Option<&str>,
-    payload: Option<&str>,
-    duration: Duration,
-    fence: u64,
-    generation: u64,
-) -> LockRecord {
-    LockRecord {
-        format: record::LOCK_FORMAT,
-        key: locks.full_key(key),
-        holder: holder.map(str::to_owned),
-        payload: payload.map(str::to_owned),
-        // Rounded up: observers must never see a shorter duration than the holder uses.
-        duration_ms: u64::try_from(duration.as_micros().div_ceil(1000)).unwrap_or(u64::MAX),
-        fence,
-        generation,
-        token: new_token(),
-        host: local_hostname(),
-        pid: std::process::id(),
-        written_at: locks.clock.system_now().into(),
-    }
-}
-
-/// A lazily read store clock, read at most once per operation.
-pub(crate) struct LazyStoreClock(Option<StoreClock>);
-
-impl LazyStoreClock {
-    pub(crate) fn new() -> Self {
-        Self(None)
-    }
-
-    pub(crate) async fn get(&mut self, locks: &Locks) -> Result<StoreClock> {
-        if let Some(sc) = self.0 {
-            return Ok(sc);
-        }
-        let sc = StoreClock::read(&locks.bank, &locks.clock).await?;
-        self.0 = Some(sc);
-        Ok(sc)
-    }
-
-    /// The store's time now, at least.
-    /// The store's time, at least, at monotonic instant `sent`: the instant taken before the
-    /// read being judged was sent (a read is judged at the instant before it was sent).
-    pub(crate) async fn lower_at(&mut self, locks: &Locks, sent: Instant) -> Result<DateTime<Utc>> {
-        let sc = self.get(locks).await?;
-        Ok(sc.lower(sent))
-    }
-}
-
-fn unavailable(locks: &Locks, key: &str, holder: &str, remaining: Duration) -> Error {
-    Error::Unavailable {
-        key: locks.full_key(key),
-        holder: holder.to_owned(),
-        remaining,
-    }
-}
-
-/// Take `key`: read it, judge it, and write a new holding with create-if-absent (never used) or
-/// If-Match on the ETag judged (free, expired, or ours to replace).
-pub(crate) async fn take(locks: &Locks, key: &str, spec: &Spec<'_>) -> Result<Granted> {
-    support::ensure_supported(&locks.bank).await?;
-    locks.check_payload(key, spec.payload)?;
-    let path = locks.lock_path(key);
-    let mut sc = LazyStoreClock::new();
-    for _ in 0..CONTENTION_ROUNDS {
-        let sent = locks.clock.now();
-        let current = read_record(&locks.bank, &path).await?;
-        // `replacing_own`: the owner's own live holding, replaced by a new acquisition. Anything
-        // else taken here is free or expired, and goes to the first live waiter if there is one.
-        let (mode, fence, replacing_own) = match &current {
-            None => (PutMode::Create, 1, false),
-            Some((rec, meta)) => {
-                let state = match &rec.holder {
-                    None => Judged::Free,
-                    Some(_) => judge(
-                        rec,
-                        meta.last_modified,
-                        sc.lower_at(locks, sent).await?,
-                        locks.margin,
-                    ),
-                };
-                let replacing_own = match (state, &rec.holder) {
-                    (Judged::Held { .. }, Some(h))
-                        if h == spec.owner && spec.mode == Mode::Acquire =>
-                    {
-                        true
-                    }
-                    (Judged::Held { remaining }, Some(h)) => {
-                        return Err(unavailable(locks, key, h, remaining))
-                    }
-                    _ => false,
-                };
-                (update_of(meta), rec.fence.saturating_add(1), replacing_own)
-            }
-        };
-        if !replacing_own {
-            // Fairness: a free key goes to the first live waiter, if any.
-            if let Some(waiter) = queue::first_live(locks, key, spec.ticket, &mut sc).await? {
-                return Err(unavailable(
-                    locks,
-                    key,
-                    &format!("{} (first in the wait queue)", waiter.owner),
-                    Duration::ZERO,
-                ));
-            }
-        }
-        let record = new_record(
-            locks,
-            key,
-            Some(spec.owner),
-            spec.payload,
-            spec.duration,
-            fence,
-            1,
-        );
-        match write_record(&locks.bank, &locks.clock, &path, &record, mode).await? {
-            Written::Ours {
-                e_tag,
-                version,
-                t_send,
-                ..
-            } => {
-                tracing::debug!(key = %record.key, owner = spec.owner, fence, "lock taken");
-                return Ok(Granted {
-                    record,
-                    e_tag,
-                    version,
-                    t_send,
-                });
-            }
-            Written::Conflict => continue,
-        }
-    }
-    // Still changing after several rounds: somebody else is busy with it.
-    let holder = match read_record(&locks.bank, &path).await {
-        Ok(Some((rec, _))) => rec.holder.unwrap_or_else(|| "(contended)".to_owned()),
-        _ => "(contended)".to_owned(),
-    };
-    Err(unavailable(locks, key, &holder, Duration::ZERO))
-}
-
-impl Locks {
-    /// Try `keys` in `order` and acquire the first one available. Fails with
-    /// [`Error::Unavailable`] only if every key is held; if some key failed otherwise (a store
-    /// error) and none could be acquired, that error is returned.
-    pub async fn acquire_any(
-        &self,
-        keys: &[&str],
-        owner: &str,
-        term: Term,
-        payload: Option<&str>,
-        order: Order,
-    ) -> Result<Lock> {
-        let mut keys: Vec<&str> = keys.to_vec();
-        if keys.is_empty() {
-            return Err(Error::InvalidId {
-                kind: "lock key",
-                id: String::new(),
-                reason: "no key was given",
-            });
-        }
-        if let Order::Random(jitter) = &order {
-            shuffle(&mut keys, jitter);
-        }
-        let mut soonest: Option<(String, Duration)> = None;
-        let mut other_error = None;
-        for key in &keys {
-            match self.acquire(key, owner, term, payload).await {
-                Ok(lock) => return Ok(lock),
-                Err(Error::Unavailable {
-                    holder, remaining, ..
-                }) => {
-                    if soonest.as_ref().is_none_or(|(_, r)| remaining < *r) {
-                        soonest = Some((holder, remaining));
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(key = %self.full_key(key), error = %e, "acquire-any: key failed");
-                    other_error = Some(e);
-                }
-            }
-        }
-        if let Some(e) = other_error {
-            return Err(e);
-        }
-        let (holder, remaining) = soonest.expect("every key was unavailable");
-        let all: Vec<String> = keys.iter().map(|k| self.full_key(k)).collect();
-        Err(Error::Unavailable {
-            key: all.join(","),
-            holder,
-            remaining,
-        })
-    }
-
-    /// Release `key` if `owner` holds it, without a handle (the CLI's release). Not an error when
-    /// nobody holds the key; [`Error::Unavailable`] when someone else does.
-    pub async fn release(&self, key: &str, owner: &str) -> Result<Release> {
-        Self::validate_key(key)?;
-        crate::id::validate_id("owner", owner)?;
-        support::ensure_supported(&self.bank).await?;
-        let path = self.lock_path(key);
-        let mut sc = LazyStoreClock::new();
-        for _ in 0..CONTENTION_ROUNDS {
-            let sent = self.clock.now();
-            let Some((rec, meta)) = read_record(&self.bank, &path).await? else {
-                return Ok(Release::Free);
-            };
-            match rec.holder.as_deref() {
-                None => return Ok(Release::Free),
-                Some(h) if h == owner => {
-                    let free = new_record(self, key, None, None, Duration::ZERO, rec.fence, 0);
-                    match write_record(&self.bank, &self.clock, &path, &free, update_of(&meta))
-                        .await?
-                    {
-                        Written::Ours { .. } => return Ok(Release::Released),
-                        Written::Conflict => continue,
-                    }
-                }
-                Some(h) => {
-                    let now = sc.lower_at(self, sent).await?;
-                    return match judge(&rec, meta.last_modified, now, self.margin) {
-                        Judged::Held { remaining } => Err(unavailable(self, key, h, remaining)),
-                        _ => Ok(Release::Free),
-                    };
-                }
-            }
-        }
-        Err(unavailable(self, key, "(contended)", Duration::ZERO))
-    }
-
-    /// Who holds `key` now (store clock): `None` when it is free, expired or never used.
-    pub async fn current(&self, key: &str) -> Result<Option<Current>> {
-        let Some(info) = self.inspect(key).await? else {
-            return Ok(None);
-        };
-        Ok(match info.state {
-            LockState::Held { holder, remaining } => Some(Current {
-                key: self.full_key(key),
-                holder,
-                payload: info.payload,
-                remaining,
-                fence: info.fence,
-            }),
-            _ => None,
-        })
-    }
-
-    /// Everything about `key`'s lock object, judged on the store's clock; `None` if the key was
-    /// never used.
-    pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>> {
-        Self::validate_key(key)?;
-        support::ensure_supported(&self.bank).await?;
-        let sent = self.clock.now();
-        let Some((rec, meta)) = read_record(&self.bank, &self.lock_path(key)).await? else {
-            return Ok(None);
-        };
-        let mut sc = LazyStoreClock::new();
-        let state = match &rec.holder {
-            None => LockState::Free,
-            Some(h) => {
-                let now = sc.lower_at(self, sent).await?;
-                match judge(&rec, meta.last_modified, now, self.margin) {
-                    Judged::Held { remaining } => LockState::Held {
-                        holder: h.clone(),
-                        remaining,
-                    },
-                    Judged::Expired { since } => LockState::Expired {
-                        holder: h.clone(),
-                        since,
-                    },
-                    Judged::Free => LockState::Free,
-                }
-            }
-        };
-        Ok(Some(info_of(key, state, rec, meta.last_modified)))
-    }
-}
-
-pub(crate) fn info_of(
-    key: &str,
-    state: LockState,
-    rec: LockRecord,
-    last_modified: DateTime<Utc>,
-) -> LockInfo {
-    LockInfo {
-        key: key.to_owned(),
-        state,
-        payload: rec.payload.clone(),
-        fence: rec.fence,
-        duration: rec.duration(),
-        last_modified,
-        record: rec,
-    }
-}
-
-/// Fisher–Yates with uniform draws from the jitter source.
-fn shuffle<T>(items: &mut [T], jitter: &Jitter) {
-    for i in (1..items.len()).rev() {
-        // `shorten(base, 1.0)` is uniform in [0, base]: a uniform draw in [0, 1].
-        let u = jitter.shorten(Duration::from_secs(1), 1.0).as_secs_f64();
-        let j = ((u * (i + 1) as f64) as usize).min(i);
-        items.swap(i, j);
-    }
-}
-
 // ---- the handle ------------------------------------------------------------------------------
 
-#[derive(Debug, Clone)]
-struct Held {
-    e_tag: Option<String>,
-    version: Option<String>,
-    fence: u64,
-    generation: u64,
-    token: String,
-    duration: Duration,
-    payload: Option<String>,
-    t_send: Instant,
-    valid_until: Instant,
-}
+static WORDS: Words = Words {
+    what: "lock",
+    ran_out: "its time ran out before a heartbeat succeeded",
+    answered_late: "the heartbeat was answered after the hold had run out; another owner may have \
+                    taken the key",
+    too_slow: "the write took longer than the lock's duration",
+    gone: "the lock object is gone",
+};
 
+/// What a lock's holding keeps beside the core state.
 #[derive(Debug, Clone)]
-enum Phase {
-    Idle,
-    Held(Held),
-    Lost(String),
-    Released,
+pub(crate) struct Holds {
+    fence: u64,
+    payload: Option<String>,
 }
 
 /// Another holder, as seen by our last successful call.
@@ -499,27 +154,14 @@ struct Seen {
     until: Instant,
 }
 
-#[derive(Debug, Clone)]
-struct Pending {
-    token: String,
-    generation: u64,
-    t_send: Instant,
-}
-
-#[derive(Debug)]
-struct State {
-    phase: Phase,
-    seen: Option<Seen>,
-    pending: Vec<Pending>,
-}
-
 struct Inner {
     locks: Locks,
     key: String,
     owner: String,
     path: Path,
-    state: Mutex<State>,
-    /// Serialises the handle's writes; `state` is only held briefly, never across an await.
+    holding: Holding<Holds>,
+    seen: Mutex<Option<Seen>>,
+    /// Serialises the handle's writes; no state is held across an await.
     op: tokio::sync::Mutex<()>,
 }
 
@@ -540,7 +182,7 @@ impl fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("key", &self.full_key())
             .field("owner", &self.inner.owner)
-            .field("phase", &self.state().phase)
+            .field("phase", &self.holding().phase())
             .finish()
     }
 }
@@ -548,17 +190,26 @@ impl fmt::Debug for Lock {
 impl Lock {
     pub(crate) fn new(locks: Locks, key: &str, owner: &str) -> Self {
         let path = locks.lock_path(key);
+        let (lost_key, lost_owner) = (locks.full_key(key), owner.to_owned());
+        let holding = Holding::new(
+            locks.clock.clone(),
+            &WORDS,
+            format!("key={} owner={owner}", locks.full_key(key)),
+            "never acquired",
+            move |reason| Error::LockLost {
+                key: lost_key.clone(),
+                owner: lost_owner.clone(),
+                reason: reason.to_owned(),
+            },
+        );
         Self {
             inner: Arc::new(Inner {
                 locks,
                 key: key.to_owned(),
                 owner: owner.to_owned(),
                 path,
-                state: Mutex::new(State {
-                    phase: Phase::Idle,
-                    seen: None,
-                    pending: Vec::new(),
-                }),
+                holding,
+                seen: Mutex::new(None),
                 op: tokio::sync::Mutex::new(()),
             }),
         }
@@ -584,26 +235,22 @@ impl Lock {
         &self.inner.locks
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.inner.state.lock().expect("lock state poisoned")
+    /// Watch the holding: `Held { valid_until }` after each acquisition or heartbeat, then
+    /// `Lost` or `Released`.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<LeaseState> {
+        self.holding().subscribe()
+    }
+
+    pub(crate) fn holding(&self) -> &Holding<Holds> {
+        &self.inner.holding
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, Option<Seen>> {
+        self.inner.seen.lock().expect("lock state poisoned")
     }
 
     fn now(&self) -> Instant {
         self.inner.locks.clock.now()
-    }
-
-    fn lost(&self, reason: impl Into<String>) -> Error {
-        Error::LockLost {
-            key: self.full_key(),
-            owner: self.inner.owner.clone(),
-            reason: reason.into(),
-        }
-    }
-
-    fn mark_lost(&self, reason: String) -> Error {
-        tracing::warn!(key = %self.full_key(), owner = %self.inner.owner, %reason, "lock lost");
-        self.state().phase = Phase::Lost(reason.clone());
-        self.lost(reason)
     }
 
     /// Acquire the key: succeeds when it is free, expired on the store's clock, or already held
@@ -630,18 +277,16 @@ impl Lock {
             ticket,
         };
         match take(&self.inner.locks, &self.inner.key, &spec).await {
-            Ok(g) => Ok(self.hold(g, duration)),
+            Ok(g) => self.hold(g, duration),
             Err(Error::Unavailable {
                 key,
                 holder,
                 remaining,
             }) => {
                 let now = self.now();
-                let mut state = self.state();
-                if let Phase::Held(_) = state.phase {
-                    state.phase = Phase::Lost(format!("the key is held by `{holder}`"));
-                }
-                state.seen = Some(Seen {
+                self.holding()
+                    .lose_if_held(format!("the key is held by `{holder}`"));
+                *self.seen() = Some(Seen {
                     holder: holder.clone(),
                     payload: None,
                     until: now + remaining,
@@ -656,47 +301,28 @@ impl Lock {
         }
     }
 
-    fn hold(&self, g: Granted, duration: Duration) -> Acquired {
-        let valid_until = g.t_send + duration;
+    fn hold(&self, g: Granted, duration: Duration) -> Result<Acquired> {
         let fence = g.record.fence;
-        let mut state = self.state();
-        state.pending.clear();
-        state.seen = None;
-        state.phase = Phase::Held(Held {
+        let written = ReadBack {
+            token: g.record.token,
             e_tag: g.e_tag,
             version: g.version,
+        };
+        let extra = Holds {
             fence,
-            generation: g.record.generation,
-            token: g.record.token,
-            duration,
             payload: g.record.payload,
-            t_send: g.t_send,
-            valid_until,
-        });
-        Acquired {
+        };
+        let valid_until = self
+            .holding()
+            .commit_new(g.answered, g.t_send, written, duration, extra)?;
+        *self.seen() = None;
+        Ok(Acquired {
             fence: Fence {
                 lock: self.full_key(),
                 value: fence,
             },
             valid_until,
-        }
-    }
-
-    /// The held state, or [`Error::LockLost`] if this handle does not hold the lock (any more).
-    fn held(&self) -> Result<Held> {
-        let now = self.now();
-        let mut state = self.state();
-        match &state.phase {
-            Phase::Held(h) if now < h.valid_until => Ok(h.clone()),
-            Phase::Held(_) => {
-                let reason = "its time ran out before a heartbeat succeeded".to_owned();
-                state.phase = Phase::Lost(reason.clone());
-                Err(self.lost(reason))
-            }
-            Phase::Lost(reason) => Err(self.lost(reason.clone())),
-            Phase::Released => Err(self.lost("released")),
-            Phase::Idle => Err(self.lost("never acquired")),
-        }
+        })
     }
 
     /// Extend the hold by its duration, counted from this heartbeat's send time. Fails with
@@ -705,38 +331,25 @@ impl Lock {
     /// released it since; a store error is transient (try again while time remains).
     pub async fn heartbeat(&self) -> Result<Instant> {
         let _op = self.inner.op.lock().await;
-        let mut held = self.held()?;
+        let mut held = self.holding().held()?;
         let locks = &self.inner.locks;
         for _ in 0..CONTENTION_ROUNDS {
             let generation = held.generation + 1;
-            let record = new_record(
-                locks,
-                &self.inner.key,
-                Some(&self.inner.owner),
-                held.payload.as_deref(),
-                held.duration,
-                held.fence,
-                generation,
-            );
-            let mode = PutMode::Update(object_store::UpdateVersion {
-                e_tag: held.e_tag.clone(),
-                version: held.version.clone(),
-            });
+            let record = self.record_of(&held, generation);
             let t_send = self.now();
-            let written = write_record(&locks.bank, &locks.clock, &self.inner.path, &record, mode)
-                .await
-                .inspect_err(|_| {
-                    // Unanswered: it may land (or have landed); recognise it when read back.
-                    let mut state = self.state();
-                    if state.pending.len() >= MAX_PENDING {
-                        state.pending.remove(0);
-                    }
-                    state.pending.push(Pending {
-                        token: record.token.clone(),
-                        generation,
-                        t_send,
-                    });
-                })?;
+            let written = write_record(
+                &locks.bank,
+                &locks.clock,
+                &self.inner.path,
+                &record,
+                update_of_held(&held),
+            )
+            .await
+            // Unanswered: it may land (or have landed); recognise it when read back.
+            .inspect_err(|_| {
+                self.holding()
+                    .remember_pending(&record.token, generation, t_send)
+            })?;
             match written {
                 Written::Ours {
                     e_tag,
@@ -744,15 +357,14 @@ impl Lock {
                     t_send,
                     answered,
                 } => {
-                    return self.commit(
-                        &held,
+                    let written = ReadBack {
+                        token: record.token,
                         e_tag,
                         version,
-                        generation,
-                        record.token,
-                        t_send,
-                        answered,
-                    )
+                    };
+                    return self
+                        .holding()
+                        .commit_renewal(answered, t_send, written, generation);
                 }
                 Written::Conflict => match self.reconcile(&held).await? {
                     Reconciled::Adopted(valid_until) => return Ok(valid_until),
@@ -771,102 +383,55 @@ impl Lock {
         ))
     }
 
-    /// Record a successful heartbeat sent at `t_send` and answered at `answered`.
-    ///
-    /// It counts only if answered while the previous hold was still valid: afterwards someone
-    /// may have judged the lock expired and taken it over.
-    #[allow(clippy::too_many_arguments)]
-    fn commit(
-        &self,
-        prev: &Held,
-        e_tag: Option<String>,
-        version: Option<String>,
-        generation: u64,
-        token: String,
-        t_send: Instant,
-        answered: Instant,
-    ) -> Result<Instant> {
-        if answered >= prev.valid_until {
-            return Err(self.mark_lost(
-                "the heartbeat was answered after the hold had run out; another owner may have \
-                 taken the key"
-                    .to_owned(),
-            ));
-        }
-        let valid_until = t_send + prev.duration;
-        let mut state = self.state();
-        state.pending.clear();
-        state.phase = Phase::Held(Held {
-            e_tag,
-            version,
+    fn record_of(&self, held: &Held<Holds>, generation: u64) -> LockRecord {
+        new_record(
+            &self.inner.locks,
+            &self.inner.key,
+            Some(&self.inner.owner),
+            held.extra.payload.as_deref(),
+            held.length,
+            held.extra.fence,
             generation,
-            token,
-            t_send,
-            valid_until,
-            ..prev.clone()
-        });
-        Ok(valid_until)
+        )
     }
 
     /// Read the object back after a conflict: still our last write (new ETag), one of our pending
     /// heartbeats (adopt it), or anything else (lost).
-    async fn reconcile(&self, held: &Held) -> Result<Reconciled> {
-        let found = match read_record(&self.inner.locks.bank, &self.inner.path).await {
-            Ok(found) => found,
-            Err(e @ Error::Corrupt { .. }) => {
-                return Err(self.mark_lost(format!("the lock object was replaced: {e}")))
-            }
-            Err(e) => return Err(e),
-        };
-        let Some((rec, meta)) = found else {
-            return Err(self.mark_lost("the lock object is gone".to_owned()));
-        };
-        if rec.token == held.token {
-            let mut now_held = held.clone();
-            now_held.e_tag = meta.e_tag;
-            now_held.version = meta.version;
-            return Ok(Reconciled::Unchanged(now_held));
-        }
-        let pending = self
-            .state()
-            .pending
-            .iter()
-            .find(|p| p.token == rec.token)
-            .cloned();
-        if let Some(p) = pending {
-            tracing::info!(key = %self.full_key(), generation = p.generation,
-                "an earlier heartbeat whose answer was lost did land; adopting it");
-            return self
-                .commit(
-                    held,
-                    meta.e_tag,
-                    meta.version,
-                    p.generation,
-                    p.token,
-                    p.t_send,
-                    self.now(),
+    async fn reconcile(&self, held: &Held<Holds>) -> Result<Reconciled<Holds>> {
+        let read = read_record(&self.inner.locks.bank, &self.inner.path).await;
+        let mut found = None;
+        let read = read.map(|r| {
+            r.map(|(rec, meta)| {
+                let back = ReadBack {
+                    token: rec.token.clone(),
+                    e_tag: meta.e_tag,
+                    version: meta.version,
+                };
+                found = Some(rec);
+                back
+            })
+        });
+        self.holding().reconcile(held, read, || {
+            let rec = found.expect("a record was read");
+            if rec.fence != held.extra.fence {
+                format!(
+                    "another owner held the key in between (fencing token `{}` -> `{}`, now {})",
+                    held.extra.fence,
+                    rec.fence,
+                    match &rec.holder {
+                        Some(h) => format!("held by `{h}`"),
+                        None => "released".to_owned(),
+                    }
                 )
-                .map(Reconciled::Adopted);
-        }
-        let reason = if rec.fence != held.fence {
-            format!(
-                "another owner held the key in between (fencing token `{}` -> `{}`, now {})",
-                held.fence,
-                rec.fence,
-                match &rec.holder {
-                    Some(h) => format!("held by `{h}`"),
-                    None => "released".to_owned(),
-                }
-            )
-        } else if rec.holder.is_none() {
-            "the lock was released by someone else".to_owned()
-        } else {
-            format!(
-                "the lock object was rewritten by another writer (holder `{}`)",
-                rec.holder.as_deref().unwrap_or("-")
-            )
-        };
-        Err(self.mark_lost(reason))
+            } else if rec.holder.is_none() {
+                "the lock was released by someone else".to_owned()
+            } else {
+                format!(
+                    "the lock object was rewritten by another writer (holder `{}`)",
+                    rec.holder.as_deref().unwrap_or("-")
+                )
+            }
+        })
     }
 
     /// Release the lock: write a free record (keeping the fencing counter) with If-Match on our
@@ -874,16 +439,15 @@ impl Lock {
     /// else does.
     pub async fn release(&self) -> Result<()> {
         let _op = self.inner.op.lock().await;
-        let phase = self.state().phase.clone();
         let locks = &self.inner.locks;
-        let Phase::Held(mut held) = phase else {
+        let Phase::Held(mut held) = self.holding().phase() else {
             // Not ours (any more): report who holds it, touch nothing.
             return match locks.current(&self.inner.key).await? {
                 Some(c) if c.holder != self.inner.owner => {
                     Err(unavailable(locks, &self.inner.key, &c.holder, c.remaining))
                 }
                 _ => {
-                    self.state().phase = Phase::Released;
+                    self.holding().set_released();
                     Ok(())
                 }
             };
@@ -895,16 +459,13 @@ impl Lock {
                 None,
                 None,
                 Duration::ZERO,
-                held.fence,
+                held.extra.fence,
                 held.generation + 1,
             );
-            let mode = PutMode::Update(object_store::UpdateVersion {
-                e_tag: held.e_tag.clone(),
-                version: held.version.clone(),
-            });
+            let mode = update_of_held(&held);
             match write_record(&locks.bank, &locks.clock, &self.inner.path, &free, mode).await? {
                 Written::Ours { .. } => {
-                    self.state().phase = Phase::Released;
+                    self.holding().set_released();
                     tracing::debug!(key = %self.full_key(), "lock released");
                     return Ok(());
                 }
@@ -913,18 +474,17 @@ impl Lock {
             // Changed since our last write: ours under a new ETag or a pending heartbeat
             // (release on top of it), or someone else's (then it is not ours to release).
             let Some((rec, meta)) = read_record(&locks.bank, &self.inner.path).await? else {
-                self.state().phase = Phase::Released;
+                self.holding().set_released();
                 return Ok(());
             };
-            let ours = rec.token == held.token
-                || self.state().pending.iter().any(|p| p.token == rec.token);
-            if ours {
+            if self.holding().is_ours(&held, &rec.token) {
                 held.e_tag = meta.e_tag;
                 held.version = meta.version;
                 held.generation = rec.generation;
                 continue;
             }
-            self.state().phase = Phase::Lost("another owner held the key".to_owned());
+            self.holding()
+                .mark_lost("another owner held the key".to_owned());
             return match locks.current(&self.inner.key).await? {
                 Some(c) => Err(unavailable(locks, &self.inner.key, &c.holder, c.remaining)),
                 None => Ok(()),
@@ -942,31 +502,29 @@ impl Lock {
     pub async fn current(&self) -> Result<Option<Current>> {
         let current = self.inner.locks.current(&self.inner.key).await?;
         let now = self.now();
-        let mut state = self.state();
         match &current {
             Some(c) if c.holder == self.inner.owner => {
                 // Ours? Only if it is the holding this handle made.
-                if let Phase::Held(h) = &state.phase {
-                    if h.fence != c.fence {
-                        state.phase = Phase::Lost(format!(
+                if let Phase::Held(h) = self.holding().phase() {
+                    if h.extra.fence != c.fence {
+                        self.holding().mark_lost(format!(
                             "the key was acquired again (fencing token `{}` -> `{}`)",
-                            h.fence, c.fence
+                            h.extra.fence, c.fence
                         ));
                     }
                 }
-                state.seen = None;
+                *self.seen() = None;
             }
             Some(c) => {
-                if let Phase::Held(_) = state.phase {
-                    state.phase = Phase::Lost(format!("the key is held by `{}`", c.holder));
-                }
-                state.seen = Some(Seen {
+                self.holding()
+                    .lose_if_held(format!("the key is held by `{}`", c.holder));
+                *self.seen() = Some(Seen {
                     holder: c.holder.clone(),
                     payload: c.payload.clone(),
                     until: now + c.remaining,
                 });
             }
-            None => state.seen = None,
+            None => *self.seen() = None,
         }
         Ok(current)
     }
@@ -976,8 +534,7 @@ impl Lock {
     /// True iff this handle holds the lock: acquired, not released or lost, and its time (from
     /// the send time of its last successful write) has not run out.
     pub fn am_owner(&self) -> bool {
-        let now = self.now();
-        matches!(&self.state().phase, Phase::Held(h) if now < h.valid_until)
+        self.holding().live().is_some()
     }
 
     /// True iff the key is held by anyone as far as our last successful call knows: by us
@@ -985,14 +542,13 @@ impl Lock {
     /// then) has not run out since.
     pub fn is_owned(&self) -> bool {
         let now = self.now();
-        self.am_owner() || matches!(&self.state().seen, Some(s) if now < s.until)
+        self.am_owner() || matches!(&*self.seen(), Some(s) if now < s.until)
     }
 
     /// When the current holding ends, on this host's monotonic clock: ours (send time +
     /// duration), else the other holder's as last seen; `None` when nothing is known.
     pub fn expires(&self) -> Option<Instant> {
-        let state = self.state();
-        match (&state.phase, &state.seen) {
+        match (self.holding().phase(), &*self.seen()) {
             (Phase::Held(h), _) => Some(h.valid_until),
             (_, Some(s)) => Some(s.until),
             _ => None,
@@ -1019,21 +575,18 @@ impl Lock {
 
     /// Time until our hold should be renewed (see [`seconds_to_renew`](Self::seconds_to_renew)).
     pub fn renew_in(&self) -> Duration {
-        let now = self.now();
-        match &self.state().phase {
-            Phase::Held(h) if now < h.valid_until => {
-                (h.t_send + h.duration / 2).saturating_duration_since(now)
-            }
-            _ => Duration::ZERO,
+        match self.holding().live() {
+            Some(h) => (h.t_send + h.length / 2).saturating_duration_since(self.now()),
+            None => Duration::ZERO,
         }
     }
 
     /// The fencing token of our holding, while we hold the lock.
     pub fn fence(&self) -> Option<Fence> {
-        match &self.state().phase {
+        match self.holding().phase() {
             Phase::Held(h) => Some(Fence {
                 lock: self.full_key(),
-                value: h.fence,
+                value: h.extra.fence,
             }),
             _ => None,
         }
@@ -1045,8 +598,7 @@ impl Lock {
             return Some(self.inner.owner.clone());
         }
         let now = self.now();
-        self.state()
-            .seen
+        self.seen()
             .as_ref()
             .filter(|s| now < s.until)
             .map(|s| s.holder.clone())
@@ -1054,9 +606,8 @@ impl Lock {
 
     /// The payload as last known: ours while we hold it, else the other holder's last seen.
     pub fn payload(&self) -> Option<String> {
-        let state = self.state();
-        match (&state.phase, &state.seen) {
-            (Phase::Held(h), _) => h.payload.clone(),
+        match (self.holding().phase(), &*self.seen()) {
+            (Phase::Held(h), _) => h.extra.payload,
             (_, Some(s)) => s.payload.clone(),
             _ => None,
         }
@@ -1064,26 +615,41 @@ impl Lock {
 
     /// The duration of our holding, while we hold the lock.
     pub fn duration(&self) -> Option<Duration> {
-        match &self.state().phase {
-            Phase::Held(h) => Some(h.duration),
+        match self.holding().phase() {
+            Phase::Held(h) => Some(h.length),
             _ => None,
         }
     }
-
-    /// Start a background heartbeat (see [`super::Heartbeat`]).
-    pub fn spawn_heartbeat(
-        &self,
-        jitter: Jitter,
-        jitter_fraction: f64,
-    ) -> (
-        super::Heartbeat,
-        tokio::sync::mpsc::Receiver<super::HeartbeatFailure>,
-    ) {
-        super::keeper::spawn(self.clone(), jitter, jitter_fraction)
-    }
 }
 
-enum Reconciled {
-    Unchanged(Held),
-    Adopted(Instant),
+/// `PutMode::Update` on our last write.
+fn update_of_held(held: &Held<Holds>) -> PutMode {
+    PutMode::Update(object_store::UpdateVersion {
+        e_tag: held.e_tag.clone(),
+        version: held.version.clone(),
+    })
+}
+
+impl Renewable for Lock {
+    type Extra = Holds;
+
+    fn holding(&self) -> &Holding<Holds> {
+        &self.inner.holding
+    }
+
+    fn renew(&self) -> impl std::future::Future<Output = Result<Instant>> + Send {
+        self.heartbeat()
+    }
+
+    /// Every half length from the send time of the last write; retries from a twentieth of the
+    /// length up to a quarter.
+    fn cadence(&self) -> Cadence {
+        let length = self.duration().unwrap_or_default();
+        let first_backoff = (length / 20).max(Duration::from_millis(10));
+        Cadence {
+            interval: length / 2,
+            first_backoff,
+            max_backoff: (length / 4).max(first_backoff),
+        }
+    }
 }

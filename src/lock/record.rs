@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use object_store::path::Path;
-use object_store::{ObjectMeta, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use object_store::{ObjectMeta, PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::{Deserialize, Serialize};
 
-use crate::bank::{add_saturating, sub_saturating, Bank, StoreTime};
+use crate::bank::Bank;
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
 use crate::id::validate_id;
+use crate::lease::{encode, judge_expiry, parse_versioned, read_bounded, Expiry};
 
 /// The lock body format this version writes and understands.
 pub const LOCK_FORMAT: u32 = 1;
@@ -71,21 +72,7 @@ impl LockRecord {
             path: path.to_owned(),
             reason,
         };
-        #[derive(Deserialize)]
-        struct Version {
-            format: u32,
-        }
-        let version: Version = serde_json::from_slice(bytes)
-            .map_err(|e| corrupt(format!("not a lock record: {e}")))?;
-        if version.format > LOCK_FORMAT {
-            return Err(corrupt(format!(
-                "lock format `{}` is newer than this banklease understands (`{LOCK_FORMAT}`); \
-                 upgrade banklease",
-                version.format
-            )));
-        }
-        let record: LockRecord = serde_json::from_slice(bytes)
-            .map_err(|e| corrupt(format!("not a lock record: {e}")))?;
+        let record: LockRecord = parse_versioned(path, bytes, "lock", LOCK_FORMAT)?;
         if record.duration() > MAX_DURATION {
             return Err(corrupt(format!(
                 "duration_ms=`{}` is out of range",
@@ -102,39 +89,16 @@ impl LockRecord {
     }
 
     pub(crate) fn to_payload(&self, path: &Path) -> Result<PutPayload> {
-        let bytes = serde_json::to_vec(self).map_err(|e| Error::Corrupt {
-            path: path.to_string(),
-            reason: format!("cannot encode lock record: {e}"),
-        })?;
-        Ok(PutPayload::from(bytes))
+        encode(path, "lock", self)
     }
-}
-
-/// A fresh per-write token.
-pub(crate) fn new_token() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
 }
 
 /// Read the record at `path`: `None` when the store says it does not exist.
 pub async fn read_record(bank: &Bank, path: &Path) -> Result<Option<(LockRecord, ObjectMeta)>> {
-    let got = match bank.store().get(path).await {
-        Ok(g) => g,
-        Err(object_store::Error::NotFound { .. }) => return Ok(None),
-        Err(e) => return Err(Error::store("get", path, e)),
+    let Some((bytes, meta)) = read_bounded(bank, path, MAX_RECORD_BYTES).await? else {
+        return Ok(None);
     };
-    let meta = got.meta.clone();
-    if meta.size > MAX_RECORD_BYTES {
-        return Err(Error::Corrupt {
-            path: path.to_string(),
-            reason: format!("size `{}` exceeds {MAX_RECORD_BYTES} bytes", meta.size),
-        });
-    }
-    let bytes = got
-        .bytes()
-        .await
-        .map_err(|e| Error::store("get", path, e))?;
-    let record = LockRecord::parse(path.as_ref(), &bytes)?;
-    Ok(Some((record, meta)))
+    Ok(Some((LockRecord::parse(path.as_ref(), &bytes)?, meta)))
 }
 
 /// Where a lock stands on the store's clock.
@@ -156,9 +120,8 @@ pub enum Judged {
 
 /// Judge a record from what the store said. Pure.
 ///
-/// Like [`crate::observe::judge`]: `Held.remaining = (last_modified + duration − margin) −
-/// store_now` and `Expired` only once `store_now ≥ last_modified + duration + margin`, so the
-/// skew margin always errs on the side of the holder.
+/// A held record's duration is judged by [`crate::lease::judge_expiry`], as owner leases are:
+/// the skew margin always errs on the side of the holder.
 pub fn judge(
     record: &LockRecord,
     last_modified: DateTime<Utc>,
@@ -168,47 +131,9 @@ pub fn judge(
     if record.holder.is_none() {
         return Judged::Free;
     }
-    // The read returned this stamp, so the store's time was at least `last_modified` (a read
-    // judged at its send instant may predate it). Only ever shortens `remaining`.
-    let store_now = store_now.max(last_modified);
-    // Saturating: absurd margins or durations only ever make the holder look alive.
-    let expires_at = add_saturating(last_modified, record.duration());
-    let dead_from = add_saturating(expires_at, margin);
-    if store_now >= dead_from && dead_from < DateTime::<Utc>::MAX_UTC {
-        Judged::Expired {
-            since: StoreTime::between(dead_from, store_now),
-        }
-    } else {
-        Judged::Held {
-            remaining: StoreTime::between(store_now, sub_saturating(expires_at, margin)),
-        }
-    }
-}
-
-/// One reading of the store's clock, with the instant it was asked for, so that both a lower
-/// and an upper bound of the store's time can be carried forward.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct StoreClock {
-    time: StoreTime,
-    asked: Instant,
-}
-
-impl StoreClock {
-    pub(crate) async fn read(bank: &Bank, clock: &SharedClock) -> Result<Self> {
-        let asked = clock.now();
-        let time = bank.store_time(clock).await?;
-        Ok(Self { time, asked })
-    }
-
-    /// The store's time at `now`, at least (see [`StoreTime::at_instant`]): for judging expiry.
-    pub(crate) fn lower(&self, now: Instant) -> DateTime<Utc> {
-        self.time.at_instant(now)
-    }
-
-    /// The store's time at `now`, at most: the probe was stamped no earlier than it was asked
-    /// for. For a holder's own guarantees.
-    pub(crate) fn upper(&self, now: Instant) -> DateTime<Utc> {
-        add_saturating(self.time.at, now.saturating_duration_since(self.asked))
+    match judge_expiry(last_modified, record.duration(), store_now, margin) {
+        Expiry::Held { remaining } => Judged::Held { remaining },
+        Expiry::Expired { since } => Judged::Expired { since },
     }
 }
 

@@ -1,0 +1,624 @@
+//! The owner lease: one object per owner at `leases/<owner_id>`.
+//!
+//! An owner *acquires* its lease with create-if-absent, *renews* it with a write that succeeds only
+//! if the object is still the one it wrote last, and *releases* it on orderly shutdown. Between
+//! requests it answers [`OwnerLease::check_validity`] from memory. The rules a write must obey
+//! (send-time expiry, late answers, Lost is final, read-back) are the core's
+//! ([`super::holding`]); this module is what is owner-specific: the record, the renewal
+//! mechanisms, takeover and release.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use tokio::sync::watch;
+
+use super::expiry::{judge_expiry, Expiry};
+use super::holding::{Held, Holding, LeaseState, Phase, ReadBack, Reconciled, Words};
+use super::keeper::{Cadence, Renewable};
+use super::record::{encode, new_token, read_lease_at, LeaseRecord, LEASE_FORMAT};
+use super::swift;
+use crate::bank::Bank;
+use crate::capability::RenewalMechanism;
+use crate::clock::SharedClock;
+use crate::error::{Error, Result};
+use crate::id::{local_hostname, OwnerId};
+use crate::windows::LeaseWindows;
+
+static WORDS: Words = Words {
+    what: "lease",
+    ran_out: "validity ran out before a renewal succeeded",
+    answered_late: "renewal answered after the validity had run out; a GC may have acted",
+    too_slow: "the write took longer than the expire window",
+    gone: "lease object is gone (deleted)",
+};
+
+struct Shared {
+    bank: Bank,
+    path: Path,
+    owner: OwnerId,
+    windows: LeaseWindows,
+    mechanism: RenewalMechanism,
+    host: String,
+    acquired_at: DateTime<Utc>,
+    holding: Holding<()>,
+    /// Serialises renew and release; the holding's state is never held across an await.
+    op: tokio::sync::Mutex<()>,
+}
+
+/// An owner's lease. Cheap to clone; clones share state.
+///
+/// See the crate documentation for a complete example.
+#[derive(Clone)]
+pub struct OwnerLease {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for OwnerLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnerLease")
+            .field("owner_id", &self.shared.owner)
+            .field("bank", &self.shared.bank.label())
+            .field("state", &self.shared.holding.phase())
+            .finish()
+    }
+}
+
+/// Retries of a transient error inside one acquire call (same token, so a landed write is
+/// recognised).
+const ACQUIRE_ATTEMPTS: usize = 3;
+
+impl OwnerLease {
+    /// Acquire the lease of `owner` in `bank`: create-if-absent of `leases/<owner_id>`.
+    ///
+    /// Fails with [`Error::LeaseExists`] if the object is already there (owner ids are unique;
+    /// a second acquire of the same id is a bug or a stale id), and with [`Error::Unsupported`] if
+    /// the bank cannot keep leases (see [`crate::capability`]).
+    /// Refuses a prefix that is not a bank ([`Error::NotABank`]) or a layout this release does
+    /// not know ([`crate::layout::check`]).
+    pub async fn acquire(
+        bank: &Bank,
+        owner: OwnerId,
+        windows: LeaseWindows,
+        clock: SharedClock,
+    ) -> Result<Self> {
+        // Never write a lease into a prefix that is not a bank (or a layout we do not know).
+        crate::layout::check(bank).await?;
+        let path = bank.lease_path(&owner);
+        Self::acquire_at(bank, path, owner, windows, clock).await
+    }
+
+    /// Acquire a lease object at any `path` (the GC's single-active lease uses this), with the
+    /// same protocol as [`acquire`](Self::acquire).
+    pub async fn acquire_at(
+        bank: &Bank,
+        path: Path,
+        owner: OwnerId,
+        windows: LeaseWindows,
+        clock: SharedClock,
+    ) -> Result<Self> {
+        Self::acquire_with(bank, path, owner, windows, clock, PutMode::Create).await
+    }
+
+    /// Acquire the lease at `path`, taking it over if its holder's lease has expired on the
+    /// store's clock (by more than `margin`). Fails with [`Error::LeaseExists`] while the holder
+    /// is alive, or when its lease cannot be read (never take over on doubt).
+    ///
+    /// On a bank with enforced conditional overwrite the takeover is one If-Match write on the
+    /// expired object, so of two racing standbys exactly one wins. Elsewhere it is delete, then
+    /// create-if-absent: two standbys may both succeed and the loser learns it at its first
+    /// renewal (within one renew window).
+    pub async fn take_over_at(
+        bank: &Bank,
+        path: Path,
+        owner: OwnerId,
+        windows: LeaseWindows,
+        clock: SharedClock,
+        margin: Duration,
+    ) -> Result<Self> {
+        match Self::acquire_at(bank, path.clone(), owner.clone(), windows, clock.clone()).await {
+            Err(Error::LeaseExists { .. }) => {}
+            other => return other,
+        }
+        let store_time = bank.store_time(&clock).await?;
+        // Invariant: a read is judged at the instant before it was sent (StoreTime::at_send):
+        // the holder may have renewed while the answer was on its way.
+        let sent = clock.now();
+        let Some((record, meta)) = read_lease_at(bank, &path).await? else {
+            return Self::acquire_at(bank, path, owner, windows, clock).await;
+        };
+        let holder = record.owner_id.to_string();
+        let expiry = judge_expiry(
+            meta.last_modified,
+            record.expire_window(),
+            store_time.at_send(sent, Duration::ZERO),
+            margin,
+        );
+        if !matches!(expiry, Expiry::Expired { .. }) {
+            return Err(Error::LeaseExists { owner_id: holder });
+        }
+        tracing::info!(path = %path, previous = %holder, "taking over an expired lease");
+        if bank.capabilities().await?.renewal == RenewalMechanism::ConditionalUpdate {
+            let mode = PutMode::Update(UpdateVersion {
+                e_tag: meta.e_tag,
+                version: meta.version,
+            });
+            return Self::acquire_with(bank, path, owner, windows, clock, mode).await;
+        }
+        match bank.store().delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(Error::store("delete", &path, e)),
+        }
+        Self::acquire_at(bank, path, owner, windows, clock).await
+    }
+
+    async fn acquire_with(
+        bank: &Bank,
+        path: Path,
+        owner: OwnerId,
+        windows: LeaseWindows,
+        clock: SharedClock,
+        mode: PutMode,
+    ) -> Result<Self> {
+        for warning in windows.validate()? {
+            tracing::warn!(owner_id = %owner, "{warning}");
+        }
+        let mechanism = bank.capabilities().await?.renewal;
+        let acquired_at: DateTime<Utc> = clock.system_now().into();
+        let lost_owner = owner.to_string();
+        let holding = Holding::new(
+            clock,
+            &WORDS,
+            format!("owner_id={owner}"),
+            "not yet acquired",
+            move |reason| Error::LeaseLost {
+                owner_id: lost_owner.clone(),
+                reason: reason.to_owned(),
+            },
+        );
+        let lease = OwnerLease {
+            shared: Arc::new(Shared {
+                bank: bank.clone(),
+                path: path.clone(),
+                owner,
+                windows,
+                mechanism,
+                host: local_hostname(),
+                acquired_at,
+                holding,
+                op: tokio::sync::Mutex::new(()),
+            }),
+        };
+        let token = new_token();
+        let body = lease.body(1, &token)?;
+        let opts = PutOptions::from(mode);
+        let mut last_err = None;
+        // Taken once, before the first attempt: a retry may find (and adopt) an earlier attempt
+        // that landed, so validity must count from the earliest write that may have landed.
+        let t_send = lease.now();
+        let commit = |e_tag, version| {
+            let written = ReadBack {
+                token: token.clone(),
+                e_tag,
+                version,
+            };
+            lease
+                .holding()
+                .commit_new(lease.now(), t_send, written, windows.expire_window, ())
+        };
+        for attempt in 0..ACQUIRE_ATTEMPTS {
+            let result = match (bank.swift(), &opts.mode) {
+                (Some(swift), PutMode::Create) if mechanism == RenewalMechanism::SwiftPut => swift
+                    .put_with_delete_after(&path, body.clone(), swift::ttl_secs(windows), true)
+                    .await
+                    .map(|w| (w.e_tag, None)),
+                _ => bank
+                    .store()
+                    .put_opts(&path, body.clone(), opts.clone())
+                    .await
+                    .map(|put| (put.e_tag, put.version)),
+            };
+            match result {
+                Ok((e_tag, version)) => {
+                    commit(e_tag, version)?;
+                    return Ok(lease);
+                }
+                Err(
+                    object_store::Error::AlreadyExists { .. }
+                    | object_store::Error::Precondition { .. },
+                ) => {
+                    // Ours, if an earlier attempt (or the client's own retry) landed.
+                    return match read_lease_at(bank, &path).await {
+                        Ok(Some((record, meta))) if record.token == token => {
+                            commit(meta.e_tag, meta.version)?;
+                            Ok(lease)
+                        }
+                        Ok(Some((record, _))) => Err(Error::LeaseExists {
+                            owner_id: record.owner_id.to_string(),
+                        }),
+                        _ => Err(Error::LeaseExists {
+                            owner_id: lease.shared.owner.to_string(),
+                        }),
+                    };
+                }
+                Err(e) => {
+                    let err = Error::store("put", &path, e);
+                    if !err.is_transient() {
+                        return Err(err);
+                    }
+                    tracing::warn!(owner_id = %lease.shared.owner, attempt, error = %err,
+                        "lease acquire failed; retrying with the same token");
+                    last_err = Some(err);
+                }
+            }
+        }
+        Err(last_err.expect("at least one attempt"))
+    }
+
+    /// The owner.
+    pub fn owner_id(&self) -> &OwnerId {
+        &self.shared.owner
+    }
+
+    /// The bank the lease lives in.
+    pub fn bank(&self) -> &Bank {
+        &self.shared.bank
+    }
+
+    /// The lease windows.
+    pub fn windows(&self) -> LeaseWindows {
+        self.shared.windows
+    }
+
+    /// The clock the lease runs on.
+    pub fn clock(&self) -> &SharedClock {
+        self.holding().clock()
+    }
+
+    /// The renewal mechanism chosen for this bank.
+    pub fn mechanism(&self) -> RenewalMechanism {
+        self.shared.mechanism
+    }
+
+    /// Lease time left on the owner's clock; zero when lost, released or run out.
+    /// Makes no request.
+    pub fn remaining(&self) -> Duration {
+        self.holding().remaining()
+    }
+
+    /// True iff at least `validity_window` of lease time is left. Makes **no request**: call it
+    /// before every update of a checkpoint.
+    pub fn check_validity(&self) -> bool {
+        self.ensure_valid().is_ok()
+    }
+
+    /// Like [`check_validity`](Self::check_validity), but says why not.
+    pub fn ensure_valid(&self) -> Result<()> {
+        let validity_window = self.shared.windows.validity_window;
+        match self.holding().phase() {
+            Phase::Held(h) => {
+                let remaining = h.valid_until.saturating_duration_since(self.now());
+                if remaining >= validity_window {
+                    Ok(())
+                } else {
+                    Err(Error::ValidityTooShort {
+                        owner_id: self.shared.owner.to_string(),
+                        remaining,
+                        validity_window,
+                    })
+                }
+            }
+            Phase::Lost(reason) => Err(self.holding().lost_error(&reason)),
+            Phase::Released => Err(self.holding().lost_error("released")),
+        }
+    }
+
+    /// The current state. A held lease whose validity has run out is reported Lost.
+    pub fn state(&self) -> LeaseState {
+        self.holding().state()
+    }
+
+    /// Watch the state: every change (renewed, lost, released) is published.
+    pub fn subscribe(&self) -> watch::Receiver<LeaseState> {
+        self.holding().subscribe()
+    }
+
+    /// Renew once. On success returns the new `valid_until`.
+    ///
+    /// Errors: [`Error::LeaseLost`] (final) when the object is gone or changed or the validity
+    /// ran out first; a store error (transient, try again while time remains) otherwise.
+    pub async fn renew(&self) -> Result<Instant> {
+        let _op = self.shared.op.lock().await;
+        let held = self.holding().held()?;
+        let path = &self.shared.path;
+        if let (RenewalMechanism::SwiftPut, Some(swift)) =
+            (self.shared.mechanism, self.shared.bank.swift())
+        {
+            return self.renew_swift(swift, &held, path).await;
+        }
+        let store = self.shared.bank.store();
+        let mode = match self.shared.mechanism {
+            RenewalMechanism::ConditionalUpdate => PutMode::Update(UpdateVersion {
+                e_tag: held.e_tag.clone(),
+                version: held.version.clone(),
+            }),
+            // Only reached if a Swift-mechanism lease lost its Swift handle: verify, then
+            // overwrite, which rests on the same timing argument.
+            RenewalMechanism::VerifyThenOverwrite | RenewalMechanism::SwiftPut => {
+                let meta = match store.head(path).await {
+                    Ok(m) => m,
+                    Err(object_store::Error::NotFound { .. }) => {
+                        return Err(self.holding().mark_lost(WORDS.gone.to_owned()))
+                    }
+                    Err(e) => return Err(Error::store("head", path, e)),
+                };
+                if meta.e_tag != held.e_tag {
+                    // Changed since our last write: ours only if it carries one of our tokens.
+                    if let Reconciled::Adopted(valid_until) = self.reconcile(&held).await? {
+                        return Ok(valid_until);
+                    }
+                }
+                // As on Swift: a HEAD that hung past the validity must not be followed by
+                // an overwrite, which would refresh (or re-create) a Lost lease.
+                self.holding().held()?;
+                PutMode::Overwrite
+            }
+        };
+        let generation = held.generation + 1;
+        let token = new_token();
+        let body = self.body(generation, &token)?;
+        let t_send = self.now();
+        match store.put_opts(path, body, PutOptions::from(mode)).await {
+            Ok(put) => self.holding().commit_renewal(
+                self.now(),
+                t_send,
+                ReadBack {
+                    token,
+                    e_tag: put.e_tag,
+                    version: put.version,
+                },
+                generation,
+            ),
+            Err(
+                object_store::Error::Precondition { .. }
+                | object_store::Error::NotFound { .. }
+                | object_store::Error::AlreadyExists { .. },
+            ) => {
+                // Either someone else changed or deleted the object, or our own write landed and
+                // a retry of it was refused. Only reading back can tell.
+                self.holding().remember_pending(&token, generation, t_send);
+                match self.reconcile(&held).await? {
+                    Reconciled::Adopted(valid_until) => Ok(valid_until),
+                    // Still our previous write under a new ETag: not renewed; try again.
+                    Reconciled::Unchanged(_) => Err(Error::store(
+                        "put",
+                        path,
+                        object_store::Error::Precondition {
+                            path: path.to_string(),
+                            source: "lease etag changed but content is ours; retry".into(),
+                        },
+                    )),
+                }
+            }
+            Err(e) => {
+                self.holding().remember_pending(&token, generation, t_send);
+                Err(Error::store("put", path, e))
+            }
+        }
+    }
+
+    /// Release the lease (delete its object). From the moment this is called, `check_validity`
+    /// is false for good — even if the delete then fails (the object then expires on the store
+    /// clock). Releasing a lost lease, or one whose validity has run out, deletes nothing: the
+    /// object may no longer be ours.
+    pub async fn release(&self) -> Result<()> {
+        let _op = self.shared.op.lock().await;
+        // A held lease whose validity ran out unnoticed may already be someone else's object (a
+        // takeover, a reaped and re-created key): `held()` makes it Lost, and it is never
+        // deleted.
+        let held = match self.holding().held() {
+            Ok(h) => h,
+            Err(_) => {
+                if let Phase::Lost(reason) = self.holding().phase() {
+                    tracing::warn!(owner_id = %self.shared.owner, reason = %reason,
+                        "releasing a lost lease: leaving its object alone");
+                }
+                self.holding().set_released();
+                return Ok(());
+            }
+        };
+        // A release is an update like any other: it needs `validity_window` left, or its DELETE
+        // (retried by the client, or delayed) could land after a successor took the key over
+        // and delete the successor's lease.
+        let left = held.valid_until.saturating_duration_since(self.now());
+        if left < self.shared.windows.validity_window {
+            tracing::warn!(owner_id = %self.shared.owner, left = ?left,
+                "releasing with less than validity_window left: leaving the lease object to \
+                 expire");
+            self.holding().set_released();
+            return Ok(());
+        }
+        // Invariant: the lease stops being valid *before* the delete is sent. Once the delete
+        // lands, observers see the lease Missing and may collect; an owner still believing its
+        // lease (answer pending, or lost) would then race the GC. Released is final either way:
+        // a failed delete leaves an object that simply expires on the store clock.
+        self.holding().set_released();
+        let path = &self.shared.path;
+        let left = held.valid_until.saturating_duration_since(self.now());
+        // Abandoned (client retries stop) once the validity it was sent under runs out.
+        let outcome = tokio::select! {
+            biased;
+            r = self.shared.bank.store().delete(path) => Some(r),
+            () = self.clock().sleep(left) => None,
+        };
+        match outcome {
+            Some(Ok(()) | Err(object_store::Error::NotFound { .. })) => {
+                tracing::info!(owner_id = %self.shared.owner, "lease released");
+                Ok(())
+            }
+            Some(Err(e)) => Err(Error::store("delete", path, e)),
+            None => {
+                tracing::warn!(owner_id = %self.shared.owner,
+                    "release abandoned: the delete outlasted the validity; the lease object \
+                     expires on the store clock");
+                Ok(())
+            }
+        }
+    }
+
+    // ---- internals -------------------------------------------------------------------------
+
+    fn holding(&self) -> &Holding<()> {
+        &self.shared.holding
+    }
+
+    fn now(&self) -> Instant {
+        self.holding().clock().now()
+    }
+
+    /// Swift: HEAD (still our object?), then PUT a new body (generation + 1, a new token) with
+    /// a fresh `X-Delete-After`.
+    ///
+    /// A PUT, not a POST: with several replicas, `X-Newest` reads rank replicas by the timestamp
+    /// of their data file, which a POST does not change. A replica that missed POST-only
+    /// renewals would be served to some reads with the lease's old `last_modified`, and a GC
+    /// would judge a live owner dead (measured on a 3-replica Swift, gc/tests/swift_replicas.rs).
+    /// As with verify-then-overwrite, a PUT whose answer is lost is remembered as pending and
+    /// adopted by the next renewal's read-back.
+    async fn renew_swift(
+        &self,
+        swift: &crate::swift::SwiftStore,
+        held: &Held<()>,
+        path: &Path,
+    ) -> Result<Instant> {
+        let head_sent = self.now();
+        let head = match swift.head_swift(path).await {
+            Ok(h) => h,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(self
+                    .holding()
+                    .mark_lost("lease object is gone (deleted or expired)".to_owned()))
+            }
+            Err(e) => return Err(Error::store("head", path, e)),
+        };
+        if head.meta.e_tag != held.e_tag {
+            // Changed since our last write: ours only if it carries one of our tokens.
+            if let Reconciled::Adopted(valid_until) = self.reconcile(held).await? {
+                return Ok(valid_until);
+            }
+        }
+        let generation = held.generation + 1;
+        let token = new_token();
+        let body = self.body(generation, &token)?;
+        // The HEAD may have hung or been retried past the validity: a lease that ran out
+        // meanwhile is Lost, and its object must not be refreshed for observers now.
+        self.holding().held()?;
+        let t_send = self.now();
+        // On a grid when the HEAD told the server's time: consecutive renewals then send the
+        // same X-Delete-At, and the object server leaves its expirer queue alone.
+        let ttl = swift::ttl_secs(self.shared.windows);
+        let put = match head.date {
+            Some(date) => {
+                let since_head = t_send.saturating_duration_since(head_sent);
+                let at = swift::delete_at(date, since_head, ttl);
+                swift.put_with_delete_at(path, body, at).await
+            }
+            None => swift.put_with_delete_after(path, body, ttl, false).await,
+        };
+        match put {
+            Ok(w) => self.holding().commit_renewal(
+                self.now(),
+                t_send,
+                ReadBack {
+                    token,
+                    e_tag: w.e_tag,
+                    version: None,
+                },
+                generation,
+            ),
+            Err(e) => {
+                self.holding().remember_pending(&token, generation, t_send);
+                Err(Error::store("put", path, e))
+            }
+        }
+    }
+
+    fn body(&self, generation: u64, token: &str) -> Result<PutPayload> {
+        let w = self.shared.windows;
+        let record = LeaseRecord {
+            format: LEASE_FORMAT,
+            owner_id: self.shared.owner.clone(),
+            host: self.shared.host.clone(),
+            pid: std::process::id(),
+            renew_window_ms: w.renew_window.as_millis() as u64,
+            // Rounded up: observers must never see a shorter window than the owner uses.
+            expire_window_ms: w.expire_window.as_micros().div_ceil(1000) as u64,
+            validity_window_ms: w.validity_window.as_millis() as u64,
+            acquired_at: self.shared.acquired_at,
+            renewed_at: self.shared.clock_system_now(),
+            generation,
+            token: token.to_owned(),
+        };
+        encode(&self.shared.path, "lease", &record)
+    }
+
+    /// Read the lease back: our last write under a new ETag, a pending write of ours (adopted),
+    /// or anything else (Lost).
+    async fn reconcile(&self, held: &Held<()>) -> Result<Reconciled<()>> {
+        let read = read_lease_at(&self.shared.bank, &self.shared.path)
+            .await
+            .map(|found| {
+                found.map(|(record, meta)| {
+                    let replaced = format!(
+                        "lease object was replaced by another writer (generation `{}`, host `{}`)",
+                        record.generation, record.host
+                    );
+                    (
+                        ReadBack {
+                            token: record.token,
+                            e_tag: meta.e_tag,
+                            version: meta.version,
+                        },
+                        replaced,
+                    )
+                })
+            });
+        let (read, replaced) = match read {
+            Ok(Some((found, replaced))) => (Ok(Some(found)), replaced),
+            Ok(None) => (Ok(None), String::new()),
+            Err(e) => (Err(e), String::new()),
+        };
+        self.holding().reconcile(held, read, || replaced)
+    }
+}
+
+impl Shared {
+    fn clock_system_now(&self) -> DateTime<Utc> {
+        self.holding.clock().system_now().into()
+    }
+}
+
+impl Renewable for OwnerLease {
+    type Extra = ();
+
+    fn holding(&self) -> &Holding<()> {
+        &self.shared.holding
+    }
+
+    fn renew(&self) -> impl std::future::Future<Output = Result<Instant>> + Send {
+        OwnerLease::renew(self)
+    }
+
+    fn cadence(&self) -> Cadence {
+        let renew = self.shared.windows.renew_window;
+        let first_backoff = (renew / 20).max(Duration::from_millis(10));
+        Cadence {
+            interval: renew,
+            first_backoff,
+            max_backoff: (renew / 2).max(first_backoff),
+        }
+    }
+}

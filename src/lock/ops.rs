@@ -1,0 +1,178 @@
+//! Operations on keys that need no handle: acquire-any, a stateless release, get-current and
+//! inspect.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::named::{Current, Lock, LockInfo, LockState, Order, Release};
+use super::record::{judge, read_record, update_of, write_record, Judged, LockRecord, Written};
+use super::take::{new_record, unavailable, CONTENTION_ROUNDS};
+use super::{support, Locks, Term};
+use crate::clock::Jitter;
+use crate::error::{Error, Result};
+use crate::lease::LazyStoreTime;
+
+impl Locks {
+    /// Try `keys` in `order` and acquire the first one available. Fails with
+    /// [`Error::Unavailable`] only if every key is held; if some key failed otherwise (a store
+    /// error) and none could be acquired, that error is returned.
+    pub async fn acquire_any(
+        &self,
+        keys: &[&str],
+        owner: &str,
+        term: Term,
+        payload: Option<&str>,
+        order: Order,
+    ) -> Result<Lock> {
+        let mut keys: Vec<&str> = keys.to_vec();
+        if keys.is_empty() {
+            return Err(Error::InvalidId {
+                kind: "lock key",
+                id: String::new(),
+                reason: "no key was given",
+            });
+        }
+        if let Order::Random(jitter) = &order {
+            shuffle(&mut keys, jitter);
+        }
+        let mut soonest: Option<(String, Duration)> = None;
+        let mut other_error = None;
+        for key in &keys {
+            match self.acquire(key, owner, term, payload).await {
+                Ok(lock) => return Ok(lock),
+                Err(Error::Unavailable {
+                    holder, remaining, ..
+                }) => {
+                    if soonest.as_ref().is_none_or(|(_, r)| remaining < *r) {
+                        soonest = Some((holder, remaining));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(key = %self.full_key(key), error = %e, "acquire-any: key failed");
+                    other_error = Some(e);
+                }
+            }
+        }
+        if let Some(e) = other_error {
+            return Err(e);
+        }
+        let (holder, remaining) = soonest.expect("every key was unavailable");
+        let all: Vec<String> = keys.iter().map(|k| self.full_key(k)).collect();
+        Err(Error::Unavailable {
+            key: all.join(","),
+            holder,
+            remaining,
+        })
+    }
+
+    /// Release `key` if `owner` holds it, without a handle (the CLI's release). Not an error when
+    /// nobody holds the key; [`Error::Unavailable`] when someone else does.
+    pub async fn release(&self, key: &str, owner: &str) -> Result<Release> {
+        Self::validate_key(key)?;
+        crate::id::validate_id("owner", owner)?;
+        support::ensure_supported(&self.bank).await?;
+        let path = self.lock_path(key);
+        let mut sc = LazyStoreTime::new();
+        for _ in 0..CONTENTION_ROUNDS {
+            let sent = self.clock.now();
+            let Some((rec, meta)) = read_record(&self.bank, &path).await? else {
+                return Ok(Release::Free);
+            };
+            match rec.holder.as_deref() {
+                None => return Ok(Release::Free),
+                Some(h) if h == owner => {
+                    let free = new_record(self, key, None, None, Duration::ZERO, rec.fence, 0);
+                    match write_record(&self.bank, &self.clock, &path, &free, update_of(&meta))
+                        .await?
+                    {
+                        Written::Ours { .. } => return Ok(Release::Released),
+                        Written::Conflict => continue,
+                    }
+                }
+                Some(h) => {
+                    let now = sc.lower_at(&self.bank, &self.clock, sent).await?;
+                    return match judge(&rec, meta.last_modified, now, self.margin) {
+                        Judged::Held { remaining } => Err(unavailable(self, key, h, remaining)),
+                        _ => Ok(Release::Free),
+                    };
+                }
+            }
+        }
+        Err(unavailable(self, key, "(contended)", Duration::ZERO))
+    }
+
+    /// Who holds `key` now (store clock): `None` when it is free, expired or never used.
+    pub async fn current(&self, key: &str) -> Result<Option<Current>> {
+        let Some(info) = self.inspect(key).await? else {
+            return Ok(None);
+        };
+        Ok(match info.state {
+            LockState::Held { holder, remaining } => Some(Current {
+                key: self.full_key(key),
+                holder,
+                payload: info.payload,
+                remaining,
+                fence: info.fence,
+            }),
+            _ => None,
+        })
+    }
+
+    /// Everything about `key`'s lock object, judged on the store's clock; `None` if the key was
+    /// never used.
+    pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>> {
+        Self::validate_key(key)?;
+        support::ensure_supported(&self.bank).await?;
+        let sent = self.clock.now();
+        let Some((rec, meta)) = read_record(&self.bank, &self.lock_path(key)).await? else {
+            return Ok(None);
+        };
+        let mut sc = LazyStoreTime::new();
+        let state = match &rec.holder {
+            None => LockState::Free,
+            Some(h) => {
+                let now = sc.lower_at(&self.bank, &self.clock, sent).await?;
+                match judge(&rec, meta.last_modified, now, self.margin) {
+                    Judged::Held { remaining } => LockState::Held {
+                        holder: h.clone(),
+                        remaining,
+                    },
+                    Judged::Expired { since } => LockState::Expired {
+                        holder: h.clone(),
+                        since,
+                    },
+                    Judged::Free => LockState::Free,
+                }
+            }
+        };
+        Ok(Some(info_of(key, state, rec, meta.last_modified)))
+    }
+}
+
+pub(crate) fn info_of(
+    key: &str,
+    state: LockState,
+    rec: LockRecord,
+    last_modified: DateTime<Utc>,
+) -> LockInfo {
+    LockInfo {
+        key: key.to_owned(),
+        state,
+        payload: rec.payload.clone(),
+        fence: rec.fence,
+        duration: rec.duration(),
+        last_modified,
+        record: rec,
+    }
+}
+
+/// Fisher–Yates with uniform draws from the jitter source.
+fn shuffle<T>(items: &mut [T], jitter: &Jitter) {
+    for i in (1..items.len()).rev() {
+        // `shorten(base, 1.0)` is uniform in [0, base]: a uniform draw in [0, 1].
+        let u = jitter.shorten(Duration::from_secs(1), 1.0).as_secs_f64();
+        let j = ((u * (i + 1) as f64) as usize).min(i);
+        items.swap(i, j);
+    }
+}

@@ -1,0 +1,164 @@
+//! Taking a key: read it, judge it on the store's clock, and write a new holding with one
+//! conditional write — the step that acquisitions and claims share.
+
+use std::time::{Duration, Instant};
+
+use object_store::PutMode;
+
+use super::record::{
+    self, judge, read_record, update_of, write_record, Judged, LockRecord, Written,
+};
+use super::{support, tickets, Locks};
+use crate::error::{Error, Result};
+use crate::id::local_hostname;
+use crate::lease::{new_token, LazyStoreTime};
+
+/// Rounds of read-judge-write when the object keeps changing under us.
+pub(crate) const CONTENTION_ROUNDS: usize = 4;
+
+/// How a key is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Free, expired, or already held by the same owner (then replaced).
+    Acquire,
+    /// Free or expired only: held by anyone, even the same holder, is unavailable.
+    Claim,
+}
+
+pub(crate) struct Spec<'a> {
+    pub owner: &'a str,
+    pub duration: Duration,
+    pub payload: Option<&'a str>,
+    pub mode: Mode,
+    /// Our ticket in the key's wait queue, when taking the lock from the head of the queue.
+    pub ticket: Option<&'a str>,
+}
+
+/// A write that took the lock.
+#[derive(Debug)]
+pub(crate) struct Granted {
+    pub record: LockRecord,
+    pub e_tag: Option<String>,
+    pub version: Option<String>,
+    pub t_send: Instant,
+    /// When the write's answer (or read-back) arrived.
+    pub answered: Instant,
+}
+
+pub(crate) fn new_record(
+    locks: &Locks,
+    key: &str,
+    holder: Option<&str>,
+    payload: Option<&str>,
+    duration: Duration,
+    fence: u64,
+    generation: u64,
+) -> LockRecord {
+    LockRecord {
+        format: record::LOCK_FORMAT,
+        key: locks.full_key(key),
+        holder: holder.map(str::to_owned),
+        payload: payload.map(str::to_owned),
+        // Rounded up: observers must never see a shorter duration than the holder uses.
+        duration_ms: u64::try_from(duration.as_micros().div_ceil(1000)).unwrap_or(u64::MAX),
+        fence,
+        generation,
+        token: new_token(),
+        host: local_hostname(),
+        pid: std::process::id(),
+        written_at: locks.clock.system_now().into(),
+    }
+}
+
+pub(crate) fn unavailable(locks: &Locks, key: &str, holder: &str, remaining: Duration) -> Error {
+    Error::Unavailable {
+        key: locks.full_key(key),
+        holder: holder.to_owned(),
+        remaining,
+    }
+}
+
+/// Take `key`: read it, judge it, and write a new holding with create-if-absent (never used) or
+/// If-Match on the ETag judged (free, expired, or ours to replace).
+pub(crate) async fn take(locks: &Locks, key: &str, spec: &Spec<'_>) -> Result<Granted> {
+    support::ensure_supported(&locks.bank).await?;
+    locks.check_payload(key, spec.payload)?;
+    let path = locks.lock_path(key);
+    let mut sc = LazyStoreTime::new();
+    for _ in 0..CONTENTION_ROUNDS {
+        let sent = locks.clock.now();
+        let current = read_record(&locks.bank, &path).await?;
+        // `replacing_own`: the owner's own live holding, replaced by a new acquisition. Anything
+        // else taken here is free or expired, and goes to the first live waiter if there is one.
+        let (mode, fence, replacing_own) = match &current {
+            None => (PutMode::Create, 1, false),
+            Some((rec, meta)) => {
+                let state = match &rec.holder {
+                    None => Judged::Free,
+                    Some(_) => judge(
+                        rec,
+                        meta.last_modified,
+                        sc.lower_at(&locks.bank, &locks.clock, sent).await?,
+                        locks.margin,
+                    ),
+                };
+                let replacing_own = match (state, &rec.holder) {
+                    (Judged::Held { .. }, Some(h))
+                        if h == spec.owner && spec.mode == Mode::Acquire =>
+                    {
+                        true
+                    }
+                    (Judged::Held { remaining }, Some(h)) => {
+                        return Err(unavailable(locks, key, h, remaining))
+                    }
+                    _ => false,
+                };
+                (update_of(meta), rec.fence.saturating_add(1), replacing_own)
+            }
+        };
+        if !replacing_own {
+            // Fairness: a free key goes to the first live waiter, if any.
+            if let Some(waiter) = tickets::first_live(locks, key, spec.ticket, &mut sc).await? {
+                return Err(unavailable(
+                    locks,
+                    key,
+                    &format!("{} (first in the wait queue)", waiter.owner),
+                    Duration::ZERO,
+                ));
+            }
+        }
+        let record = new_record(
+            locks,
+            key,
+            Some(spec.owner),
+            spec.payload,
+            spec.duration,
+            fence,
+            1,
+        );
+        match write_record(&locks.bank, &locks.clock, &path, &record, mode).await? {
+            Written::Ours {
+                e_tag,
+                version,
+                t_send,
+                answered,
+            } => {
+                tracing::debug!(key = %record.key, owner = spec.owner, fence, "lock taken");
+                return Ok(Granted {
+                    record,
+                    e_tag,
+                    version,
+                    t_send,
+                    answered,
+                });
+            }
+            Written::Conflict => continue,
+        }
+    }
+    // Still changing after several rounds: somebody else is busy with it.
+    let holder = match read_record(&locks.bank, &path).await {
+        Ok(Some((rec, _))) => rec.holder.unwrap_or_else(|| "(contended)".to_owned()),
+        _ => "(contended)".to_owned(),
+    };
+    Err(unavailable(locks, key, &holder, Duration::ZERO))
+}
