@@ -82,7 +82,8 @@ enum Command {
     #[command(subcommand)]
     Checkpoint(CheckpointCommand),
     /// Named leases and locks on any key (`locks/<namespace>/<key>`): acquire, release, show,
-    /// list. Needs a bank with atomic conditional writes (memory, S3); refused on others.
+    /// list. Needs a bank whose conditional writes are enforced and atomic (memory, `file:`, S3,
+    /// Azure); refused on others (Swift), with the reason.
     #[command(subcommand)]
     Lock(lock::LockCommand),
     /// Run one GC pass: collect the protecting checkpoints of owners whose lease is dead.
