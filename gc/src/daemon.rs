@@ -42,8 +42,9 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn, Instrument as _};
 
 use crate::metrics::{self, Metrics};
-use crate::pass::{Collector, PassReport};
-use crate::plan::GcOptions;
+use crate::options::GcOptions;
+use crate::pass::Collector;
+use crate::report::PassReport;
 
 /// The path segments of the GC lease under the bank's prefix.
 pub const GC_LEASE_PATH: [&str; 2] = ["gc", "active"];
