@@ -231,13 +231,13 @@ impl Daemon {
         let collector = Arc::new(Collector::new(
             self.bank.clone(),
             self.clock.clone(),
-            GcOptions {
-                // Long-running: it can afford to hold collection back one window after it
-                // starts, to be safe from a step it had no reading before. A single pass
-                // (`--once`) cannot: it would never collect.
-                floor_at_first_reading: !once,
-                ..GcOptions::from_config(&self.config)
-            },
+            // Long-running: it can afford to hold collection back one window after it starts,
+            // to be safe from a step it had no reading before. A single pass (`--once`) cannot:
+            // it would never collect.
+            GcOptions::from_config(&self.config)
+                .to_builder()
+                .floor_at_first_reading(!once)
+                .build(),
         ));
         let tracker = TaskTracker::new();
         loop {

@@ -135,18 +135,17 @@ mod tests {
     use super::*;
 
     fn options() -> GcOptions {
-        GcOptions {
-            grace: Duration::from_secs(60),
-            skew_margin: Duration::from_secs(2),
-            concurrency: 4,
-            max_deletions: 0,
-            brake_ratio: 0.5,
-            brake_min: 10,
-            dry_run: false,
-            force: false,
-            reap_leases: true,
-            ..GcOptions::default()
-        }
+        GcOptions::builder()
+            .grace(Duration::from_secs(60))
+            .skew_margin(Duration::from_secs(2))
+            .concurrency(4)
+            .max_deletions(0)
+            .brake_ratio(0.5)
+            .brake_min(10)
+            .dry_run(false)
+            .force(false)
+            .reap_leases(true)
+            .build()
     }
 
     fn tally(name: &str, markers: u64, verdict: Verdict) -> OwnerTally {
