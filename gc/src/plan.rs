@@ -5,7 +5,6 @@ use std::time::Duration;
 use banklease::{LeaseView, OwnerId};
 
 pub use crate::options::GcOptions;
-use crate::records::MissingFor;
 
 /// The GC's one rule of time: what was stamped `elapsed` ago on the store clock (judged at the
 /// instant its read was sent) is past `wait` only once `elapsed` covers `wait` **plus the skew
@@ -14,6 +13,15 @@ use crate::records::MissingFor;
 /// clock probe are all judged by it.
 pub fn past(elapsed: Duration, wait: Duration, margin: Duration) -> bool {
     elapsed >= wait.saturating_add(margin)
+}
+
+/// How long a missing lease has been seen missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MissingFor {
+    /// First seen now (the record was just written, or would be in a dry run).
+    JustNow,
+    /// Seen missing since at least this long (store clock, judged at the read's send instant).
+    AtLeast(Duration),
 }
 
 /// What the pass does with one owner's protecting checkpoints.

@@ -14,20 +14,11 @@ use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use crate::context::PassContext;
-use crate::plan::past;
+use crate::plan::{past, MissingFor};
 
 /// `gc/missing/<owner>`: written by the first pass that finds the owner's lease missing.
 pub fn missing_path(bank: &Bank, owner: &OwnerId) -> Path {
     bank.path(&["gc", "missing", owner.as_str()])
-}
-
-/// How long a missing lease has been seen missing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MissingFor {
-    /// First seen now (the record was just written, or would be in a dry run).
-    JustNow,
-    /// Seen missing since at least this long (store clock, judged at the read's send instant).
-    AtLeast(Duration),
 }
 
 /// Read (or start) the missing-since record of `owner`, its HEAD sent at `sent`.
