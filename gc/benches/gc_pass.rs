@@ -231,18 +231,17 @@ fn main() -> anyhow::Result<()> {
 // ---- children ------------------------------------------------------------------------------
 
 fn options(concurrency: usize, dry_run: bool) -> GcOptions {
-    GcOptions {
-        grace: GRACE,
-        skew_margin: MARGIN,
-        concurrency,
-        max_deletions: 0,
-        brake_ratio: 0.5,
-        brake_min: 100,
-        dry_run,
-        force: false,
-        reap_leases: true,
-        ..GcOptions::default()
-    }
+    GcOptions::builder()
+        .grace(GRACE)
+        .skew_margin(MARGIN)
+        .concurrency(concurrency)
+        .max_deletions(0)
+        .brake_ratio(0.5)
+        .brake_min(100)
+        .dry_run(dry_run)
+        .force(false)
+        .reap_leases(true)
+        .build()
 }
 
 /// Build the bank in this process if nobody did; then wait until the dead owners are dead.

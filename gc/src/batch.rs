@@ -16,21 +16,21 @@
 //! cleared; its neighbours go on, unless the error may go away on retry (the store
 //! unreachable, a 5xx): that ends the deletion, and the checkpoints it did not reach wait
 //! too. (The one tombstone written before any data goes is the fence of a checkpoint without
-//! `index.json`, in `Collector::collect_one`.)
+//! `index.json`, in `collect_one` (collect.rs).)
 
 use std::collections::{HashSet, VecDeque};
 use std::mem;
 
 use banklease::checkpoint::{self, data_prefix, marker_path};
-use banklease::clock::SharedClock;
 use banklease::observe::error_chain;
 use banklease::{Bank, OwnerId};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 
-use crate::pass::PassReport;
-use crate::sweep::{delete_markers, delete_prefix, MARKER_BATCH};
+use crate::context::PassContext;
+use crate::delete::{delete_markers, delete_prefix, MARKER_BATCH};
+use crate::report::PassReport;
 
 /// Data objects deleted together (the stores' own requests split it further: 1,000 per
 /// `DeleteObjects`, 200 per Swift bulk delete).
@@ -98,9 +98,7 @@ impl Batch {
     /// (and finishes what waits once [`DATA_BATCH`] checkpoints do, data or not).
     pub(crate) async fn add(
         &mut self,
-        bank: &Bank,
-        clock: &SharedClock,
-        concurrency: usize,
+        ctx: &PassContext,
         mut listed: Listed,
         report: &mut PassReport,
     ) {
@@ -113,8 +111,7 @@ impl Batch {
         });
         while self.data.len() >= DATA_BATCH || self.waiting.len() >= DATA_BATCH {
             let count = self.data.len().min(DATA_BATCH);
-            self.flush_data(count, bank, clock, concurrency, report)
-                .await;
+            self.flush_data(count, ctx, report).await;
         }
     }
 
@@ -122,31 +119,22 @@ impl Batch {
     /// next pass.
     pub(crate) async fn finish(
         mut self,
-        bank: &Bank,
-        clock: &SharedClock,
-        concurrency: usize,
+        ctx: &PassContext,
         report: &mut PassReport,
     ) -> HashSet<OwnerId> {
         while !self.waiting.is_empty() {
             let count = self.data.len().min(DATA_BATCH);
-            self.flush_data(count, bank, clock, concurrency, report)
-                .await;
+            self.flush_data(count, ctx, report).await;
         }
-        self.flush_markers(bank, report).await;
+        self.flush_markers(&ctx.bank, report).await;
         self.failed
     }
 
     /// Delete the first `count` waiting objects; then each checkpoint at the front whose every
     /// object was seen deleted gets its tombstone, and one with an object that was not is held
     /// back (the next pass resumes it) — its neighbours are not.
-    async fn flush_data(
-        &mut self,
-        count: usize,
-        bank: &Bank,
-        clock: &SharedClock,
-        concurrency: usize,
-        report: &mut PassReport,
-    ) {
+    async fn flush_data(&mut self, count: usize, ctx: &PassContext, report: &mut PassReport) {
+        let (bank, clock) = (&ctx.bank, &ctx.clock);
         let chunk: Vec<Path> = self.data.drain(..count).collect();
         let deleted = delete_paths(bank, &chunk).await;
         let mut paths = chunk.iter();
@@ -179,7 +167,7 @@ impl Batch {
         }
         let written: Vec<(Listed, banklease::Result<()>)> = futures::stream::iter(ready)
             .map(|listed| async move {
-                // A tombstone, not a deletion: see `Collector::finish_collection`.
+                // A tombstone, not a deletion: see `finish_collection` (collect.rs).
                 let result = checkpoint::write_tombstone(
                     bank,
                     &listed.id,
@@ -190,7 +178,7 @@ impl Batch {
                 .await;
                 (listed, result)
             })
-            .buffer_unordered(concurrency)
+            .buffer_unordered(ctx.options.concurrency)
             .collect()
             .await;
         for (listed, result) in written {

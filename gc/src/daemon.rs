@@ -42,8 +42,9 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn, Instrument as _};
 
 use crate::metrics::{self, Metrics};
-use crate::pass::{Collector, PassReport};
-use crate::plan::GcOptions;
+use crate::options::GcOptions;
+use crate::pass::Collector;
+use crate::report::PassReport;
 
 /// The path segments of the GC lease under the bank's prefix.
 pub const GC_LEASE_PATH: [&str; 2] = ["gc", "active"];
@@ -230,13 +231,13 @@ impl Daemon {
         let collector = Arc::new(Collector::new(
             self.bank.clone(),
             self.clock.clone(),
-            GcOptions {
-                // Long-running: it can afford to hold collection back one window after it
-                // starts, to be safe from a step it had no reading before. A single pass
-                // (`--once`) cannot: it would never collect.
-                floor_at_first_reading: !once,
-                ..GcOptions::from_config(&self.config)
-            },
+            // Long-running: it can afford to hold collection back one window after it starts,
+            // to be safe from a step it had no reading before. A single pass (`--once`) cannot:
+            // it would never collect.
+            GcOptions::from_config(&self.config)
+                .to_builder()
+                .floor_at_first_reading(!once)
+                .build(),
         ));
         let tracker = TaskTracker::new();
         loop {

@@ -39,7 +39,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::pass::PassReport;
+use crate::report::PassReport;
 
 /// The content type of the OpenMetrics text format.
 pub const OPENMETRICS_CONTENT_TYPE: &str =

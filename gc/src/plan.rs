@@ -2,72 +2,27 @@
 
 use std::time::Duration;
 
-use banklease::config::Config;
-use serde::Serialize;
-
-/// The knobs of a pass (from `[gc]` and `[lease].skew_margin`).
-#[derive(Debug, Clone, Serialize)]
-pub struct GcOptions {
-    /// How long past expiry (after the skew margin) before an owner's checkpoints are collected.
-    pub grace: Duration,
-    /// Skew margin for judging leases on the store clock.
-    pub skew_margin: Duration,
-    /// Requests in flight at once.
-    pub concurrency: usize,
-    /// Most checkpoints collected per pass (0 = no limit).
-    pub max_deletions: usize,
-    /// Refuse a pass that would collect more than this fraction of protecting checkpoints ...
-    pub brake_ratio: f64,
-    /// ... once there are at least this many.
-    pub brake_min: usize,
-    /// Plan and report only.
-    pub dry_run: bool,
-    /// Collect even when the brake would refuse, and allow an empty bank prefix.
-    pub force: bool,
-    /// Delete lease objects of owners expired past grace with nothing left to collect.
-    pub reap_leases: bool,
-    /// How old a read's answer may be on this store; reads are judged this much before they
-    /// were sent (`gc.read_staleness`).
-    pub read_staleness: Duration,
-    /// After this (plus the margin) a collected checkpoint's data is swept once more for late
-    /// writes (`gc.late_write_window`).
-    pub late_write_window: Duration,
-    /// Without a recent store-clock reading to compare with (the first pass of a process, a
-    /// standby that just took over), judge every stamp older than the pass's first reading as
-    /// written at it: a store-clock step just before cannot be told from elapsed time otherwise.
-    /// Holds collection back for one expire window + margin + grace. The daemon sets it; a
-    /// one-shot pass (`banklease gc`) cannot, or it would never collect.
-    pub floor_at_first_reading: bool,
-}
-
-impl Default for GcOptions {
-    /// The options of the default configuration.
-    fn default() -> Self {
-        Self::from_config(&Config::default())
-    }
-}
-
-impl GcOptions {
-    /// Options from a loaded configuration.
-    pub fn from_config(config: &Config) -> Self {
-        Self {
-            grace: config.gc.grace,
-            skew_margin: config.lease.skew_margin,
-            concurrency: config.gc.concurrency,
-            max_deletions: config.gc.max_deletions,
-            brake_ratio: config.gc.brake_ratio,
-            brake_min: config.gc.brake_min,
-            dry_run: config.gc.dry_run,
-            force: false,
-            reap_leases: config.gc.reap_leases,
-            read_staleness: config.gc.read_staleness,
-            late_write_window: config.gc.late_write_window,
-            floor_at_first_reading: false,
-        }
-    }
-}
-
 use banklease::{LeaseView, OwnerId};
+
+pub use crate::options::GcOptions;
+
+/// The GC's one rule of time: what was stamped `elapsed` ago on the store clock (judged at the
+/// instant its read was sent) is past `wait` only once `elapsed` covers `wait` **plus the skew
+/// `margin`**: every doubt about the clocks counts in the owner's favour. A lease expired
+/// for grace, a missing lease and its markers, a sweep marker's late-write window and an old
+/// clock probe are all judged by it.
+pub fn past(elapsed: Duration, wait: Duration, margin: Duration) -> bool {
+    elapsed >= wait.saturating_add(margin)
+}
+
+/// How long a missing lease has been seen missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MissingFor {
+    /// First seen now (the record was just written, or would be in a dry run).
+    JustNow,
+    /// Seen missing since at least this long (store clock, judged at the read's send instant).
+    AtLeast(Duration),
+}
 
 /// What the pass does with one owner's protecting checkpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,14 +40,38 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// Judge one owner from its lease view.
+    /// Judge one owner from its lease view. A missing lease is [`Verdict::Missing`] here, to
+    /// be judged by how long it has been seen missing ([`Verdict::of_missing`]).
     pub fn of(view: &LeaseView, grace: Duration) -> Self {
         match view {
             LeaseView::Alive { .. } => Verdict::Alive,
-            LeaseView::Expired { since, .. } if *since >= grace => Verdict::Expired,
+            // `since` already has the margin deducted (banklease's observe.rs `judge`).
+            LeaseView::Expired { since, .. } if past(*since, grace, Duration::ZERO) => {
+                Verdict::Expired
+            }
             LeaseView::Expired { .. } => Verdict::InGrace,
             LeaseView::Missing => Verdict::Missing,
             LeaseView::Unreadable { error } => Verdict::Unreadable(error.clone()),
+        }
+    }
+
+    /// A missing lease, from how long it has been seen missing (`gc/missing/<owner>`, read or
+    /// started by the pass): `Missing` (collect) once that is past `grace` plus the margin, with
+    /// that duration; `InGrace` before; `Unreadable` if it cannot be told.
+    pub(crate) fn of_missing(
+        seen: Result<MissingFor, String>,
+        grace: Duration,
+        margin: Duration,
+    ) -> (Self, Option<Duration>) {
+        match seen {
+            Ok(MissingFor::AtLeast(d)) if past(d, grace, margin) => (Verdict::Missing, Some(d)),
+            Ok(_) => (Verdict::InGrace, None),
+            Err(error) => (
+                Verdict::Unreadable(format!(
+                    "lease missing, but its missing-since record cannot be read: {error}"
+                )),
+                None,
+            ),
         }
     }
 
@@ -164,18 +143,17 @@ mod tests {
     use super::*;
 
     fn options() -> GcOptions {
-        GcOptions {
-            grace: Duration::from_secs(60),
-            skew_margin: Duration::from_secs(2),
-            concurrency: 4,
-            max_deletions: 0,
-            brake_ratio: 0.5,
-            brake_min: 10,
-            dry_run: false,
-            force: false,
-            reap_leases: true,
-            ..GcOptions::default()
-        }
+        GcOptions::builder()
+            .grace(Duration::from_secs(60))
+            .skew_margin(Duration::from_secs(2))
+            .concurrency(4)
+            .max_deletions(0)
+            .brake_ratio(0.5)
+            .brake_min(10)
+            .dry_run(false)
+            .force(false)
+            .reap_leases(true)
+            .build()
     }
 
     fn tally(name: &str, markers: u64, verdict: Verdict) -> OwnerTally {
@@ -197,6 +175,25 @@ mod tests {
         assert!(!Verdict::Unreadable("x".into()).is_dead());
         assert!(!Verdict::Alive.is_dead());
         assert!(!Verdict::InGrace.is_dead());
+    }
+
+    #[test]
+    fn a_missing_lease_is_collected_only_past_grace_plus_margin() {
+        let (g, m) = (Duration::from_secs(60), Duration::from_secs(2));
+        let seen = |d| Ok(MissingFor::AtLeast(Duration::from_secs(d)));
+        assert_eq!(Verdict::of_missing(seen(61), g, m).0, Verdict::InGrace);
+        assert_eq!(
+            Verdict::of_missing(seen(62), g, m),
+            (Verdict::Missing, Some(Duration::from_secs(62)))
+        );
+        assert_eq!(
+            Verdict::of_missing(Ok(MissingFor::JustNow), g, m).0,
+            Verdict::InGrace
+        );
+        assert!(matches!(
+            Verdict::of_missing(Err("boom".into()), g, m).0,
+            Verdict::Unreadable(e) if e.contains("boom")
+        ));
     }
 
     #[test]

@@ -15,17 +15,16 @@
 //! sending a `put_data`, for longer than the window, sends its write afterwards. Such an object
 //! is garbage under a tombstoned checkpoint — storage, not safety — and is not swept.
 
-use std::time::Duration;
-
-use banklease::bank::StoreTime;
 use banklease::checkpoint::{data_prefix, read_decision, Decider};
-use banklease::clock::SharedClock;
 use banklease::observe::error_chain;
 use banklease::Bank;
-use chrono::{DateTime, Utc};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
+
+use crate::context::PassContext;
+use crate::delete::{delete_markers, delete_prefix, MARKER_BATCH};
+use crate::plan::past;
 
 /// `index/sweep/` — collected checkpoints whose data is swept once more.
 pub fn sweep_prefix(bank: &Bank) -> Path {
@@ -60,23 +59,14 @@ pub struct Swept {
     pub errors: u64,
 }
 
-/// Sweep every checkpoint whose sweep marker is older than `window + margin` on the store clock
-/// (judged at the instant the listing was sent, stamps raised to `floor`).
-#[allow(clippy::too_many_arguments)]
-pub async fn sweep_due(
-    bank: &Bank,
-    clock: &SharedClock,
-    store_time: &StoreTime,
-    window: Duration,
-    margin: Duration,
-    staleness: Duration,
-    floor: Option<DateTime<Utc>>,
-    concurrency: usize,
-) -> Swept {
+/// Sweep every checkpoint whose sweep marker is older than `late_write_window` plus the margin
+/// on the store clock (judged at the instant the listing was sent, stamps raised to the floor).
+/// A task of the pass: run only when the pass acts (not in a dry run).
+pub(crate) async fn sweep_due(ctx: &PassContext) -> Swept {
+    let bank = &ctx.bank;
     let mut swept = Swept::default();
     let prefix = sweep_prefix(bank);
-    let sent = clock.now();
-    let now = store_time.at_send(sent, staleness);
+    let sent = ctx.clock.now();
     let mut due = Vec::new();
     let mut listing = bank.store().list(Some(&prefix));
     while let Some(item) = listing.next().await {
@@ -94,8 +84,12 @@ pub async fn sweep_due(
                 else {
                     continue;
                 };
-                let stamp = floor.map_or(meta.last_modified, |f| f.max(meta.last_modified));
-                if StoreTime::between(stamp, now) >= window.saturating_add(margin) {
+                let elapsed = ctx.elapsed_since(meta.last_modified, sent);
+                if past(
+                    elapsed,
+                    ctx.options.late_write_window,
+                    ctx.options.skew_margin,
+                ) {
                     due.push(id);
                 } else {
                     swept.waiting += 1;
@@ -144,7 +138,7 @@ pub async fn sweep_due(
             // The marker goes in bulk with the others', after every sweep of the batch.
             Ok::<Option<(u64, Path)>, banklease::Error>(Some((found, marker)))
         })
-        .buffer_unordered(concurrency.max(1));
+        .buffer_unordered(ctx.options.concurrency.max(1));
     let mut done: Vec<Path> = Vec::new();
     while let Some(result) = results.next().await {
         match result {
@@ -167,56 +161,9 @@ pub async fn sweep_due(
     swept
 }
 
-/// Markers (protecting or sweep) deleted in one bulk request (`DeleteObjects`, Swift's bulk
-/// delete; one request each where the store has none).
-pub const MARKER_BATCH: usize = 1000;
-
-/// Delete `markers` (emptied) in bulk: how many were deleted or already gone, and how many
-/// failed (each warned about as `what`; a later pass finds those again).
-pub async fn delete_markers(bank: &Bank, markers: &mut Vec<Path>, what: &str) -> (u64, u64) {
-    if markers.is_empty() {
-        return (0, 0);
-    }
-    let locations = futures::stream::iter(std::mem::take(markers).into_iter().map(Ok)).boxed();
-    let mut results = bank.store().delete_stream(locations);
-    let (mut done, mut failed) = (0, 0);
-    while let Some(result) = results.next().await {
-        match result {
-            Ok(_) | Err(object_store::Error::NotFound { .. }) => done += 1,
-            Err(e) => {
-                tracing::warn!(error = %e, "deleting {what} failed; a later pass finds it again");
-                failed += 1;
-            }
-        }
-    }
-    (done, failed)
-}
-
 /// End the sweep of every checkpoint in `markers` by deleting its sweep marker.
 async fn delete_sweep_markers(bank: &Bank, markers: &mut Vec<Path>, swept: &mut Swept) {
     let (done, failed) = delete_markers(bank, markers, "a sweep marker").await;
     swept.checkpoints += done;
     swept.errors += failed;
-}
-
-/// Delete every object under `prefix`; returns how many the listing showed. A listing may still
-/// show objects already deleted; deleting them again is harmless.
-pub async fn delete_prefix(bank: &Bank, prefix: &Path) -> banklease::Result<u64> {
-    let store = bank.store();
-    let locations = store.list(Some(prefix)).map_ok(|m| m.location).boxed();
-    let mut deleted = store.delete_stream(locations);
-    let mut n = 0;
-    while let Some(r) = deleted.next().await {
-        match r {
-            Ok(_) | Err(object_store::Error::NotFound { .. }) => n += 1,
-            Err(e) => {
-                return Err(banklease::Error::Store {
-                    op: "delete",
-                    path: prefix.to_string(),
-                    source: e,
-                })
-            }
-        }
-    }
-    Ok(n)
 }

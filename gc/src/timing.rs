@@ -1,4 +1,4 @@
-//! The collector's side of the clock reasoning: store-clock steps and missing leases.
+//! The collector's side of the clock reasoning: store-clock steps (missing leases: records.rs).
 //!
 //! Invariant: **one clock domain, the store's — and a step in it is detected, not trusted.**
 //! Every probe of the store clock ([`StoreTime`]) is compared with the previous one (the previous
@@ -16,20 +16,15 @@
 //! older than the step is judged as if written at the step, so an owner whose last renewal was
 //! stamped before the step is timed from the step. On a `file:` bank the store clock is this
 //! host's wall clock, so an NTP step or a manual `date -s` is exactly this case.
-//!
-//! Invariant: **a missing lease is timed from when a pass first saw it missing.** A lease that
-//! the store itself removed (Swift's `X-Delete-After` backstop, an operator) carries no expiry
-//! time, so the first pass that finds it missing writes `gc/missing/<owner>` (create-if-absent);
-//! its `last_modified` starts the grace, which is then exactly as long as for an expired lease.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use banklease::bank::StoreTime;
-use banklease::{Bank, OwnerId};
+use banklease::Bank;
 use chrono::{DateTime, Utc};
 use object_store::path::Path;
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectStoreExt, PutPayload};
 
 /// The fraction by which the store's clock may run faster than this host's monotonic clock
 /// between two probes before a difference counts as a step.
@@ -252,102 +247,6 @@ pub(crate) async fn write_floor(bank: &Bank, floor: DateTime<Utc>) -> banklease:
     Ok(())
 }
 
-/// `gc/missing/<owner>`: written by the first pass that finds the owner's lease missing.
-pub fn missing_path(bank: &Bank, owner: &OwnerId) -> Path {
-    bank.path(&["gc", "missing", owner.as_str()])
-}
-
-/// How long a missing lease has been seen missing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MissingFor {
-    /// First seen now (the record was just written, or would be in a dry run).
-    JustNow,
-    /// Seen missing since at least this long (store clock, judged at the read's send instant).
-    AtLeast(Duration),
-}
-
-/// Read (or start) the missing-since record of `owner`.
-pub(crate) async fn missing_for(
-    bank: &Bank,
-    owner: &OwnerId,
-    store_time: &StoreTime,
-    sent: Instant,
-    staleness: Duration,
-    floor: Option<DateTime<Utc>>,
-    dry_run: bool,
-) -> banklease::Result<MissingFor> {
-    let path = missing_path(bank, owner);
-    match bank.store().head(&path).await {
-        Ok(meta) => {
-            let stamp = floor.map_or(meta.last_modified, |f| f.max(meta.last_modified));
-            let now = store_time.at_send(sent, staleness);
-            Ok(MissingFor::AtLeast(StoreTime::between(stamp, now)))
-        }
-        Err(object_store::Error::NotFound { .. }) => {
-            if !dry_run {
-                let put = bank
-                    .store()
-                    .put_opts(
-                        &path,
-                        PutPayload::default(),
-                        PutOptions::from(PutMode::Create),
-                    )
-                    .await;
-                match put {
-                    Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => {}
-                    Err(e) => return Err(banklease::Error::store("put", &path, e)),
-                }
-            }
-            Ok(MissingFor::JustNow)
-        }
-        Err(e) => Err(banklease::Error::store("head", &path, e)),
-    }
-}
-
-/// Store-clock probe keys older than this (store clock) belong to processes that stopped reading
-/// the clock; each process rewrites its own key at every reading.
-pub const CLOCK_PROBE_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
-
-/// Remove store-clock probe keys (`_banklease/clock/<handle>`) not written for a day; returns
-/// the errors met. A key removed under a live process is rewritten by its next reading.
-pub(crate) async fn forget_clock_probes(
-    bank: &Bank,
-    store_time: &StoreTime,
-    sent: std::time::Instant,
-) -> u64 {
-    let own = bank.own_clock_probe();
-    let now = store_time.at_send(sent, Duration::ZERO);
-    delete_listed(
-        bank,
-        &bank.clock_probe_prefix(),
-        "store-clock probe",
-        |meta| {
-            meta.location != own
-                && StoreTime::between(meta.last_modified, now) >= CLOCK_PROBE_MAX_AGE
-        },
-    )
-    .await
-}
-
-/// Remove the missing-since records of owners that `keep` rejects; returns the errors met.
-///
-/// Safe whatever the listing shows or omits: removing a record only restarts the grace of an
-/// owner whose lease is missing (collection comes later, never earlier).
-pub(crate) async fn forget_missing(bank: &Bank, keep: impl Fn(&OwnerId) -> bool) -> u64 {
-    let prefix = bank.path(&["gc", "missing"]);
-    delete_listed(bank, &prefix, "missing-since record", |meta| {
-        meta.location
-            .prefix_match(&prefix)
-            .and_then(|mut parts| {
-                let first = parts.next()?;
-                parts.next().is_none().then_some(first)
-            })
-            .and_then(|part| OwnerId::parse(part.as_ref()).ok())
-            .is_some_and(|o| !keep(&o))
-    })
-    .await
-}
-
 /// Refuse to collect with a skew margin below the store's timestamp resolution (1 s on S3 and
 /// Swift's Last-Modified): no judgement could then absorb the truncation of every stamp. The
 /// daemon checks before it starts, a one-shot pass (CLI, Python) before it runs.
@@ -371,47 +270,11 @@ pub async fn check_skew_margin(
     Ok(())
 }
 
-/// Delete the objects under `prefix` that `stale` selects (listed first, then deleted); returns
-/// the errors met. For the GC's own bookkeeping, where deleting too much only delays.
-async fn delete_listed(
-    bank: &Bank,
-    prefix: &Path,
-    what: &str,
-    stale: impl Fn(&object_store::ObjectMeta) -> bool,
-) -> u64 {
-    use futures::StreamExt;
-    let mut errors = 0;
-    let mut found = Vec::new();
-    let mut listing = bank.store().list(Some(prefix));
-    while let Some(item) = listing.next().await {
-        match item {
-            Ok(meta) if stale(&meta) => found.push(meta.location),
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(error = %banklease::observe::error_chain(&e), what, "listing failed");
-                errors += 1;
-                break;
-            }
-        }
-    }
-    drop(listing);
-    for path in found {
-        match bank.store().delete(&path).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => {
-                tracing::warn!(path = %path, error = %banklease::observe::error_chain(&e), what,
-                    "removing failed");
-                errors += 1;
-            }
-        }
-    }
-    errors
-}
-
 #[cfg(test)]
 #[allow(clippy::disallowed_methods)] // a real instant as the base of made-up probes
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     const GRACE: Duration = Duration::from_secs(60);
 

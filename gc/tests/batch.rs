@@ -46,13 +46,12 @@ impl World {
 
     fn collector_with(&self, concurrency: usize) -> Collector {
         let clock: SharedClock = Arc::new(self.clock.clone());
-        let options = GcOptions {
-            grace: GRACE,
-            skew_margin: MARGIN,
-            brake_ratio: 1.0,
-            concurrency,
-            ..GcOptions::default()
-        };
+        let options = GcOptions::builder()
+            .grace(GRACE)
+            .skew_margin(MARGIN)
+            .brake_ratio(1.0)
+            .concurrency(concurrency)
+            .build();
         Collector::new(self.gc_bank.clone(), clock, options)
     }
 

@@ -28,11 +28,10 @@ fn windows() -> LeaseWindows {
 }
 
 fn options(grace: Duration) -> GcOptions {
-    GcOptions {
-        grace,
-        skew_margin: MARGIN,
-        ..GcOptions::default()
-    }
+    GcOptions::builder()
+        .grace(grace)
+        .skew_margin(MARGIN)
+        .build()
 }
 
 /// The store host's wall clock: follows the world's mock clock, and can be stepped back (an NTP
@@ -522,10 +521,10 @@ async fn a_step_before_a_daemons_first_reading_collects_nothing() {
     let daemon = Collector::new(
         w.gc_bank.clone(),
         w.shared.clone(),
-        GcOptions {
-            floor_at_first_reading: true,
-            ..options(GRACE)
-        },
+        options(GRACE)
+            .to_builder()
+            .floor_at_first_reading(true)
+            .build(),
     );
     let r = pass(&daemon).await;
     assert_eq!((r.collected, r.leases_reaped), (0, 0), "{r:?}");

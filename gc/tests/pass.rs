@@ -32,18 +32,17 @@ struct Fixture {
 
 impl Fixture {
     fn options(&self) -> GcOptions {
-        GcOptions {
-            grace: GRACE,
-            skew_margin: self.margin,
-            concurrency: 4,
-            max_deletions: 0,
-            brake_ratio: 1.0,
-            brake_min: 1_000_000,
-            dry_run: false,
-            force: false,
-            reap_leases: true,
-            ..GcOptions::default()
-        }
+        GcOptions::builder()
+            .grace(GRACE)
+            .skew_margin(self.margin)
+            .concurrency(4)
+            .max_deletions(0)
+            .brake_ratio(1.0)
+            .brake_min(1_000_000)
+            .dry_run(false)
+            .force(false)
+            .reap_leases(true)
+            .build()
     }
 
     /// Long enough for the store to judge an owner dead: its store-time reading may lag by up
@@ -292,20 +291,18 @@ async fn dry_run_brake_and_limit() {
         let (_dead, cps, _keeper) = owner_with(&f, Arc::new(MockClock::new()), 5, 0).await;
         tokio::time::sleep(f.past_expiry()).await;
 
-        let dry = GcOptions {
-            dry_run: true,
-            ..f.options()
-        };
+        let dry = f.options().to_builder().dry_run(true).build();
         let r = pass(b, dry).await;
         assert_eq!((r.collected, r.dry_run), (5, true), "{name}: {r:?}");
         assert_eq!(r.requests.get("delete"), None, "{name}: {r:?}");
         assert_eq!(status(b, cps[0].id()).await, Some(Status::Protecting));
 
-        let braking = GcOptions {
-            brake_ratio: 0.5,
-            brake_min: 2,
-            ..f.options()
-        };
+        let braking = f
+            .options()
+            .to_builder()
+            .brake_ratio(0.5)
+            .brake_min(2)
+            .build();
         let r = pass(b, braking.clone()).await;
         assert_eq!(r.collected, 0, "{name}: {r:?}");
         assert!(
@@ -313,11 +310,7 @@ async fn dry_run_brake_and_limit() {
             "{name}: {r:?}"
         );
 
-        let limited = GcOptions {
-            max_deletions: 2,
-            force: true,
-            ..braking
-        };
+        let limited = braking.to_builder().max_deletions(2).force(true).build();
         let r = pass(b, limited).await;
         assert_eq!((r.collected, r.skipped), (2, 3), "{name}: {r:?}");
         let r = pass(b, f.options()).await;
@@ -363,14 +356,7 @@ async fn interrupted_collection_resumes_on_the_next_pass() {
         // Deletions fail: some after the delete really happened.
         f.faults.fail_next(Op::Delete, Strike::After, 2);
         f.faults.fail_next(Op::Delete, Strike::Before, 2);
-        let r = pass(
-            b,
-            GcOptions {
-                concurrency: 1,
-                ..f.options()
-            },
-        )
-        .await;
+        let r = pass(b, f.options().to_builder().concurrency(1).build()).await;
         assert!(r.errors >= 1, "{name}: {r:?}");
         assert!(r.collected < 3, "{name}: {r:?}");
         // Each later pass resumes what is left; the scripted faults run out within a few.
@@ -485,10 +471,7 @@ async fn dead_owners_leases_are_reaped_once_nothing_is_left() {
         tokio::time::sleep(f.past_expiry()).await;
 
         // A dry run reaps nothing.
-        let dry = GcOptions {
-            dry_run: true,
-            ..f.options()
-        };
+        let dry = f.options().to_builder().dry_run(true).build();
         assert_eq!(pass(b, dry).await.leases_reaped, 0, "{name}");
 
         let r = pass(b, f.options()).await;
@@ -510,10 +493,7 @@ async fn dead_owners_leases_are_reaped_once_nothing_is_left() {
         // With reaping off, nothing is reaped.
         let (_late, _, _keeper) = owner_with(&f, frozen.clone(), 0, 0).await;
         tokio::time::sleep(f.past_expiry()).await;
-        let off = GcOptions {
-            reap_leases: false,
-            ..f.options()
-        };
+        let off = f.options().to_builder().reap_leases(false).build();
         assert_eq!(pass(b, off).await.leases_reaped, 0, "{name}");
         keeper.release().await.unwrap();
     }
@@ -538,17 +518,10 @@ async fn a_file_banks_crashed_writers_temporaries_are_swept_once_per_window() {
         let f = std::fs::File::create(path).unwrap();
         f.set_modified(std::time::SystemTime::now() - age).unwrap();
     }
-    let options = GcOptions {
-        late_write_window: Duration::from_secs(600),
-        ..GcOptions::default()
-    };
-    let dry = collector(
-        &bank,
-        GcOptions {
-            dry_run: true,
-            ..options.clone()
-        },
-    );
+    let options = GcOptions::builder()
+        .late_write_window(Duration::from_secs(600))
+        .build();
+    let dry = collector(&bank, options.clone().to_builder().dry_run(true).build());
     assert_eq!(dry.run_pass().await.unwrap().temporaries_swept, 1);
     assert!(old.exists(), "a dry run removes nothing");
 
@@ -574,4 +547,61 @@ async fn a_file_banks_crashed_writers_temporaries_are_swept_once_per_window() {
         pass(&memory, GcOptions::default()).await.temporaries_swept,
         0
     );
+}
+
+/// A pass deletes each object it removes once: on `file:` as on memory, N collected checkpoints
+/// of one data object each cost N data deletions, N marker deletions and one per reaped lease
+/// (the `file:` pass once sent two deletes per removed object).
+#[tokio::test]
+async fn a_pass_deletes_each_removed_object_once() {
+    // More than one data batch (DATA_BATCH = 1,000): a flush at the boundary must not repeat.
+    const N: usize = 1100;
+    let dir = tempfile::tempdir().unwrap();
+    for url in [
+        "memory://".to_owned(),
+        format!("file://{}", dir.path().display()),
+    ] {
+        let bank = Bank::open(&url).unwrap();
+        let windows = LeaseWindows::new(
+            Duration::from_millis(100),
+            EXPIRE,
+            Duration::from_millis(50),
+        )
+        .unwrap();
+        // A frozen clock: the owner never renews, so the store sees it expire.
+        let lease = OwnerLease::acquire(
+            &bank,
+            OwnerId::random(),
+            windows,
+            Arc::new(MockClock::new()),
+        )
+        .await
+        .unwrap();
+        for i in 0..N {
+            let cp = Checkpoint::create(&lease, &format!("cp-{i}"))
+                .await
+                .unwrap();
+            cp.put_data("d0", PutPayload::from_static(b"bytes"))
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(EXPIRE + GRACE + MARGIN + Duration::from_millis(300)).await;
+        let options = GcOptions::builder()
+            .grace(GRACE)
+            .skew_margin(MARGIN)
+            .brake_ratio(1.0)
+            .build();
+        let r = pass(&bank, options).await;
+        assert_eq!(
+            (r.collected, r.leases_reaped, r.errors),
+            (N as u64, 1, 0),
+            "{url}: {r:?}"
+        );
+        let removed = 2 * N as u64 + r.leases_reaped;
+        assert_eq!(
+            r.requests.get("delete").copied(),
+            Some(removed),
+            "{url}: {r:?}"
+        );
+    }
 }

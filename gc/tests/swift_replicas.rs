@@ -38,11 +38,12 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+#[path = "common/swift_proxy.rs"]
+mod swift_proxy;
 
 use std::collections::BTreeMap;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -55,6 +56,7 @@ use banklease_gc::{Collector, GcOptions, PassReport};
 use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
+use swift_proxy::Proxy;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TEST: &str = "swift_replicas";
@@ -374,81 +376,9 @@ async fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> 
 
 // ---- the test's proxies ---------------------------------------------------------------------
 
-/// A `swift-proxy-server` of the test's own, from the shared one's configuration with
-/// `extra` settings for `[app:proxy-server]`; killed when dropped.
-struct Proxy {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
+/// The test's proxies (common/swift_proxy.rs), started with `Proxy::start_with(root, extra)`:
+/// the shared one's configuration with `extra` settings for `[app:proxy-server]`.
 impl Proxy {
-    async fn start(root: &std::path::Path, extra: &[&str]) -> Proxy {
-        let source = root.join("etc/proxy-server.conf");
-        let text = std::fs::read_to_string(&source)
-            .unwrap_or_else(|e| panic!("cannot read `{}`: {e}", source.display()));
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut lines = Vec::new();
-        for line in text.lines() {
-            match line.split('=').next().map(str::trim) {
-                Some("bind_port") => lines.push(format!("bind_port = {port}")),
-                // One process: no worker outlives a kill of its parent.
-                Some("workers") => lines.push("workers = 0".to_owned()),
-                _ => lines.push(line.to_owned()),
-            }
-            if line.trim() == "[app:proxy-server]" {
-                lines.extend(extra.iter().map(|s| (*s).to_owned()));
-            }
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let conf = dir.path().join("proxy-server.conf");
-        std::fs::write(&conf, lines.join("\n") + "\n").unwrap();
-        let log = std::fs::File::create(dir.path().join("proxy.log")).unwrap();
-        let child = std::process::Command::new("/usr/bin/swift-proxy-server")
-            .arg(&conf)
-            .arg("-v")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .expect("start /usr/bin/swift-proxy-server");
-        let mut proxy = Proxy {
-            child,
-            port,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = proxy.child.try_wait().unwrap() {
-                panic!("the test proxy on :{port} exited at start: {status}");
-            }
-            let probe = async {
-                let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-                    .await
-                    .ok()?;
-                s.write_all(b"GET /healthcheck HTTP/1.0\r\n\r\n")
-                    .await
-                    .ok()?;
-                let mut answer = Vec::new();
-                s.read_to_end(&mut answer).await.ok()?;
-                Some(answer.starts_with(b"HTTP/1.1 200") || answer.starts_with(b"HTTP/1.0 200"))
-            };
-            if let Ok(Some(true)) = tokio::time::timeout(Duration::from_secs(2), probe).await {
-                return proxy;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the test proxy on :{port} was not ready within 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
     /// A bank on `prefix` through this proxy (the client options `Bank::open` uses).
     fn bank(&self, prefix: &str) -> Bank {
         let store = SwiftBuilder::new()
@@ -479,13 +409,6 @@ impl Proxy {
         let url = &a.headers["x-storage-url"];
         let account = url.rsplit('/').next().unwrap().to_owned();
         (token, account)
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -523,18 +446,17 @@ async fn exists(bank: &Bank, path: &Path) -> bool {
 }
 
 fn gc_options() -> GcOptions {
-    GcOptions {
-        grace: GRACE,
-        skew_margin: MARGIN,
-        concurrency: 4,
-        max_deletions: 0,
-        brake_ratio: 1.0,
-        brake_min: 1_000_000,
-        dry_run: false,
-        force: false,
-        reap_leases: true,
-        ..GcOptions::default()
-    }
+    GcOptions::builder()
+        .grace(GRACE)
+        .skew_margin(MARGIN)
+        .concurrency(4)
+        .max_deletions(0)
+        .brake_ratio(1.0)
+        .brake_min(1_000_000)
+        .dry_run(false)
+        .force(false)
+        .reap_leases(true)
+        .build()
 }
 
 /// What the test saw, reported in full when it fails.
@@ -568,14 +490,14 @@ async fn a_stale_object_server_is_never_read_and_passes_collect_nothing_of_the_l
     };
     let started = Instant::now();
     let (owners_proxy, readers_proxy) = tokio::join!(
-        Proxy::start(
+        Proxy::start_with(
             &replicas.root,
             &[
                 "error_suppression_limit = 0",
                 "error_suppression_interval = 600",
             ]
         ),
-        Proxy::start(&replicas.root, &["error_suppression_limit = 1000000"]),
+        Proxy::start_with(&replicas.root, &["error_suppression_limit = 1000000"]),
     );
     let prefix = format!("replicas-{}", uuid::Uuid::new_v4().simple());
     let owners = owners_proxy.bank(&prefix);

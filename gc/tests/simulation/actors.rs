@@ -281,21 +281,21 @@ pub(crate) fn note_state(world: &World, name: &str, state: &LeaseState) {
 
 /// A bare collector's options; `read_staleness` is the run's replica-lag bound.
 pub(crate) fn gc_options(rng: &mut Rng, read_staleness: Duration) -> GcOptions {
-    GcOptions {
-        grace: GRACE,
-        skew_margin: MARGIN,
-        concurrency: rng.range(1..5) as usize,
-        max_deletions: 0,
-        brake_ratio: 1.0,
-        brake_min: 1_000_000,
-        dry_run: false,
-        force: false,
-        reap_leases: true,
-        read_staleness,
-        late_write_window: LATE_WRITE_WINDOW,
+    GcOptions::builder()
+        .grace(GRACE)
+        .skew_margin(MARGIN)
+        .concurrency(rng.range(1..5) as usize)
+        .max_deletions(0)
+        .brake_ratio(1.0)
+        .brake_min(1_000_000)
+        .dry_run(false)
+        .force(false)
+        .reap_leases(true)
+        .read_staleness(read_staleness)
+        .late_write_window(LATE_WRITE_WINDOW)
         // As the daemon: a step before this collector's first reading holds it back a window.
-        floor_at_first_reading: true,
-    }
+        .floor_at_first_reading(true)
+        .build()
 }
 
 /// A daemon's configuration; `read_staleness` is the run's replica-lag bound.

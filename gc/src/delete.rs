@@ -1,0 +1,66 @@
+//! Deleting for the tasks of a pass: one object, a bulk of markers, everything under a prefix.
+//! "Not found" counts as deleted everywhere: every step of a pass is idempotent.
+
+use banklease::Bank;
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::ObjectStoreExt;
+
+/// Delete `path`; already gone is fine.
+pub(crate) async fn delete_ok_if_missing(bank: &Bank, path: &Path) -> banklease::Result<()> {
+    match bank.store().delete(path).await {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(banklease::Error::Store {
+            op: "delete",
+            path: path.to_string(),
+            source: e,
+        }),
+    }
+}
+
+/// Markers (protecting or sweep) deleted in one bulk request (`DeleteObjects`, Swift's bulk
+/// delete; one request each where the store has none).
+pub const MARKER_BATCH: usize = 1000;
+
+/// Delete `markers` (emptied) in bulk: how many were deleted or already gone, and how many
+/// failed (each warned about as `what`; a later pass finds those again).
+pub(crate) async fn delete_markers(bank: &Bank, markers: &mut Vec<Path>, what: &str) -> (u64, u64) {
+    if markers.is_empty() {
+        return (0, 0);
+    }
+    let locations = futures::stream::iter(std::mem::take(markers).into_iter().map(Ok)).boxed();
+    let mut results = bank.store().delete_stream(locations);
+    let (mut done, mut failed) = (0, 0);
+    while let Some(result) = results.next().await {
+        match result {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => done += 1,
+            Err(e) => {
+                tracing::warn!(error = %e, "deleting {what} failed; a later pass finds it again");
+                failed += 1;
+            }
+        }
+    }
+    (done, failed)
+}
+
+/// Delete every object under `prefix`; returns how many the listing showed. A listing may still
+/// show objects already deleted; deleting them again is harmless.
+pub(crate) async fn delete_prefix(bank: &Bank, prefix: &Path) -> banklease::Result<u64> {
+    let store = bank.store();
+    let locations = store.list(Some(prefix)).map_ok(|m| m.location).boxed();
+    let mut deleted = store.delete_stream(locations);
+    let mut n = 0;
+    while let Some(r) = deleted.next().await {
+        match r {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => n += 1,
+            Err(e) => {
+                return Err(banklease::Error::Store {
+                    op: "delete",
+                    path: prefix.to_string(),
+                    source: e,
+                })
+            }
+        }
+    }
+    Ok(n)
+}

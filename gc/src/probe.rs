@@ -1,0 +1,135 @@
+//! Reading the store clock for a pass: the first reading checked against the last one (and the
+//! bank's step floor), later readings checked against the first before anything is deleted. A
+//! step refuses the pass; a forward step is remembered as the floor ([`crate::timing`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use banklease::bank::{add_saturating, StoreTime};
+use banklease::lease::MAX_EXPIRE_WINDOW;
+use banklease::observe::error_chain;
+use banklease::{Bank, LeaseObserver};
+use chrono::{DateTime, Utc};
+
+use crate::delete::delete_ok_if_missing;
+use crate::options::GcOptions;
+use crate::timing::{floor_path, read_floor, write_floor, ClockWatch, Refused};
+
+/// The clock checks of one collector. Clones share the watch (the last reading and the floor).
+///
+/// Its bank is the collector's own, not a pass's counting view: the floor's reads and writes
+/// are not the pass's requests.
+#[derive(Debug, Clone)]
+pub(crate) struct ClockProbe {
+    bank: Bank,
+    watch: Arc<ClockWatch>,
+    grace: Duration,
+    skew_margin: Duration,
+    read_staleness: Duration,
+    dry_run: bool,
+    floor_at_first_reading: bool,
+}
+
+impl ClockProbe {
+    pub(crate) fn new(bank: Bank, options: &GcOptions) -> Self {
+        Self {
+            bank,
+            watch: Arc::new(ClockWatch::default()),
+            grace: options.grace,
+            skew_margin: options.skew_margin,
+            read_staleness: options.read_staleness,
+            dry_run: options.dry_run,
+            floor_at_first_reading: options.floor_at_first_reading,
+        }
+    }
+
+    /// The step floor: stamps older than a detected store-clock step are judged from it.
+    pub(crate) fn floor(&self) -> Option<DateTime<Utc>> {
+        self.watch.floor()
+    }
+
+    /// A pass's first reading of the store clock: the bank's step floor is loaded, and the
+    /// reading is checked against the previous pass's (see [`crate::timing`]).
+    pub(crate) async fn start(&self, observer: &LeaseObserver) -> banklease::Result<StoreTime> {
+        let floor = read_floor(&self.bank).await?;
+        let store_time = observer.store_time().await?;
+        if let Some(floor) = floor {
+            // A floor older than any expire window plus grace constrains no stamp any more.
+            let spent = add_saturating(
+                floor,
+                MAX_EXPIRE_WINDOW
+                    .saturating_add(self.grace)
+                    .saturating_add(self.skew_margin),
+            );
+            if spent < store_time.at {
+                if !self.dry_run {
+                    // Harmless to keep: a failure is no reason to stop collecting.
+                    if let Err(e) = delete_ok_if_missing(&self.bank, &floor_path(&self.bank)).await
+                    {
+                        tracing::warn!(error = %error_chain(&e), "removing a spent clock floor failed");
+                    }
+                }
+            } else {
+                self.watch.raise_floor(floor);
+            }
+        }
+        let checked = self.watch.start(
+            &store_time,
+            self.step_tolerance(),
+            self.grace,
+            self.floor_at_first_reading,
+        );
+        self.on_step(checked).await?;
+        Ok(store_time)
+    }
+
+    /// A later reading in the same pass, before anything is deleted on the strength of what was
+    /// judged against `first`.
+    pub(crate) async fn again(
+        &self,
+        observer: &LeaseObserver,
+        first: &StoreTime,
+    ) -> banklease::Result<()> {
+        let again = observer.store_time().await?;
+        let checked = self.watch.recheck(first, &again, self.step_tolerance());
+        self.on_step(checked).await
+    }
+
+    /// Steps smaller than the margin are what the margin absorbs; a lagging replica may serve
+    /// the clock probe up to `read_staleness` old.
+    fn step_tolerance(&self) -> Duration {
+        self.skew_margin.saturating_add(self.read_staleness)
+    }
+
+    async fn on_step(&self, checked: Result<(), Refused>) -> banklease::Result<()> {
+        let step =
+            match checked {
+                Ok(()) => return Ok(()),
+                Err(Refused::Step(step)) => step,
+                Err(Refused::Unverified) => {
+                    tracing::warn!(bank = self.bank.label(),
+                    "store clock reading not verified (a lagging replica): pass aborted, nothing \
+                     judged or deleted");
+                    return Err(banklease::Error::ClockUnverified {
+                        bank: self.bank.label().to_owned(),
+                        attempts: banklease::bank::CLOCK_PROBE_ATTEMPTS as u32,
+                    });
+                }
+            };
+        let direction = if step.forward { "forward" } else { "backward" };
+        tracing::error!(step = ?step.by, direction, at = %step.at,
+            "store clock stepped: pass aborted, nothing deleted");
+        if step.forward && !self.dry_run {
+            if let Some(floor) = self.watch.floor() {
+                if let Err(e) = write_floor(&self.bank, floor).await {
+                    tracing::warn!(error = %error_chain(&e), "recording the clock floor failed");
+                }
+            }
+        }
+        Err(banklease::Error::ClockStep {
+            step: step.by,
+            direction,
+            at: step.at,
+        })
+    }
+}

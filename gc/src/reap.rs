@@ -1,0 +1,99 @@
+//! Reaping: the lease objects of owners expired past grace with no protecting checkpoint left
+//! are deleted (`gc.reap_leases`; not in a dry run).
+
+use std::collections::HashSet;
+
+use banklease::observe::error_chain;
+use banklease::OwnerId;
+use futures::StreamExt;
+
+use crate::context::PassContext;
+use crate::delete::delete_ok_if_missing;
+use crate::plan::Verdict;
+use crate::report::PassReport;
+
+/// Delete the lease objects of owners that are expired past grace and have no protecting
+/// checkpoint left: those whose markers this pass removed without a skip or error
+/// (`cleared`), and those with no marker in the listing at all (judged here, once each).
+///
+/// Safe: an owner expired on the store clock (plus margin and grace) has long judged its own
+/// lease Lost, never renews it, and cannot create checkpoints.
+pub(crate) async fn reap_leases(
+    ctx: &PassContext,
+    seen: &HashSet<OwnerId>,
+    cleared: &HashSet<OwnerId>,
+    report: &mut PassReport,
+) -> banklease::Result<()> {
+    let bank = &ctx.bank;
+    let prefix = bank.path(&["leases"]);
+    let mut listing = bank.store().list(Some(&prefix));
+    let mut candidates = Vec::new();
+    while let Some(item) = listing.next().await {
+        let meta = match item {
+            Ok(meta) => meta,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "listing leases failed");
+                report.errors += 1;
+                break;
+            }
+        };
+        let Some(owner) = meta
+            .location
+            .prefix_match(&prefix)
+            .and_then(|mut parts| {
+                let first = parts.next()?;
+                parts.next().is_none().then_some(first)
+            })
+            .and_then(|part| OwnerId::parse(part.as_ref()).ok())
+        else {
+            continue;
+        };
+        if cleared.contains(&owner) || !seen.contains(&owner) {
+            candidates.push(owner);
+        }
+    }
+    drop(listing);
+    // Judge every candidate first (the reads), then check the store clock once more, then
+    // delete: a step after this pass's first reading would make fresh stamps look old.
+    let judged: Vec<(OwnerId, Verdict, Option<&'static str>)> = futures::stream::iter(candidates)
+        .map(|owner| async move {
+            // Cleared owners were judged this pass; the others are judged now. Either way the
+            // lease is re-read, so one renewed since (impossible when expired) is never lost.
+            let view = ctx.observer.view(&owner, &ctx.store_time).await;
+            let counted = (!seen.contains(&owner)).then_some(view.name());
+            let verdict = Verdict::of(&view, ctx.options.grace);
+            (owner, verdict, counted)
+        })
+        .buffer_unordered(ctx.options.concurrency)
+        .collect()
+        .await;
+    for state in judged.iter().filter_map(|(_, _, counted)| *counted) {
+        *report.leases.entry(state.to_owned()).or_default() += 1;
+    }
+    let expired: Vec<OwnerId> = judged
+        .into_iter()
+        .filter(|(_, v, _)| *v == Verdict::Expired)
+        .map(|(o, _, _)| o)
+        .collect();
+    if expired.is_empty() {
+        return Ok(());
+    }
+    ctx.check_clock_again().await?;
+    let mut reaped = futures::stream::iter(expired)
+        .map(|owner| async move {
+            delete_ok_if_missing(bank, &bank.lease_path(&owner)).await?;
+            tracing::info!(owner_id = %owner, "reaped the lease of a dead owner");
+            Ok::<(), banklease::Error>(())
+        })
+        .buffer_unordered(ctx.options.concurrency);
+    while let Some(result) = reaped.next().await {
+        match result {
+            Ok(()) => report.leases_reaped += 1,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "reaping a lease failed");
+                report.errors += 1;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,57 @@
+//! What a pass did ([`PassReport`]): counted by every task of the pass, returned by
+//! [`crate::Collector::run_pass`], exported as metrics by the daemon.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// What a pass did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PassReport {
+    /// Protecting markers seen.
+    pub scanned: u64,
+    /// Distinct owners among them.
+    pub owners: u64,
+    /// Owners whose lease is alive.
+    pub alive: u64,
+    /// Owners whose lease expired, but less than `grace` ago.
+    pub in_grace: u64,
+    /// Owners whose lease is expired past grace, or missing.
+    pub dead: u64,
+    /// Owners whose lease could not be read or judged (never collected).
+    pub unreadable: u64,
+    /// Checkpoints collected (or, with `dry_run`, that would have been).
+    pub collected: u64,
+    /// Checkpoints found already decided by their owner, whose move the GC finished.
+    pub repaired: u64,
+    /// Protecting checkpoints left alone (live, doubtful, too young, or held back by limits).
+    pub skipped: u64,
+    /// Errors met (each one leaves its checkpoint for the next pass).
+    pub errors: u64,
+    /// Data objects found (and deleted) under collected checkpoints by the late sweep: writes
+    /// of paused owners that landed after the collection.
+    pub late_data_swept: u64,
+    /// Lease objects of dead owners deleted (expired past grace, nothing left to collect).
+    pub leases_reaped: u64,
+    /// `file:` banks: temporaries of writers killed before publishing, older than
+    /// `late_write_window`, removed (or, dry run, found). Swept at most once per that window.
+    pub temporaries_swept: u64,
+    /// Whether this was a dry run.
+    pub dry_run: bool,
+    /// Why the brake refused the pass, if it did.
+    pub braked: Option<String>,
+    /// Requests made, by kind (`put`, `get`, `head`, `delete`, `list`).
+    pub requests: BTreeMap<String, u64>,
+    /// Wall time of the pass in milliseconds.
+    pub duration_ms: u64,
+    /// Protecting checkpoints seen, by their owner's state: `alive`, `in_grace`, `dead`,
+    /// `unreadable`.
+    pub protecting: BTreeMap<String, u64>,
+    /// Owner leases judged, by state (`alive`, `expired`, `missing`, `unreadable`): the owners
+    /// of protecting checkpoints, and — when leases are reaped (not in a dry run) — every other
+    /// lease of the bank.
+    pub leases: BTreeMap<String, u64>,
+    /// How long the longest-dead owner whose protecting checkpoints this pass left behind
+    /// (braked, limited, dry run, errors) has been dead, in milliseconds; 0 when none is left.
+    pub oldest_zombie_age_ms: u64,
+}

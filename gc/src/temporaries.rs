@@ -1,0 +1,86 @@
+//! The temporaries sweep (`file:` banks only): staged files of writers killed between writing
+//! and publishing, in `_banklease/staging/`, older than `late_write_window` and held by no
+//! writer, are removed ([`banklease::local::LocalStore::sweep_temporaries_step`]).
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use banklease::local::SweepWalk;
+
+use crate::context::PassContext;
+
+/// Entries of a `file:` bank's staging directory a pass reads at most looking for stale staged
+/// files (it holds one per write in flight or crashed, so one pass almost always reads it all).
+pub const TEMPORARY_SWEEP_BUDGET: usize = 50_000;
+
+/// The sweep's state across passes; clones of a collector share it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TemporarySweep {
+    /// When the last walk ended (monotonic).
+    last_done: Arc<Mutex<Option<Instant>>>,
+    /// That walk, while it goes on across passes.
+    walk: Arc<Mutex<SweepWalk>>,
+}
+
+impl TemporarySweep {
+    /// On a `file:` bank, remove what writers killed between writing and publishing left
+    /// (staged files in `_banklease/staging/` that no writer holds, older than
+    /// `late_write_window`). Each pass goes on with the walk for at most
+    /// [`TEMPORARY_SWEEP_BUDGET`] entries, and a new walk starts at most once per window after
+    /// the last one ended. Returns (swept, errors).
+    pub(crate) async fn sweep(&self, ctx: &PassContext) -> (u64, u64) {
+        let bank = &ctx.bank;
+        let Some(local) = bank.local() else {
+            return (0, 0);
+        };
+        let window = ctx.options.late_write_window;
+        let now = ctx.clock.now();
+        {
+            let walking = {
+                let walk = self.walk.lock().expect("not poisoned");
+                walk.is_started() && !walk.is_done()
+            };
+            let last = self.last_done.lock().expect("not poisoned");
+            if !walking && last.is_some_and(|t| now.saturating_duration_since(t) < window) {
+                return (0, 0);
+            }
+        }
+        let step = local
+            .sweep_temporaries_step(
+                &self.walk,
+                TEMPORARY_SWEEP_BUDGET,
+                window,
+                ctx.options.dry_run,
+            )
+            .await;
+        match step {
+            Ok(swept) => {
+                if swept.done {
+                    *self.last_done.lock().expect("not poisoned") = Some(now);
+                    *self.walk.lock().expect("not poisoned") = SweepWalk::default();
+                }
+                if swept.stale > 0 {
+                    tracing::info!(
+                        bank = bank.label(),
+                        stale = swept.stale,
+                        removed = swept.removed,
+                        "swept temporaries left by crashed writers"
+                    );
+                }
+                let found = if ctx.options.dry_run {
+                    swept.stale
+                } else {
+                    swept.removed
+                };
+                (found, 0)
+            }
+            Err(e) => {
+                // Start over next time: the walk may be stuck on what failed.
+                *self.walk.lock().expect("not poisoned") = SweepWalk::default();
+                tracing::warn!(bank = bank.label(), error = %e,
+                    "cannot sweep stale temporaries; will retry next pass");
+                (0, 1)
+            }
+        }
+    }
+}

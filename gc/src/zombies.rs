@@ -1,0 +1,155 @@
+//! Finding zombies: the protecting index is listed once, and each owner in it judged once, by
+//! reading its lease (never by a listing). A missing lease is timed by its missing-since record
+//! ([`crate::records`]); the verdicts themselves are the planner's ([`crate::plan::Verdict`]).
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use banklease::checkpoint::{parse_marker, protecting_prefix};
+use banklease::observe::error_chain;
+use banklease::{LeaseView, OwnerId};
+use futures::StreamExt;
+
+use crate::context::PassContext;
+use crate::plan::{OwnerTally, Verdict};
+use crate::records::missing_for;
+use crate::report::PassReport;
+
+/// The owners of the protecting index, judged.
+#[derive(Debug)]
+pub(crate) struct Judged {
+    /// Every owner with a marker in the listing, in listing order.
+    pub(crate) tallies: Vec<OwnerTally>,
+    /// When the listing was sent: a missing lease's markers are judged at that instant.
+    pub(crate) listed_at: Instant,
+    /// Owners whose missing-since record is kept: their lease reads as missing (or cannot be
+    /// read). A record left from an earlier episode would start a later episode's grace long
+    /// before it began.
+    pub(crate) keep_records: HashSet<OwnerId>,
+    /// How long each dead owner has been dead.
+    pub(crate) dead_for: HashMap<OwnerId, Duration>,
+}
+
+/// One owner's judgement.
+struct Judgement {
+    owner: OwnerId,
+    verdict: Verdict,
+    keep_record: bool,
+    state: &'static str,
+    dead_for: Option<Duration>,
+}
+
+/// List the protecting index (streamed: memory grows with owners, not checkpoints) and judge
+/// each owner once.
+pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
+    let bank = &ctx.bank;
+    let listed_at = ctx.clock.now();
+    let mut markers: HashMap<OwnerId, u64> = HashMap::new();
+    let mut order: Vec<OwnerId> = Vec::new();
+    let mut listing = bank.store().list(Some(&protecting_prefix(bank)));
+    while let Some(item) = listing.next().await {
+        match item {
+            Ok(meta) => match parse_marker(bank, &meta.location) {
+                Some((owner, _)) => {
+                    report.scanned += 1;
+                    let n = markers.entry(owner.clone()).or_insert_with(|| {
+                        order.push(owner);
+                        0
+                    });
+                    *n += 1;
+                }
+                None => {
+                    tracing::warn!(path = %meta.location, "malformed protecting marker: skipped");
+                    report.skipped += 1;
+                }
+            },
+            Err(e) => {
+                // Judge what was seen; the rest waits for the next pass.
+                tracing::warn!(error = %error_chain(&e), "listing the protecting index failed");
+                report.errors += 1;
+                break;
+            }
+        }
+    }
+    drop(listing);
+    report.owners = order.len() as u64;
+
+    let judgements: Vec<Judgement> = futures::stream::iter(order)
+        .map(|owner| judge(ctx, owner))
+        .buffered(ctx.options.concurrency)
+        .collect()
+        .await;
+    let keep_records: HashSet<OwnerId> = judgements
+        .iter()
+        .filter(|j| j.keep_record)
+        .map(|j| j.owner.clone())
+        .collect();
+    let mut dead_for: HashMap<OwnerId, Duration> = HashMap::new();
+    let tallies = judgements
+        .into_iter()
+        .map(|j| {
+            let n = markers.get(&j.owner).copied().unwrap_or(0);
+            *report.leases.entry(j.state.to_owned()).or_default() += 1;
+            let owner_state = match &j.verdict {
+                Verdict::Alive => {
+                    report.alive += 1;
+                    "alive"
+                }
+                Verdict::InGrace => {
+                    report.in_grace += 1;
+                    "in_grace"
+                }
+                Verdict::Unreadable(error) => {
+                    tracing::warn!(owner_id = %j.owner, %error, "lease unreadable: not collecting");
+                    report.unreadable += 1;
+                    "unreadable"
+                }
+                Verdict::Expired | Verdict::Missing => {
+                    report.dead += 1;
+                    dead_for.insert(j.owner.clone(), j.dead_for.unwrap_or_default());
+                    "dead"
+                }
+            };
+            *report.protecting.entry(owner_state.to_owned()).or_default() += n;
+            if !j.verdict.is_dead() {
+                report.skipped += n;
+            }
+            OwnerTally {
+                owner: j.owner,
+                markers: n,
+                verdict: j.verdict,
+            }
+        })
+        .collect();
+    Judged {
+        tallies,
+        listed_at,
+        keep_records,
+        dead_for,
+    }
+}
+
+/// Judge one owner by reading its lease (and, when it is missing, its missing-since record).
+async fn judge(ctx: &PassContext, owner: OwnerId) -> Judgement {
+    let view = ctx.observer.view(&owner, &ctx.store_time).await;
+    let mut verdict = Verdict::of(&view, ctx.options.grace);
+    let mut dead_for = match &view {
+        LeaseView::Expired { since, .. } => Some(*since),
+        _ => None,
+    };
+    if verdict == Verdict::Missing {
+        let sent = ctx.clock.now();
+        let seen = missing_for(ctx, &owner, sent)
+            .await
+            .map_err(|e| error_chain(&e));
+        (verdict, dead_for) = Verdict::of_missing(seen, ctx.options.grace, ctx.options.skew_margin);
+    }
+    tracing::debug!(owner_id = %owner, view = view.name(), ?verdict, "judged owner");
+    Judgement {
+        keep_record: matches!(view, LeaseView::Missing | LeaseView::Unreadable { .. }),
+        state: view.name(),
+        owner,
+        verdict,
+        dead_for,
+    }
+}
