@@ -328,9 +328,9 @@ impl Bank {
         for _ in 0..3 {
             stamps.push(self.store_time(clock).await?.at);
         }
-        Ok(Duration::from_millis(crate::doctor::stamp_resolution_ms(
-            stamps.into_iter(),
-        )))
+        Ok(Duration::from_millis(
+            crate::lease::store_time::stamp_resolution_ms(stamps.into_iter()),
+        ))
     }
 }
 

@@ -682,7 +682,8 @@ async fn probe_clock_and_latency(
     }
     let _ = store.delete(&path).await;
 
-    let resolution_ms = stamp_resolution_ms(taken.iter().map(|s| s.stamped));
+    let resolution_ms =
+        crate::lease::store_time::stamp_resolution_ms(taken.iter().map(|s| s.stamped));
     let best = taken
         .iter()
         .min_by_key(|s| s.host_after - s.host_before)
@@ -705,26 +706,10 @@ async fn probe_clock_and_latency(
     Ok((clock_offset, latency))
 }
 
-/// The coarsest of 1 s and 1 ms that every stamp is a whole multiple of (0 when finer). A
-/// sub-second stamp that happens to fall on a whole second is possible but needs every sample
-/// to do so.
-pub fn stamp_resolution_ms(stamps: impl Iterator<Item = DateTime<Utc>>) -> u64 {
-    let mut resolution = 1000;
-    for stamp in stamps {
-        let nanos = stamp.timestamp_subsec_nanos();
-        if nanos % 1_000_000 != 0 {
-            return 0;
-        }
-        if nanos != 0 {
-            resolution = 1;
-        }
-    }
-    resolution
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::store_time::stamp_resolution_ms;
 
     fn race(rounds: u32, bad: u32) -> CreateRace {
         CreateRace {

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::to_py;
-use crate::lease::{lost, raise_if_lost, release_unless_lost, LeaseStatus, OwnerLease};
+use crate::owner::{lost, raise_if_lost, release_unless_lost, LeaseStatus, OwnerLease};
 use crate::runtime::{awaitable, block_on, opt_duration, runtime};
 
 /// A running keeper (`OwnerLease.keep()`). Use it as a context manager (`with`, `async with`)

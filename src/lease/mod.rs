@@ -5,14 +5,16 @@
 //! - [`store_time`](self::store_time): the store's clock, read once and carried forward;
 //! - `holding`: the holder's state machine — commit (send-time expiry, a late answer does not
 //!   count), reconcile (settle an ambiguous write by reading it back), Lost is final;
-//! - `keeper`: one renewal task for any holding;
+//! - `keeper`: one renewal task for any holding (`owner_keeper`: the owner's `Keeper`);
 //! - `owner`: the owner lease (`leases/<owner_id>`), a thin user of the above, as is
 //!   [`crate::lock`].
 
 pub mod expiry;
 mod holding;
 mod keeper;
+mod lazy;
 mod owner;
+mod owner_keeper;
 pub mod record;
 pub mod store_time;
 mod swift;
@@ -20,12 +22,12 @@ mod swift;
 pub use crate::windows::MAX_EXPIRE_WINDOW;
 pub use expiry::{judge_expiry, Expiry};
 pub use holding::LeaseState;
-pub use keeper::Keeper;
 pub use owner::OwnerLease;
+pub use owner_keeper::Keeper;
 pub use record::{read_lease, read_lease_at, LeaseRecord, LEASE_FORMAT, MAX_LEASE_BYTES};
 pub use swift::{SWIFT_DELETE_AT_GRID_SECS, SWIFT_TTL_SLACK};
 
 pub(crate) use holding::{Held, Holding, Phase, ReadBack, Reconciled, Words};
 pub(crate) use keeper::{Cadence, Failure, Renewable, Running};
+pub(crate) use lazy::LazyStoreTime;
 pub(crate) use record::{encode, new_token, parse_versioned, read_bounded};
-pub(crate) use store_time::LazyStoreTime;

@@ -8,10 +8,6 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use crate::bank::Bank;
-use crate::clock::SharedClock;
-use crate::error::Result;
-
 /// One reading of the store's clock (a probe's `last_modified`, see [`Bank::store_time`]), with
 /// the monotonic instants around it, so that both a lower and an upper bound of the store's time
 /// can be carried forward.
@@ -87,36 +83,21 @@ pub fn sub_saturating(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
-/// A store-clock reading made on first use and kept for the rest of one operation (two requests
-/// at most per operation, none when nothing needs judging).
-#[derive(Debug, Default)]
-pub(crate) struct LazyStoreTime(Option<StoreTime>);
-
-impl LazyStoreTime {
-    pub(crate) fn new() -> Self {
-        Self(None)
-    }
-
-    /// The reading, made now if it was not yet.
-    pub(crate) async fn get(&mut self, bank: &Bank, clock: &SharedClock) -> Result<StoreTime> {
-        if let Some(t) = self.0 {
-            return Ok(t);
+/// The coarsest of 1 s and 1 ms that every stamp is a whole multiple of (0 when finer). A
+/// sub-second stamp that happens to fall on a whole second is possible but needs every sample
+/// to do so.
+pub fn stamp_resolution_ms(stamps: impl Iterator<Item = DateTime<Utc>>) -> u64 {
+    let mut resolution = 1000;
+    for stamp in stamps {
+        let nanos = stamp.timestamp_subsec_nanos();
+        if nanos % 1_000_000 != 0 {
+            return 0;
         }
-        let t = bank.store_time(clock).await?;
-        self.0 = Some(t);
-        Ok(t)
+        if nanos != 0 {
+            resolution = 1;
+        }
     }
-
-    /// The store's time, at least, at monotonic instant `sent`: the instant taken before the
-    /// read being judged was sent.
-    pub(crate) async fn lower_at(
-        &mut self,
-        bank: &Bank,
-        clock: &SharedClock,
-        sent: Instant,
-    ) -> Result<DateTime<Utc>> {
-        Ok(self.get(bank, clock).await?.at_send(sent, Duration::ZERO))
-    }
+    resolution
 }
 
 #[cfg(test)]
