@@ -90,7 +90,3 @@ pub use keeper::Keeper;
 pub use lease::{LeaseRecord, LeaseState, OwnerLease};
 pub use observe::{LeaseObserver, LeaseView, ValidityCheck};
 pub use windows::LeaseWindows;
-#[cfg(any(test, feature = "test-util"))]
-pub mod failing;
-#[cfg(any(test, feature = "test-util"))]
-pub mod sim_store;
