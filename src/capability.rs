@@ -359,16 +359,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_store_ignoring_conditions_fails_the_race() {
-        let store = crate::failing::FailingStore::new(object_store::memory::InMemory::new());
-        store.set_ignore_conditions(true);
-        let bank = Bank::from_store(std::sync::Arc::new(store), "", "ignoring");
-        let race = probe_create_race(&bank, 4, 2).await.unwrap();
-        assert!(!race.looked_atomic());
-        assert_eq!(race.max_winners, 4);
-    }
-
-    #[tokio::test]
     async fn local_files_enforce_update() {
         let dir = tempfile::tempdir().unwrap();
         let bank = Bank::open(&format!("file://{}", dir.path().display())).unwrap();

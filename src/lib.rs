@@ -89,7 +89,3 @@ pub use id::OwnerId;
 pub use lease::{Keeper, LeaseRecord, LeaseState, OwnerLease};
 pub use observe::{LeaseObserver, LeaseView, ValidityCheck};
 pub use windows::LeaseWindows;
-#[cfg(any(test, feature = "test-util"))]
-pub mod failing;
-#[cfg(any(test, feature = "test-util"))]
-pub mod sim_store;

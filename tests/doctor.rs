@@ -23,8 +23,8 @@ use std::time::Duration;
 use banklease::capability::Condition;
 use banklease::clock::{SharedClock, SystemClock};
 use banklease::doctor::{self, Basis, DiagnoseOptions, Diagnosis, Expiry, Verdicts};
-use banklease::failing::FailingStore;
 use banklease::{Bank, RenewalMechanism};
+use banklease_testkit::failing::FailingStore;
 
 fn clock() -> SharedClock {
     Arc::new(SystemClock)

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use banklease::clock::MockClock;
-use banklease::failing::{FailingStore, Op};
 use banklease::lock::{guarded_put, Fence};
 use banklease::{Bank, Error};
+use banklease_testkit::failing::{FailingStore, Op};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 

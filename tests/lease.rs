@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use banklease::clock::{Clock, Jitter, MockClock, SystemClock};
-use banklease::failing::{Op, Strike};
 use banklease::{
     Bank, Error, LeaseObserver, LeaseState, LeaseView, LeaseWindows, OwnerId, OwnerLease,
     RenewalMechanism,
 };
+use banklease_testkit::failing::{Op, Strike};
 use common::{backends, bank, plain_bank, Backend};
 use object_store::{ObjectStoreExt, PutPayload};
 
@@ -563,7 +563,7 @@ async fn take_over_only_an_expired_lease_and_only_once_on_atomic_stores() {
 async fn keeper_reports_lost_on_time_while_a_renewal_hangs() {
     for backend in [Backend::Memory, Backend::File] {
         let (plain, _dir) = plain_bank(backend);
-        let failing = banklease::failing::FailingStore::new(Arc::clone(plain.store()))
+        let failing = banklease_testkit::failing::FailingStore::new(Arc::clone(plain.store()))
             .with_sleeping_clock(SystemClock);
         let b = plain.with_store(Arc::new(failing.clone()));
         let short = LeaseWindows::new(

@@ -14,12 +14,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use banklease::clock::{Clock, Jitter, MockClock, SharedClock, SystemClock};
-use banklease::failing::{FailingStore, Op, Strike};
 use banklease::lock::{
     fence_path, guarded_put, Blocking, Fence, LockState, Locks, Order, Release, Term, Wait,
     MAX_PAYLOAD_BYTES,
 };
 use banklease::{Bank, Error};
+use banklease_testkit::failing::{FailingStore, Op, Strike};
 use object_store::memory::InMemory;
 use object_store::{ObjectStoreExt, PutPayload};
 

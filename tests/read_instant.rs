@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use banklease::checkpoint::{self, Checkpoint, Status};
 use banklease::clock::{MockClock, SharedClock};
-use banklease::failing::{FailingStore, Op, Strike};
-use banklease::sim_store::{SimStore, StoreClock};
 use banklease::{Bank, Error, LeaseObserver, LeaseView, LeaseWindows, OwnerId, OwnerLease};
+use banklease_testkit::failing::{FailingStore, Op, Strike};
+use banklease_testkit::sim_store::{SimStore, StoreClock};
 use gate::GateStore;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;

@@ -533,7 +533,8 @@ mod tests {
     use super::*;
 
     use banklease::clock::Clock as _;
-    use banklease::failing::FailingStore;
+    use banklease_testkit::failing::FailingStore;
+    use banklease_testkit::sim_store::{SimStore, StoreClock};
     use futures::stream::BoxStream;
     use futures::StreamExt as _;
     use object_store::memory::InMemory;
@@ -619,9 +620,7 @@ mod tests {
         let world = banklease::clock::MockClock::new();
         // The mock clock's wall time starts on a whole second and is not advanced: every
         // stamp is a whole second.
-        let store = banklease::sim_store::SimStore::new(banklease::sim_store::StoreClock::new(
-            world.clone(),
-        ));
+        let store = SimStore::new(StoreClock::new(world.clone()));
         let bank = Bank::from_store(Arc::new(store), "", "whole-seconds://");
         let daemon = Daemon::new(bank, Arc::new(world), config());
         // Bounded: a daemon that starts would run until shutdown.

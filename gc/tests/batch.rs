@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use banklease::checkpoint::{self, Checkpoint, Status};
 use banklease::clock::{MockClock, SharedClock};
-use banklease::failing::{FailingStore, Op, Strike};
-use banklease::sim_store::{SimStore, StoreClock};
 use banklease::{Bank, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::batch::{DATA_BATCH, LISTED_MAX};
 use banklease_gc::{Collector, GcOptions, PassReport};
+use banklease_testkit::failing::{FailingStore, Op, Strike};
+use banklease_testkit::sim_store::{SimStore, StoreClock};
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};

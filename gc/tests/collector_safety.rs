@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use banklease::checkpoint::{self, Checkpoint, Status};
 use banklease::clock::{Clock, MockClock, SharedClock};
-use banklease::sim_store::{SimStore, StoreClock};
 use banklease::{Bank, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, GcOptions, PassReport};
+use banklease_testkit::sim_store::{SimStore, StoreClock};
 use gate::GateStore;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};

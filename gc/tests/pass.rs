@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use banklease::checkpoint::{self, Checkpoint, Decided, Decider, Decision, Status};
 use banklease::clock::{Clock, MockClock, SharedClock, SystemClock};
-use banklease::failing::{FailingStore, Op, Strike};
 use banklease::{Bank, Error, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, GcOptions, PassReport};
+use banklease_testkit::failing::{FailingStore, Op, Strike};
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 const EXPIRE: Duration = Duration::from_millis(400);

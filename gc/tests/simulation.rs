@@ -58,11 +58,11 @@ use banklease::checkpoint::{
 };
 use banklease::clock::{Clock, Jitter, MockClock, SharedClock};
 use banklease::config::Config;
-use banklease::failing::{FailingStore, FaultCounts, Op, Strike};
 use banklease::observe::{judge, LeaseView};
-use banklease::sim_store::{Mutation, MutationKind, SimStore, StoreClock, StoreView};
 use banklease::{Bank, Checkpoint, Error, LeaseState, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, Daemon, GcOptions};
+use banklease_testkit::failing::{FailingStore, FaultCounts, Op, Strike};
+use banklease_testkit::sim_store::{Mutation, MutationKind, SimStore, StoreClock, StoreView};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;

@@ -32,10 +32,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use banklease::checkpoint::{self, Checkpoint, Decider, Status};
 use banklease::clock::{Clock, Jitter, MockClock, SystemClock};
-use banklease::failing::{FailingStore, Op};
 use banklease::swift::SwiftBuilder;
 use banklease::{Bank, Keeper, LeaseState, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, GcOptions, PassReport};
+use banklease_testkit::failing::{FailingStore, Op};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use object_store::client::{

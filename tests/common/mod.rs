@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use banklease::clock::MockClock;
-use banklease::failing::FailingStore;
 use banklease::Bank;
+use banklease_testkit::failing::FailingStore;
 use object_store::ObjectStore;
 
 /// The backends a suite runs on.
