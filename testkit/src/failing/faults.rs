@@ -10,8 +10,7 @@ use object_store::{ObjectStore, Result};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::listing::Consistency;
-use super::{FailingStore, FaultCounts, Op, Strike};
+use super::{Consistency, FailingStore, FaultCounts, Op, Strike};
 
 /// Mixed into the seed of the generator for late answers and ambiguous creates.
 pub(super) const LATE_SEED: u64 = 0x6c61_7465_616e_7377;

@@ -1,8 +1,7 @@
 //! Eventually consistent listings ([`FailingStore::set_listing_lag`]): what a lagging listing
 //! hides (new objects) and still shows (deleted ones), measured on the wrapper's clock.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -11,18 +10,6 @@ use object_store::{ObjectMeta, ObjectStore, Result};
 
 use super::faults::{injected, Timing};
 use super::{FailingStore, Op, Strike};
-
-/// What the listing-lag model knows about paths (instants on the store's clock).
-#[derive(Debug, Default)]
-pub(super) struct Consistency {
-    pub(super) lag: Duration,
-    /// Paths known to exist (written through this wrapper, or found by a read before a write).
-    pub(super) present: HashSet<Path>,
-    /// New paths written through this wrapper: listed from this instant on.
-    pub(super) visible_from: HashMap<Path, Instant>,
-    /// Paths deleted through this wrapper: listed as they were until this instant.
-    pub(super) ghosts: BTreeMap<Path, (ObjectMeta, Instant)>,
-}
 
 impl<T: ObjectStore> FailingStore<T> {
     /// Whether a write of `location` must first find out if the object exists (an overwrite of

@@ -34,6 +34,12 @@
 //! [`ObjectStore`]: object_store::ObjectStore
 //! [`MockClock`]: banklease::clock::MockClock
 
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use object_store::path::Path;
+use object_store::ObjectMeta;
+
 mod faults;
 mod listing;
 mod store;
@@ -122,4 +128,16 @@ impl FaultCounts {
         self.late_answers += other.late_answers;
         self.creates_ambiguous += other.creates_ambiguous;
     }
+}
+
+/// What the listing-lag model knows about paths (instants on the store's clock).
+#[derive(Debug, Default)]
+pub(crate) struct Consistency {
+    pub(crate) lag: Duration,
+    /// Paths known to exist (written through this wrapper, or found by a read before a write).
+    pub(crate) present: HashSet<Path>,
+    /// New paths written through this wrapper: listed from this instant on.
+    pub(crate) visible_from: HashMap<Path, Instant>,
+    /// Paths deleted through this wrapper: listed as they were until this instant.
+    pub(crate) ghosts: BTreeMap<Path, (ObjectMeta, Instant)>,
 }
