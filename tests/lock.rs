@@ -19,12 +19,10 @@ use banklease::lock::{
     MAX_PAYLOAD_BYTES,
 };
 use banklease::{Bank, Error};
+use banklease_testkit::backends::{Backend, TestBank};
 use banklease_testkit::failing::{FailingStore, Op, Strike};
 use object_store::memory::InMemory;
 use object_store::{ObjectStoreExt, PutPayload};
-
-const SKIP_S3: &str =
-    "skipping: set BANKLEASE_TEST_S3=1 and the variables `.ci/start-s3.sh` prints (moto)";
 
 // ---- environments ----------------------------------------------------------------------------
 
@@ -40,42 +38,8 @@ struct Env {
     ticket_lease: Duration,
     /// The store's `last_modified` resolution (S3: whole seconds).
     resolution: Duration,
-    /// The directory of a `file:` bank, removed when the last clone goes.
-    _dir: Option<Arc<tempfile::TempDir>>,
-}
-
-fn memory() -> Env {
-    Env {
-        bank: Bank::open("memory://").unwrap(),
-        short: Duration::from_millis(300),
-        margin: Duration::from_millis(50),
-        ticket_lease: Duration::from_secs(1),
-        resolution: Duration::ZERO,
-        _dir: None,
-    }
-}
-
-/// A `file:` bank: conditional overwrites are atomic there (`banklease::local`).
-fn file() -> Env {
-    let dir = tempfile::tempdir().unwrap();
-    Env {
-        bank: Bank::open(&format!("file://{}", dir.path().display())).unwrap(),
-        _dir: Some(Arc::new(dir)),
-        ..memory()
-    }
-}
-
-fn s3_enabled() -> bool {
-    if std::env::var("BANKLEASE_TEST_S3").as_deref() == Ok("1") {
-        return true;
-    }
-    eprintln!("{SKIP_S3}");
-    false
-}
-
-fn s3_url() -> String {
-    let bucket = std::env::var("S3_BUCKET").unwrap_or_else(|_| "banklease-test".to_owned());
-    format!("s3://{bucket}/lock-tests/{}", uuid::Uuid::new_v4().simple())
+    /// The fresh bank (a `file:` bank's directory is removed when the last clone goes).
+    _bank: TestBank,
 }
 
 /// S3 tests run one at a time. moto checks a conditional write and then performs it without a
@@ -87,49 +51,11 @@ fn s3_serial() -> &'static tokio::sync::Mutex<()> {
     SERIAL.get_or_init(|| tokio::sync::Mutex::new(()))
 }
 
-/// A fresh prefix in the moto bucket, or `None` (after saying so) when S3 tests are off.
-fn s3() -> Option<Env> {
-    if !s3_enabled() {
-        return None;
-    }
-    Some(Env {
-        bank: Bank::open(&s3_url()).expect("configure S3 from the AWS_* variables"),
-        short: Duration::from_secs(2),
-        margin: Duration::from_millis(1100),
-        ticket_lease: Duration::from_secs(4),
-        resolution: Duration::from_secs(1),
-        _dir: None,
-    })
-}
-
-/// A fresh prefix in the Azurite container, or `None` (after saying so) when Azure tests are off.
-fn azure() -> Option<Env> {
-    if std::env::var("BANKLEASE_TEST_AZURE").as_deref() != Ok("1") {
-        eprintln!(
-            "skipping: set BANKLEASE_TEST_AZURE=1 and the variables `.ci/start-azurite.sh` prints"
-        );
-        return None;
-    }
-    let container =
-        std::env::var("AZURE_CONTAINER_NAME").unwrap_or_else(|_| "banklease-test".to_owned());
-    let url = format!(
-        "az://{container}/lock-tests/{}",
-        uuid::Uuid::new_v4().simple()
-    );
-    Some(Env {
-        bank: Bank::open(&url).expect("configure Azure from the AZURE_* variables"),
-        ..s3_like()
-    })
-}
-
-/// Durations for a server that stamps `last_modified` in whole seconds.
-fn s3_like() -> Env {
-    Env {
-        short: Duration::from_secs(2),
-        margin: Duration::from_millis(1100),
-        ticket_lease: Duration::from_secs(4),
-        resolution: Duration::from_secs(1),
-        ..memory()
+/// On S3, hold [`s3_serial`] for the test; elsewhere nothing.
+async fn one_at_a_time(backend: Backend) -> Option<tokio::sync::MutexGuard<'static, ()>> {
+    match backend {
+        Backend::S3 => Some(s3_serial().lock().await),
+        _ => None,
     }
 }
 
@@ -138,6 +64,39 @@ fn sys() -> SharedClock {
 }
 
 impl Env {
+    /// A fresh bank on `backend` (under `lock-tests/` on the servers), or `None` (after saying
+    /// so) when `backend` is not configured. On `file:` conditional overwrites are atomic
+    /// (`banklease::local`).
+    fn on(backend: Backend) -> Option<Env> {
+        if !backend.available() {
+            return None;
+        }
+        let fresh = backend.open_in("lock-tests");
+        let resolution = backend.stamp_resolution();
+        let (short, margin, ticket_lease) = if resolution.is_zero() {
+            (
+                Duration::from_millis(300),
+                Duration::from_millis(50),
+                Duration::from_secs(1),
+            )
+        } else {
+            // A server that stamps `last_modified` in whole seconds (S3, Azure).
+            (
+                Duration::from_secs(2),
+                Duration::from_millis(1100),
+                Duration::from_secs(4),
+            )
+        };
+        Some(Env {
+            bank: fresh.bank.clone(),
+            short,
+            margin,
+            ticket_lease,
+            resolution,
+            _bank: fresh,
+        })
+    }
+
     fn locks(&self, clock: SharedClock) -> Locks {
         Locks::new(&self.bank, "t", clock)
             .unwrap()
@@ -201,40 +160,25 @@ fn unavailable_holder(err: &Error) -> String {
 }
 
 /// Run each semantic on memory (`memory::name`), on files (`file::name`), on S3 (`s3::name`)
-/// and on Azure (`azure::name`; both skipped unless enabled).
+/// and on Azure (`azure::name`; both skipped unless configured).
 macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
-        mod memory {
+        on_store!(memory, Memory, $($name),*);
+        on_store!(file, File, $($name),*);
+        on_store!(s3, S3, $($name),*);
+        on_store!(azure, Azure, $($name),*);
+    };
+}
+
+/// Run each semantic on one backend, as tests in module `$module`.
+macro_rules! on_store {
+    ($module:ident, $backend:ident, $($name:ident),*) => {
+        mod $module {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name(&super::memory()).await
-                }
-            )*
-        }
-        mod file {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(&super::file()).await
-                }
-            )*
-        }
-        mod s3 {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(env) = super::s3() else { return };
-                    let _one_at_a_time = super::s3_serial().lock().await;
-                    super::$name(&env).await
-                }
-            )*
-        }
-        mod azure {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(env) = super::azure() else { return };
+                    let Some(env) = super::Env::on(super::Backend::$backend) else { return };
+                    let _one_at_a_time = super::one_at_a_time(super::Backend::$backend).await;
                     super::$name(&env).await
                 }
             )*
@@ -1410,8 +1354,7 @@ async fn locks_are_refused_when_the_store_ignores_conditions() {
 /// `BANKLEASE_TEST_SWIFT=1` and the variables `.ci/start-swift.sh` prints (as `.ci/run` does).
 #[tokio::test]
 async fn locks_are_refused_on_swift() {
-    if std::env::var("BANKLEASE_TEST_SWIFT").as_deref() != Ok("1") {
-        eprintln!("skipping: set BANKLEASE_TEST_SWIFT=1 (the .ci/run script starts Swift)");
+    if !Backend::Swift.available() {
         return;
     }
     let container = format!("bl-lock-{}", uuid::Uuid::new_v4().simple());
@@ -1513,16 +1456,18 @@ fn run_cli(bank: &str, margin: Duration, args: &[&str]) -> Run {
 
 #[test]
 fn cli_acquire_release_show_list_on_s3() {
-    if !s3_enabled() {
+    let Some(env) = Env::on(Backend::S3) else {
         return;
-    }
+    };
     let _one_at_a_time = s3_serial().blocking_lock();
-    cli_acquire_release_show_list(&s3_url(), Duration::from_millis(1100));
+    cli_acquire_release_show_list(env.bank.label(), env.margin);
 }
 
 #[test]
 fn cli_acquire_release_show_list_on_azure() {
-    let Some(env) = azure() else { return };
+    let Some(env) = Env::on(Backend::Azure) else {
+        return;
+    };
     cli_acquire_release_show_list(env.bank.label(), env.margin);
 }
 

@@ -1,0 +1,238 @@
+//! The backends the suites run on, in one place: which are configured (memory and file always,
+//! the servers when their variable is set, as `.ci/run` does), a fresh bank on each, and the note
+//! that says when one is skipped.
+//!
+//! Modelled on object_store's `integration` module: a suite is written once, as a function of a
+//! bank, and each test runs it on every backend:
+//!
+//! ```no_run
+//! use banklease_testkit::backends::each_backend;
+//! use banklease_testkit::failing::Op;
+//!
+//! # async fn suite() {
+//! each_backend(async |backend, bank, store, clock| {
+//!     // A fresh bank on `backend`, behind a `FailingStore` whose latency advances `clock`.
+//!     store.set_latency(Op::Put, std::time::Duration::from_secs(1));
+//!     # let _ = (backend, bank, clock);
+//! })
+//! .await;
+//! # }
+//! ```
+//!
+//! The servers and their variables (each start script prints the rest, `.ci/run` sets them all):
+//!
+//! | backend | variable | server, and what it also needs |
+//! |---|---|---|
+//! | Swift | `BANKLEASE_TEST_SWIFT=1` | `.ci/start-swift.sh`: `ST_*`, `SWIFT_CONTAINER` |
+//! | S3 | `BANKLEASE_TEST_S3=1` | `.ci/start-s3.sh` (moto): `AWS_*`, `S3_BUCKET` |
+//! | Azure | `BANKLEASE_TEST_AZURE=1` | `.ci/start-azurite.sh`: `AZURE_*`, `AZURITE_*` |
+
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use banklease::clock::MockClock;
+use banklease::Bank;
+use object_store::ObjectStore;
+
+use crate::failing::FailingStore;
+
+/// A store a suite runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `memory://`: always.
+    Memory,
+    /// `file://` in a temporary directory: always.
+    File,
+    /// Native Swift (`swift://`); needs `BANKLEASE_TEST_SWIFT=1`.
+    Swift,
+    /// S3-compatible, moto (`s3://`); needs `BANKLEASE_TEST_S3=1`.
+    S3,
+    /// Azure Blob, Azurite (`az://`); needs `BANKLEASE_TEST_AZURE=1`.
+    Azure,
+}
+
+impl Backend {
+    /// Every backend, in the order the suites run on them.
+    pub const ALL: [Backend; 5] = [
+        Backend::Memory,
+        Backend::File,
+        Backend::Swift,
+        Backend::S3,
+        Backend::Azure,
+    ];
+
+    /// The variable that must be `1` for suites to run on this backend (`None`: always on).
+    pub fn variable(self) -> Option<&'static str> {
+        match self {
+            Backend::Memory | Backend::File => None,
+            Backend::Swift => Some("BANKLEASE_TEST_SWIFT"),
+            Backend::S3 => Some("BANKLEASE_TEST_S3"),
+            Backend::Azure => Some("BANKLEASE_TEST_AZURE"),
+        }
+    }
+
+    /// Whether suites run on this backend here: memory and file always, a server when its
+    /// [variable](Self::variable) is `1`.
+    pub fn is_configured(self) -> bool {
+        self.variable()
+            .is_none_or(|v| std::env::var(v).as_deref() == Ok("1"))
+    }
+
+    /// [`is_configured`](Self::is_configured), saying so when it is not (for a test that runs
+    /// on one backend only).
+    pub fn available(self) -> bool {
+        let configured = self.is_configured();
+        if !configured {
+            self.say_skipped();
+        }
+        configured
+    }
+
+    fn say_skipped(self) {
+        let (variable, script, server) = match self {
+            Backend::Memory | Backend::File => return,
+            Backend::Swift => ("BANKLEASE_TEST_SWIFT", "start-swift.sh", "Swift"),
+            Backend::S3 => ("BANKLEASE_TEST_S3", "start-s3.sh", "moto"),
+            Backend::Azure => ("BANKLEASE_TEST_AZURE", "start-azurite.sh", "Azurite"),
+        };
+        eprintln!(
+            "note: {self:?} suites skipped: set {variable}=1 and the variables `.ci/{script}` \
+             prints (.ci/run starts {server})"
+        );
+    }
+
+    /// Whether faults injected by `FailingStore` reach lease writes. On Swift the lease layer
+    /// talks to the Swift store directly (X-Delete-After, POST), below the wrapper.
+    pub fn faults_reach_lease_writes(self) -> bool {
+        self != Backend::Swift
+    }
+
+    /// Resolution of the store's `last_modified` stamps (S3 and Azure: whole seconds).
+    pub fn stamp_resolution(self) -> Duration {
+        match self {
+            Backend::S3 | Backend::Azure => Duration::from_secs(1),
+            Backend::Memory | Backend::File | Backend::Swift => Duration::ZERO,
+        }
+    }
+
+    /// A server over the network (setting up an owner takes a while there).
+    pub fn is_server(self) -> bool {
+        matches!(self, Backend::Swift | Backend::S3 | Backend::Azure)
+    }
+
+    /// A fresh, empty bank: a new temporary directory for `file:`, a unique prefix `t-<uuid>`
+    /// on the shared servers.
+    pub fn open(self) -> TestBank {
+        self.open_at(&format!("t-{}", uuid::Uuid::new_v4().simple()))
+    }
+
+    /// [`open`](Self::open), with the unique prefix under `scope` (`<scope>/<uuid>`).
+    pub fn open_in(self, scope: &str) -> TestBank {
+        self.open_at(&format!("{scope}/{}", uuid::Uuid::new_v4().simple()))
+    }
+
+    fn open_at(self, prefix: &str) -> TestBank {
+        let var = |name: &str| std::env::var(name).unwrap_or_else(|_| "banklease-test".to_owned());
+        let (url, dir) = match self {
+            Backend::Memory => ("memory://".to_owned(), None),
+            Backend::File => {
+                let dir = tempfile::tempdir().expect("a temporary directory");
+                (
+                    format!("file://{}", dir.path().display()),
+                    Some(Arc::new(dir)),
+                )
+            }
+            Backend::Swift => (format!("swift://{}/{prefix}", var("SWIFT_CONTAINER")), None),
+            Backend::S3 => (format!("s3://{}/{prefix}", var("S3_BUCKET")), None),
+            Backend::Azure => (
+                format!("az://{}/{prefix}", var("AZURE_CONTAINER_NAME")),
+                None,
+            ),
+        };
+        let bank = Bank::open(&url)
+            .unwrap_or_else(|e| panic!("{self:?}: open {url} (are its variables set?): {e}"));
+        TestBank {
+            backend: self,
+            bank,
+            _dir: dir,
+        }
+    }
+}
+
+/// The configured backends, in order: memory and file, then each server whose variable is set.
+/// Says which are skipped, once per test binary.
+pub fn backends() -> Vec<Backend> {
+    static SAID: Once = Once::new();
+    SAID.call_once(|| {
+        for backend in Backend::ALL {
+            if !backend.is_configured() {
+                backend.say_skipped();
+            }
+        }
+    });
+    Backend::ALL
+        .into_iter()
+        .filter(|b| b.is_configured())
+        .collect()
+}
+
+/// A fresh bank on one backend; the temporary directory of a `file:` bank is removed when the
+/// last clone goes.
+#[derive(Debug, Clone)]
+pub struct TestBank {
+    /// Where it is.
+    pub backend: Backend,
+    /// The bank, straight on the backend's store.
+    pub bank: Bank,
+    _dir: Option<Arc<tempfile::TempDir>>,
+}
+
+impl TestBank {
+    /// The same bank behind a [`FailingStore`] whose latency advances `clock`, and that store
+    /// (to script faults and count calls). Keep `self` alive as long as the bank is used.
+    pub fn with_faults(&self, clock: &MockClock) -> (Bank, Faults) {
+        let failing = FailingStore::new(Arc::clone(self.bank.store())).with_clock(clock.clone());
+        (self.bank.with_store(Arc::new(failing.clone())), failing)
+    }
+}
+
+/// The store in front of the backend's in [`each_backend`]'s banks.
+pub type Faults = FailingStore<Arc<dyn ObjectStore>>;
+
+/// Run `suite` on every configured backend ([`backends`]), one after the other, each time on a
+/// fresh bank behind a fault-injecting store (no fault scripted yet) whose latency advances a
+/// mock clock of its own: `suite(backend, bank, store, clock)`. The suite's owners should run on
+/// that clock too.
+pub async fn each_backend(suite: impl AsyncFnMut(Backend, Bank, Faults, MockClock)) {
+    each_backend_where(|_| true, "", suite).await
+}
+
+/// [`each_backend`] on the backends that `keep`; on the others the suite is skipped, saying
+/// `"{backend:?}: skipped: {why}"`.
+pub async fn each_backend_where(
+    keep: impl Fn(Backend) -> bool,
+    why: &str,
+    mut suite: impl AsyncFnMut(Backend, Bank, Faults, MockClock),
+) {
+    for backend in backends() {
+        if !keep(backend) {
+            eprintln!("{backend:?}: skipped: {why}");
+            continue;
+        }
+        let clock = MockClock::new();
+        let plain = backend.open();
+        let (bank, store) = plain.with_faults(&clock);
+        suite(backend, bank, store, clock).await;
+        drop(plain);
+    }
+}
+
+/// Run `suite` on every configured backend ([`backends`]), each time on a fresh bank straight on
+/// the backend's store (no wrapper: for suites that need the store's own answers and clock).
+pub async fn each_plain_backend(mut suite: impl AsyncFnMut(Backend, Bank)) {
+    for backend in backends() {
+        let plain = backend.open();
+        suite(backend, plain.bank.clone()).await;
+        drop(plain);
+    }
+}
