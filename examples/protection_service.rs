@@ -25,9 +25,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use banklease::checkpoint::{Checkpoint, Status};
 use banklease::clock::{Jitter, SharedClock, SystemClock};
 use banklease::{Bank, LeaseState, LeaseWindows, OwnerId, OwnerLease};
+use banklease::{Checkpoint, Status};
 use clap::Parser;
 use serde::Serialize;
 use tokio::signal::unix::{signal, SignalKind};

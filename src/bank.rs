@@ -26,6 +26,7 @@ use crate::clock::SharedClock;
 use crate::error::{Error, Result};
 use crate::id::OwnerId;
 pub use crate::lease::store_time::{add_saturating, sub_saturating, StoreTime};
+use crate::paths::{Key, Prefix, Prefixed};
 
 /// A handle on one bank. Cheap to clone; clones share the capability cache.
 #[derive(Clone)]
@@ -265,14 +266,17 @@ impl Bank {
 
     /// `leases/<owner_id>`
     pub fn lease_path(&self, owner: &OwnerId) -> Path {
-        self.path(&["leases", owner.as_str()])
+        Key::Lease(owner.clone()).path(self)
     }
 
     /// What the store really enforces, probed once per bank and cached.
     pub async fn capabilities(&self) -> Result<&Capabilities> {
         self.inner
             .capabilities
-            .get_or_try_init(|| Capabilities::probe(self))
+            .get_or_try_init(|| {
+                let path = Key::Probe(uuid::Uuid::new_v4().to_string()).path(self);
+                Capabilities::probe(self.store(), path, self.label(), self.swift().is_some())
+            })
             .await
     }
 
@@ -334,6 +338,12 @@ impl Bank {
     }
 }
 
+impl Prefixed for Bank {
+    fn root(&self) -> &Path {
+        &self.inner.prefix
+    }
+}
+
 /// Fresh attempts of the store-clock probe whose read-back shows another version (see
 /// [`Error::ClockUnverified`] for what a collector does when all of them do).
 pub const CLOCK_PROBE_ATTEMPTS: usize = 3;
@@ -341,12 +351,12 @@ pub const CLOCK_PROBE_ATTEMPTS: usize = 3;
 impl Bank {
     /// `_banklease/clock/`: the store-clock probes, one key per bank handle that read the clock.
     pub fn clock_probe_prefix(&self) -> Path {
-        self.path(&["_banklease", "clock"])
+        Prefix::ClockProbes.path(self)
     }
 
     /// This bank handle's own store-clock probe key (never removed by a cleanup).
     pub fn own_clock_probe(&self) -> Path {
-        self.path(&["_banklease", "clock", &self.inner.probe_key])
+        Key::ClockProbe(self.inner.probe_key.clone()).path(self)
     }
 }
 

@@ -4,10 +4,12 @@
 //! protected when it is not. So before a bank is used for leasing, [`Capabilities::probe`] writes a
 //! probe key and checks each condition against its actual effect.
 
+use std::sync::Arc;
+
+use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::Serialize;
 
-use crate::bank::Bank;
 use crate::error::{Error, Result};
 
 /// How a store treats one kind of conditional write.
@@ -61,9 +63,14 @@ impl Capabilities {
     ///
     /// Refuses the bank (an [`Error::Unsupported`]) when create-if-absent is not enforced: lease
     /// acquisition and the completion-versus-collection decision both rest on it.
-    pub async fn probe(bank: &Bank) -> Result<Self> {
-        let store = bank.store();
-        let path = bank.path(&["_banklease", "probe", &uuid::Uuid::new_v4().to_string()]);
+    /// `path` is a fresh key (`_banklease/probe/<uuid>`), `bank` the bank's label for errors,
+    /// `swift` whether the store is native Swift (whose leases carry a server-side expiry).
+    pub(crate) async fn probe(
+        store: &Arc<dyn ObjectStore>,
+        path: Path,
+        bank: &str,
+        swift: bool,
+    ) -> Result<Self> {
         let create = PutOptions::from(PutMode::Create);
         let first = store
             .put_opts(&path, PutPayload::from_static(b"probe-1"), create.clone())
@@ -111,7 +118,7 @@ impl Capabilities {
             Condition::Enforced => RenewalMechanism::ConditionalUpdate,
             // Swift refuses If-Match through our backend (it would silently ignore it); its
             // leases carry `X-Delete-After`, set again by each renewal's PUT.
-            _ if bank.swift().is_some() => RenewalMechanism::SwiftPut,
+            _ if swift => RenewalMechanism::SwiftPut,
             // An ignored condition is never relied on: fall back to the mechanism that does not
             // use it at all.
             Condition::Refused | Condition::Ignored => RenewalMechanism::VerifyThenOverwrite,
@@ -120,9 +127,9 @@ impl Capabilities {
             create_if_absent,
             conditional_overwrite,
             renewal,
-            server_side_expiry: bank.swift().is_some(),
+            server_side_expiry: swift,
         };
-        tracing::debug!(bank = bank.label(), ?caps, "probed bank capabilities");
+        tracing::debug!(bank, ?caps, "probed bank capabilities");
         Ok(caps)
     }
 }
@@ -171,48 +178,6 @@ async fn probe_update(
     }
 }
 
-/// The outcome of racing concurrent conditional writers on fresh keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Race {
-    /// Rounds run (one fresh key each).
-    pub rounds: u32,
-    /// Concurrent writers per round.
-    pub writers: u32,
-    /// Rounds in which more than one writer was told its conditional write succeeded.
-    pub rounds_with_several_winners: u32,
-    /// The most writers told "succeeded" in one round.
-    pub max_winners: u32,
-}
-
-impl Race {
-    /// True when rounds ran and none had several winners. A store can still be non-atomic and
-    /// pass (races are probabilistic); one failing round proves it is not atomic.
-    pub fn looked_atomic(&self) -> bool {
-        self.rounds > 0 && self.rounds_with_several_winners == 0
-    }
-
-    fn new(writers: u32, rounds: u32) -> Self {
-        Self {
-            rounds,
-            writers,
-            rounds_with_several_winners: 0,
-            max_winners: 0,
-        }
-    }
-
-    fn record(&mut self, winners: u32) {
-        if winners > 1 {
-            self.rounds_with_several_winners += 1;
-        }
-        self.max_winners = self.max_winners.max(winners);
-    }
-}
-
-/// Racing create-if-absent writers ([`probe_create_race`]).
-pub type CreateRace = Race;
-/// Racing If-Match writers holding the same ETag ([`probe_update_race`]).
-pub type UpdateRace = Race;
-
 /// Whether the store refused a request as not implemented: object_store's NotImplemented or
 /// NotSupported, or an HTTP 501 that its S3 client retries like any 5xx and then reports only
 /// as a generic error naming the status (Swift's s3api answers conditional PUTs so). The
@@ -236,141 +201,10 @@ pub fn is_refusal(e: &object_store::Error) -> bool {
     false
 }
 
-/// Race `writers` concurrent If-Match overwrites holding the same current ETag on each of
-/// `rounds` fresh keys under `_banklease/race/`, and count the winners (at most one on a store
-/// whose If-Match is atomic; s3s-fs let all 16 win). Keys are deleted afterwards.
-pub async fn probe_update_race(bank: &Bank, writers: u32, rounds: u32) -> Result<UpdateRace> {
-    let mut race = Race::new(writers, rounds);
-    for _ in 0..rounds {
-        let path = bank.path(&["_banklease", "race", &uuid::Uuid::new_v4().to_string()]);
-        let store = bank.store();
-        let first = store
-            .put(&path, PutPayload::from_static(b"base"))
-            .await
-            .map_err(|e| Error::store("put", &path, e))?;
-        let current = UpdateVersion {
-            e_tag: first.e_tag,
-            version: first.version,
-        };
-        let attempts = (0..writers).map(|i| {
-            let opts = PutOptions::from(PutMode::Update(current.clone()));
-            let path = &path;
-            async move {
-                store
-                    .put_opts(path, PutPayload::from(format!("writer-{i}")), opts)
-                    .await
-            }
-        });
-        let results = futures::future::join_all(attempts).await;
-        let _ = store.delete(&path).await;
-        let mut winners = 0u32;
-        for r in results {
-            match r {
-                Ok(_) => winners += 1,
-                Err(object_store::Error::Precondition { .. }) => {}
-                Err(e) => return Err(Error::store("put", &path, e)),
-            }
-        }
-        race.record(winners);
-    }
-    Ok(race)
-}
-
-/// Race `writers` concurrent create-if-absent PUTs on each of `rounds` fresh keys under
-/// `_banklease/race/`, and count the winners. Keys are deleted afterwards (best effort).
-///
-/// Swift answered two 201s in about one round in four with 16 writers on one node; moto and
-/// local files always had exactly one winner.
-pub async fn probe_create_race(bank: &Bank, writers: u32, rounds: u32) -> Result<CreateRace> {
-    let mut race = Race::new(writers, rounds);
-    for _ in 0..rounds {
-        let path = bank.path(&["_banklease", "race", &uuid::Uuid::new_v4().to_string()]);
-        let attempts = (0..writers).map(|i| {
-            let path = path.clone();
-            let store = bank.store().clone();
-            async move {
-                store
-                    .put_opts(
-                        &path,
-                        PutPayload::from(format!("writer-{i}").into_bytes()),
-                        PutOptions::from(PutMode::Create),
-                    )
-                    .await
-            }
-        });
-        let results = futures::future::join_all(attempts).await;
-        let mut winners = 0u32;
-        for r in results {
-            match r {
-                Ok(_) => winners += 1,
-                Err(object_store::Error::AlreadyExists { .. }) => {}
-                Err(e) => {
-                    let _ = bank.store().delete(&path).await;
-                    return Err(Error::store("put", &path, e));
-                }
-            }
-        }
-        let _ = bank.store().delete(&path).await;
-        race.record(winners);
-    }
-    Ok(race)
-}
-
-fn unsupported(bank: &Bank, detail: &str) -> Error {
+fn unsupported(bank: &str, detail: &str) -> Error {
     Error::Unsupported {
-        bank: bank.label().to_owned(),
+        bank: bank.to_owned(),
         usage: "leasing",
         detail: detail.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn memory_enforces_both() {
-        let bank = Bank::open("memory://").unwrap();
-        let caps = bank.capabilities().await.unwrap();
-        assert_eq!(caps.create_if_absent, Condition::Enforced);
-        assert_eq!(caps.conditional_overwrite, Condition::Enforced);
-        assert_eq!(caps.renewal, RenewalMechanism::ConditionalUpdate);
-    }
-
-    #[tokio::test]
-    async fn create_races_on_memory_and_files_have_one_winner() {
-        let dir = tempfile::tempdir().unwrap();
-        for url in [
-            "memory://".to_owned(),
-            format!("file://{}", dir.path().display()),
-        ] {
-            let bank = Bank::open(&url).unwrap();
-            let race = probe_create_race(&bank, 16, 5).await.unwrap();
-            assert!(race.looked_atomic(), "{url}: {race:?}");
-            assert_eq!(race.max_winners, 1, "{url}: {race:?}");
-        }
-    }
-
-    #[tokio::test]
-    async fn update_races_on_memory_have_one_winner() {
-        let bank = Bank::open("memory://").unwrap();
-        let race = probe_update_race(&bank, 16, 5).await.unwrap();
-        assert!(race.looked_atomic(), "{race:?}");
-    }
-
-    #[tokio::test]
-    async fn local_files_enforce_update() {
-        let dir = tempfile::tempdir().unwrap();
-        let bank = Bank::open(&format!("file://{}", dir.path().display())).unwrap();
-        let caps = bank.capabilities().await.unwrap().clone();
-        assert_eq!(caps.create_if_absent, Condition::Enforced);
-        assert_eq!(caps.conditional_overwrite, Condition::Enforced);
-        assert_eq!(caps.renewal, RenewalMechanism::ConditionalUpdate);
-        // The probe cleans up after itself.
-        let probe_dir = dir.path().join("_banklease/probe");
-        let left = std::fs::read_dir(&probe_dir)
-            .map(|d| d.count())
-            .unwrap_or(0);
-        assert_eq!(left, 0);
     }
 }

@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use crate::bank::Bank;
 use crate::error::{Error, Result};
 use crate::id::{validate_id, OwnerId};
-use crate::lease::OwnerLease;
+use crate::paths::{Key, Prefix};
 
 /// Format version of checkpoint metadata and decision bodies.
 pub const CHECKPOINT_FORMAT: u32 = 1;
@@ -116,6 +116,43 @@ pub struct CheckpointRecord {
     pub created_at: DateTime<Utc>,
 }
 
+impl CheckpointRecord {
+    /// The record of `id`, owned by `owner`, in this release's format.
+    pub fn new(id: &str, owner: &OwnerId, status: Status, created_at: DateTime<Utc>) -> Self {
+        Self {
+            format: CHECKPOINT_FORMAT,
+            id: id.to_owned(),
+            owner_id: owner.clone(),
+            status,
+            created_at,
+        }
+    }
+}
+
+/// Write `record` as its checkpoint's `index.json`: overwrite, or with `create_only`, only if
+/// none exists (false when one does: the caller reads it to learn whose it is).
+pub(crate) async fn write_index(
+    bank: &Bank,
+    record: &CheckpointRecord,
+    create_only: bool,
+) -> Result<bool> {
+    let index = index_path(bank, &record.id);
+    let mode = if create_only {
+        PutMode::Create
+    } else {
+        PutMode::Overwrite
+    };
+    match bank
+        .store()
+        .put_opts(&index, to_payload(record), PutOptions::from(mode))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(object_store::Error::AlreadyExists { .. }) if create_only => Ok(false),
+        Err(e) => Err(Error::store("put", &index, e)),
+    }
+}
+
 /// Who took the decision on a checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -170,42 +207,40 @@ pub fn validate_checkpoint_id(id: &str) -> Result<()> {
 
 /// `index/protecting/<owner>/<id>`
 pub fn marker_path(bank: &Bank, owner: &OwnerId, id: &str) -> Path {
-    bank.path(&["index", "protecting", owner.as_str(), id])
+    Key::Marker {
+        owner: owner.clone(),
+        checkpoint: id.to_owned(),
+    }
+    .path(bank)
 }
 
 /// `index/protecting/` — the prefix the GC lists.
 pub fn protecting_prefix(bank: &Bank) -> Path {
-    bank.path(&["index", "protecting"])
+    Prefix::Protecting.path(bank)
 }
 
 /// `checkpoints/<id>/index.json`
 pub fn index_path(bank: &Bank, id: &str) -> Path {
-    bank.path(&["checkpoints", id, "index.json"])
+    Key::Index(id.to_owned()).path(bank)
 }
 
 /// `checkpoints/<id>/data/`
 pub fn data_prefix(bank: &Bank, id: &str) -> Path {
-    bank.path(&["checkpoints", id, "data"])
+    Prefix::Data(id).path(bank)
 }
 
 /// `decisions/<id>`
 pub fn decision_path(bank: &Bank, id: &str) -> Path {
-    bank.path(&["decisions", id])
+    Key::Decision(id.to_owned()).path(bank)
 }
 
 /// Parse a marker path under [`protecting_prefix`] into (owner, checkpoint id).
 /// `None` when it is not of the form `<owner>/<id>` with valid ids.
 pub fn parse_marker(bank: &Bank, path: &Path) -> Option<(OwnerId, String)> {
-    let prefix = protecting_prefix(bank);
-    let mut rest = path.prefix_match(&prefix)?;
-    let owner = rest.next()?;
-    let id = rest.next()?;
-    if rest.next().is_some() {
-        return None;
+    match Key::parse(bank, path)? {
+        Key::Marker { owner, checkpoint } => Some((owner, checkpoint)),
+        _ => None,
     }
-    let owner = OwnerId::parse(owner.as_ref()).ok()?;
-    validate_checkpoint_id(id.as_ref()).ok()?;
-    Some((owner, id.as_ref().to_owned()))
 }
 
 async fn read_json<T: serde::de::DeserializeOwned>(bank: &Bank, path: &Path) -> Result<Option<T>> {
@@ -246,7 +281,7 @@ async fn read_json<T: serde::de::DeserializeOwned>(bank: &Bank, path: &Path) -> 
         .map_err(|e| corrupt(format!("unexpected content: {e}")))
 }
 
-fn to_payload<T: Serialize>(value: &T) -> PutPayload {
+pub(crate) fn to_payload<T: Serialize>(value: &T) -> PutPayload {
     PutPayload::from(serde_json::to_vec(value).expect("records always serialise"))
 }
 
@@ -269,360 +304,6 @@ pub async fn read_checkpoint(bank: &Bank, id: &str) -> Result<Option<CheckpointR
 pub async fn read_decision(bank: &Bank, id: &str) -> Result<Option<Decision>> {
     validate_checkpoint_id(id)?;
     read_json(bank, &decision_path(bank, id)).await
-}
-
-/// Try to take the decision on checkpoint `decision.checkpoint_id` with create-if-absent.
-///
-/// An ambiguous answer (AlreadyExists after a lost reply) is resolved by reading the decision
-/// back and comparing tokens.
-pub async fn decide(bank: &Bank, decision: Decision) -> Result<Decided> {
-    let path = decision_path(bank, &decision.checkpoint_id);
-    let put = bank
-        .store()
-        .put_opts(
-            &path,
-            to_payload(&decision),
-            PutOptions::from(PutMode::Create),
-        )
-        .await;
-    match put {
-        Ok(_) => Ok(Decided::Won(decision)),
-        Err(object_store::Error::AlreadyExists { .. }) => {
-            match read_decision(bank, &decision.checkpoint_id).await? {
-                Some(existing) if existing.token == decision.token => Ok(Decided::Won(existing)),
-                Some(existing) => Ok(Decided::Lost(existing)),
-                None => Err(Error::Corrupt {
-                    path: path.to_string(),
-                    reason: "create said it exists, but it cannot be read; retry".to_owned(),
-                }),
-            }
-        }
-        Err(e) => Err(Error::store("put", &path, e)),
-    }
-}
-
-/// Complete an owner's decision: write `index.json` with its outcome, then delete the marker.
-/// Idempotent; used by the owner right after winning, and by the GC to finish the move of an
-/// owner that crashed in between.
-pub async fn finish_owner_decision(bank: &Bank, decision: &Decision) -> Result<()> {
-    let id = &decision.checkpoint_id;
-    let index = index_path(bank, id);
-    // Never overwrite what cannot be read (a newer format, garbage, a store error): the error
-    // leaves the marker, so the move is retried, and an operator sees why.
-    let created_at = match read_checkpoint(bank, id).await? {
-        Some(r) if r.owner_id != decision.owner_id => {
-            return Err(Error::Corrupt {
-                path: index.to_string(),
-                reason: format!(
-                    "it names owner_id=`{}` but decision names owner_id=`{}`",
-                    r.owner_id, decision.owner_id
-                ),
-            })
-        }
-        Some(r) => r.created_at,
-        None => decision.decided_at,
-    };
-    let record = CheckpointRecord {
-        format: CHECKPOINT_FORMAT,
-        id: id.clone(),
-        owner_id: decision.owner_id.clone(),
-        status: decision.outcome,
-        created_at,
-    };
-    bank.store()
-        .put(&index, to_payload(&record))
-        .await
-        .map_err(|e| Error::store("put", &index, e))?;
-    let marker = marker_path(bank, &decision.owner_id, id);
-    match bank.store().delete(&marker).await {
-        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-        Err(e) => Err(Error::store("delete", &marker, e)),
-    }
-}
-
-/// Overwrite `checkpoints/<id>/index.json` with a `deleted` record: the GC's last word on a
-/// collected checkpoint. It stays (like the decision) so that a late create-if-absent of the
-/// same id by a paused owner fails instead of resurrecting a marker-less protecting checkpoint.
-pub async fn write_tombstone(
-    bank: &Bank,
-    id: &str,
-    owner: &OwnerId,
-    created_at: Option<DateTime<Utc>>,
-    now: DateTime<Utc>,
-) -> Result<()> {
-    let index = index_path(bank, id);
-    let record = CheckpointRecord {
-        format: CHECKPOINT_FORMAT,
-        id: id.to_owned(),
-        owner_id: owner.clone(),
-        status: Status::Deleted,
-        created_at: created_at.unwrap_or(now),
-    };
-    bank.store()
-        .put(&index, to_payload(&record))
-        .await
-        .map_err(|e| Error::store("put", &index, e))?;
-    Ok(())
-}
-
-/// Create `checkpoints/<id>/index.json` as a `deleted` tombstone naming `owner`, only if no
-/// index.json exists (create-if-absent): the GC's first move on a marker without metadata, so
-/// that a create of the same id in flight fails instead of landing under a marker it does not
-/// own. Returns false when an index.json already exists.
-pub async fn create_tombstone(
-    bank: &Bank,
-    id: &str,
-    owner: &OwnerId,
-    now: DateTime<Utc>,
-) -> Result<bool> {
-    let index = index_path(bank, id);
-    let record = CheckpointRecord {
-        format: CHECKPOINT_FORMAT,
-        id: id.to_owned(),
-        owner_id: owner.clone(),
-        status: Status::Deleted,
-        created_at: now,
-    };
-    match bank
-        .store()
-        .put_opts(
-            &index,
-            to_payload(&record),
-            PutOptions::from(PutMode::Create),
-        )
-        .await
-    {
-        Ok(_) => Ok(true),
-        // Ours (a retried create whose answer was lost) or someone else's: the caller reads.
-        Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
-        Err(e) => Err(Error::store("put", &index, e)),
-    }
-}
-
-/// The error of an owner whose checkpoint `id` the GC collected (a tombstone is there).
-fn collected(id: &str) -> Error {
-    Error::Fenced {
-        checkpoint_id: id.to_owned(),
-        decided_by: Decider::Gc.to_string(),
-        outcome: Status::Deleted.to_string(),
-    }
-}
-
-/// A checkpoint being written by the owner holding `lease`.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> banklease::Result<()> {
-/// use std::{sync::Arc, time::Duration};
-/// use banklease::{Bank, LeaseWindows, OwnerId, OwnerLease, clock::SystemClock};
-/// use banklease::checkpoint::{Checkpoint, Status};
-///
-/// let bank = Bank::open("memory://")?;
-/// let windows = LeaseWindows::new(Duration::from_secs(1), Duration::from_secs(5), Duration::from_secs(1))?;
-/// let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock)).await?;
-///
-/// let cp = Checkpoint::create(&lease, "cp-0001").await?;
-/// cp.put_data("volume-1", b"backup bytes".to_vec().into()).await?;
-/// cp.complete(Status::Available).await?;
-/// let record = banklease::checkpoint::read_checkpoint(&bank, "cp-0001").await?.unwrap();
-/// assert_eq!(record.status, Status::Available);
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone)]
-pub struct Checkpoint {
-    lease: OwnerLease,
-    id: String,
-}
-
-impl Checkpoint {
-    /// Create checkpoint `id` as `protecting`, owned by `lease`'s owner.
-    ///
-    /// Checks validity first (zero requests), writes the protecting marker, then `index.json`
-    /// with create-if-absent ([`Error::CheckpointExists`] if the id is taken).
-    pub async fn create(lease: &OwnerLease, id: &str) -> Result<Self> {
-        validate_checkpoint_id(id)?;
-        lease.ensure_valid()?;
-        let bank = lease.bank();
-        let owner = lease.owner_id();
-        let marker = marker_path(bank, owner, id);
-        bank.store()
-            .put(&marker, PutPayload::default())
-            .await
-            .map_err(|e| Error::store("put", &marker, e))?;
-        let record = CheckpointRecord {
-            format: CHECKPOINT_FORMAT,
-            id: id.to_owned(),
-            owner_id: owner.clone(),
-            status: Status::Protecting,
-            created_at: lease.clock().system_now().into(),
-        };
-        let index = index_path(bank, id);
-        lease.ensure_valid()?;
-        match bank
-            .store()
-            .put_opts(
-                &index,
-                to_payload(&record),
-                PutOptions::from(PutMode::Create),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(object_store::Error::AlreadyExists { .. }) => {
-                // Ours if a lost reply hid our own success (same owner, protecting, same time).
-                match read_checkpoint(bank, id).await {
-                    Ok(Some(existing)) if existing == record => {}
-                    Ok(Some(existing)) if existing.status == Status::Deleted => {
-                        // The GC collected this id while our create was in flight (we were
-                        // paused past our lease): fenced, and its marker is not ours to keep.
-                        let _ = bank.store().delete(&marker).await;
-                        return Err(collected(id));
-                    }
-                    Ok(Some(existing))
-                        if existing.owner_id != *owner || existing.status != Status::Protecting =>
-                    {
-                        // Proven not our protecting checkpoint: our marker would point the GC
-                        // at someone else's id (or at a finished one). Remove it.
-                        let _ = bank.store().delete(&marker).await;
-                        return Err(Error::CheckpointExists {
-                            checkpoint_id: id.to_owned(),
-                        });
-                    }
-                    Ok(Some(_)) => {
-                        // Our own protecting checkpoint from an earlier call whose answer was
-                        // lost: the marker stays; the caller adopts it.
-                        return Err(Error::CheckpointExists {
-                            checkpoint_id: id.to_owned(),
-                        });
-                    }
-                    Ok(None) | Err(_) => {
-                        // Never delete on doubt: the index.json that exists may be our own
-                        // protecting one, and without its marker no pass would ever find it.
-                        return Err(Error::CheckpointAmbiguous {
-                            checkpoint_id: id.to_owned(),
-                        });
-                    }
-                }
-            }
-            Err(e) => return Err(Error::store("put", &index, e)),
-        }
-        Ok(Self {
-            lease: lease.clone(),
-            id: id.to_owned(),
-        })
-    }
-
-    /// Take up checkpoint `id` again after an ambiguous [`create`](Self::create)
-    /// ([`Error::CheckpointAmbiguous`], or [`Error::CheckpointExists`] for an id this owner
-    /// created in an earlier call whose answer was lost).
-    ///
-    /// Succeeds only if `index.json` names this owner and is still `protecting`; writes the
-    /// protecting marker again (idempotent) so the GC can find it. Checks validity first.
-    pub async fn adopt(lease: &OwnerLease, id: &str) -> Result<Self> {
-        validate_checkpoint_id(id)?;
-        lease.ensure_valid()?;
-        let bank = lease.bank();
-        let owner = lease.owner_id();
-        let marker = marker_path(bank, owner, id);
-        match read_checkpoint(bank, id).await? {
-            Some(r) if r.owner_id == *owner && r.status == Status::Protecting => {}
-            None => {
-                // Not proof of anything: a lagging replica may not show the index.json that
-                // landed. Our marker stays (never delete on doubt).
-                return Err(Error::CheckpointAmbiguous {
-                    checkpoint_id: id.to_owned(),
-                });
-            }
-            found => {
-                // Proven not ours to write (a tombstone, another owner's, finished, or never
-                // created): a marker of ours left by the ambiguous create would point the GC at
-                // it, so it goes.
-                let _ = bank.store().delete(&marker).await;
-                return Err(match found {
-                    Some(r) if r.status == Status::Deleted => collected(id),
-                    _ => Error::CheckpointExists {
-                        checkpoint_id: id.to_owned(),
-                    },
-                });
-            }
-        }
-        lease.ensure_valid()?;
-        bank.store()
-            .put(&marker, PutPayload::default())
-            .await
-            .map_err(|e| Error::store("put", &marker, e))?;
-        Ok(Self {
-            lease: lease.clone(),
-            id: id.to_owned(),
-        })
-    }
-
-    /// The checkpoint id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// The lease this checkpoint is written under.
-    pub fn lease(&self) -> &OwnerLease {
-        &self.lease
-    }
-
-    /// Write one data object `checkpoints/<id>/data/<name>`. Checks validity first.
-    pub async fn put_data(&self, name: &str, data: PutPayload) -> Result<()> {
-        validate_id("data object", name)?;
-        self.lease.ensure_valid()?;
-        let bank = self.lease.bank();
-        let path = data_prefix(bank, &self.id).join(name);
-        bank.store()
-            .put(&path, data)
-            .await
-            .map_err(|e| Error::store("put", &path, e))?;
-        Ok(())
-    }
-
-    /// Move the checkpoint out of `protecting` to `outcome` (`Available` or `Error`).
-    ///
-    /// Checks validity first, then takes the decision. If the GC took it first, fails with
-    /// [`Error::Fenced`]: the checkpoint must not be reported as available.
-    pub async fn complete(&self, outcome: Status) -> Result<()> {
-        if !matches!(outcome, Status::Available | Status::Error) {
-            return Err(Error::config(format!(
-                "an owner completes a checkpoint as available or error, not `{outcome}`"
-            )));
-        }
-        self.lease.ensure_valid()?;
-        let bank = self.lease.bank();
-        let decision = Decision {
-            format: CHECKPOINT_FORMAT,
-            checkpoint_id: self.id.clone(),
-            owner_id: self.lease.owner_id().clone(),
-            by: Decider::Owner,
-            outcome,
-            token: uuid::Uuid::new_v4().simple().to_string(),
-            decided_at: self.lease.clock().system_now().into(),
-        };
-        let decided = match decide(bank, decision).await? {
-            Decided::Won(d) => d,
-            // Our own earlier completion (e.g. retried after a crash of this call): finish it.
-            Decided::Lost(d) if d.by == Decider::Owner && d.owner_id == *self.lease.owner_id() => {
-                if d.outcome != outcome {
-                    return Err(Error::Fenced {
-                        checkpoint_id: self.id.clone(),
-                        decided_by: d.by.to_string(),
-                        outcome: d.outcome.to_string(),
-                    });
-                }
-                d
-            }
-            Decided::Lost(d) => {
-                return Err(Error::Fenced {
-                    checkpoint_id: self.id.clone(),
-                    decided_by: d.by.to_string(),
-                    outcome: d.outcome.to_string(),
-                })
-            }
-        };
-        finish_owner_decision(bank, &decided).await
-    }
 }
 
 #[cfg(test)]

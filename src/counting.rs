@@ -56,7 +56,7 @@ impl Counters {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// use banklease::counting::CountingStore;
+/// use banklease::store::CountingStore;
 /// use object_store::{memory::InMemory, path::Path, ObjectStoreExt, PutPayload};
 ///
 /// let store = CountingStore::new(InMemory::new());

@@ -36,11 +36,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::bank::Bank;
 use crate::error::{Error, Result};
+use crate::paths::Key;
 
 /// The layout this release writes and reads.
 pub const LAYOUT_VERSION: u32 = 1;
-/// The descriptor's name at the bank's root.
-pub const DESCRIPTOR: &str = "banklease.json";
+pub use crate::paths::DESCRIPTOR;
 /// Top-level names of a bank's own objects: a prefix holding only these is a bank.
 pub const BANK_ENTRIES: &[&str] = &[
     DESCRIPTOR,
@@ -78,7 +78,7 @@ pub enum Initialised {
 }
 
 fn descriptor_path(bank: &Bank) -> Path {
-    bank.path(&[DESCRIPTOR])
+    Key::Descriptor.path(bank)
 }
 
 /// Read the bank's descriptor; `None` when there is none.

@@ -52,40 +52,84 @@
 //!
 //! ## Where things are
 //!
-//! - [`bank`]: opening a bank from a URL, the object layout, the store's clock;
-//! - [`capability`]: what the store really enforces, probed once per bank;
-//! - [`lease`]: the lease core (records, the expiry judgement, the store's clock, the holding
-//!   state machine and its keeper) and the owner lease: acquire, renew, release and the
-//!   zero-request validity check;
-//! - [`checkpoint`]: checkpoints, the protecting index and the completion/collection decision;
-//! - [`observe`]: the observer's (GC's, CLI's) judgement of a lease on the store's clock;
-//! - [`config`], [`windows`], [`id`], [`clock`], [`error`].
+//! The crate root holds what an owner needs: [`Bank`], [`OwnerLease`] and its [`Keeper`],
+//! [`Checkpoint`], [`LeaseObserver`] for judging others' leases, [`LeaseWindows`], [`Config`],
+//! [`Error`]. Modules are private unless their whole content is API:
+//!
+//! - [`checkpoint`]: checkpoints, the protecting index, the records an observer reads;
+//! - [`clock`]: the `Clock` trait, the system and mock clocks, jitter;
+//! - [`config`]: the configuration file and its environment overrides;
+//! - [`lock`]: named leases and locks on any key, fencing;
+//! - [`paths`]: every key of the bank's layout, built and parsed;
+//! - [`layout`]: the bank descriptor (`banklease init`);
+//! - [`doctor`]: what a store really enforces, and the verdicts on it;
+//! - [`store`]: the stores banklease adds (`file:`, Swift) and the request counter;
+//! - `collector` (feature `collector`, enabled by the GC crate only): the operations only a
+//!   collector may do — decide on another owner's checkpoint, tombstone it. An owner's build
+//!   does not have them: without the feature this does not compile (checked by
+//!   `cargo test -p banklease --doc`, which builds the library without the feature):
+//!
+#![cfg_attr(not(feature = "collector"), doc = "```compile_fail")]
+#![cfg_attr(feature = "collector", doc = "```no_run")]
+//! # async fn f(bank: banklease::Bank, owner: banklease::OwnerId) -> banklease::Result<()> {
+//! banklease::collector::write_tombstone(&bank, "someone-elses-checkpoint", &owner, None, chrono::Utc::now()).await
+//! # }
+//! ```
 
-pub mod bank;
-pub mod capability;
+mod bank;
+mod capability;
 pub mod checkpoint;
 pub mod clock;
 pub mod config;
-pub mod counting;
+mod counting;
+mod decision;
 pub mod doctor;
-pub mod error;
-pub mod id;
+mod error;
+mod id;
 pub mod layout;
-pub mod lease;
-pub mod local;
+mod lease;
+mod local;
 pub mod lock;
-pub mod observe;
-pub mod store_cause;
-pub mod swift;
-pub mod upload;
-pub mod windows;
+mod observe;
+pub mod paths;
+mod race;
+mod store_cause;
+mod swift;
+mod upload;
+mod windows;
+mod writer;
 
-pub use bank::{Bank, StoreTime};
+pub use bank::{add_saturating, sub_saturating, Bank, StoreTime};
 pub use capability::{Capabilities, Condition, RenewalMechanism};
-pub use checkpoint::{Checkpoint, Status};
+pub use checkpoint::Status;
 pub use config::Config;
 pub use error::{Error, Result};
-pub use id::OwnerId;
-pub use lease::{Keeper, LeaseRecord, LeaseState, OwnerLease};
-pub use observe::{LeaseObserver, LeaseView, ValidityCheck};
+pub use id::{validate_id, OwnerId, MAX_ID_LEN};
+pub use lease::{
+    read_lease, read_lease_at, Keeper, LeaseRecord, LeaseState, OwnerLease, LEASE_FORMAT,
+    MAX_EXPIRE_WINDOW, MAX_LEASE_BYTES, SWIFT_TTL_SLACK,
+};
+pub use observe::{error_chain, judge, LeaseObserver, LeaseView, ValidityCheck, WindowSource};
+pub use upload::DataUpload;
 pub use windows::LeaseWindows;
+pub use writer::Checkpoint;
+
+/// The stores banklease adds to object_store's, and what it says about store errors.
+pub mod store {
+    pub use crate::counting::{Counters, CountingStore};
+    pub use crate::local::{LocalStore, SweepWalk, TemporarySweep};
+    pub use crate::store_cause::{classify, StoreCause};
+    pub use crate::swift::{
+        SwiftBuilder, SwiftConfigKey, SwiftHead, SwiftStore, SwiftWrite, DEFAULT_LIST_LIMIT,
+    };
+}
+
+/// What only a collector may do (feature `collector`, which the GC crate enables): decide on
+/// another owner's checkpoint, carry out an owner's decision it left unfinished, tombstone a
+/// collected checkpoint. Built on [`paths`] and the records of [`checkpoint`].
+#[cfg(feature = "collector")]
+pub mod collector {
+    pub use crate::bank::CLOCK_PROBE_ATTEMPTS;
+    pub use crate::checkpoint::Decided;
+    pub use crate::decision::{create_tombstone, decide, finish_owner_decision, write_tombstone};
+}

@@ -7,7 +7,7 @@
 //! The chain itself is kept as the error's source.
 //!
 //! ```
-//! use banklease::store_cause::{StoreCause, classify};
+//! use banklease::store::{StoreCause, classify};
 //!
 //! let e = object_store::Error::Generic {
 //!     store: "S3",

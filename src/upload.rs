@@ -35,10 +35,11 @@ use std::fmt;
 use object_store::path::Path;
 use object_store::{MultipartUpload, ObjectStoreExt, PutPayload};
 
-use crate::checkpoint::{data_prefix, Checkpoint};
+use crate::checkpoint::data_prefix;
 use crate::error::{Error, Result};
 use crate::id::validate_id;
 use crate::lease::OwnerLease;
+use crate::writer::Checkpoint;
 
 /// A data object being written in parts; see the [module documentation](self).
 pub struct DataUpload {

@@ -6,8 +6,8 @@ use std::path::Path as FsPath;
 
 use banklease::checkpoint::{decision_path, index_path, read_checkpoint, read_decision};
 use banklease::config::Config;
-use banklease::id::validate_id;
-use banklease::lease::{read_lease, LeaseRecord, MAX_LEASE_BYTES};
+use banklease::validate_id;
+use banklease::{read_lease, LeaseRecord, MAX_LEASE_BYTES};
 use banklease::{Bank, Error, OwnerId};
 use object_store::{ObjectStoreExt, PutPayload};
 use proptest::prelude::*;

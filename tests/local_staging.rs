@@ -6,7 +6,7 @@
 use std::path::{Path as FsPath, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use banklease::local::LocalStore;
+use banklease::store::LocalStore;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use banklease::local::LocalStore;
+use banklease::store::LocalStore;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
 
@@ -519,14 +519,8 @@ async fn a_bank_on_files_renews_with_one_conditional_write_and_serves_named_lock
     let dir = tempfile::tempdir().unwrap();
     let bank = banklease::Bank::open(&format!("file://{}", dir.path().display())).unwrap();
     let caps = bank.capabilities().await.unwrap();
-    assert_eq!(
-        caps.conditional_overwrite,
-        banklease::capability::Condition::Enforced
-    );
-    assert_eq!(
-        caps.renewal,
-        banklease::capability::RenewalMechanism::ConditionalUpdate
-    );
+    assert_eq!(caps.conditional_overwrite, banklease::Condition::Enforced);
+    assert_eq!(caps.renewal, banklease::RenewalMechanism::ConditionalUpdate);
     assert!(bank.local().is_some());
     // Named locks accept the bank (they refuse one without atomic If-Match) and work on it.
     let locks = banklease::lock::Locks::new(
@@ -559,7 +553,7 @@ async fn the_sweep_goes_on_across_bounded_steps_until_the_tree_is_walked() {
             .await
             .unwrap();
     }
-    let walk = Arc::new(Mutex::new(banklease::local::SweepWalk::default()));
+    let walk = Arc::new(Mutex::new(banklease::store::SweepWalk::default()));
     let (mut removed, mut steps) = (0, 0);
     loop {
         let r = store

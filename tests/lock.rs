@@ -1358,7 +1358,7 @@ async fn locks_are_refused_on_swift() {
         return;
     }
     let container = format!("bl-lock-{}", uuid::Uuid::new_v4().simple());
-    let store = banklease::swift::SwiftBuilder::from_env()
+    let store = banklease::store::SwiftBuilder::from_env()
         .with_container(container.as_str())
         .build()
         .expect("configure Swift from ST_AUTH/ST_USER/ST_KEY");

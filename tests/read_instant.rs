@@ -9,8 +9,9 @@ mod gate;
 use std::sync::Arc;
 use std::time::Duration;
 
-use banklease::checkpoint::{self, Checkpoint, Status};
+use banklease::checkpoint::{self, Status};
 use banklease::clock::{MockClock, SharedClock};
+use banklease::Checkpoint;
 use banklease::{Bank, Error, LeaseObserver, LeaseView, LeaseWindows, OwnerId, OwnerLease};
 use banklease_testkit::failing::{FailingStore, Op, Strike};
 use banklease_testkit::sim_store::{SimStore, StoreClock};
@@ -195,7 +196,7 @@ async fn release_after_the_validity_ran_out_deletes_nothing() {
     .await
     .unwrap();
     old.release().await.unwrap();
-    let (record, _) = banklease::lease::read_lease_at(&w.owner_bank, &path)
+    let (record, _) = banklease::read_lease_at(&w.owner_bank, &path)
         .await
         .unwrap()
         .expect("the successor's lease must still be there");
@@ -275,7 +276,7 @@ async fn release_with_less_than_the_validity_window_left_sends_no_delete() {
     lease.release().await.unwrap();
     assert!(!lease.check_validity());
     assert!(
-        banklease::lease::read_lease(&w.owner_bank, lease.owner_id())
+        banklease::read_lease(&w.owner_bank, lease.owner_id())
             .await
             .unwrap()
             .is_some(),

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use banklease::swift::SwiftBuilder;
+use banklease::store::SwiftBuilder;
 use banklease::{Bank, LeaseObserver, LeaseWindows, OwnerId, OwnerLease};
 use object_store::{BackoffConfig, ObjectStore, RetryConfig};
 

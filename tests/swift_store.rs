@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use banklease::swift::{SwiftBuilder, SwiftStore};
+use banklease::store::{SwiftBuilder, SwiftStore};
 use banklease::Bank;
 use futures::TryStreamExt;
 use http::{HeaderMap, HeaderValue};

@@ -2,6 +2,7 @@
 
 use anyhow::{anyhow, Context, Result};
 use banklease::checkpoint::{self, CheckpointRecord, Decider, Decision, Status};
+use banklease::paths::Prefix;
 use banklease::{Bank, OwnerId};
 use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectMeta, ObjectStoreExt};
@@ -114,7 +115,7 @@ pub(crate) async fn read_listed_checkpoint(
 ) -> Result<Option<ListedCheckpoint>> {
     let (index, decision) = read_checkpoint_state(bank, id).await?;
     if index.is_none() {
-        let dir = bank.path(&["checkpoints", id]);
+        let dir = Prefix::Checkpoint(id).path(bank);
         let first = bank.store().list(Some(&dir)).next().await.transpose();
         if first
             .with_context(|| format!("cannot list `{dir}`"))?
@@ -133,7 +134,7 @@ pub(crate) async fn checkpoint_list(
     owner: Option<&str>,
 ) -> Result<Outcome> {
     let owner = owner.map(OwnerId::parse).transpose()?;
-    let prefix = ctx.bank.path(&["checkpoints"]);
+    let prefix = Prefix::Checkpoints.path(&ctx.bank);
     // One common prefix per checkpoint: `checkpoints/<id>/`.
     let listing = ctx
         .bank
@@ -228,7 +229,7 @@ pub(crate) async fn checkpoint_show(ctx: &Ctx, id: &str) -> Result<Outcome> {
     let (index, decision) = read_checkpoint_state(bank, id)
         .await
         .with_context(|| format!("cannot read checkpoint `{id}`"))?;
-    let dir = bank.path(&["checkpoints", id]);
+    let dir = Prefix::Checkpoint(id).path(bank);
     let objects: Vec<ObjectMeta> = bank
         .store()
         .list(Some(&dir))

@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use banklease::capability::{Condition, CreateRace};
+use banklease::doctor::CreateRace;
 use banklease::doctor::{self, Basis, DiagnoseOptions, Diagnosis, Expiry, Verdicts};
+use banklease::Condition;
 use serde::Serialize;
 
 use super::{human, out_json, out_line, out_table, Ctx, Outcome};

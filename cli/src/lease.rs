@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use banklease::lease::read_lease;
-use banklease::observe::{error_chain, judge};
+use banklease::paths::{Key, Prefix};
+use banklease::read_lease;
+use banklease::{error_chain, judge};
 use banklease::{LeaseView, OwnerId, StoreTime};
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectMeta;
@@ -140,7 +141,7 @@ impl JudgedLease {
 
 /// `banklease lease list`
 pub(crate) async fn lease_list(ctx: &Ctx) -> Result<Outcome> {
-    let prefix = ctx.bank.path(&["leases"]);
+    let prefix = Prefix::Leases.path(&ctx.bank);
     let mut listed: Vec<ObjectMeta> = ctx
         .bank
         .store()
@@ -154,23 +155,12 @@ pub(crate) async fn lease_list(ctx: &Ctx) -> Result<Outcome> {
     let mut owners = Vec::new();
     for meta in &listed {
         // Only `leases/<owner_id>`: anything else is not a lease this version wrote.
-        let parts: Vec<_> = meta
-            .location
-            .prefix_match(&prefix)
-            .map(|p| p.collect())
-            .unwrap_or_default();
-        match parts.as_slice() {
-            [name] => match OwnerId::parse(name.as_ref()) {
-                Ok(owner) => owners.push(owner),
-                Err(e) => {
-                    unreadable += 1;
-                    eprintln!("warning: skipping `{}`: {e}", meta.location);
-                }
-            },
+        match Key::parse(&ctx.bank, &meta.location) {
+            Some(Key::Lease(owner)) => owners.push(owner),
             _ => {
                 unreadable += 1;
                 eprintln!(
-                    "warning: skipping `{}`: not of the form leases/<owner_id>",
+                    "warning: skipping `{}`: not of the form leases/<owner_id> with a valid id",
                     meta.location
                 );
             }

@@ -21,8 +21,8 @@
 use std::collections::{HashSet, VecDeque};
 use std::mem;
 
-use banklease::checkpoint::{self, data_prefix, marker_path};
-use banklease::observe::error_chain;
+use banklease::checkpoint::{data_prefix, marker_path};
+use banklease::error_chain;
 use banklease::{Bank, OwnerId};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
@@ -168,7 +168,7 @@ impl Batch {
         let written: Vec<(Listed, banklease::Result<()>)> = futures::stream::iter(ready)
             .map(|listed| async move {
                 // A tombstone, not a deletion: see `finish_collection` (collect.rs).
-                let result = checkpoint::write_tombstone(
+                let result = banklease::collector::write_tombstone(
                     bank,
                     &listed.id,
                     &listed.owner,

@@ -7,12 +7,13 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use banklease::bank::StoreTime;
 use banklease::checkpoint::{
-    self, decide, finish_owner_decision, marker_path, parse_marker, protecting_prefix,
-    read_decision, Decided, Decider, Decision, Status, CHECKPOINT_FORMAT,
+    self, marker_path, parse_marker, protecting_prefix, read_decision, Decided, Decider, Decision,
+    Status, CHECKPOINT_FORMAT,
 };
-use banklease::observe::error_chain;
+use banklease::collector::{create_tombstone, decide, finish_owner_decision};
+use banklease::error_chain;
+use banklease::StoreTime;
 use banklease::{Bank, OwnerId};
 use futures::StreamExt;
 use object_store::ObjectMeta;
@@ -201,7 +202,7 @@ impl Collecting<'_> {
                 // the same id landing now — a paused owner's, or another owner's reusing it —
                 // fails instead of having its checkpoint collected under this marker's owner.
                 let now = ctx.clock.system_now().into();
-                if !checkpoint::create_tombstone(bank, id, owner, now).await? {
+                if !create_tombstone(bank, id, owner, now).await? {
                     // Someone created it meanwhile: judge it again next pass.
                     return Ok(Outcome::Skipped);
                 }

@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use banklease::bank::StoreTime;
 use banklease::clock::SharedClock;
+use banklease::StoreTime;
 use banklease::{Bank, LeaseObserver};
 use chrono::{DateTime, Utc};
 

@@ -26,7 +26,7 @@ pub fn error_line(error: &anyhow::Error) -> String {
     for cause in error.chain() {
         // A store's own error, met before any library error: its cause, named.
         if let Some(store) = cause.downcast_ref::<object_store::Error>() {
-            parts.push(banklease::store_cause::classify(store).to_string());
+            parts.push(banklease::store::classify(store).to_string());
             break;
         }
         let text = cause.to_string();

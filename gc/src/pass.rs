@@ -34,7 +34,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use banklease::clock::SharedClock;
-use banklease::counting::CountingStore;
+use banklease::store::CountingStore;
 use banklease::{Bank, LeaseObserver, OwnerId};
 
 use crate::collect::collect;

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use banklease::bank::{add_saturating, StoreTime};
-use banklease::lease::MAX_EXPIRE_WINDOW;
-use banklease::observe::error_chain;
+use banklease::error_chain;
+use banklease::MAX_EXPIRE_WINDOW;
+use banklease::{add_saturating, StoreTime};
 use banklease::{Bank, LeaseObserver};
 use chrono::{DateTime, Utc};
 
@@ -112,7 +112,7 @@ impl ClockProbe {
                      judged or deleted");
                     return Err(banklease::Error::ClockUnverified {
                         bank: self.bank.label().to_owned(),
-                        attempts: banklease::bank::CLOCK_PROBE_ATTEMPTS as u32,
+                        attempts: banklease::collector::CLOCK_PROBE_ATTEMPTS as u32,
                     });
                 }
             };

@@ -3,7 +3,8 @@
 
 use std::collections::HashSet;
 
-use banklease::observe::error_chain;
+use banklease::error_chain;
+use banklease::paths::{Key, Prefix};
 use banklease::OwnerId;
 use futures::StreamExt;
 
@@ -25,7 +26,7 @@ pub(crate) async fn reap_leases(
     report: &mut PassReport,
 ) -> banklease::Result<()> {
     let bank = &ctx.bank;
-    let prefix = bank.path(&["leases"]);
+    let prefix = Prefix::Leases.path(bank);
     let mut listing = bank.store().list(Some(&prefix));
     let mut candidates = Vec::new();
     while let Some(item) = listing.next().await {
@@ -37,15 +38,7 @@ pub(crate) async fn reap_leases(
                 break;
             }
         };
-        let Some(owner) = meta
-            .location
-            .prefix_match(&prefix)
-            .and_then(|mut parts| {
-                let first = parts.next()?;
-                parts.next().is_none().then_some(first)
-            })
-            .and_then(|part| OwnerId::parse(part.as_ref()).ok())
-        else {
+        let Some(Key::Lease(owner)) = Key::parse(bank, &meta.location) else {
             continue;
         };
         if cleared.contains(&owner) || !seen.contains(&owner) {

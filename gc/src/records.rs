@@ -8,7 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use banklease::bank::StoreTime;
+use banklease::paths::{Key, Prefix};
+use banklease::StoreTime;
 use banklease::{Bank, OwnerId};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
@@ -18,7 +19,7 @@ use crate::plan::{past, MissingFor};
 
 /// `gc/missing/<owner>`: written by the first pass that finds the owner's lease missing.
 pub fn missing_path(bank: &Bank, owner: &OwnerId) -> Path {
-    bank.path(&["gc", "missing", owner.as_str()])
+    Key::GcMissing(owner.clone()).path(bank)
 }
 
 /// Read (or start) the missing-since record of `owner`, its HEAD sent at `sent`.
@@ -87,17 +88,13 @@ pub(crate) async fn forget_clock_probes(ctx: &PassContext, sent: Instant) -> u64
 /// Safe whatever the listing shows or omits: removing a record only restarts the grace of an
 /// owner whose lease is missing (collection comes later, never earlier).
 pub(crate) async fn forget_missing(bank: &Bank, keep: impl Fn(&OwnerId) -> bool) -> u64 {
-    let prefix = bank.path(&["gc", "missing"]);
-    delete_listed(bank, &prefix, "missing-since record", |meta| {
-        meta.location
-            .prefix_match(&prefix)
-            .and_then(|mut parts| {
-                let first = parts.next()?;
-                parts.next().is_none().then_some(first)
-            })
-            .and_then(|part| OwnerId::parse(part.as_ref()).ok())
-            .is_some_and(|o| !keep(&o))
-    })
+    let prefix = Prefix::GcMissing.path(bank);
+    delete_listed(
+        bank,
+        &prefix,
+        "missing-since record",
+        |meta| matches!(Key::parse(bank, &meta.location), Some(Key::GcMissing(o)) if !keep(&o)),
+    )
     .await
 }
 
@@ -118,7 +115,7 @@ async fn delete_listed(
             Ok(meta) if stale(&meta) => found.push(meta.location),
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(error = %banklease::observe::error_chain(&e), what, "listing failed");
+                tracing::warn!(error = %banklease::error_chain(&e), what, "listing failed");
                 errors += 1;
                 break;
             }
@@ -129,7 +126,7 @@ async fn delete_listed(
         match bank.store().delete(&path).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => {
-                tracing::warn!(path = %path, error = %banklease::observe::error_chain(&e), what,
+                tracing::warn!(path = %path, error = %banklease::error_chain(&e), what,
                     "removing failed");
                 errors += 1;
             }

@@ -16,7 +16,8 @@
 //! is garbage under a tombstoned checkpoint — storage, not safety — and is not swept.
 
 use banklease::checkpoint::{data_prefix, read_decision, Decider};
-use banklease::observe::error_chain;
+use banklease::error_chain;
+use banklease::paths::{Key, Prefix};
 use banklease::Bank;
 use futures::StreamExt;
 use object_store::path::Path;
@@ -28,12 +29,12 @@ use crate::plan::past;
 
 /// `index/sweep/` — collected checkpoints whose data is swept once more.
 pub fn sweep_prefix(bank: &Bank) -> Path {
-    bank.path(&["index", "sweep"])
+    Prefix::Sweep.path(bank)
 }
 
 /// `index/sweep/<id>`
 pub fn sweep_path(bank: &Bank, id: &str) -> Path {
-    sweep_prefix(bank).join(id)
+    Key::SweepMarker(id.to_owned()).path(bank)
 }
 
 /// Write (or rewrite: a later stamp only delays the sweep) the sweep marker of `id`.
@@ -72,16 +73,7 @@ pub(crate) async fn sweep_due(ctx: &PassContext) -> Swept {
     while let Some(item) = listing.next().await {
         match item {
             Ok(meta) => {
-                let Some(id) = meta
-                    .location
-                    .prefix_match(&prefix)
-                    .and_then(|mut parts| {
-                        let first = parts.next()?;
-                        parts.next().is_none().then_some(first)
-                    })
-                    .map(|p| p.as_ref().to_owned())
-                    .filter(|id| banklease::checkpoint::validate_checkpoint_id(id).is_ok())
-                else {
+                let Some(Key::SweepMarker(id)) = Key::parse(bank, &meta.location) else {
                     continue;
                 };
                 let elapsed = ctx.elapsed_since(meta.last_modified, sent);

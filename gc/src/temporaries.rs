@@ -1,11 +1,11 @@
 //! The temporaries sweep (`file:` banks only): staged files of writers killed between writing
 //! and publishing, in `_banklease/staging/`, older than `late_write_window` and held by no
-//! writer, are removed ([`banklease::local::LocalStore::sweep_temporaries_step`]).
+//! writer, are removed ([`banklease::store::LocalStore::sweep_temporaries_step`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use banklease::local::SweepWalk;
+use banklease::store::SweepWalk;
 
 use crate::context::PassContext;
 

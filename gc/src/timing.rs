@@ -20,8 +20,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use banklease::bank::StoreTime;
+use banklease::paths::Key;
 use banklease::Bank;
+use banklease::StoreTime;
 use chrono::{DateTime, Utc};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
@@ -202,7 +203,7 @@ impl ClockWatch {
 /// `gc/clock-floor`: the latest store-clock step any collector of this bank saw, so that a
 /// restarted daemon or a standby taking over keeps judging older stamps from it.
 pub fn floor_path(bank: &Bank) -> Path {
-    bank.path(&["gc", "clock-floor"])
+    Key::GcClockFloor.path(bank)
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]

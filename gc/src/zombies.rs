@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use banklease::checkpoint::{parse_marker, protecting_prefix};
-use banklease::observe::error_chain;
+use banklease::error_chain;
 use banklease::{LeaseView, OwnerId};
 use futures::StreamExt;
 

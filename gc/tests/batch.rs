@@ -5,8 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use banklease::checkpoint::{self, Checkpoint, Status};
+use banklease::checkpoint::{self, Status};
 use banklease::clock::{MockClock, SharedClock};
+use banklease::Checkpoint;
 use banklease::{Bank, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::batch::{DATA_BATCH, LISTED_MAX};
 use banklease_gc::{Collector, GcOptions, PassReport};

@@ -10,8 +10,9 @@ mod gate;
 use std::sync::Arc;
 use std::time::Duration;
 
-use banklease::checkpoint::{self, Checkpoint, Status};
+use banklease::checkpoint::{self, Status};
 use banklease::clock::{Clock, MockClock, SharedClock};
+use banklease::Checkpoint;
 use banklease::{Bank, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, GcOptions, PassReport};
 use banklease_testkit::sim_store::{SimStore, StoreClock};
@@ -261,7 +262,9 @@ async fn an_unreadable_index_json_is_never_overwritten() {
         token: "t".to_owned(),
         decided_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
     };
-    checkpoint::decide(&w.owner_bank, decision).await.unwrap();
+    banklease::collector::decide(&w.owner_bank, decision)
+        .await
+        .unwrap();
     let index = checkpoint::index_path(&w.owner_bank, "cp-e");
     let future = br#"{"format":99,"id":"cp-e","something":"new"}"#;
     w.sim
@@ -284,7 +287,7 @@ async fn an_unreadable_index_json_is_never_overwritten() {
         .await
         .unwrap()
         .unwrap();
-    let finished = checkpoint::finish_owner_decision(&w.owner_bank, &decision).await;
+    let finished = banklease::collector::finish_owner_decision(&w.owner_bank, &decision).await;
     assert!(finished.is_err(), "{finished:?}");
     assert_eq!(w.sim.peek(&index).unwrap().as_ref(), future);
 }
@@ -459,7 +462,7 @@ async fn a_gc_decision_over_an_available_checkpoint_deletes_nothing() {
         token: "t".to_owned(),
         decided_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
     };
-    checkpoint::decide(&w.owner_bank, gc_decision)
+    banklease::collector::decide(&w.owner_bank, gc_decision)
         .await
         .unwrap();
     let marker = checkpoint::marker_path(&w.owner_bank, lease.owner_id(), "cp-k");

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use banklease::checkpoint::{self, Checkpoint, Decided, Decider, Decision, Status};
+use banklease::checkpoint::{self, Decided, Decider, Decision, Status};
 use banklease::clock::{Clock, MockClock, SharedClock, SystemClock};
+use banklease::Checkpoint;
 use banklease::{Bank, Error, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, GcOptions, PassReport};
 use banklease_testkit::failing::{FailingStore, Op, Strike};
@@ -324,7 +325,7 @@ async fn owner_decision_interrupted_is_finished_not_collected() {
         let b = &f.bank;
         let (dead, cps, _keeper) = owner_with(&f, Arc::new(MockClock::new()), 1, 0).await;
         // The owner won the decision, then crashed before writing index.json and the marker.
-        let decided = checkpoint::decide(
+        let decided = banklease::collector::decide(
             b,
             Decision {
                 format: checkpoint::CHECKPOINT_FORMAT,
@@ -478,7 +479,7 @@ async fn dead_owners_leases_are_reaped_once_nothing_is_left() {
         assert_eq!((r.collected, r.leases_reaped), (2, 2), "{name}: {r:?}");
         for gone in [&dead, &idle] {
             assert!(
-                banklease::lease::read_lease(b, gone.owner_id())
+                banklease::read_lease(b, gone.owner_id())
                     .await
                     .unwrap()
                     .is_none(),
@@ -486,7 +487,7 @@ async fn dead_owners_leases_are_reaped_once_nothing_is_left() {
             );
         }
         assert!(live.check_validity(), "{name}: {:?}", live.state());
-        assert!(banklease::lease::read_lease(b, live.owner_id())
+        assert!(banklease::read_lease(b, live.owner_id())
             .await
             .unwrap()
             .is_some());

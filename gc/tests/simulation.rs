@@ -52,13 +52,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use banklease::checkpoint::{
-    data_prefix, decide, finish_owner_decision, index_path, marker_path, parse_marker,
-    protecting_prefix, write_tombstone, CheckpointRecord, Decided, Decider, Decision, Status,
-    CHECKPOINT_FORMAT,
+    data_prefix, index_path, marker_path, parse_marker, protecting_prefix, CheckpointRecord,
+    Decided, Decider, Decision, Status, CHECKPOINT_FORMAT,
 };
 use banklease::clock::{Clock, Jitter, MockClock, SharedClock};
+use banklease::collector::{decide, finish_owner_decision, write_tombstone};
 use banklease::config::Config;
-use banklease::observe::{judge, LeaseView};
+use banklease::{judge, LeaseView};
 use banklease::{Bank, Checkpoint, Error, LeaseState, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, Daemon, GcOptions};
 use banklease_testkit::failing::{FailingStore, FaultCounts, Op, Strike};

@@ -30,9 +30,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use banklease::checkpoint::{self, Checkpoint, Decider, Status};
+use banklease::checkpoint::{self, Decider, Status};
 use banklease::clock::{Clock, Jitter, MockClock, SystemClock};
-use banklease::swift::SwiftBuilder;
+use banklease::store::SwiftBuilder;
+use banklease::Checkpoint;
 use banklease::{Bank, Keeper, LeaseState, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, GcOptions, PassReport};
 use banklease_testkit::failing::{FailingStore, Op};
@@ -234,7 +235,7 @@ impl Kept {
                 }
             }
         });
-        banklease::lease::read_lease(shared, lease.owner_id())
+        banklease::read_lease(shared, lease.owner_id())
             .await
             .unwrap()
             .expect("the lease is visible through the shared proxy");
@@ -307,7 +308,7 @@ impl Kept {
             "{name} {when}: remaining {:?}",
             self.lease.remaining()
         );
-        let (record, _) = banklease::lease::read_lease(shared, self.lease.owner_id())
+        let (record, _) = banklease::read_lease(shared, self.lease.owner_id())
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("{name} {when}: the lease object is gone"));
@@ -512,7 +513,7 @@ async fn keepers_through(fault: Fault, expire: Duration, short: Duration) {
         );
         // The object is this process's, not re-created, and not renewed since the outage
         // began — except by a PUT sent before the pause and answered after it.
-        let (record, _) = banklease::lease::read_lease(&shared, o.lease.owner_id())
+        let (record, _) = banklease::read_lease(&shared, o.lease.owner_id())
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("{name}: the lease object is gone"));

@@ -6,7 +6,7 @@
 //! stops one of them while an owner renews its lease, completes a checkpoint, and GC passes
 //! run; starts it again; and then shows, reading through the library, that
 //!
-//! - lease reads (`banklease::lease::read_lease`, `LeaseObserver::view`) never return the
+//! - lease reads (`banklease::read_lease`, `LeaseObserver::view`) never return the
 //!   stale lease (compared with the oldest `X-Timestamp` of the two servers that stayed up,
 //!   read directly before each read is sent), nor `index.json`/decision reads the stale
 //!   checkpoint, nor a HEAD the marker that the stale server still holds;
@@ -47,11 +47,12 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use banklease::checkpoint::{self, Checkpoint, Decider, Status};
+use banklease::checkpoint::{self, Decider, Status};
 use banklease::clock::{Jitter, MockClock, SystemClock};
-use banklease::observe::{LeaseObserver, LeaseView};
-use banklease::swift::SwiftBuilder;
+use banklease::store::SwiftBuilder;
+use banklease::Checkpoint;
 use banklease::{Bank, LeaseState, LeaseWindows, OwnerId, OwnerLease};
+use banklease::{LeaseObserver, LeaseView};
 use banklease_gc::{Collector, GcOptions, PassReport};
 use futures::StreamExt;
 use object_store::path::Path;
@@ -557,7 +558,7 @@ async fn a_stale_object_server_is_never_read_and_passes_collect_nothing_of_the_l
         .iter()
         .map(|c| c.id().to_owned())
         .collect();
-    let (acquired, _) = banklease::lease::read_lease(&readers, &owner)
+    let (acquired, _) = banklease::read_lease(&readers, &owner)
         .await
         .unwrap()
         .expect("the live lease");
@@ -668,10 +669,7 @@ async fn a_stale_object_server_is_never_read_and_passes_collect_nothing_of_the_l
             seen.lease_gone = Some(format!("before round {round}: {before:?}"));
             break;
         };
-        let Some((record, meta)) = banklease::lease::read_lease(&readers, &owner)
-            .await
-            .unwrap()
-        else {
+        let Some((record, meta)) = banklease::read_lease(&readers, &owner).await.unwrap() else {
             seen.lease_gone = Some(format!("read in round {round}"));
             break;
         };

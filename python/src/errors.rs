@@ -66,7 +66,7 @@ pub(crate) fn to_py(e: banklease::Error) -> PyErr {
             ],
         ),
         E::Store { op, path, source } => {
-            let detail = banklease::observe::error_chain(&source);
+            let detail = banklease::error_chain(&source);
             raise(
                 "StoreError",
                 message,

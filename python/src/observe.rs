@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use banklease::clock::{SharedClock, SystemClock};
-use banklease::observe::WindowSource;
 use banklease::OwnerId;
+use banklease::WindowSource;
 use pyo3::prelude::*;
 
 use crate::bank::Bank;

@@ -25,7 +25,7 @@ pub use holding::LeaseState;
 pub use owner::OwnerLease;
 pub use owner_keeper::Keeper;
 pub use record::{read_lease, read_lease_at, LeaseRecord, LEASE_FORMAT, MAX_LEASE_BYTES};
-pub use swift::{SWIFT_DELETE_AT_GRID_SECS, SWIFT_TTL_SLACK};
+pub use swift::SWIFT_TTL_SLACK;
 
 pub(crate) use holding::{Held, Holding, Phase, ReadBack, Reconciled, Words};
 pub(crate) use keeper::{Cadence, Failure, Renewable, Running};

@@ -52,7 +52,7 @@
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> object_store::Result<()> {
 //! use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
 //! let dir = tempfile::tempdir().unwrap();
-//! let store = banklease::local::LocalStore::new(dir.path())?;
+//! let store = banklease::store::LocalStore::new(dir.path())?;
 //! let key = object_store::path::Path::from("leases/a");
 //! let first = store.put(&key, "v1".into()).await?;
 //! let update = |r: &object_store::PutResult| PutOptions::from(PutMode::Update(UpdateVersion {

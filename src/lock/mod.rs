@@ -112,6 +112,7 @@ use crate::bank::Bank;
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
 use crate::id::validate_id;
+use crate::paths::{Key, Prefix};
 
 pub use claim::{Grant, Snapshot};
 pub use fence::{fence_path, guarded_put, Fence};
@@ -129,7 +130,7 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 pub const DEFAULT_SKEW_MARGIN: Duration = Duration::from_secs(2);
 /// Suffix of a key's wait-queue directory (`locks/<ns>/<key>.queue/<ticket>`); keys may not
 /// end with it.
-pub const QUEUE_SUFFIX: &str = ".queue";
+pub use crate::paths::QUEUE_SUFFIX;
 
 /// How long a lock is to be held: a duration, or until an end time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,18 +228,35 @@ impl Locks {
 
     /// `locks/<namespace>/<key>` (the key must be valid: see [`Locks::validate_key`]).
     pub fn lock_path(&self, key: &str) -> Path {
-        self.bank.path(&["locks", &self.namespace, key])
+        Key::Lock {
+            namespace: self.namespace.clone(),
+            key: key.to_owned(),
+        }
+        .path(&self.bank)
     }
 
     /// `locks/<namespace>/` — every lock of the namespace lies directly under it.
     pub fn namespace_path(&self) -> Path {
-        self.bank.path(&["locks", &self.namespace])
+        Prefix::Locks(&self.namespace).path(&self.bank)
     }
 
     /// `locks/<namespace>/<key>.queue/` — the key's wait queue.
     pub fn queue_path(&self, key: &str) -> Path {
-        self.bank
-            .path(&["locks", &self.namespace, &format!("{key}{QUEUE_SUFFIX}")])
+        Prefix::Queue {
+            namespace: &self.namespace,
+            key,
+        }
+        .path(&self.bank)
+    }
+
+    /// `locks/<namespace>/<key>.queue/<ticket>`: one waiter's ticket.
+    pub(crate) fn ticket_path(&self, key: &str, ticket: &str) -> Path {
+        Key::Ticket {
+            namespace: self.namespace.clone(),
+            key: key.to_owned(),
+            ticket: ticket.to_owned(),
+        }
+        .path(&self.bank)
     }
 
     /// Check a key: an id (see [`crate::id::validate_id`]) not ending with [`QUEUE_SUFFIX`].

@@ -128,7 +128,7 @@ impl Ticket {
                 .last()
                 .map_or(1, |(n, _)| n.saturating_add(1));
             let name = format!("{next:0width$}", width = TICKET_DIGITS);
-            let path = locks.queue_path(key).join(name.as_str());
+            let path = locks.ticket_path(key, &name);
             let record = new_record(locks, key, Some(owner), None, lease, next, 1);
             match write_record(&locks.bank, &locks.clock, &path, &record, PutMode::Create).await? {
                 Written::Ours {

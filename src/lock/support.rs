@@ -23,8 +23,10 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use object_store::ObjectStore;
 
 use crate::bank::Bank;
-use crate::capability::{probe_create_race, probe_update_race, Condition};
+use crate::capability::Condition;
 use crate::error::{Error, Result};
+use crate::paths::Key;
+use crate::race::{probe_create_race, probe_update_race};
 
 /// Concurrent writers per probe round, and rounds.
 const RACE_WRITERS: u32 = 16;
@@ -113,7 +115,7 @@ pub async fn ensure_fencing_supported(bank: &Bank) -> Result<()> {
 async fn probe_fencing(bank: &Bank) -> Result<Verdict> {
     use object_store::{ObjectStoreExt, PutPayload};
     let store = bank.store();
-    let path = bank.path(&["_banklease", "probe", &uuid::Uuid::new_v4().to_string()]);
+    let path = Key::Probe(uuid::Uuid::new_v4().to_string()).path(bank);
     let body = PutPayload::from_static(b"banklease fencing probe");
     let first = store.put(&path, body.clone()).await;
     let second = match &first {

@@ -11,9 +11,9 @@ use super::record::{judge, read_record, Judged};
 use super::{support, Locks};
 use crate::error::{Error, Result};
 use crate::lease::LazyStoreTime;
+use crate::paths::Key;
 
-/// Digits of a ticket name (zero-padded).
-pub(crate) const TICKET_DIGITS: usize = 20;
+pub(crate) use crate::paths::TICKET_DIGITS;
 
 /// A waiter in a key's queue, as read and judged on the store's clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,12 +28,16 @@ pub struct Waiter {
     pub live: bool,
 }
 
-fn parse_ticket(path: &Path) -> Option<(u64, String)> {
-    let name = path.filename()?;
-    if name.len() != TICKET_DIGITS || !name.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+/// A ticket of `key`'s queue (`None` for anything else listed there).
+fn parse_ticket(locks: &Locks, key: &str, path: &Path) -> Option<(u64, String)> {
+    match Key::parse(&locks.bank, path)? {
+        Key::Ticket {
+            namespace,
+            key: k,
+            ticket,
+        } if namespace == locks.namespace && k == key => Some((ticket.parse().ok()?, ticket)),
+        _ => None,
     }
-    Some((name.parse().ok()?, name.to_owned()))
 }
 
 /// Ticket names under the key's queue, ascending. A listing: used to find tickets only.
@@ -43,7 +47,7 @@ pub(crate) async fn list_tickets(locks: &Locks, key: &str) -> Result<Vec<(u64, S
         .bank
         .store()
         .list(Some(&dir))
-        .try_filter_map(|m| async move { Ok(parse_ticket(&m.location)) })
+        .try_filter_map(|m| async move { Ok(parse_ticket(locks, key, &m.location)) })
         .try_collect()
         .await
         .map_err(|e| Error::store("list", &dir, e))?;
@@ -63,7 +67,7 @@ pub(crate) async fn first_live(
         if before.is_some_and(|b| name.as_str() >= b) {
             break;
         }
-        let path = locks.queue_path(key).join(name.as_str());
+        let path = locks.ticket_path(key, &name);
         // Absence is trusted only from a read; a read error stops the check.
         let sent = locks.clock.now();
         let Some((rec, meta)) = read_record(&locks.bank, &path).await? else {
@@ -104,7 +108,7 @@ impl Locks {
         let mut sc = LazyStoreTime::new();
         let mut waiters = Vec::new();
         for (_, name) in list_tickets(self, key).await? {
-            let path = self.queue_path(key).join(name.as_str());
+            let path = self.ticket_path(key, &name);
             let sent = self.clock.now();
             let Some((rec, meta)) = read_record(&self.bank, &path).await? else {
                 continue;

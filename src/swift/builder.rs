@@ -22,7 +22,7 @@ pub const DEFAULT_LIST_LIMIT: usize = 10_000;
 /// A configuration key, named after the environment variable that sets it.
 ///
 /// ```
-/// use banklease::swift::SwiftConfigKey;
+/// use banklease::store::SwiftConfigKey;
 /// let key: SwiftConfigKey = "ST_AUTH".parse().unwrap();
 /// assert_eq!(key, SwiftConfigKey::AuthUrl);
 /// assert_eq!(key.as_ref(), "ST_AUTH");
@@ -134,7 +134,7 @@ impl FromStr for SwiftConfigKey {
 ///
 /// ```no_run
 /// # fn main() -> object_store::Result<()> {
-/// use banklease::swift::SwiftBuilder;
+/// use banklease::store::SwiftBuilder;
 /// // ST_AUTH=http://127.0.0.1:8080/auth/v1.0 ST_USER=test:tester ST_KEY=testing
 /// let store = SwiftBuilder::from_env().with_container("bank").build()?;
 /// # Ok(()) }

@@ -3,7 +3,7 @@
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> object_store::Result<()> {
-//! use banklease::swift::SwiftBuilder;
+//! use banklease::store::SwiftBuilder;
 //! use object_store::{path::Path, ObjectStore, PutMode, PutPayload};
 //!
 //! // ST_AUTH=http://127.0.0.1:8080/auth/v1.0 ST_USER=test:tester ST_KEY=testing

@@ -33,7 +33,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use banklease::checkpoint::Status;
 use banklease::clock::{Jitter, SharedClock};
-use banklease::observe::error_chain;
+use banklease::error_chain;
 use banklease::{LeaseState, OwnerLease};
 use rustix::process::{Pid, Signal};
 use tokio::signal::unix::{signal, SignalKind};

@@ -25,8 +25,8 @@ use axum::routing::{get, post, put};
 use axum::serve::IncomingStream;
 use axum::Router;
 use banklease::checkpoint::{validate_checkpoint_id, Status};
-use banklease::observe::error_chain;
-use banklease::upload::DataUpload;
+use banklease::error_chain;
+use banklease::DataUpload;
 use banklease::{Checkpoint, Error, LeaseState, OwnerLease};
 use futures::StreamExt;
 use object_store::PutPayload;
@@ -367,7 +367,7 @@ async fn put_data(
     body: Body,
 ) -> Result<Json<DataBody>, ApiError> {
     let _open = agent.enter().await?;
-    banklease::id::validate_id("data object", &name)?;
+    banklease::validate_id("data object", &name)?;
     let _slot =
         agent.uploads.acquire().await.map_err(|e| {
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use banklease::swift::SwiftBuilder;
+use banklease::store::SwiftBuilder;
 use banklease::Bank;
 use serde::{Deserialize, Serialize};
 
@@ -52,7 +52,7 @@ impl Backend {
             // ListObjectsV2 without max-keys: the server's default, 1,000 (AWS and moto).
             Backend::S3 => Some(1_000),
             // banklease's Swift backend asks for `limit=10000` (Swift's own maximum).
-            Backend::Swift => Some(banklease::swift::DEFAULT_LIST_LIMIT as u64),
+            Backend::Swift => Some(banklease::store::DEFAULT_LIST_LIMIT as u64),
         }
     }
 

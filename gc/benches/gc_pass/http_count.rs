@@ -1,7 +1,7 @@
 //! Counting at the HTTP layer: an [`HttpConnector`] whose client counts every request it sends,
 //! by kind, retries included. This is how the benchmark *observes* listing pages on S3 and
 //! Swift (one `GET ?list-type=2` or `GET ?format=json` per page) and S3's bulk deletes (one
-//! `POST ?delete` per `delete_stream` chunk), which [`banklease::counting::CountingStore`] cannot
+//! `POST ?delete` per `delete_stream` chunk), which [`banklease::store::CountingStore`] cannot
 //! see: it counts one `list` per listing call and one `delete` per path.
 
 use std::collections::BTreeMap;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use banklease::checkpoint::{read_checkpoint, Status};
 use banklease::clock::{SharedClock, SystemClock};
-use banklease::counting::CountingStore;
+use banklease::store::CountingStore;
 use banklease::{Bank, LeaseObserver};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use banklease::clock::{Jitter, SharedClock, SystemClock};
-use banklease::counting::{Counters, CountingStore};
+use banklease::store::{Counters, CountingStore};
 use banklease::{Bank, LeaseState, LeaseWindows, OwnerId, OwnerLease};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};

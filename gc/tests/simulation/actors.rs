@@ -361,8 +361,7 @@ impl Broken {
             }
         }
         for (owner, ids) in by_owner {
-            let Ok(Some((record, meta))) = banklease::lease::read_lease(&self.bank, &owner).await
-            else {
+            let Ok(Some((record, meta))) = banklease::read_lease(&self.bank, &owner).await else {
                 continue;
             };
             let dead = match self.kind {
@@ -431,7 +430,7 @@ impl Broken {
 
     /// BROKEN (`BrokenReaper`): delete every lease judged expired past grace, on the store
     /// clock at the instant the read's answer arrived.
-    async fn reap(&self, store_time: &banklease::bank::StoreTime) -> banklease::Result<()> {
+    async fn reap(&self, store_time: &banklease::StoreTime) -> banklease::Result<()> {
         let prefix = self.bank.path(&["leases"]);
         let leases: Vec<ObjectMeta> = self
             .bank
@@ -452,8 +451,7 @@ impl Broken {
             else {
                 continue;
             };
-            let Ok(Some((record, meta))) = banklease::lease::read_lease(&self.bank, &owner).await
-            else {
+            let Ok(Some((record, meta))) = banklease::read_lease(&self.bank, &owner).await else {
                 continue;
             };
             let store_now = store_time.at_instant(self.clock.now());

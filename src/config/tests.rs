@@ -1,0 +1,241 @@
+
+use super::*;
+use std::io::Write;
+
+fn file(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    f
+}
+
+fn no_env() -> Vec<(String, String)> {
+    Vec::new()
+}
+
+#[test]
+fn a_skew_margin_no_observer_can_judge_under_is_warned_about() {
+    let env = |margin: &str| {
+        vec![
+            (
+                "BANKLEASE_LEASE__RENEW_WINDOW".to_owned(),
+                "300ms".to_owned(),
+            ),
+            ("BANKLEASE_LEASE__EXPIRE_WINDOW".to_owned(), "2s".to_owned()),
+            (
+                "BANKLEASE_LEASE__VALIDITY_WINDOW".to_owned(),
+                "100ms".to_owned(),
+            ),
+            ("BANKLEASE_LEASE__SKEW_MARGIN".to_owned(), margin.to_owned()),
+        ]
+    };
+    let c = Config::load_from(None, env("2s")).unwrap();
+    let warnings = c.validate().unwrap();
+    assert!(
+        warnings.iter().any(|w| w.contains("lease.skew_margin=`2s`")
+            && w.contains("expire_window − validity_window=`1s 900ms`")),
+        "{warnings:?}"
+    );
+    let c = Config::load_from(None, env("500ms")).unwrap();
+    assert!(c
+        .validate()
+        .unwrap()
+        .iter()
+        .all(|w| !w.contains("skew_margin")));
+}
+
+#[test]
+fn defaults_load_and_validate() {
+    let c = Config::load_from(None, no_env()).unwrap();
+    assert_eq!(c.lease.windows(), LeaseWindows::default());
+    assert_eq!(c.bank.url, "file:./bank");
+}
+
+#[test]
+fn file_and_env_override() {
+    let f = file(
+            "[bank]\nurl = \"memory://\"\n[lease]\nrenew_window = \"1s\"\nexpire_window = \"5s\"\nvalidity_window = \"500ms\"\n",
+        );
+    let env = vec![
+        ("BANKLEASE_LEASE__EXPIRE_WINDOW".into(), "3s".into()),
+        ("BANKLEASE_GC__CONCURRENCY".into(), "4".into()),
+        ("BANKLEASE_CONFIG".into(), "ignored".into()),
+        ("OTHER__THING".into(), "x".into()),
+    ];
+    let c = Config::load_from(Some(f.path()), env).unwrap();
+    assert_eq!(c.bank.url, "memory://");
+    assert_eq!(c.lease.expire_window, Duration::from_secs(3));
+    assert_eq!(c.lease.validity_window, Duration::from_millis(500));
+    assert_eq!(c.gc.concurrency, 4);
+}
+
+#[test]
+fn unknown_key_in_file_names_key_and_file() {
+    let f = file("[lease]\nexpire_windw = \"5s\"\n");
+    let msg = Config::load_from(Some(f.path()), no_env())
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("expire_windw"), "{msg}");
+    assert!(msg.contains(&f.path().display().to_string()), "{msg}");
+}
+
+#[test]
+fn unknown_section_is_refused() {
+    let f = file("[leese]\nx = 1\n");
+    let msg = Config::load_from(Some(f.path()), no_env())
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("leese"), "{msg}");
+}
+
+#[test]
+fn unknown_env_key_names_the_variable() {
+    let env = vec![("BANKLEASE_LEASE__NOPE".into(), "1".into())];
+    let msg = Config::load_from(None, env).unwrap_err().to_string();
+    assert!(msg.contains("nope"), "{msg}");
+    assert!(msg.contains("BANKLEASE_LEASE__NOPE"), "{msg}");
+}
+
+#[test]
+fn bad_duration_and_type_are_refused() {
+    let f = file("[lease]\nexpire_window = \"five seconds\"\n");
+    let msg = Config::load_from(Some(f.path()), no_env())
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("invalid configuration"), "{msg}");
+    let f = file("[gc]\nconcurrency = \"many\"\n");
+    assert!(Config::load_from(Some(f.path()), no_env()).is_err());
+}
+
+#[test]
+fn window_rules_apply_to_loaded_config() {
+    let env = vec![("BANKLEASE_LEASE__RENEW_WINDOW".into(), "700s".into())];
+    let err = Config::load_from(None, env).unwrap_err();
+    assert!(
+        err.to_string().contains("renew_window < expire_window"),
+        "{err}"
+    );
+}
+
+/// Issue 11, defect 11: values that break the date arithmetic or that no observer can read
+/// back are refused at load, naming the key.
+#[test]
+fn margins_and_windows_that_break_the_arithmetic_are_refused() {
+    for (key, value, needle) in [
+        ("BANKLEASE_LEASE__SKEW_MARGIN", "0s", "lease.skew_margin"),
+        (
+            "BANKLEASE_LEASE__SKEW_MARGIN",
+            "300years",
+            "lease.skew_margin",
+        ),
+        ("BANKLEASE_GC__GRACE", "300years", "gc.grace"),
+        (
+            "BANKLEASE_LEASE__EXPIRE_WINDOW",
+            "40days",
+            "expire_window <= 30days",
+        ),
+        ("BANKLEASE_GC__READ_STALENESS", "2days", "gc.read_staleness"),
+        (
+            "BANKLEASE_GC__LATE_WRITE_WINDOW",
+            "0s",
+            "gc.late_write_window",
+        ),
+    ] {
+        let env = vec![(key.to_owned(), value.to_owned())];
+        let err = Config::load_from(None, env)
+            .map(|_| ())
+            .expect_err(&format!("{key}={value} must be refused"));
+        assert!(err.to_string().contains(needle), "{key}={value}: {err}");
+    }
+}
+
+#[test]
+fn retry_budgets_follow_the_clients_and_their_timeout_variables() {
+    let none = |_: &str| None;
+    let s = Duration::from_secs;
+    // retry_timeout 3m + one backoff of at most 15s, then the last attempt's 30s timeout.
+    assert_eq!(retry_budget("s3://b/p", none), s(225));
+    assert_eq!(retry_budget(" az://c/p", none), s(225));
+    assert_eq!(retry_budget("gs://b/p", none), s(225));
+    // Three such loops: a 401 ends the first, re-authentication, the write sent again.
+    assert_eq!(retry_budget("swift://c/p", none), s(675));
+    for url in ["file:./bank", "file:///tmp/x", "memory://", "nope://x"] {
+        assert_eq!(retry_budget(url, none), Duration::ZERO, "{url}");
+    }
+    // The request timeout the builders read from the environment.
+    let env = |name: &str| (name == "AWS_TIMEOUT").then(|| "5s".to_owned());
+    assert_eq!(retry_budget("s3://b/p", env), s(200));
+    assert_eq!(
+        retry_budget("az://c/p", env),
+        s(225),
+        "AZURE_TIMEOUT, not AWS_TIMEOUT"
+    );
+    // Ten retries of a 1s timeout and 15s backoffs start within 2m 40s, under 3m + 15s.
+    let env = |name: &str| (name == "GOOGLE_TIMEOUT").then(|| "1s".to_owned());
+    assert_eq!(retry_budget("gs://b/p", env), s(161));
+    // Swift's builder reads no timeout variable.
+    let env = |_: &str| Some("5s".to_owned());
+    assert_eq!(retry_budget("swift://c/p", env), s(675));
+}
+
+#[test]
+fn check_hands_back_refusals_that_validate_fails_on() {
+    // As `banklease --bank swift://c/p doctor` sees it: the URL set after loading.
+    let mut c = Config::default();
+    c.bank.url = "swift://c/p".to_owned();
+    c.gc.grace = Duration::from_secs(60);
+    c.gc.late_write_window = Duration::from_secs(60);
+    let checked = c.check().unwrap();
+    assert_eq!(checked.refusals, c.refusals());
+    assert_eq!(checked.refusals.len(), 2, "{checked:?}");
+    let err = c.validate().unwrap_err().to_string();
+    for refusal in &checked.refusals {
+        assert!(err.contains(refusal.as_str()), "{err}");
+    }
+    // Values out of range are still errors, not refusals.
+    c.gc.concurrency = 0;
+    assert!(c.check().is_err());
+}
+
+#[test]
+fn drift_is_rounded_up_and_inverted_down() {
+    assert_eq!(
+        clock_drift_over(Duration::from_secs(600)),
+        Duration::from_millis(600)
+    );
+    assert_eq!(
+        clock_drift_over(Duration::from_nanos(1)),
+        Duration::from_nanos(1)
+    );
+    assert_eq!(
+        longest_drifting_within(Duration::from_millis(599)),
+        Duration::from_secs(599)
+    );
+    // No overflow at the extremes.
+    assert!(clock_drift_over(Duration::MAX) < Duration::MAX);
+    assert_eq!(longest_drifting_within(Duration::MAX).as_secs(), u64::MAX);
+}
+
+#[test]
+fn missing_file_is_a_clear_error() {
+    let msg = Config::load_from(Some(Path::new("/nonexistent/x.toml")), no_env())
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("/nonexistent/x.toml"), "{msg}");
+}
+
+#[test]
+fn example_config_in_etc_loads_and_lists_every_key() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("etc/banklease.toml");
+    let c = Config::load_from(Some(&path), no_env()).unwrap();
+    // Every key the program knows is present in the example (uncommented or commented).
+    let text = std::fs::read_to_string(&path).unwrap();
+    let value = serde_json::to_value(&c).unwrap();
+    for (section, keys) in value.as_object().unwrap() {
+        for key in keys.as_object().unwrap().keys() {
+            assert!(
+                text.contains(&format!("{key} =")) || text.contains(&format!("# {key} =")),
+                "etc/banklease.toml lacks [{section}] {key}"
+            );
+        }
+    }
+}

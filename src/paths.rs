@@ -1,0 +1,320 @@
+//! Every key of the bank's layout, built and parsed here and nowhere else.
+//!
+//! Invariant: a path banklease writes or deletes comes from [`Key::path`] or [`Prefix::path`],
+//! and a listed path is only acted on once [`Key::parse`] has read it back as the kind of key the
+//! caller expects, with every id in it valid. So a stray object (someone else's file, a key with
+//! one segment too many) is never mistaken for one of banklease's, and the layout can change in
+//! one place. The property test below checks that every key round-trips.
+
+use object_store::path::{Path, PathPart};
+
+use crate::id::{validate_id, OwnerId};
+
+/// What the layout's keys live under: a [`crate::Bank`] (its root prefix), or a bare prefix.
+pub trait Prefixed {
+    /// The root every key is joined to.
+    fn root(&self) -> &Path;
+}
+
+impl Prefixed for Path {
+    fn root(&self) -> &Path {
+        self
+    }
+}
+
+/// The bank's descriptor (see [`crate::layout`]).
+pub const DESCRIPTOR: &str = "banklease.json";
+
+/// What a lock's wait queue adds to its key (`locks/<namespace>/<key>.queue/`).
+pub const QUEUE_SUFFIX: &str = ".queue";
+
+/// The length of a queue ticket's name: zero-padded decimal, so names sort as numbers.
+pub(crate) const TICKET_DIGITS: usize = 20;
+
+/// One object of the layout.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Key {
+    /// `banklease.json`
+    Descriptor,
+    /// `leases/<owner>`
+    Lease(OwnerId),
+    /// `index/protecting/<owner>/<checkpoint>`: the owner's marker of a protecting checkpoint.
+    Marker { owner: OwnerId, checkpoint: String },
+    /// `index/sweep/<checkpoint>`: a collected checkpoint the late sweep visits again.
+    SweepMarker(String),
+    /// `checkpoints/<checkpoint>/index.json`
+    Index(String),
+    /// `checkpoints/<checkpoint>/data/<name>`
+    Data { checkpoint: String, name: String },
+    /// `decisions/<checkpoint>`
+    Decision(String),
+    /// `gc/active`: the lease of the active collector.
+    GcActive,
+    /// `gc/clock-floor`: the highest store time a collector has seen.
+    GcClockFloor,
+    /// `gc/missing/<owner>`: when a collector first found `owner`'s lease missing.
+    GcMissing(OwnerId),
+    /// `_banklease/clock/<probe>`: one bank handle's store-clock probe.
+    ClockProbe(String),
+    /// `_banklease/probe/<id>`: a capability probe's scratch object.
+    Probe(String),
+    /// `_banklease/race/<id>`: a race probe's scratch object.
+    Race(String),
+    /// `locks/<namespace>/<key>`
+    Lock { namespace: String, key: String },
+    /// `locks/<namespace>/<key>.queue/<ticket>`
+    Ticket {
+        namespace: String,
+        key: String,
+        ticket: String,
+    },
+}
+
+/// A directory of the layout, for listings and cleanups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Prefix<'a> {
+    /// `leases/`
+    Leases,
+    /// `index/protecting/`
+    Protecting,
+    /// `index/protecting/<owner>/`
+    OwnerMarkers(&'a OwnerId),
+    /// `index/sweep/`
+    Sweep,
+    /// `checkpoints/`
+    Checkpoints,
+    /// `checkpoints/<checkpoint>/`
+    Checkpoint(&'a str),
+    /// `checkpoints/<checkpoint>/data/`
+    Data(&'a str),
+    /// `gc/missing/`
+    GcMissing,
+    /// `_banklease/clock/`
+    ClockProbes,
+    /// `_banklease/doctor/<run>/`: one `doctor` run's scratch objects.
+    Doctor(&'a str),
+    /// `locks/<namespace>/`
+    Locks(&'a str),
+    /// `locks/<namespace>/<key>.queue/`
+    Queue { namespace: &'a str, key: &'a str },
+}
+
+fn join<B: Prefixed + ?Sized>(bank: &B, parts: &[&str]) -> Path {
+    let mut path = bank.root().clone();
+    for part in parts {
+        path = path.join(PathPart::from(*part));
+    }
+    path
+}
+
+fn queue_dir(key: &str) -> String {
+    format!("{key}{QUEUE_SUFFIX}")
+}
+
+impl Key {
+    /// Where this object is in `bank`.
+    pub fn path<B: Prefixed + ?Sized>(&self, bank: &B) -> Path {
+        match self {
+            Key::Descriptor => join(bank, &[DESCRIPTOR]),
+            Key::Lease(owner) => join(bank, &["leases", owner.as_str()]),
+            Key::Marker { owner, checkpoint } => {
+                join(bank, &["index", "protecting", owner.as_str(), checkpoint])
+            }
+            Key::SweepMarker(id) => join(bank, &["index", "sweep", id]),
+            Key::Index(id) => join(bank, &["checkpoints", id, "index.json"]),
+            Key::Data { checkpoint, name } => {
+                join(bank, &["checkpoints", checkpoint, "data", name])
+            }
+            Key::Decision(id) => join(bank, &["decisions", id]),
+            Key::GcActive => join(bank, &["gc", "active"]),
+            Key::GcClockFloor => join(bank, &["gc", "clock-floor"]),
+            Key::GcMissing(owner) => join(bank, &["gc", "missing", owner.as_str()]),
+            Key::ClockProbe(probe) => join(bank, &["_banklease", "clock", probe]),
+            Key::Probe(id) => join(bank, &["_banklease", "probe", id]),
+            Key::Race(id) => join(bank, &["_banklease", "race", id]),
+            Key::Lock { namespace, key } => join(bank, &["locks", namespace, key]),
+            Key::Ticket {
+                namespace,
+                key,
+                ticket,
+            } => join(bank, &["locks", namespace, &queue_dir(key), ticket]),
+        }
+    }
+
+    /// Read `path` back as a key of `bank`'s layout: `None` for anything else (outside the bank,
+    /// an unknown directory, a segment too many or too few, an invalid id).
+    pub fn parse<B: Prefixed + ?Sized>(bank: &B, path: &Path) -> Option<Key> {
+        let rest: Vec<PathPart<'_>> = path.prefix_match(bank.root())?.collect();
+        let parts: Vec<&str> = rest.iter().map(|p| p.as_ref()).collect();
+        let id = |s: &str| validate_id("checkpoint", s).ok().map(|()| s.to_owned());
+        let owner = |s: &str| OwnerId::parse(s).ok();
+        let key = match parts.as_slice() {
+            [DESCRIPTOR] => Key::Descriptor,
+            ["leases", o] => Key::Lease(owner(o)?),
+            ["index", "protecting", o, c] => Key::Marker {
+                owner: owner(o)?,
+                checkpoint: id(c)?,
+            },
+            ["index", "sweep", c] => Key::SweepMarker(id(c)?),
+            ["checkpoints", c, "index.json"] => Key::Index(id(c)?),
+            ["checkpoints", c, "data", n] => Key::Data {
+                checkpoint: id(c)?,
+                name: validate_id("data object", n).ok().map(|()| n.to_string())?,
+            },
+            ["decisions", c] => Key::Decision(id(c)?),
+            ["gc", "active"] => Key::GcActive,
+            ["gc", "clock-floor"] => Key::GcClockFloor,
+            ["gc", "missing", o] => Key::GcMissing(owner(o)?),
+            ["_banklease", "clock", p] => Key::ClockProbe(p.to_string()),
+            ["_banklease", "probe", p] => Key::Probe(p.to_string()),
+            ["_banklease", "race", p] => Key::Race(p.to_string()),
+            ["locks", ns, q, t] => {
+                let key = q.strip_suffix(QUEUE_SUFFIX)?;
+                valid_lock(ns, key)?;
+                let ticket_ok = t.len() == TICKET_DIGITS && t.bytes().all(|b| b.is_ascii_digit());
+                ticket_ok.then(|| Key::Ticket {
+                    namespace: ns.to_string(),
+                    key: key.to_owned(),
+                    ticket: t.to_string(),
+                })?
+            }
+            ["locks", ns, k] => {
+                valid_lock(ns, k)?;
+                Key::Lock {
+                    namespace: ns.to_string(),
+                    key: k.to_string(),
+                }
+            }
+            _ => return None,
+        };
+        Some(key)
+    }
+}
+
+/// A lock's namespace and key as [`crate::lock::Locks`] accepts them.
+fn valid_lock(namespace: &str, key: &str) -> Option<()> {
+    validate_id("lock namespace", namespace).ok()?;
+    validate_id("lock key", key).ok()?;
+    (!key.ends_with(QUEUE_SUFFIX)).then_some(())
+}
+
+impl Prefix<'_> {
+    /// Where this directory is in `bank`.
+    pub fn path<B: Prefixed + ?Sized>(&self, bank: &B) -> Path {
+        match *self {
+            Prefix::Leases => join(bank, &["leases"]),
+            Prefix::Protecting => join(bank, &["index", "protecting"]),
+            Prefix::OwnerMarkers(owner) => join(bank, &["index", "protecting", owner.as_str()]),
+            Prefix::Sweep => join(bank, &["index", "sweep"]),
+            Prefix::Checkpoints => join(bank, &["checkpoints"]),
+            Prefix::Checkpoint(id) => join(bank, &["checkpoints", id]),
+            Prefix::Data(id) => join(bank, &["checkpoints", id, "data"]),
+            Prefix::GcMissing => join(bank, &["gc", "missing"]),
+            Prefix::ClockProbes => join(bank, &["_banklease", "clock"]),
+            Prefix::Doctor(run) => join(bank, &["_banklease", "doctor", run]),
+            Prefix::Locks(namespace) => join(bank, &["locks", namespace]),
+            Prefix::Queue { namespace, key } => join(bank, &["locks", namespace, &queue_dir(key)]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn id() -> impl Strategy<Value = String> {
+        "[A-Za-z0-9_-][A-Za-z0-9._-]{0,40}"
+    }
+
+    fn owner() -> impl Strategy<Value = OwnerId> {
+        id().prop_map(|s| OwnerId::parse(&s).unwrap())
+    }
+
+    fn lock_key() -> impl Strategy<Value = String> {
+        id().prop_filter("not a queue", |k| !k.ends_with(QUEUE_SUFFIX))
+    }
+
+    fn key() -> impl Strategy<Value = Key> {
+        prop_oneof![
+            Just(Key::Descriptor),
+            owner().prop_map(Key::Lease),
+            (owner(), id()).prop_map(|(owner, checkpoint)| Key::Marker { owner, checkpoint }),
+            id().prop_map(Key::SweepMarker),
+            id().prop_map(Key::Index),
+            (id(), id()).prop_map(|(checkpoint, name)| Key::Data { checkpoint, name }),
+            id().prop_map(Key::Decision),
+            Just(Key::GcActive),
+            Just(Key::GcClockFloor),
+            owner().prop_map(Key::GcMissing),
+            id().prop_map(Key::ClockProbe),
+            id().prop_map(Key::Probe),
+            id().prop_map(Key::Race),
+            (id(), lock_key()).prop_map(|(namespace, key)| Key::Lock { namespace, key }),
+            (id(), lock_key(), 0u64..u64::MAX).prop_map(|(namespace, key, n)| Key::Ticket {
+                namespace,
+                key,
+                ticket: format!("{n:0TICKET_DIGITS$}"),
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn every_key_round_trips(key in key(), prefix in "(|[a-z]{1,8}(/[a-z0-9]{1,8}){0,2})") {
+            let bank = Path::from(prefix.as_str());
+            let path = key.path(&bank);
+            prop_assert_eq!(Key::parse(&bank, &path), Some(key.clone()));
+            // Nothing outside the bank is read as one of its keys.
+            let other = Path::from(format!("elsewhere/{prefix}"));
+            prop_assert_eq!(Key::parse(&bank, &key.path(&other)), None);
+        }
+
+        #[test]
+        fn a_key_is_inside_its_directory(owner in owner(), c in id(), ns in id(), k in lock_key()) {
+            let bank = Path::from("b");
+            let inside = |key: Key, prefix: Prefix<'_>| {
+                key.path(&bank).prefix_match(&prefix.path(&bank)).map(|r| r.count())
+            };
+            prop_assert_eq!(inside(Key::Lease(owner.clone()), Prefix::Leases), Some(1));
+            let marker = Key::Marker { owner: owner.clone(), checkpoint: c.clone() };
+            prop_assert_eq!(inside(marker.clone(), Prefix::OwnerMarkers(&owner)), Some(1));
+            prop_assert_eq!(inside(marker, Prefix::Protecting), Some(2));
+            prop_assert_eq!(inside(Key::SweepMarker(c.clone()), Prefix::Sweep), Some(1));
+            prop_assert_eq!(inside(Key::Index(c.clone()), Prefix::Checkpoint(&c)), Some(1));
+            let data = Key::Data { checkpoint: c.clone(), name: k.clone() };
+            prop_assert_eq!(inside(data, Prefix::Data(&c)), Some(1));
+            prop_assert_eq!(inside(Key::GcMissing(owner.clone()), Prefix::GcMissing), Some(1));
+            prop_assert_eq!(inside(Key::ClockProbe(c.clone()), Prefix::ClockProbes), Some(1));
+            let lock = Key::Lock { namespace: ns.clone(), key: k.clone() };
+            prop_assert_eq!(inside(lock, Prefix::Locks(&ns)), Some(1));
+            let ticket = Key::Ticket { namespace: ns.clone(), key: k.clone(), ticket: "0".repeat(20) };
+            prop_assert_eq!(inside(ticket, Prefix::Queue { namespace: &ns, key: &k }), Some(1));
+        }
+    }
+
+    #[test]
+    fn strays_are_not_keys() {
+        let bank = Path::from("b");
+        for stray in [
+            "b/leases",
+            "b/leases/a/b",
+            "b/leases/.hidden",
+            "b/index/protecting/owner",
+            "b/index/protecting/owner/c/extra",
+            "b/checkpoints/c/index.json/x",
+            "b/checkpoints/c/other.json",
+            "b/decisions",
+            "b/gc/missing",
+            "b/gc/other",
+            "b/locks/ns/k.queue/12",
+            "b/locks/ns/k.queue",
+            "b/notes.txt",
+            "other/leases/x",
+        ] {
+            assert_eq!(Key::parse(&bank, &Path::from(stray)), None, "{stray}");
+        }
+    }
+}

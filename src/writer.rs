@@ -1,0 +1,226 @@
+//! The owner's side of a checkpoint: [`Checkpoint`] creates it (marker, then `index.json`),
+//! writes its data while the lease is valid, and completes it through the one decision
+//! (see [`crate::checkpoint`] for the objects and the write order).
+
+use object_store::{ObjectStoreExt, PutPayload};
+
+use crate::checkpoint::{
+    data_prefix, marker_path, read_checkpoint, validate_checkpoint_id, write_index,
+    CheckpointRecord, Decided, Decider, Decision, Status, CHECKPOINT_FORMAT,
+};
+use crate::decision::{decide, finish_owner_decision};
+use crate::error::{Error, Result};
+use crate::id::validate_id;
+use crate::lease::OwnerLease;
+
+/// The error of an owner whose checkpoint `id` the GC collected (a tombstone is there).
+fn collected(id: &str) -> Error {
+    Error::Fenced {
+        checkpoint_id: id.to_owned(),
+        decided_by: Decider::Gc.to_string(),
+        outcome: Status::Deleted.to_string(),
+    }
+}
+
+/// A checkpoint being written by the owner holding `lease`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> banklease::Result<()> {
+/// use std::{sync::Arc, time::Duration};
+/// use banklease::{Bank, LeaseWindows, OwnerId, OwnerLease, clock::SystemClock};
+/// use banklease::{Checkpoint, Status};
+///
+/// let bank = Bank::open("memory://")?;
+/// let windows = LeaseWindows::new(Duration::from_secs(1), Duration::from_secs(5), Duration::from_secs(1))?;
+/// let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock)).await?;
+///
+/// let cp = Checkpoint::create(&lease, "cp-0001").await?;
+/// cp.put_data("volume-1", b"backup bytes".to_vec().into()).await?;
+/// cp.complete(Status::Available).await?;
+/// let record = banklease::checkpoint::read_checkpoint(&bank, "cp-0001").await?.unwrap();
+/// assert_eq!(record.status, Status::Available);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    lease: OwnerLease,
+    id: String,
+}
+
+impl Checkpoint {
+    /// Create checkpoint `id` as `protecting`, owned by `lease`'s owner.
+    ///
+    /// Checks validity first (zero requests), writes the protecting marker, then `index.json`
+    /// with create-if-absent ([`Error::CheckpointExists`] if the id is taken).
+    pub async fn create(lease: &OwnerLease, id: &str) -> Result<Self> {
+        validate_checkpoint_id(id)?;
+        lease.ensure_valid()?;
+        let bank = lease.bank();
+        let owner = lease.owner_id();
+        let marker = marker_path(bank, owner, id);
+        bank.store()
+            .put(&marker, PutPayload::default())
+            .await
+            .map_err(|e| Error::store("put", &marker, e))?;
+        let now = lease.clock().system_now().into();
+        let record = CheckpointRecord::new(id, owner, Status::Protecting, now);
+        lease.ensure_valid()?;
+        match write_index(bank, &record, true).await {
+            Ok(true) => {}
+            Ok(false) => {
+                // Ours if a lost reply hid our own success (same owner, protecting, same time).
+                match read_checkpoint(bank, id).await {
+                    Ok(Some(existing)) if existing == record => {}
+                    Ok(Some(existing)) if existing.status == Status::Deleted => {
+                        // The GC collected this id while our create was in flight (we were
+                        // paused past our lease): fenced, and its marker is not ours to keep.
+                        let _ = bank.store().delete(&marker).await;
+                        return Err(collected(id));
+                    }
+                    Ok(Some(existing))
+                        if existing.owner_id != *owner || existing.status != Status::Protecting =>
+                    {
+                        // Proven not our protecting checkpoint: our marker would point the GC
+                        // at someone else's id (or at a finished one). Remove it.
+                        let _ = bank.store().delete(&marker).await;
+                        return Err(Error::CheckpointExists {
+                            checkpoint_id: id.to_owned(),
+                        });
+                    }
+                    Ok(Some(_)) => {
+                        // Our own protecting checkpoint from an earlier call whose answer was
+                        // lost: the marker stays; the caller adopts it.
+                        return Err(Error::CheckpointExists {
+                            checkpoint_id: id.to_owned(),
+                        });
+                    }
+                    Ok(None) | Err(_) => {
+                        // Never delete on doubt: the index.json that exists may be our own
+                        // protecting one, and without its marker no pass would ever find it.
+                        return Err(Error::CheckpointAmbiguous {
+                            checkpoint_id: id.to_owned(),
+                        });
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(Self {
+            lease: lease.clone(),
+            id: id.to_owned(),
+        })
+    }
+
+    /// Take up checkpoint `id` again after an ambiguous [`create`](Self::create)
+    /// ([`Error::CheckpointAmbiguous`], or [`Error::CheckpointExists`] for an id this owner
+    /// created in an earlier call whose answer was lost).
+    ///
+    /// Succeeds only if `index.json` names this owner and is still `protecting`; writes the
+    /// protecting marker again (idempotent) so the GC can find it. Checks validity first.
+    pub async fn adopt(lease: &OwnerLease, id: &str) -> Result<Self> {
+        validate_checkpoint_id(id)?;
+        lease.ensure_valid()?;
+        let bank = lease.bank();
+        let owner = lease.owner_id();
+        let marker = marker_path(bank, owner, id);
+        match read_checkpoint(bank, id).await? {
+            Some(r) if r.owner_id == *owner && r.status == Status::Protecting => {}
+            None => {
+                // Not proof of anything: a lagging replica may not show the index.json that
+                // landed. Our marker stays (never delete on doubt).
+                return Err(Error::CheckpointAmbiguous {
+                    checkpoint_id: id.to_owned(),
+                });
+            }
+            found => {
+                // Proven not ours to write (a tombstone, another owner's, finished, or never
+                // created): a marker of ours left by the ambiguous create would point the GC at
+                // it, so it goes.
+                let _ = bank.store().delete(&marker).await;
+                return Err(match found {
+                    Some(r) if r.status == Status::Deleted => collected(id),
+                    _ => Error::CheckpointExists {
+                        checkpoint_id: id.to_owned(),
+                    },
+                });
+            }
+        }
+        lease.ensure_valid()?;
+        bank.store()
+            .put(&marker, PutPayload::default())
+            .await
+            .map_err(|e| Error::store("put", &marker, e))?;
+        Ok(Self {
+            lease: lease.clone(),
+            id: id.to_owned(),
+        })
+    }
+
+    /// The checkpoint id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The lease this checkpoint is written under.
+    pub fn lease(&self) -> &OwnerLease {
+        &self.lease
+    }
+
+    /// Write one data object `checkpoints/<id>/data/<name>`. Checks validity first.
+    pub async fn put_data(&self, name: &str, data: PutPayload) -> Result<()> {
+        validate_id("data object", name)?;
+        self.lease.ensure_valid()?;
+        let bank = self.lease.bank();
+        let path = data_prefix(bank, &self.id).join(name);
+        bank.store()
+            .put(&path, data)
+            .await
+            .map_err(|e| Error::store("put", &path, e))?;
+        Ok(())
+    }
+
+    /// Move the checkpoint out of `protecting` to `outcome` (`Available` or `Error`).
+    ///
+    /// Checks validity first, then takes the decision. If the GC took it first, fails with
+    /// [`Error::Fenced`]: the checkpoint must not be reported as available.
+    pub async fn complete(&self, outcome: Status) -> Result<()> {
+        if !matches!(outcome, Status::Available | Status::Error) {
+            return Err(Error::config(format!(
+                "an owner completes a checkpoint as available or error, not `{outcome}`"
+            )));
+        }
+        self.lease.ensure_valid()?;
+        let bank = self.lease.bank();
+        let decision = Decision {
+            format: CHECKPOINT_FORMAT,
+            checkpoint_id: self.id.clone(),
+            owner_id: self.lease.owner_id().clone(),
+            by: Decider::Owner,
+            outcome,
+            token: uuid::Uuid::new_v4().simple().to_string(),
+            decided_at: self.lease.clock().system_now().into(),
+        };
+        let decided = match decide(bank, decision).await? {
+            Decided::Won(d) => d,
+            // Our own earlier completion (e.g. retried after a crash of this call): finish it.
+            Decided::Lost(d) if d.by == Decider::Owner && d.owner_id == *self.lease.owner_id() => {
+                if d.outcome != outcome {
+                    return Err(Error::Fenced {
+                        checkpoint_id: self.id.clone(),
+                        decided_by: d.by.to_string(),
+                        outcome: d.outcome.to_string(),
+                    });
+                }
+                d
+            }
+            Decided::Lost(d) => {
+                return Err(Error::Fenced {
+                    checkpoint_id: self.id.clone(),
+                    decided_by: d.by.to_string(),
+                    outcome: d.outcome.to_string(),
+                })
+            }
+        };
+        finish_owner_decision(bank, &decided).await
+    }
+}
