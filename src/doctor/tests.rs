@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::lease::store_time::stamp_resolution_ms;
 
@@ -146,20 +145,20 @@ fn unmeasured_races_are_not_atomic() {
 
 #[test]
 fn cheap_owner_lease_verdict_follows_the_probe() {
-    let caps = capability::Capabilities {
+    let caps = crate::capability::Capabilities {
         create_if_absent: Condition::Enforced,
         conditional_overwrite: Condition::Enforced,
         renewal: RenewalMechanism::ConditionalUpdate,
         server_side_expiry: false,
     };
     assert_eq!(owner_lease_verdict(&caps).basis, Basis::Atomic);
-    let caps = capability::Capabilities {
+    let caps = crate::capability::Capabilities {
         conditional_overwrite: Condition::Refused,
         renewal: RenewalMechanism::VerifyThenOverwrite,
         ..caps
     };
     assert_eq!(owner_lease_verdict(&caps).basis, Basis::Timing);
-    let caps = capability::Capabilities {
+    let caps = crate::capability::Capabilities {
         renewal: RenewalMechanism::SwiftPut,
         server_side_expiry: true,
         ..caps
@@ -167,7 +166,7 @@ fn cheap_owner_lease_verdict_follows_the_probe() {
     let verdict = owner_lease_verdict(&caps);
     assert_eq!(verdict.basis, Basis::Timing);
     assert!(verdict.why.contains("swift-put"), "{verdict:?}");
-    let caps = capability::Capabilities {
+    let caps = crate::capability::Capabilities {
         create_if_absent: Condition::Ignored,
         ..caps
     };

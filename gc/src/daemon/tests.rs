@@ -1,4 +1,3 @@
-
 use super::*;
 
 use banklease::clock::Clock as _;
