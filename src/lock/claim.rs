@@ -14,9 +14,9 @@ use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 
 use super::fence::Fence;
-use super::named::{LockInfo, LockState};
+use super::info::{LockInfo, LockState};
 use super::ops::info_of;
-use super::record::{judge, read_record, update_of, write_record, Judged, Written};
+use super::record::{judge, read_record, update_of, write_record, Judged, Landed, Written};
 use super::take::{new_record, take, Mode, Spec};
 use super::{support, Locks};
 use crate::error::{Error, Result};
@@ -71,7 +71,7 @@ impl Locks {
                 lock: self.full_key(key),
                 value: granted.record.fence,
             },
-            valid_until: granted.t_send + duration,
+            valid_until: granted.landed.t_send + duration,
             wrote: true,
         })
     }
@@ -163,7 +163,7 @@ impl Locks {
                 rec.generation.saturating_add(1),
             );
             match write_record(&self.bank, &self.clock, &path, &record, update_of(&meta)).await? {
-                Written::Ours { t_send, .. } => {
+                Written::Ours(Landed { t_send, .. }) => {
                     return Ok(Grant {
                         holder: holder.to_owned(),
                         fence,
@@ -187,9 +187,7 @@ impl Locks {
     /// its fencing counter). Returns the holder whose lease was expired, or `None` if the key was
     /// free or never used. Fails with [`Error::Unavailable`] while the lease is still running.
     pub async fn expire(&self, key: &str) -> Result<Option<String>> {
-        Self::validate_key(key)?;
-        support::ensure_supported(&self.bank).await?;
-        let path = self.lock_path(key);
+        let path = self.checked_path(key).await?;
         let mut sc = LazyStoreTime::new();
         for _ in 0..CONTENTION_ROUNDS {
             let sent = self.clock.now();
@@ -217,7 +215,7 @@ impl Locks {
                 rec.generation.saturating_add(1),
             );
             match write_record(&self.bank, &self.clock, &path, &free, update_of(&meta)).await? {
-                Written::Ours { .. } => return Ok(Some(holder)),
+                Written::Ours(_) => return Ok(Some(holder)),
                 Written::Conflict => continue,
             }
         }

@@ -95,6 +95,7 @@
 
 mod claim;
 mod fence;
+mod info;
 mod keeper;
 mod named;
 mod ops;
@@ -116,8 +117,9 @@ use crate::paths::{Key, Prefix};
 
 pub use claim::{Grant, Snapshot};
 pub use fence::{fence_path, guarded_put, Fence};
+pub use info::{Acquired, Current, LockInfo, LockState, Order, Release};
 pub use keeper::{Heartbeat, HeartbeatFailure};
-pub use named::{Acquired, Current, Lock, LockInfo, LockState, Order, Release};
+pub use named::Lock;
 pub use queue::{Blocking, Wait};
 pub use record::MAX_DURATION;
 pub use record::{judge, Judged, LockRecord, MAX_PAYLOAD_BYTES};
@@ -233,6 +235,14 @@ impl Locks {
             key: key.to_owned(),
         }
         .path(&self.bank)
+    }
+
+    /// The lock object of `key`, once the key is valid and the bank serves locks: what every
+    /// stateless operation checks before it reads.
+    pub(crate) async fn checked_path(&self, key: &str) -> Result<Path> {
+        Self::validate_key(key)?;
+        support::ensure_supported(&self.bank).await?;
+        Ok(self.lock_path(key))
     }
 
     /// `locks/<namespace>/` — every lock of the namespace lies directly under it.

@@ -1,132 +1,22 @@
-//! Named locks: acquire, acquire-any, heartbeat, release, get-current, and the holder's answers
-//! from memory.
+//! Named locks: the handle that acquires, heartbeats and releases one key, and the holder's
+//! answers from memory.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
 use object_store::path::Path;
 use object_store::PutMode;
 
 use super::fence::Fence;
+use super::info::{Acquired, Current};
 use super::record::{read_record, write_record, LockRecord, Written};
 use super::take::{new_record, take, unavailable, Granted, Mode, Spec, CONTENTION_ROUNDS};
 use super::{Locks, Term};
-use crate::clock::Jitter;
 use crate::error::{Error, Result};
 use crate::lease::{
     Cadence, Held, Holding, LeaseState, Phase, ReadBack, Reconciled, Renewable, Words,
 };
-
-/// What a successful acquisition gives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Acquired {
-    /// The fencing token of this holding: greater than every earlier holder's.
-    pub fence: Fence,
-    /// Until when the lock is held, on the holder's monotonic clock (send time + duration).
-    pub valid_until: Instant,
-}
-
-/// The current holder of a key, as read from the store and judged on its clock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Current {
-    /// `<namespace>/<key>`.
-    pub key: String,
-    /// The holder.
-    pub holder: String,
-    /// The holder's payload.
-    pub payload: Option<String>,
-    /// Time left on the store's clock (skew margin deducted).
-    pub remaining: Duration,
-    /// The fencing token of the holding.
-    pub fence: u64,
-}
-
-/// The state of a lock object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LockState {
-    /// Nobody holds it.
-    Free,
-    /// Held.
-    Held {
-        /// By whom.
-        holder: String,
-        /// For at least this long more, on the store's clock.
-        remaining: Duration,
-    },
-    /// The holding ran out and nobody has taken it since.
-    Expired {
-        /// The last holder.
-        holder: String,
-        /// For at least this long, on the store's clock.
-        since: Duration,
-    },
-}
-
-impl LockState {
-    /// `free`, `held` or `expired`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            LockState::Free => "free",
-            LockState::Held { .. } => "held",
-            LockState::Expired { .. } => "expired",
-        }
-    }
-
-    /// The holder, if held.
-    pub fn holder(&self) -> Option<&str> {
-        match self {
-            LockState::Held { holder, .. } => Some(holder),
-            _ => None,
-        }
-    }
-
-    /// Time left, zero unless held.
-    pub fn remaining(&self) -> Duration {
-        match self {
-            LockState::Held { remaining, .. } => *remaining,
-            _ => Duration::ZERO,
-        }
-    }
-}
-
-/// Everything about one lock object, for `show` and `list`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockInfo {
-    /// The key (without namespace).
-    pub key: String,
-    /// Free, held or expired, on the store's clock.
-    pub state: LockState,
-    /// The payload of the current (or last) holding.
-    pub payload: Option<String>,
-    /// The fencing counter.
-    pub fence: u64,
-    /// The declared duration of the last write.
-    pub duration: Duration,
-    /// Stamped by the store; expiry is judged from it.
-    pub last_modified: DateTime<Utc>,
-    /// The whole record.
-    pub record: LockRecord,
-}
-
-/// What a stateless release did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Release {
-    /// The owner held the key; it is free now.
-    Released,
-    /// Nobody held the key (free, expired or never used); nothing was written.
-    Free,
-}
-
-/// The order in which [`Locks::acquire_any`] tries its keys.
-#[derive(Debug, Clone)]
-pub enum Order {
-    /// As given.
-    AsGiven,
-    /// Shuffled with this (seeded) jitter source, so that many callers spread over the keys.
-    Random(Jitter),
-}
 
 // ---- the handle ------------------------------------------------------------------------------
 
@@ -303,18 +193,15 @@ impl Lock {
 
     fn hold(&self, g: Granted, duration: Duration) -> Result<Acquired> {
         let fence = g.record.fence;
-        let written = ReadBack {
-            token: g.record.token,
-            e_tag: g.e_tag,
-            version: g.version,
-        };
+        let (answered, t_send) = (g.landed.answered, g.landed.t_send);
+        let written = g.landed.read_back(g.record.token);
         let extra = Holds {
             fence,
             payload: g.record.payload,
         };
         let valid_until = self
             .holding()
-            .commit_new(g.answered, g.t_send, written, duration, extra)?;
+            .commit_new(answered, t_send, written, duration, extra)?;
         *self.seen() = None;
         Ok(Acquired {
             fence: Fence {
@@ -351,17 +238,9 @@ impl Lock {
                     .remember_pending(&record.token, generation, t_send)
             })?;
             match written {
-                Written::Ours {
-                    e_tag,
-                    version,
-                    t_send,
-                    answered,
-                } => {
-                    let written = ReadBack {
-                        token: record.token,
-                        e_tag,
-                        version,
-                    };
+                Written::Ours(landed) => {
+                    let (answered, t_send) = (landed.answered, landed.t_send);
+                    let written = landed.read_back(record.token);
                     return self
                         .holding()
                         .commit_renewal(answered, t_send, written, generation);
@@ -464,7 +343,7 @@ impl Lock {
             );
             let mode = update_of_held(&held);
             match write_record(&locks.bank, &locks.clock, &self.inner.path, &free, mode).await? {
-                Written::Ours { .. } => {
+                Written::Ours(_) => {
                     self.holding().set_released();
                     tracing::debug!(key = %self.full_key(), "lock released");
                     return Ok(());

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::named::{Current, Lock, LockInfo, LockState, Order, Release};
+use super::info::{Current, LockInfo, LockState, Order, Release};
+use super::named::Lock;
 use super::record::{judge, read_record, update_of, write_record, Judged, LockRecord, Written};
 use super::take::{new_record, unavailable, CONTENTION_ROUNDS};
-use super::{support, Locks, Term};
+use super::{Locks, Term};
 use crate::clock::Jitter;
 use crate::error::{Error, Result};
 use crate::lease::LazyStoreTime;
@@ -69,10 +70,8 @@ impl Locks {
     /// Release `key` if `owner` holds it, without a handle (the CLI's release). Not an error when
     /// nobody holds the key; [`Error::Unavailable`] when someone else does.
     pub async fn release(&self, key: &str, owner: &str) -> Result<Release> {
-        Self::validate_key(key)?;
         crate::id::validate_id("owner", owner)?;
-        support::ensure_supported(&self.bank).await?;
-        let path = self.lock_path(key);
+        let path = self.checked_path(key).await?;
         let mut sc = LazyStoreTime::new();
         for _ in 0..CONTENTION_ROUNDS {
             let sent = self.clock.now();
@@ -86,7 +85,7 @@ impl Locks {
                     match write_record(&self.bank, &self.clock, &path, &free, update_of(&meta))
                         .await?
                     {
-                        Written::Ours { .. } => return Ok(Release::Released),
+                        Written::Ours(_) => return Ok(Release::Released),
                         Written::Conflict => continue,
                     }
                 }
@@ -122,10 +121,9 @@ impl Locks {
     /// Everything about `key`'s lock object, judged on the store's clock; `None` if the key was
     /// never used.
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>> {
-        Self::validate_key(key)?;
-        support::ensure_supported(&self.bank).await?;
+        let path = self.checked_path(key).await?;
         let sent = self.clock.now();
-        let Some((rec, meta)) = read_record(&self.bank, &self.lock_path(key)).await? else {
+        let Some((rec, meta)) = read_record(&self.bank, &path).await? else {
             return Ok(None);
         };
         let mut sc = LazyStoreTime::new();

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode};
 
-use super::named::{Acquired, Lock};
+use super::info::Acquired;
+use super::named::Lock;
 use super::record::{write_record, Written};
 use super::take::new_record;
 use super::tickets::{list_tickets, TICKET_DIGITS};
@@ -131,22 +132,17 @@ impl Ticket {
             let path = locks.ticket_path(key, &name);
             let record = new_record(locks, key, Some(owner), None, lease, next, 1);
             match write_record(&locks.bank, &locks.clock, &path, &record, PutMode::Create).await? {
-                Written::Ours {
-                    e_tag,
-                    version,
-                    t_send,
-                    ..
-                } => {
+                Written::Ours(landed) => {
                     tracing::debug!(ticket = %path, owner, "queued");
                     return Ok(Self {
                         name,
                         path,
                         lease,
-                        e_tag,
-                        version,
+                        e_tag: landed.e_tag,
+                        version: landed.version,
                         generation: 1,
-                        t_send,
-                        valid_until: t_send + lease,
+                        t_send: landed.t_send,
+                        valid_until: landed.t_send + lease,
                     });
                 }
                 // Someone took that number first: look again.
@@ -174,17 +170,12 @@ impl Ticket {
             version: self.version.clone(),
         });
         match write_record(&locks.bank, &locks.clock, &self.path, &record, mode).await? {
-            Written::Ours {
-                e_tag,
-                version,
-                t_send,
-                answered,
-            } if answered < self.valid_until => {
-                self.e_tag = e_tag;
-                self.version = version;
+            Written::Ours(landed) if landed.answered < self.valid_until => {
+                self.e_tag = landed.e_tag;
+                self.version = landed.version;
                 self.generation = generation;
-                self.t_send = t_send;
-                self.valid_until = t_send + self.lease;
+                self.t_send = landed.t_send;
+                self.valid_until = landed.t_send + self.lease;
                 Ok(true)
             }
             _ => Ok(false),

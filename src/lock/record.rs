@@ -16,7 +16,7 @@ use crate::bank::Bank;
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
 use crate::id::validate_id;
-use crate::lease::{encode, judge_expiry, parse_versioned, read_bounded, Expiry};
+use crate::lease::{encode, judge_expiry, parse_versioned, read_bounded, Expiry, ReadBack};
 
 /// The lock body format this version writes and understands.
 pub const LOCK_FORMAT: u32 = 1;
@@ -137,18 +137,33 @@ pub fn judge(
     }
 }
 
+/// A record write that landed.
+#[derive(Debug)]
+pub(crate) struct Landed {
+    pub e_tag: Option<String>,
+    pub version: Option<String>,
+    /// Monotonic instant taken before the *first* attempt was sent.
+    pub t_send: Instant,
+    /// When the answer (or the read-back) arrived.
+    pub answered: Instant,
+}
+
+impl Landed {
+    /// What the holding state machine knows of this write of the record with `token`.
+    pub(crate) fn read_back(self, token: String) -> ReadBack {
+        ReadBack {
+            token,
+            e_tag: self.e_tag,
+            version: self.version,
+        }
+    }
+}
+
 /// The outcome of one conditional write of a record.
 #[derive(Debug)]
 pub(crate) enum Written {
     /// The write landed (possibly on a retry, recognised by its token).
-    Ours {
-        e_tag: Option<String>,
-        version: Option<String>,
-        /// Monotonic instant taken before the *first* attempt was sent.
-        t_send: Instant,
-        /// When the answer (or the read-back) arrived.
-        answered: Instant,
-    },
+    Ours(Landed),
     /// The object changed under us: someone else wrote (or deleted) it.
     Conflict,
 }
@@ -177,12 +192,12 @@ pub(crate) async fn write_record(
             .await
         {
             Ok(put) => {
-                return Ok(Written::Ours {
+                return Ok(Written::Ours(Landed {
                     e_tag: put.e_tag,
                     version: put.version,
                     t_send,
                     answered: clock.now(),
-                })
+                }))
             }
             Err(
                 object_store::Error::AlreadyExists { .. }
@@ -197,19 +212,11 @@ pub(crate) async fn write_record(
                 tracing::warn!(path = %path, attempt, error = %err,
                     "lock write failed; reading back, then retrying with the same token");
                 // It may have landed: if so, it is ours and done.
-                if let Ok(Written::Ours {
-                    e_tag,
-                    version,
-                    answered,
-                    ..
-                }) = read_back(bank, clock, path, &record.token, t_send).await
+                // (`read_back` keeps the first attempt's `t_send`.)
+                if let Ok(ours @ Written::Ours(_)) =
+                    read_back(bank, clock, path, &record.token, t_send).await
                 {
-                    return Ok(Written::Ours {
-                        e_tag,
-                        version,
-                        t_send,
-                        answered,
-                    });
+                    return Ok(ours);
                 }
                 last_err = Some(err);
             }
@@ -226,12 +233,12 @@ async fn read_back(
     t_send: Instant,
 ) -> Result<Written> {
     match read_record(bank, path).await? {
-        Some((found, meta)) if found.token == token => Ok(Written::Ours {
+        Some((found, meta)) if found.token == token => Ok(Written::Ours(Landed {
             e_tag: meta.e_tag,
             version: meta.version,
             t_send,
             answered: clock.now(),
-        }),
+        })),
         _ => Ok(Written::Conflict),
     }
 }

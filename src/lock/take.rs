@@ -1,12 +1,12 @@
 //! Taking a key: read it, judge it on the store's clock, and write a new holding with one
 //! conditional write — the step that acquisitions and claims share.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use object_store::PutMode;
 
 use super::record::{
-    self, judge, read_record, update_of, write_record, Judged, LockRecord, Written,
+    self, judge, read_record, update_of, write_record, Judged, Landed, LockRecord, Written,
 };
 use super::{support, tickets, Locks};
 use crate::error::{Error, Result};
@@ -38,11 +38,7 @@ pub(crate) struct Spec<'a> {
 #[derive(Debug)]
 pub(crate) struct Granted {
     pub record: LockRecord,
-    pub e_tag: Option<String>,
-    pub version: Option<String>,
-    pub t_send: Instant,
-    /// When the write's answer (or read-back) arrived.
-    pub answered: Instant,
+    pub landed: Landed,
 }
 
 pub(crate) fn new_record(
@@ -137,20 +133,9 @@ pub(crate) async fn take(locks: &Locks, key: &str, spec: &Spec<'_>) -> Result<Gr
             1,
         );
         match write_record(&locks.bank, &locks.clock, &path, &record, mode).await? {
-            Written::Ours {
-                e_tag,
-                version,
-                t_send,
-                answered,
-            } => {
+            Written::Ours(landed) => {
                 tracing::debug!(key = %record.key, owner = spec.owner, fence, "lock taken");
-                return Ok(Granted {
-                    record,
-                    e_tag,
-                    version,
-                    t_send,
-                    answered,
-                });
+                return Ok(Granted { record, landed });
             }
             Written::Conflict => continue,
         }
