@@ -231,6 +231,20 @@ fn write_error(e: WriteError, location: &Path, implementer: &str) -> object_stor
     }
 }
 
+/// A failed copy or rename from `from` to `to`: a missing source is `NotFound` on `from`; the
+/// rest is about the write at `to`.
+fn transfer_error(e: WriteError, from: &Path, to: &Path, implementer: &str) -> object_store::Error {
+    match e {
+        WriteError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            object_store::Error::NotFound {
+                path: from.to_string(),
+                source: Box::new(e),
+            }
+        }
+        e => write_error(e, to, implementer),
+    }
+}
+
 fn generic(e: std::io::Error) -> object_store::Error {
     object_store::Error::Generic {
         store: STORE,
@@ -368,15 +382,7 @@ impl ObjectStore for LocalStore {
         blocking(move || {
             fs::copy(&root, &key, &path, &from_path, &mode, exact)
                 .map(|_| ())
-                .map_err(|e| match e {
-                    WriteError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        object_store::Error::NotFound {
-                            path: from.to_string(),
-                            source: Box::new(e),
-                        }
-                    }
-                    e => write_error(e, &to, &implementer),
-                })
+                .map_err(|e| transfer_error(e, &from, &to, &implementer))
         })
         .await
     }
@@ -388,17 +394,8 @@ impl ObjectStore for LocalStore {
         let (root, implementer) = (Arc::clone(&self.root), self.to_string());
         let (from, to) = (from.clone(), to.clone());
         blocking(move || {
-            fs::rename(&root, (&from_key, &from_path), (&to_key, &to_path), create).map_err(|e| {
-                match e {
-                    WriteError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        object_store::Error::NotFound {
-                            path: from.to_string(),
-                            source: Box::new(e),
-                        }
-                    }
-                    e => write_error(e, &to, &implementer),
-                }
-            })
+            fs::rename(&root, (&from_key, &from_path), (&to_key, &to_path), create)
+                .map_err(|e| transfer_error(e, &from, &to, &implementer))
         })
         .await
     }
