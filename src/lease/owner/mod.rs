@@ -6,6 +6,10 @@
 //! (send-time expiry, late answers, Lost is final, read-back) are the core's
 //! ([`super::holding`]); this module is what is owner-specific: the record, the renewal
 //! mechanisms, takeover and release.
+//!
+//! - `acquire`: acquiring and taking over (create-if-absent, or a takeover of an expired lease).
+
+mod acquire;
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,7 +20,6 @@ use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use tokio::sync::watch;
 
-use super::expiry::{judge_expiry, Expiry};
 use super::holding::{Held, Holding, LeaseState, Phase, ReadBack, Reconciled, Words};
 use super::keeper::{Cadence, Renewable};
 use super::record::{encode, new_token, read_lease_at, LeaseRecord, LEASE_FORMAT};
@@ -25,7 +28,7 @@ use crate::bank::Bank;
 use crate::capability::RenewalMechanism;
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
-use crate::id::{local_hostname, OwnerId};
+use crate::id::OwnerId;
 use crate::windows::LeaseWindows;
 
 static WORDS: Words = Words {
@@ -67,197 +70,7 @@ impl fmt::Debug for OwnerLease {
     }
 }
 
-/// Retries of a transient error inside one acquire call (same token, so a landed write is
-/// recognised).
-const ACQUIRE_ATTEMPTS: usize = 3;
-
 impl OwnerLease {
-    /// Acquire the lease of `owner` in `bank`: create-if-absent of `leases/<owner_id>`.
-    ///
-    /// Fails with [`Error::LeaseExists`] if the object is already there (owner ids are unique;
-    /// a second acquire of the same id is a bug or a stale id), and with [`Error::Unsupported`] if
-    /// the bank cannot keep leases (see [`crate::capability`]).
-    /// Refuses a prefix that is not a bank ([`Error::NotABank`]) or a layout this release does
-    /// not know ([`crate::layout::check`]).
-    pub async fn acquire(
-        bank: &Bank,
-        owner: OwnerId,
-        windows: LeaseWindows,
-        clock: SharedClock,
-    ) -> Result<Self> {
-        // Never write a lease into a prefix that is not a bank (or a layout we do not know).
-        crate::layout::check(bank).await?;
-        let path = bank.lease_path(&owner);
-        Self::acquire_at(bank, path, owner, windows, clock).await
-    }
-
-    /// Acquire a lease object at any `path` (the GC's single-active lease uses this), with the
-    /// same protocol as [`acquire`](Self::acquire).
-    pub async fn acquire_at(
-        bank: &Bank,
-        path: Path,
-        owner: OwnerId,
-        windows: LeaseWindows,
-        clock: SharedClock,
-    ) -> Result<Self> {
-        Self::acquire_with(bank, path, owner, windows, clock, PutMode::Create).await
-    }
-
-    /// Acquire the lease at `path`, taking it over if its holder's lease has expired on the
-    /// store's clock (by more than `margin`). Fails with [`Error::LeaseExists`] while the holder
-    /// is alive, or when its lease cannot be read (never take over on doubt).
-    ///
-    /// On a bank with enforced conditional overwrite the takeover is one If-Match write on the
-    /// expired object, so of two racing standbys exactly one wins. Elsewhere it is delete, then
-    /// create-if-absent: two standbys may both succeed and the loser learns it at its first
-    /// renewal (within one renew window).
-    pub async fn take_over_at(
-        bank: &Bank,
-        path: Path,
-        owner: OwnerId,
-        windows: LeaseWindows,
-        clock: SharedClock,
-        margin: Duration,
-    ) -> Result<Self> {
-        match Self::acquire_at(bank, path.clone(), owner.clone(), windows, clock.clone()).await {
-            Err(Error::LeaseExists { .. }) => {}
-            other => return other,
-        }
-        let store_time = bank.store_time(&clock).await?;
-        // Invariant: a read is judged at the instant before it was sent (StoreTime::at_send):
-        // the holder may have renewed while the answer was on its way.
-        let sent = clock.now();
-        let Some((record, meta)) = read_lease_at(bank, &path).await? else {
-            return Self::acquire_at(bank, path, owner, windows, clock).await;
-        };
-        let holder = record.owner_id.to_string();
-        let expiry = judge_expiry(
-            meta.last_modified,
-            record.expire_window(),
-            store_time.at_send(sent, Duration::ZERO),
-            margin,
-        );
-        if !matches!(expiry, Expiry::Expired { .. }) {
-            return Err(Error::LeaseExists { owner_id: holder });
-        }
-        tracing::info!(path = %path, previous = %holder, "taking over an expired lease");
-        if bank.capabilities().await?.renewal == RenewalMechanism::ConditionalUpdate {
-            let mode = PutMode::Update(UpdateVersion {
-                e_tag: meta.e_tag,
-                version: meta.version,
-            });
-            return Self::acquire_with(bank, path, owner, windows, clock, mode).await;
-        }
-        match bank.store().delete(&path).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(Error::store("delete", &path, e)),
-        }
-        Self::acquire_at(bank, path, owner, windows, clock).await
-    }
-
-    async fn acquire_with(
-        bank: &Bank,
-        path: Path,
-        owner: OwnerId,
-        windows: LeaseWindows,
-        clock: SharedClock,
-        mode: PutMode,
-    ) -> Result<Self> {
-        for warning in windows.validate()? {
-            tracing::warn!(owner_id = %owner, "{warning}");
-        }
-        let mechanism = bank.capabilities().await?.renewal;
-        let acquired_at: DateTime<Utc> = clock.system_now().into();
-        let lost_owner = owner.to_string();
-        let holding = Holding::new(
-            clock,
-            &WORDS,
-            format!("owner_id={owner}"),
-            "not yet acquired",
-            move |reason| Error::LeaseLost {
-                owner_id: lost_owner.clone(),
-                reason: reason.to_owned(),
-            },
-        );
-        let lease = OwnerLease {
-            shared: Arc::new(Shared {
-                bank: bank.clone(),
-                path: path.clone(),
-                owner,
-                windows,
-                mechanism,
-                host: local_hostname(),
-                acquired_at,
-                holding,
-                op: tokio::sync::Mutex::new(()),
-            }),
-        };
-        let token = new_token();
-        let body = lease.body(1, &token)?;
-        let opts = PutOptions::from(mode);
-        let mut last_err = None;
-        // Taken once, before the first attempt: a retry may find (and adopt) an earlier attempt
-        // that landed, so validity must count from the earliest write that may have landed.
-        let t_send = lease.now();
-        let commit = |e_tag, version| {
-            let written = ReadBack {
-                token: token.clone(),
-                e_tag,
-                version,
-            };
-            lease
-                .holding()
-                .commit_new(lease.now(), t_send, written, windows.expire_window, ())
-        };
-        for attempt in 0..ACQUIRE_ATTEMPTS {
-            let result = match (bank.swift(), &opts.mode) {
-                (Some(swift), PutMode::Create) if mechanism == RenewalMechanism::SwiftPut => swift
-                    .put_with_delete_after(&path, body.clone(), swift::ttl_secs(windows), true)
-                    .await
-                    .map(|w| (w.e_tag, None)),
-                _ => bank
-                    .store()
-                    .put_opts(&path, body.clone(), opts.clone())
-                    .await
-                    .map(|put| (put.e_tag, put.version)),
-            };
-            match result {
-                Ok((e_tag, version)) => {
-                    commit(e_tag, version)?;
-                    return Ok(lease);
-                }
-                Err(
-                    object_store::Error::AlreadyExists { .. }
-                    | object_store::Error::Precondition { .. },
-                ) => {
-                    // Ours, if an earlier attempt (or the client's own retry) landed.
-                    return match read_lease_at(bank, &path).await {
-                        Ok(Some((record, meta))) if record.token == token => {
-                            commit(meta.e_tag, meta.version)?;
-                            Ok(lease)
-                        }
-                        Ok(Some((record, _))) => Err(Error::LeaseExists {
-                            owner_id: record.owner_id.to_string(),
-                        }),
-                        _ => Err(Error::LeaseExists {
-                            owner_id: lease.shared.owner.to_string(),
-                        }),
-                    };
-                }
-                Err(e) => {
-                    let err = Error::store("put", &path, e);
-                    if !err.is_transient() {
-                        return Err(err);
-                    }
-                    tracing::warn!(owner_id = %lease.shared.owner, attempt, error = %err,
-                        "lease acquire failed; retrying with the same token");
-                    last_err = Some(err);
-                }
-            }
-        }
-        Err(last_err.expect("at least one attempt"))
-    }
-
     /// The owner.
     pub fn owner_id(&self) -> &OwnerId {
         &self.shared.owner
