@@ -4,10 +4,13 @@
 //! - [`run`]: the supervisor (`banklease run`): lease, keeper, socket, child, signals, exit.
 //! - [`server`]: the agent's HTTP API over the socket, with the lease's validity checked by the
 //!   library before every write.
+//! - [`upload`]: a request's body streamed into a data object, in parts when it is large.
 //! - [`client`]: `banklease agent …`, the API from a shell.
 //! - [`api`]: the JSON bodies both sides share, and the API's documentation.
 
+mod answer;
 pub mod api;
 pub mod client;
 pub mod run;
 pub mod server;
+mod upload;

@@ -25,35 +25,15 @@ use axum::routing::{get, post, put};
 use axum::serve::IncomingStream;
 use axum::Router;
 use banklease::checkpoint::{validate_checkpoint_id, Status};
-use banklease::error_chain;
-use banklease::DataUpload;
-use banklease::{Checkpoint, Error, LeaseState, OwnerLease};
-use futures::StreamExt;
-use object_store::PutPayload;
-use serde::Serialize;
+use banklease::{Checkpoint, LeaseState, OwnerLease};
 use tokio::net::UnixListener;
 
-use super::api::{
-    CheckpointBody, CompleteBody, CreateBody, DataBody, ErrorBody, StatusBody, ValidBody,
-};
+use super::answer::{ApiError, Json};
+use super::api::{CheckpointBody, CompleteBody, CreateBody, DataBody, StatusBody, ValidBody};
+use super::upload::upload;
 
-/// Data up to this size is sent in one request; larger data as a multipart upload of parts of
-/// at least this size (above S3's 5 MiB minimum), each sent only while the lease is valid.
-pub const PART_SIZE: usize = 8 << 20;
-/// Parts grow (×2 every this many parts, up to [`MAX_PART_SIZE`]) so that large objects stay
-/// within the stores' part limits (Swift's 1,000 segments by default: about 89 GiB; S3's
-/// 10,000 parts: over a TiB) while small ones keep small buffers.
-const PARTS_PER_SIZE: u64 = 100;
-/// The largest part, and so the most memory one upload holds.
-const MAX_PART_SIZE: usize = 128 << 20;
 /// Uploads served at once; more wait (memory: at most this many part buffers).
 const MAX_UPLOADS: usize = 4;
-
-/// The size of part `n` (0-based) of a multipart upload.
-pub fn part_size(n: u64) -> usize {
-    let doublings = u32::try_from(n / PARTS_PER_SIZE).unwrap_or(u32::MAX).min(8);
-    (PART_SIZE << doublings).min(MAX_PART_SIZE)
-}
 
 /// The agent's state, shared by every request.
 #[derive(Debug)]
@@ -399,124 +379,6 @@ async fn put_data(
     ))
 }
 
-/// Stream `body` into data object `name`: one write when it fits in a part, else a multipart
-/// upload, aborted on any failure so that nothing half-written becomes visible.
-async fn upload(checkpoint: &Checkpoint, name: &str, body: Body) -> Result<(u64, u64), ApiError> {
-    let mut stream = body.into_data_stream();
-    // Room for a part and the chunk that overflows it, so a buffer is never reallocated to
-    // twice its size (bodies arrive in chunks of at most about 1 MiB).
-    const SLACK: usize = 2 << 20;
-    let mut buffer: Vec<u8> = Vec::with_capacity(PART_SIZE + SLACK);
-    let mut multipart = None;
-    let mut failure = None;
-    while let Some(chunk) = stream.next().await {
-        let chunk = match chunk {
-            Ok(c) => c,
-            Err(e) => {
-                failure = Some(ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "bad_request",
-                    format!("the upload's body was cut short ({e}); nothing was written"),
-                ));
-                break;
-            }
-        };
-        buffer.extend_from_slice(&chunk);
-        loop {
-            let size = part_size(multipart.as_ref().map_or(0, |u: &DataUpload| u.parts()));
-            // More than one part's worth: send a part (exactly one part's worth, at the end,
-            // may still be the whole object, sent in one request).
-            if buffer.len() <= size {
-                break;
-            }
-            let next = part_size(multipart.as_ref().map_or(0, |u: &DataUpload| u.parts()) + 1);
-            let mut rest = Vec::with_capacity(next + SLACK);
-            rest.extend_from_slice(&buffer[size..]);
-            buffer.truncate(size);
-            let part = std::mem::replace(&mut buffer, rest);
-            let sent = async {
-                if multipart.is_none() {
-                    multipart = Some(checkpoint.upload_data(name).await.map_err(|e| {
-                        no_multipart(&e, checkpoint, name).unwrap_or_else(|| e.into())
-                    })?);
-                }
-                let upload = multipart.as_mut().expect("started above");
-                upload.put_part(PutPayload::from(part)).await?;
-                Ok::<(), ApiError>(())
-            }
-            .await;
-            if let Err(e) = sent {
-                failure = Some(e);
-                break;
-            }
-        }
-        if failure.is_some() {
-            break;
-        }
-    }
-    match (multipart, failure) {
-        (None, None) => {
-            let len = buffer.len() as u64;
-            checkpoint.put_data(name, PutPayload::from(buffer)).await?;
-            Ok((len, 1))
-        }
-        (Some(mut upload), None) => {
-            if !buffer.is_empty() {
-                if let Err(e) = upload.put_part(PutPayload::from(buffer)).await {
-                    abort(upload).await;
-                    return Err(e.into());
-                }
-            }
-            let parts = upload.parts();
-            // A refused or failed completion aborts the upload itself.
-            let bytes = upload.complete().await?;
-            Ok((bytes, parts))
-        }
-        (upload, Some(e)) => {
-            if let Some(upload) = upload {
-                abort(upload).await;
-            }
-            Err(e)
-        }
-    }
-}
-
-async fn abort(upload: DataUpload) {
-    if let Err(e) = upload.abort().await {
-        tracing::warn!(error = %error_chain(&e),
-            "aborting a failed multipart upload failed; on S3 a lifecycle rule \
-             (AbortIncompleteMultipartUpload) removes its parts, on Swift they go with the \
-             checkpoint's data");
-    }
-}
-
-/// The answer for data too large for one request on a store without multipart uploads.
-fn no_multipart(e: &Error, checkpoint: &Checkpoint, name: &str) -> Option<ApiError> {
-    matches!(
-        e,
-        Error::Store {
-            source: object_store::Error::NotImplemented { .. },
-            ..
-        }
-    )
-    .then(|| {
-        let cause = error_chain(e);
-        ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "unsupported",
-            format!(
-                "data object name=`{name}` of checkpoint_id=`{}` is larger than {} MiB, which \
-                 takes a multipart upload, and bank=`{}` offers none ({cause}); nothing was \
-                 written; split the data into objects of at most {} MiB",
-                checkpoint.id(),
-                PART_SIZE >> 20,
-                checkpoint.lease().bank().label(),
-                PART_SIZE >> 20
-            ),
-        )
-    })
-}
-
 async fn complete(
     State(agent): State<Arc<Agent>>,
     Path(id): Path<String>,
@@ -569,82 +431,6 @@ async fn complete(
             data_bytes: held.data_bytes,
         },
     ))
-}
-
-/// A JSON answer with its status.
-#[derive(Debug)]
-struct Json<T>(StatusCode, T);
-
-impl<T: Serialize> IntoResponse for Json<T> {
-    fn into_response(self) -> Response {
-        match serde_json::to_vec(&self.1) {
-            Ok(body) => (
-                self.0,
-                [(axum::http::header::CONTENT_TYPE, "application/json")],
-                body,
-            )
-                .into_response(),
-            Err(e) => ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                format!("cannot encode the answer: {e}"),
-            )
-            .into_response(),
-        }
-    }
-}
-
-/// An error answer: `{"error", "kind"}` with an HTTP status.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    body: ErrorBody,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, kind: &str, error: String) -> Self {
-        Self {
-            status,
-            body: ErrorBody {
-                error,
-                kind: kind.to_owned(),
-            },
-        }
-    }
-}
-
-impl From<Error> for ApiError {
-    fn from(e: Error) -> Self {
-        let (status, kind) = match &e {
-            Error::ValidityTooShort { .. } => (StatusCode::CONFLICT, "not_valid"),
-            Error::LeaseLost { .. } => (StatusCode::CONFLICT, "lost"),
-            Error::Fenced { .. } => (StatusCode::CONFLICT, "fenced"),
-            Error::CheckpointExists { .. } | Error::CheckpointAmbiguous { .. } => {
-                (StatusCode::CONFLICT, "conflict")
-            }
-            Error::InvalidId { .. } | Error::Config { .. } => {
-                (StatusCode::BAD_REQUEST, "bad_request")
-            }
-            Error::Store {
-                source: object_store::Error::NotImplemented { .. },
-                ..
-            } => (StatusCode::NOT_IMPLEMENTED, "unsupported"),
-            Error::Store { .. } | Error::Unavailable { .. } | Error::Corrupt { .. } => {
-                (StatusCode::BAD_GATEWAY, "store")
-            }
-            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-        };
-        if status.is_server_error() {
-            tracing::warn!(error = %error_chain(&e), "an agent request failed");
-        }
-        Self::new(status, kind, error_chain(&e))
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        Json(self.status, self.body).into_response()
-    }
 }
 
 #[cfg(test)]
