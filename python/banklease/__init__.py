@@ -209,15 +209,17 @@ def run_pass(
     return PassReport._from_json(
         _banklease.run_pass(
             bank,
-            dry_run=dry_run,
-            force=force,
-            grace=grace,
-            skew_margin=skew_margin,
-            read_staleness=read_staleness,
-            concurrency=concurrency,
-            max_deletions=max_deletions,
-            reap_leases=reap_leases,
-            config_file=config_file,
+            dict(
+                dry_run=dry_run,
+                force=force,
+                grace=grace,
+                skew_margin=skew_margin,
+                read_staleness=read_staleness,
+                concurrency=concurrency,
+                max_deletions=max_deletions,
+                reap_leases=reap_leases,
+                config_file=config_file,
+            ),
         )
     )
 
@@ -239,15 +241,17 @@ async def run_pass_async(
     return PassReport._from_json(
         await _banklease.run_pass_async(
             bank,
-            dry_run=dry_run,
-            force=force,
-            grace=grace,
-            skew_margin=skew_margin,
-            read_staleness=read_staleness,
-            concurrency=concurrency,
-            max_deletions=max_deletions,
-            reap_leases=reap_leases,
-            config_file=config_file,
+            dict(
+                dry_run=dry_run,
+                force=force,
+                grace=grace,
+                skew_margin=skew_margin,
+                read_staleness=read_staleness,
+                concurrency=concurrency,
+                max_deletions=max_deletions,
+                reap_leases=reap_leases,
+                config_file=config_file,
+            ),
         )
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Type, Union
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Type, TypedDict, Union
 
 from .errors import LeaseLost
 
@@ -207,34 +207,23 @@ def read_checkpoint(bank: Bank, checkpoint_id: str) -> Optional[str]:
     """``index.json`` as JSON text (``banklease.read_checkpoint`` parses it)."""
 
 def read_checkpoint_async(bank: Bank, checkpoint_id: str) -> Awaitable[Optional[str]]: ...
-def run_pass(
-    bank: Bank,
-    *,
-    dry_run: bool = False,
-    force: bool = False,
-    grace: Optional[Seconds] = None,
-    skew_margin: Optional[Seconds] = None,
-    read_staleness: Optional[Seconds] = None,
-    concurrency: Optional[int] = None,
-    max_deletions: Optional[int] = None,
-    reap_leases: Optional[bool] = None,
-    config_file: Optional[str] = None,
-) -> str:
+class _PassArgs(TypedDict):
+    """Every option of ``banklease.run_pass``, ``None`` where not given."""
+
+    dry_run: bool
+    force: bool
+    grace: Optional[Seconds]
+    skew_margin: Optional[Seconds]
+    read_staleness: Optional[Seconds]
+    concurrency: Optional[int]
+    max_deletions: Optional[int]
+    reap_leases: Optional[bool]
+    config_file: Optional[str]
+
+def run_pass(bank: Bank, args: _PassArgs) -> str:
     """One GC pass; the report as JSON text (``banklease.run_pass`` makes a ``PassReport``)."""
 
-def run_pass_async(
-    bank: Bank,
-    *,
-    dry_run: bool = False,
-    force: bool = False,
-    grace: Optional[Seconds] = None,
-    skew_margin: Optional[Seconds] = None,
-    read_staleness: Optional[Seconds] = None,
-    concurrency: Optional[int] = None,
-    max_deletions: Optional[int] = None,
-    reap_leases: Optional[bool] = None,
-    config_file: Optional[str] = None,
-) -> Awaitable[str]: ...
+def run_pass_async(bank: Bank, args: _PassArgs) -> Awaitable[str]: ...
 def doctor(bank: Bank, *, race_rounds: Optional[int] = None) -> str:
     """The measurements as JSON text (``banklease.doctor`` makes a ``DoctorReport``)."""
 

@@ -18,50 +18,57 @@ fn json<T: serde::Serialize>(value: &T) -> PyResult<String> {
         .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
 }
 
-/// The pass's options: the configuration file's (or the defaults), then the arguments.
-#[allow(clippy::too_many_arguments)]
-fn options(
+/// The options of one pass, as the Python wrapper passes them: a dict with every key (`None`
+/// where the caller gave nothing).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub(crate) struct PassArgs<'py> {
     config_file: Option<PathBuf>,
     dry_run: bool,
     force: bool,
-    grace: Option<&Bound<'_, PyAny>>,
-    skew_margin: Option<&Bound<'_, PyAny>>,
-    read_staleness: Option<&Bound<'_, PyAny>>,
+    grace: Option<Bound<'py, PyAny>>,
+    skew_margin: Option<Bound<'py, PyAny>>,
+    read_staleness: Option<Bound<'py, PyAny>>,
     concurrency: Option<usize>,
     max_deletions: Option<usize>,
     reap_leases: Option<bool>,
-) -> PyResult<GcOptions> {
-    let config = match config_file {
-        Some(path) => Config::load(Some(&path)).map_err(to_py)?,
-        None => Config::default(),
-    };
-    let mut o = GcOptions::from_config(&config);
-    o.dry_run |= dry_run;
-    o.force = force;
-    if let Some(d) = opt_duration("grace", grace)? {
-        o.grace = d;
-    }
-    if let Some(d) = opt_duration("skew_margin", skew_margin)? {
-        o.skew_margin = d;
-    }
-    if let Some(d) = opt_duration("read_staleness", read_staleness)? {
-        o.read_staleness = d;
-    }
-    if let Some(n) = concurrency {
-        if n == 0 {
-            return Err(crate::errors::config_error(
-                "concurrency=`0` cannot make progress; give at least 1".into(),
-            ));
+}
+
+impl PassArgs<'_> {
+    /// The pass's options: the configuration file's (or the defaults), then the arguments.
+    fn options(self) -> PyResult<GcOptions> {
+        let config = match self.config_file {
+            Some(path) => Config::load(Some(&path)).map_err(to_py)?,
+            None => Config::default(),
+        };
+        let mut o = GcOptions::from_config(&config);
+        o.dry_run |= self.dry_run;
+        o.force = self.force;
+        if let Some(d) = opt_duration("grace", self.grace.as_ref())? {
+            o.grace = d;
         }
-        o.concurrency = n;
+        if let Some(d) = opt_duration("skew_margin", self.skew_margin.as_ref())? {
+            o.skew_margin = d;
+        }
+        if let Some(d) = opt_duration("read_staleness", self.read_staleness.as_ref())? {
+            o.read_staleness = d;
+        }
+        if let Some(n) = self.concurrency {
+            if n == 0 {
+                return Err(crate::errors::config_error(
+                    "concurrency=`0` cannot make progress; give at least 1".into(),
+                ));
+            }
+            o.concurrency = n;
+        }
+        if let Some(n) = self.max_deletions {
+            o.max_deletions = n;
+        }
+        if let Some(b) = self.reap_leases {
+            o.reap_leases = b;
+        }
+        Ok(o)
     }
-    if let Some(n) = max_deletions {
-        o.max_deletions = n;
-    }
-    if let Some(b) = reap_leases {
-        o.reap_leases = b;
-    }
-    Ok(o)
 }
 
 async fn pass(bank: banklease::Bank, options: GcOptions) -> PyResult<String> {
@@ -80,65 +87,23 @@ async fn pass(bank: banklease::Bank, options: GcOptions) -> PyResult<String> {
 /// One GC pass (the engine of the `banklease-gc` daemon), as JSON text; see the Python
 /// wrapper `banklease.run_pass`.
 #[pyfunction]
-#[pyo3(signature = (bank, *, dry_run=false, force=false, grace=None, skew_margin=None,
-    read_staleness=None, concurrency=None, max_deletions=None, reap_leases=None, config_file=None))]
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_pass(
     py: Python<'_>,
     bank: &Bound<'_, Bank>,
-    dry_run: bool,
-    force: bool,
-    grace: Option<&Bound<'_, PyAny>>,
-    skew_margin: Option<&Bound<'_, PyAny>>,
-    read_staleness: Option<&Bound<'_, PyAny>>,
-    concurrency: Option<usize>,
-    max_deletions: Option<usize>,
-    reap_leases: Option<bool>,
-    config_file: Option<PathBuf>,
+    args: PassArgs<'_>,
 ) -> PyResult<String> {
-    let options = options(
-        config_file,
-        dry_run,
-        force,
-        grace,
-        skew_margin,
-        read_staleness,
-        concurrency,
-        max_deletions,
-        reap_leases,
-    )?;
+    let options = args.options()?;
     block_on(py, pass(bank.get().inner.clone(), options))
 }
 
 /// `run_pass`, awaitable.
 #[pyfunction]
-#[pyo3(signature = (bank, *, dry_run=false, force=false, grace=None, skew_margin=None,
-    read_staleness=None, concurrency=None, max_deletions=None, reap_leases=None, config_file=None))]
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_pass_async<'py>(
     py: Python<'py>,
     bank: &Bound<'_, Bank>,
-    dry_run: bool,
-    force: bool,
-    grace: Option<&Bound<'_, PyAny>>,
-    skew_margin: Option<&Bound<'_, PyAny>>,
-    read_staleness: Option<&Bound<'_, PyAny>>,
-    concurrency: Option<usize>,
-    max_deletions: Option<usize>,
-    reap_leases: Option<bool>,
-    config_file: Option<PathBuf>,
+    args: PassArgs<'_>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let options = options(
-        config_file,
-        dry_run,
-        force,
-        grace,
-        skew_margin,
-        read_staleness,
-        concurrency,
-        max_deletions,
-        reap_leases,
-    )?;
+    let options = args.options()?;
     awaitable(py, pass(bank.get().inner.clone(), options))
 }
 
