@@ -26,6 +26,7 @@ use tracing_subscriber::EnvFilter;
 
 mod agent;
 mod checkpoint;
+mod child;
 mod doctor;
 mod gc;
 mod init;
@@ -50,8 +51,9 @@ struct Cli {
     #[arg(long, global = true, env = "BANKLEASE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
 
-    /// Bank URL; overrides `[bank] url` (file:///path, memory://, s3://bucket/prefix).
-    #[arg(long, global = true, value_name = "URL")]
+    /// Bank URL; overrides `[bank] url` (file:///path, memory://, s3://bucket/prefix). Inside
+    /// `banklease run` and `banklease lock run`, BANKLEASE_BANK names the job's bank.
+    #[arg(long, global = true, value_name = "URL", env = "BANKLEASE_BANK")]
     bank: Option<String>,
 
     /// Print JSON (one object per line) instead of text.
@@ -81,9 +83,10 @@ enum Command {
     /// Checkpoints and their status.
     #[command(subcommand)]
     Checkpoint(CheckpointCommand),
-    /// Named leases and locks on any key (`locks/<namespace>/<key>`): acquire, release, show,
-    /// list. Needs a bank whose conditional writes are enforced and atomic (memory, `file:`, S3,
-    /// Azure); refused on others (Swift), with the reason.
+    /// Named locks on any key (`jobs/nightly`): run a command under one, acquire, release, show,
+    /// list. Needs a bank whose conditional writes are enforced and atomic (`file:`, S3, Azure);
+    /// refused on others (Swift), with the reason, and on `memory://` (nothing outlives the
+    /// command).
     #[command(subcommand)]
     Lock(lock::LockCommand),
     /// Run one GC pass: collect the protecting checkpoints of owners whose lease is dead.

@@ -35,23 +35,17 @@ use banklease::checkpoint::Status;
 use banklease::clock::{Jitter, SharedClock};
 use banklease::error_chain;
 use banklease::{LeaseState, OwnerLease};
-use rustix::process::{Pid, Signal};
-use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
 use super::api::{AGENT_ENV, BANK_ENV, OWNER_ENV};
 use super::server::{self, Agent};
+use crate::child::{self, describe, exit_code, Ended, Signals};
 use crate::{human, Ctx, Outcome};
 
 /// `run` exits with this when the lease stopped being valid and COMMAND was stopped
 /// (EX_TEMPFAIL: try again later, with a new lease).
-pub const EXIT_LEASE_LOST: u8 = 75;
-/// `run` itself failed: bad configuration, no lease, no socket (as `env`, `timeout`).
-pub const EXIT_RUN_FAILED: u8 = 125;
-/// COMMAND was found but cannot be executed.
-pub const EXIT_CANNOT_EXECUTE: u8 = 126;
-/// COMMAND was not found.
-pub const EXIT_NOT_FOUND: u8 = 127;
+pub const EXIT_LEASE_LOST: u8 = child::EXIT_HOLD_LOST;
+pub use crate::child::EXIT_RUN_FAILED;
 
 /// How long a shut-down agent waits for requests still in flight before it drops them.
 const SERVER_DRAIN: Duration = Duration::from_secs(2);
@@ -128,7 +122,14 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         }
     };
 
-    let ended = watch(child, &lease, &ctx.clock, &mut signals, kill_after).await;
+    let ended = child::watch(
+        child,
+        validity_ended(&lease, &ctx.clock),
+        &ctx.clock,
+        &mut signals,
+        kill_after,
+    )
+    .await;
 
     // No write starts from here on; those in flight (a background process of COMMAND may still
     // be uploading) may finish, for at most the validity window. Only then are COMMAND's
@@ -216,30 +217,16 @@ async fn start(
         cancel.clone().cancelled_owned(),
     ));
 
-    let (program, rest) = args.command.split_first().expect("clap requires COMMAND");
-    let mut command = tokio::process::Command::new(program);
-    command
-        .args(rest)
-        .env(AGENT_ENV, &socket)
-        .env(OWNER_ENV, lease.owner_id().as_str())
-        .env(BANK_ENV, ctx.bank.label())
-        // A group of its own: signals reach every process of a shell pipeline, and a terminal's
-        // ^C reaches COMMAND once (forwarded), not twice.
-        .process_group(0);
-    match command.spawn() {
+    let env = [
+        (AGENT_ENV, socket.clone().into_os_string()),
+        (OWNER_ENV, lease.owner_id().as_str().into()),
+        (BANK_ENV, ctx.bank.label().into()),
+    ];
+    match child::spawn(&args.command, &env) {
         Ok(child) => Ok((dir, agent, server, cancel, child)),
-        Err(e) => {
+        Err(failed) => {
             cancel.cancel();
-            let shown = program.to_string_lossy();
-            let code = match e.kind() {
-                std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
-                std::io::ErrorKind::PermissionDenied => EXIT_CANNOT_EXECUTE,
-                _ => EXIT_RUN_FAILED,
-            };
-            Err((
-                code,
-                anyhow::Error::new(e).context(format!("cannot start COMMAND=`{shown}`")),
-            ))
+            Err(failed)
         }
     }
 }
@@ -266,108 +253,6 @@ fn socket_dir() -> Result<tempfile::TempDir> {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
         .with_context(|| format!("cannot make `{}` private", dir.path().display()))?;
     Ok(dir)
-}
-
-enum Ended {
-    /// COMMAND exited on its own (or by a signal it was sent by someone else).
-    Exited(ExitStatus),
-    /// The lease stopped being valid and COMMAND was stopped.
-    Stopped { status: ExitStatus, reason: String },
-}
-
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    /// A signal received and not yet handled, if any (without waiting).
-    fn pending(&mut self) -> Option<i32> {
-        use futures::FutureExt;
-        [
-            (self.term.recv().now_or_never(), Signal::TERM),
-            (self.int.recv().now_or_never(), Signal::INT),
-            (self.hup.recv().now_or_never(), Signal::HUP),
-        ]
-        .into_iter()
-        .find_map(|(got, signal)| got.flatten().map(|()| signal.as_raw()))
-    }
-
-    fn new() -> std::io::Result<Self> {
-        Ok(Self {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-            hup: signal(SignalKind::hangup())?,
-        })
-    }
-}
-
-/// Wait for COMMAND; forward signals; stop it when the lease stops being valid.
-async fn watch(
-    mut child: tokio::process::Child,
-    lease: &OwnerLease,
-    clock: &SharedClock,
-    signals: &mut Signals,
-    kill_after: Duration,
-) -> Result<Ended> {
-    let pid = child
-        .id()
-        .context("COMMAND exited before it could be watched")?;
-    let group = Pid::from_raw(i32::try_from(pid).context("pid out of range")?)
-        .context("COMMAND has pid 0")?;
-    let lost = validity_ended(lease, clock);
-    tokio::pin!(lost);
-    let mut stopping: Option<String> = None;
-    // On the owner's clock, which counts time the host was suspended; checked at least once a
-    // second.
-    let mut kill_at: Option<std::time::Instant> = None;
-    loop {
-        let kill_wait = kill_at.map(|at| {
-            at.saturating_duration_since(clock.now())
-                .min(Duration::from_secs(1))
-        });
-        tokio::select! {
-            status = child.wait() => {
-                let status = match status {
-                    Ok(s) => s,
-                    Err(e) => {
-                        // COMMAND cannot be watched: it must not run on without its lease.
-                        send(group, Signal::KILL);
-                        return Err(anyhow::Error::new(e).context("cannot wait for COMMAND; it was killed"));
-                    }
-                };
-                return Ok(match stopping {
-                    Some(reason) => {
-                        // Members of its group that ignored SIGTERM go too, before the lease can
-                        // expire (the group outlives its leader while any member lives).
-                        if kill_at.is_some() {
-                            send(group, Signal::KILL);
-                        }
-                        Ended::Stopped { status, reason }
-                    }
-                    None => Ended::Exited(status),
-                });
-            }
-            _ = signals.term.recv() => send(group, Signal::TERM),
-            _ = signals.int.recv() => send(group, Signal::INT),
-            _ = signals.hup.recv() => send(group, Signal::HUP),
-            reason = &mut lost, if stopping.is_none() => {
-                tracing::warn!(reason = %reason, kill_after = %human(kill_after),
-                    "the lease stopped being valid: stopping COMMAND (SIGTERM now, SIGKILL after kill_after)");
-                send(group, Signal::TERM);
-                kill_at = Some(clock.now() + kill_after);
-                stopping = Some(reason);
-            }
-            () = clock.sleep(kill_wait.unwrap_or_default()), if kill_wait.is_some() => {
-                if kill_at.is_some_and(|at| clock.now() >= at) {
-                    tracing::warn!("COMMAND outlived --kill-after: SIGKILL");
-                    send(group, Signal::KILL);
-                    kill_at = None;
-                }
-            }
-        }
-    }
 }
 
 /// Completes when a write sent now would be refused for good reason: the lease is Lost or
@@ -402,17 +287,6 @@ async fn validity_ended(lease: &OwnerLease, clock: &SharedClock) -> String {
     }
 }
 
-fn send(group: Pid, signal: Signal) {
-    match rustix::process::kill_process_group(group, signal) {
-        Ok(()) => {}
-        // The group is gone: COMMAND's exit is about to be seen.
-        Err(rustix::io::Errno::SRCH) => {}
-        Err(e) => {
-            tracing::warn!(error = %e, signal = signal.as_raw(), "cannot signal COMMAND's process group")
-        }
-    }
-}
-
 /// Complete as `error` what COMMAND left protecting: it will never finish them.
 async fn finish_protecting(agent: &Agent) {
     for checkpoint in agent.protecting() {
@@ -427,21 +301,5 @@ async fn finish_protecting(agent: &Agent) {
             Err(e) => tracing::warn!(checkpoint_id = checkpoint.id(), error = %error_chain(&e),
                 "cannot complete a checkpoint COMMAND left protecting; the GC collects it once the lease is gone"),
         }
-    }
-}
-
-fn exit_code(status: ExitStatus) -> u8 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(EXIT_RUN_FAILED),
-        (None, Some(signal)) => u8::try_from((128 + signal) & 0xff).unwrap_or(EXIT_RUN_FAILED),
-        (None, None) => EXIT_RUN_FAILED,
-    }
-}
-
-fn describe(status: ExitStatus) -> String {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("it exited with {code}"),
-        (None, Some(signal)) => format!("signal {signal}"),
-        (None, None) => status.to_string(),
     }
 }

@@ -1,0 +1,200 @@
+//! COMMAND under a hold: start it in a process group of its own, forward signals to the group,
+//! and stop it (SIGTERM, then SIGKILL) when the hold it runs under stops being valid.
+//!
+//! Shared by `banklease run` (an owner lease) and `banklease lock run` (a named lock): the two
+//! differ only in what they hold, given to [`watch`] as the future that completes when the hold
+//! can no longer be proved.
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use banklease::clock::SharedClock;
+use rustix::process::{Pid, Signal};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::human;
+
+/// The hold stopped being valid and COMMAND was stopped (EX_TEMPFAIL: try again later).
+pub const EXIT_HOLD_LOST: u8 = 75;
+/// The supervisor itself failed: bad configuration, no lease or lock, no socket (as `env`,
+/// `timeout`).
+pub const EXIT_RUN_FAILED: u8 = 125;
+/// COMMAND was found but cannot be executed.
+pub const EXIT_CANNOT_EXECUTE: u8 = 126;
+/// COMMAND was not found.
+pub const EXIT_NOT_FOUND: u8 = 127;
+
+/// How COMMAND ended.
+#[derive(Debug)]
+pub enum Ended {
+    /// COMMAND exited on its own (or by a signal it was sent by someone else).
+    Exited(ExitStatus),
+    /// The hold stopped being valid and COMMAND was stopped.
+    Stopped { status: ExitStatus, reason: String },
+}
+
+/// SIGTERM, SIGINT and SIGHUP, taken over from the default action (which would end the
+/// supervisor with its hold kept).
+#[derive(Debug)]
+pub struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub fn new() -> std::io::Result<Self> {
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// A signal received and not yet handled, if any (without waiting).
+    pub fn pending(&mut self) -> Option<i32> {
+        use futures::FutureExt;
+        [
+            (self.term.recv().now_or_never(), Signal::TERM),
+            (self.int.recv().now_or_never(), Signal::INT),
+            (self.hup.recv().now_or_never(), Signal::HUP),
+        ]
+        .into_iter()
+        .find_map(|(got, signal)| got.flatten().map(|()| signal.as_raw()))
+    }
+
+    /// The next signal received.
+    pub async fn recv(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.term.recv() => Signal::TERM,
+            _ = self.int.recv() => Signal::INT,
+            _ = self.hup.recv() => Signal::HUP,
+        }
+    }
+}
+
+/// Start COMMAND (`argv`) with `env` added, in a process group of its own; on failure, the exit
+/// status to use (127 not found, 126 cannot be executed, 125 otherwise) and why.
+pub fn spawn(
+    argv: &[OsString],
+    env: &[(&str, OsString)],
+) -> Result<tokio::process::Child, (u8, anyhow::Error)> {
+    let (program, rest) = argv.split_first().expect("clap requires COMMAND");
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(rest)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        // A group of its own: signals reach every process of a shell pipeline, and a terminal's
+        // ^C reaches COMMAND once (forwarded), not twice.
+        .process_group(0);
+    command.spawn().map_err(|e| {
+        let code = match e.kind() {
+            std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+            std::io::ErrorKind::PermissionDenied => EXIT_CANNOT_EXECUTE,
+            _ => EXIT_RUN_FAILED,
+        };
+        let shown = program.to_string_lossy();
+        (
+            code,
+            anyhow::Error::new(e).context(format!("cannot start COMMAND=`{shown}`")),
+        )
+    })
+}
+
+/// Wait for COMMAND; forward signals to its group; when `lost` completes (with the reason),
+/// send the group SIGTERM, then SIGKILL after `kill_after`.
+pub async fn watch(
+    mut child: tokio::process::Child,
+    lost: impl Future<Output = String>,
+    clock: &SharedClock,
+    signals: &mut Signals,
+    kill_after: Duration,
+) -> Result<Ended> {
+    let pid = child
+        .id()
+        .context("COMMAND exited before it could be watched")?;
+    let group = Pid::from_raw(i32::try_from(pid).context("pid out of range")?)
+        .context("COMMAND has pid 0")?;
+    tokio::pin!(lost);
+    let mut stopping: Option<String> = None;
+    // On the holder's clock, which counts time the host was suspended; checked at least once a
+    // second.
+    let mut kill_at: Option<Instant> = None;
+    loop {
+        let kill_wait = kill_at.map(|at| {
+            at.saturating_duration_since(clock.now())
+                .min(Duration::from_secs(1))
+        });
+        tokio::select! {
+            status = child.wait() => {
+                let status = match status {
+                    Ok(s) => s,
+                    Err(e) => {
+                        // COMMAND cannot be watched: it must not run on without its hold.
+                        send(group, Signal::KILL);
+                        return Err(anyhow::Error::new(e).context("cannot wait for COMMAND; it was killed"));
+                    }
+                };
+                return Ok(match stopping {
+                    Some(reason) => {
+                        // Members of its group that ignored SIGTERM go too, before the hold can
+                        // expire (the group outlives its leader while any member lives).
+                        if kill_at.is_some() {
+                            send(group, Signal::KILL);
+                        }
+                        Ended::Stopped { status, reason }
+                    }
+                    None => Ended::Exited(status),
+                });
+            }
+            signal = signals.recv() => send(group, signal),
+            reason = &mut lost, if stopping.is_none() => {
+                tracing::warn!(reason = %reason, kill_after = %human(kill_after),
+                    "the hold stopped being valid: stopping COMMAND (SIGTERM now, SIGKILL after kill_after)");
+                send(group, Signal::TERM);
+                kill_at = Some(clock.now() + kill_after);
+                stopping = Some(reason);
+            }
+            () = clock.sleep(kill_wait.unwrap_or_default()), if kill_wait.is_some() => {
+                if kill_at.is_some_and(|at| clock.now() >= at) {
+                    tracing::warn!("COMMAND outlived --kill-after: SIGKILL");
+                    send(group, Signal::KILL);
+                    kill_at = None;
+                }
+            }
+        }
+    }
+}
+
+fn send(group: Pid, signal: Signal) {
+    match rustix::process::kill_process_group(group, signal) {
+        Ok(()) => {}
+        // The group is gone: COMMAND's exit is about to be seen.
+        Err(rustix::io::Errno::SRCH) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, signal = signal.as_raw(), "cannot signal COMMAND's process group")
+        }
+    }
+}
+
+/// The exit status a supervisor passes on: COMMAND's code, or 128 + N for signal N.
+pub fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(EXIT_RUN_FAILED),
+        (None, Some(signal)) => u8::try_from((128 + signal) & 0xff).unwrap_or(EXIT_RUN_FAILED),
+        (None, None) => EXIT_RUN_FAILED,
+    }
+}
+
+/// How COMMAND ended, for a message.
+pub fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("it exited with {code}"),
+        (None, Some(signal)) => format!("signal {signal}"),
+        (None, None) => status.to_string(),
+    }
+}
