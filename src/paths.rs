@@ -28,6 +28,9 @@ pub const DESCRIPTOR: &str = "banklease.json";
 /// What a lock's wait queue adds to its key (`locks/<namespace>/<key>.queue/`).
 pub const QUEUE_SUFFIX: &str = ".queue";
 
+/// The longest lock key, in bytes (before the store's escaping of `/` and other characters).
+pub const MAX_LOCK_KEY_BYTES: usize = 256;
+
 /// The length of a queue ticket's name: zero-padded decimal, so names sort as numbers.
 pub(crate) const TICKET_DIGITS: usize = 20;
 
@@ -110,7 +113,7 @@ fn join<B: Prefixed + ?Sized>(bank: &B, parts: &[&str]) -> Path {
 }
 
 fn queue_dir(key: &str) -> String {
-    format!("{key}{QUEUE_SUFFIX}")
+    format!("{}{QUEUE_SUFFIX}", stored_lock_key(key))
 }
 
 impl Key {
@@ -134,7 +137,9 @@ impl Key {
             Key::ClockProbe(probe) => join(bank, &["_banklease", "clock", probe]),
             Key::Probe(id) => join(bank, &["_banklease", "probe", id]),
             Key::Race(id) => join(bank, &["_banklease", "race", id]),
-            Key::Lock { namespace, key } => join(bank, &["locks", namespace, key]),
+            Key::Lock { namespace, key } => {
+                join(bank, &["locks", namespace, &stored_lock_key(key)])
+            }
             Key::Ticket {
                 namespace,
                 key,
@@ -171,33 +176,76 @@ impl Key {
             ["_banklease", "probe", p] => Key::Probe(p.to_string()),
             ["_banklease", "race", p] => Key::Race(p.to_string()),
             ["locks", ns, q, t] => {
-                let key = q.strip_suffix(QUEUE_SUFFIX)?;
-                valid_lock(ns, key)?;
+                let key = valid_lock(ns, q.strip_suffix(QUEUE_SUFFIX)?)?;
                 let ticket_ok = t.len() == TICKET_DIGITS && t.bytes().all(|b| b.is_ascii_digit());
                 ticket_ok.then(|| Key::Ticket {
                     namespace: ns.to_string(),
-                    key: key.to_owned(),
+                    key,
                     ticket: t.to_string(),
                 })?
             }
-            ["locks", ns, k] => {
-                valid_lock(ns, k)?;
-                Key::Lock {
-                    namespace: ns.to_string(),
-                    key: k.to_string(),
-                }
-            }
+            ["locks", ns, k] => Key::Lock {
+                namespace: ns.to_string(),
+                key: valid_lock(ns, k)?,
+            },
             _ => return None,
         };
         Some(key)
     }
 }
 
-/// A lock's namespace and key as [`crate::lock::Locks`] accepts them.
-fn valid_lock(namespace: &str, key: &str) -> Option<()> {
+/// What stands for `/` in a lock key's stored name: one path segment per key, so `jobs` and
+/// `jobs/nightly` are two objects side by side (not a file and a directory on `file:` banks),
+/// and a character no key segment may hold, so the name reads back as exactly one key.
+const KEY_SEPARATOR_STORED: char = '@';
+
+/// A lock key's object name: `jobs/nightly` is stored as `jobs@nightly`.
+fn stored_lock_key(key: &str) -> String {
+    key.replace('/', &KEY_SEPARATOR_STORED.to_string())
+}
+
+/// A lock's namespace and key as [`crate::lock::Locks`] accepts them, from a listed object
+/// name (`jobs@nightly`): the key (`jobs/nightly`), when valid.
+fn valid_lock(namespace: &str, stored: &str) -> Option<String> {
     validate_id("lock namespace", namespace).ok()?;
-    validate_id("lock key", key).ok()?;
-    (!key.ends_with(QUEUE_SUFFIX)).then_some(())
+    let key = stored.replace(KEY_SEPARATOR_STORED, "/");
+    validate_lock_key(&key).ok()?;
+    Some(key)
+}
+
+/// Check a lock key: one or more `/`-separated segments (`jobs/nightly`) of ASCII letters,
+/// digits, `-`, `_` and `.`, none empty, `.` or `..`; at most [`MAX_LOCK_KEY_BYTES`]; not
+/// ending with [`QUEUE_SUFFIX`]. Each key is one object (see [`KEY_SEPARATOR_STORED`]).
+pub fn validate_lock_key(key: &str) -> crate::Result<()> {
+    let segment_ok = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    };
+    let reason = if key.is_empty() {
+        Some("it is empty")
+    } else if key.len() > MAX_LOCK_KEY_BYTES {
+        Some("it is longer than 256 bytes")
+    } else if key.chars().any(char::is_control) {
+        Some("it contains a control character")
+    } else if key.split('/').any(str::is_empty) {
+        Some("it has an empty segment (`//`, or a `/` at either end)")
+    } else if key.split('/').any(|s| s == "." || s == "..") {
+        Some("it has a `.` or `..` segment")
+    } else if !key.split('/').all(segment_ok) {
+        Some("each `/`-separated segment may hold only ASCII letters, digits, `-`, `_` and `.`")
+    } else if key.ends_with(QUEUE_SUFFIX) {
+        Some("it ends with `.queue`, which names wait queues")
+    } else {
+        None
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(crate::Error::InvalidId {
+            kind: "lock key",
+            id: key.escape_debug().take(80).collect(),
+            reason,
+        }),
+    }
 }
 
 impl Prefix<'_> {
@@ -233,8 +281,11 @@ mod tests {
         id().prop_map(|s| OwnerId::parse(&s).unwrap())
     }
 
+    /// Path-like keys: one to three `/`-separated segments.
     fn lock_key() -> impl Strategy<Value = String> {
-        id().prop_filter("not a queue", |k| !k.ends_with(QUEUE_SUFFIX))
+        proptest::collection::vec("[A-Za-z0-9._-]{1,12}", 1..4)
+            .prop_map(|segments| segments.join("/"))
+            .prop_filter("valid", |k| validate_lock_key(k).is_ok())
     }
 
     fn key() -> impl Strategy<Value = Key> {
@@ -296,6 +347,54 @@ mod tests {
     }
 
     #[test]
+    fn lock_keys_are_path_like_and_refused_with_the_rule_they_break() {
+        for ok in [
+            "nightly",
+            "jobs/nightly",
+            "backup/db-1",
+            "a/b/c",
+            ".hidden/x",
+        ] {
+            assert!(validate_lock_key(ok).is_ok(), "{ok}");
+        }
+        for (bad, rule) in [
+            ("", "empty"),
+            ("/jobs", "empty segment"),
+            ("jobs/", "empty segment"),
+            ("jobs//nightly", "empty segment"),
+            ("jobs/./x", "`.` or `..`"),
+            ("jobs/..", "`.` or `..`"),
+            ("jobs/\tab", "control character"),
+            ("a\u{7f}", "control character"),
+            ("k.queue", "`.queue`"),
+            ("jobs/a@b", "only ASCII letters"),
+            ("é/x", "only ASCII letters"),
+        ] {
+            let e = validate_lock_key(bad).unwrap_err().to_string();
+            assert!(e.contains(rule), "{bad:?}: {e}");
+        }
+        let long = "x".repeat(MAX_LOCK_KEY_BYTES + 1);
+        assert!(validate_lock_key(&long)
+            .unwrap_err()
+            .to_string()
+            .contains("256 bytes"));
+        // Two locks, not a file and a directory: one path segment each.
+        let bank = Path::from("b");
+        let jobs = Key::Lock {
+            namespace: "ns".into(),
+            key: "jobs".into(),
+        }
+        .path(&bank);
+        let nightly = Key::Lock {
+            namespace: "ns".into(),
+            key: "jobs/nightly".into(),
+        }
+        .path(&bank);
+        assert_eq!(nightly.as_ref(), "b/locks/ns/jobs@nightly");
+        assert!(nightly.prefix_match(&jobs).is_none());
+    }
+
+    #[test]
     fn strays_are_not_keys() {
         let bank = Path::from("b");
         for stray in [
@@ -315,6 +414,16 @@ mod tests {
             "other/leases/x",
         ] {
             assert_eq!(Key::parse(&bank, &Path::from(stray)), None, "{stray}");
+        }
+        // Stored names that are no key: an empty or `..` segment, a `/` escaped by the store.
+        for stray in [
+            "b/locks/ns/a@@b",
+            "b/locks/ns/@a",
+            "b/locks/ns/a@..",
+            "b/locks/ns/a%2Fb",
+        ] {
+            let path = Path::parse(stray).unwrap();
+            assert_eq!(Key::parse(&bank, &path), None, "{stray}");
         }
     }
 }

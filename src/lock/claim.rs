@@ -21,6 +21,7 @@ use super::take::{new_record, take, Mode, Spec};
 use super::{support, Locks};
 use crate::error::{Error, Result};
 use crate::lease::LazyStoreTime;
+use crate::paths::Key;
 
 /// Rounds of read-judge-write when the object keeps changing under us.
 const CONTENTION_ROUNDS: usize = 8;
@@ -238,14 +239,24 @@ impl Locks {
             .await
             .map_err(|e| Error::store("list", &dir, e))?;
         let store_clock = self.bank.store_time(&self.clock).await?;
-        let keys: Vec<String> = listed
+        // A listed name that is no lock key of this namespace is reported, by its name.
+        let keys: Vec<(String, bool)> = listed
             .objects
             .iter()
-            .filter_map(|m| m.location.filename().map(str::to_owned))
+            .filter_map(|m| match Key::parse(&self.bank, &m.location) {
+                Some(Key::Lock { namespace, key }) if namespace == self.namespace => {
+                    Some((key, true))
+                }
+                _ => m.location.filename().map(|n| (n.to_owned(), false)),
+            })
             .collect();
-        let reads = futures::stream::iter(keys.into_iter().map(|key| async move {
-            if let Err(e) = Self::validate_key(&key) {
-                return Ok::<_, Error>((key, Err(e.to_string())));
+        let reads = futures::stream::iter(keys.into_iter().map(|(key, valid)| async move {
+            if !valid {
+                let e = Self::validate_key(&key).err().map_or_else(
+                    || "it is not a lock key of this namespace".to_owned(),
+                    |e| e.to_string(),
+                );
+                return Ok::<_, Error>((key, Err(e)));
             }
             let sent = self.clock.now();
             let read = read_record(&self.bank, &self.lock_path(&key)).await;

@@ -101,6 +101,7 @@ mod named;
 mod ops;
 mod queue;
 mod record;
+mod session;
 pub mod support;
 mod take;
 mod tickets;
@@ -120,9 +121,10 @@ pub use fence::{fence_path, guarded_put, Fence};
 pub use info::{Acquired, Current, LockInfo, LockState, Order, Release};
 pub use keeper::{Heartbeat, HeartbeatFailure};
 pub use named::Lock;
-pub use queue::{Blocking, Wait};
+pub use queue::{Blocking, Wait, QUEUE_LOOK, WATCH_POLL};
 pub use record::MAX_DURATION;
 pub use record::{judge, Judged, LockRecord, MAX_PAYLOAD_BYTES};
+pub use session::{new_session, session_holder, split_holder};
 pub use support::ensure_supported;
 pub use tickets::Waiter;
 
@@ -269,17 +271,10 @@ impl Locks {
         .path(&self.bank)
     }
 
-    /// Check a key: an id (see [`crate::id::validate_id`]) not ending with [`QUEUE_SUFFIX`].
+    /// Check a key: `/`-separated segments such as `jobs/nightly` (see
+    /// [`crate::paths::validate_lock_key`]).
     pub fn validate_key(key: &str) -> Result<()> {
-        validate_id("lock key", key)?;
-        if key.ends_with(QUEUE_SUFFIX) {
-            return Err(Error::InvalidId {
-                kind: "lock key",
-                id: key.to_owned(),
-                reason: "it ends with `.queue`, which names wait queues",
-            });
-        }
-        Ok(())
+        crate::paths::validate_lock_key(key)
     }
 
     fn check_payload(&self, key: &str, payload: Option<&str>) -> Result<()> {

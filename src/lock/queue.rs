@@ -14,6 +14,7 @@
 //! Two waiters whose ticket-taking overlaps may be served in either order (as in the bakery); a
 //! waiter whose ticket was lost (paused past its ticket lease) takes a new one at the back.
 
+use std::future::Future;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
@@ -33,9 +34,16 @@ use crate::error::{Error, Result};
 const TICKET_ATTEMPTS: usize = 32;
 /// The shortest pause between two looks at a key while waiting.
 const MIN_POLL: Duration = Duration::from_millis(10);
-/// Bounds of the default ticket lease (the lock's duration, clamped).
+/// The longest pause between two HEADs of a held lock's object while waiting: a release is
+/// seen within it (the store has no notifications).
+pub const WATCH_POLL: Duration = Duration::from_millis(250);
+/// While the key is free but promised to an earlier waiter, the queue ahead is looked at again
+/// this often (that waiter may have left without the lock object changing).
+pub const QUEUE_LOOK: Duration = Duration::from_secs(1);
+/// Bounds of the default ticket lease (the lock's duration, clamped): a waiter killed without
+/// a chance to delete its ticket holds its place at most this long.
 const MIN_TICKET_LEASE: Duration = Duration::from_secs(1);
-const MAX_TICKET_LEASE: Duration = Duration::from_secs(30);
+const MAX_TICKET_LEASE: Duration = Duration::from_secs(5);
 
 /// How long a blocking acquire waits for the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,8 +80,8 @@ impl FromStr for Wait {
 pub struct Blocking {
     /// How long to wait for the lock: [`Wait::No`], [`Wait::For`] or [`Wait::Forever`].
     pub block_for: Wait,
-    /// While waiting, the key is looked at this many times per lease length (the requested
-    /// duration). Default 4.
+    /// While waiting, the lock object is looked at (one HEAD) at least this many times per lease
+    /// length (the requested duration), and at least every [`WATCH_POLL`]. Default 4.
     pub attempts_per_lease: u32,
     /// Obtention timeout: the whole call, store retries included, gives up after this long,
     /// whatever `block_for` says. Default none.
@@ -84,7 +92,7 @@ pub struct Blocking {
     /// Pause after a store error. Default 200 ms.
     pub retry_interval: Duration,
     /// The lease of the waiter's queue ticket; a waiter that dies holds its place this long.
-    /// Default: the requested duration, clamped to 1–30 s.
+    /// Default: the requested duration, clamped to 1–5 s.
     pub ticket_lease: Option<Duration>,
 }
 
@@ -203,6 +211,53 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     }
 }
 
+/// What a waiter knows of the lock between full looks.
+#[derive(Debug, Default)]
+struct Watch {
+    /// The lock object's ETag when last looked at (`None`: not known, or the key is unused).
+    e_tag: Option<String>,
+    /// When a full look is next due: the holder's expiry as judged (plus both margins), or
+    /// [`QUEUE_LOOK`] from now while the key is promised to an earlier waiter.
+    look_at: Option<Instant>,
+}
+
+impl Watch {
+    /// Remember an attempt that found the key unavailable: held for `remaining` (store clock,
+    /// margin deducted), or promised to an earlier waiter (`remaining` zero).
+    async fn unavailable(&mut self, lock: &Lock, remaining: Duration) {
+        let locks = lock.locks();
+        let now = locks.clock.now();
+        self.look_at = Some(if remaining.is_zero() {
+            now + QUEUE_LOOK
+        } else {
+            // Judged held for `remaining` with the margin deducted; dead from a margin after
+            // the expiry: look again then.
+            now + remaining + 2 * locks.margin + MIN_POLL
+        });
+        self.e_tag = head_e_tag(lock).await;
+    }
+
+    /// True when a full look is due: the object changed (a release, a new holder, a heartbeat),
+    /// or its holder's time is up, or the queue ahead of us is to be looked at again. One HEAD.
+    async fn look_due(&mut self, lock: &Lock) -> bool {
+        let now = lock.locks().clock.now();
+        if self.look_at.is_none_or(|t| now >= t) || self.e_tag.is_none() {
+            return true;
+        }
+        let e_tag = head_e_tag(lock).await;
+        e_tag.is_none() || e_tag != self.e_tag
+    }
+}
+
+/// The lock object's ETag (`None` when it cannot be told: gone, unreadable, or no ETag).
+async fn head_e_tag(lock: &Lock) -> Option<String> {
+    let path = lock.locks().lock_path(lock.key());
+    match lock.locks().bank.store().head(&path).await {
+        Ok(meta) => meta.e_tag,
+        Err(_) => None,
+    }
+}
+
 impl Lock {
     /// Acquire, waiting for the lock as `blocking` says, in first-come-first-served order among
     /// the waiters for the key (see the [module documentation](self)).
@@ -215,6 +270,30 @@ impl Lock {
         payload: Option<&str>,
         blocking: &Blocking,
     ) -> Result<Acquired> {
+        let acquired = self
+            .acquire_blocking_or(term, payload, blocking, std::future::pending())
+            .await?;
+        Ok(acquired.expect("never stopped"))
+    }
+
+    /// [`acquire_blocking`](Self::acquire_blocking), given up when `stop` completes (a signal, a
+    /// shutdown): then the waiter's ticket is deleted before this returns `Ok(None)`, so the next
+    /// waiter is not kept waiting behind it. A request in flight when `stop` completes is
+    /// abandoned; a ticket it may have created expires after its ticket lease.
+    ///
+    /// While the lock is held by someone else, a waiter sends one HEAD on the lock object every
+    /// [`WATCH_POLL`] (or a quarter of the duration, if shorter) and looks fully (read, judge on
+    /// the store's clock, check the queue ahead of it) only when the object changed, when the
+    /// holder's time is up, or once a [`QUEUE_LOOK`] while the key is promised to an earlier
+    /// waiter; it renews its ticket every half ticket lease.
+    pub async fn acquire_blocking_or(
+        &self,
+        term: Term,
+        payload: Option<&str>,
+        blocking: &Blocking,
+        stop: impl Future<Output = ()>,
+    ) -> Result<Option<Acquired>> {
+        tokio::pin!(stop);
         let locks = self.locks().clone();
         let clock = locks.clock.clone();
         let start = clock.now();
@@ -226,7 +305,7 @@ impl Lock {
             Wait::Forever => hard,
         };
         let past = |t: Option<Instant>| t.is_some_and(|t| clock.now() >= t);
-        let poll = (duration / blocking.attempts_per_lease.max(1)).max(MIN_POLL);
+        let poll = (duration / blocking.attempts_per_lease.max(1)).clamp(MIN_POLL, WATCH_POLL);
         let sleep_until = |wake: Instant| {
             let wake = earliest(Some(wake), deadline).expect("some");
             clock.sleep(wake.saturating_duration_since(clock.now()))
@@ -234,20 +313,31 @@ impl Lock {
         let mut errors = 0u32;
 
         // First without a ticket: a free key with an empty queue is taken at once.
+        let mut watch = Watch::default();
         let mut unavailable = loop {
-            match self.acquire_for(duration, payload, None).await {
-                Ok(a) => return Ok(a),
+            let attempt = tokio::select! {
+                a = self.acquire_for(duration, payload, None) => a,
+                () = &mut stop => return Ok(None),
+            };
+            match attempt {
+                Ok(a) => return Ok(Some(a)),
                 Err(e @ Error::Unavailable { .. }) => break e,
                 Err(e) if e.is_transient() && errors < blocking.retries && !past(hard) => {
                     errors += 1;
                     tracing::warn!(key = %self.full_key(), error = %e, errors, "acquire failed; retrying");
-                    sleep_until(clock.now() + blocking.retry_interval).await;
+                    tokio::select! {
+                        () = sleep_until(clock.now() + blocking.retry_interval) => {}
+                        () = &mut stop => return Ok(None),
+                    }
                 }
                 Err(e) => return Err(e),
             }
         };
         if blocking.block_for == Wait::No || past(deadline) {
             return Err(unavailable);
+        }
+        if let Error::Unavailable { remaining, .. } = &unavailable {
+            watch.unavailable(self, *remaining).await;
         }
 
         let ticket_lease = blocking
@@ -258,7 +348,7 @@ impl Lock {
             if past(deadline) {
                 break Err(unavailable);
             }
-            let step: Result<Option<Acquired>> = async {
+            let step = async {
                 // A ticket that ran out on our clock is lost: give it up, take a new one.
                 if ticket
                     .as_ref()
@@ -272,6 +362,8 @@ impl Lock {
                 if ticket.is_none() {
                     ticket =
                         Some(Ticket::take(&locks, self.key(), self.owner(), ticket_lease).await?);
+                    // Queued: the next look decides (the key may have been freed meanwhile).
+                    watch.look_at = None;
                 }
                 let t = ticket.as_mut().expect("just taken");
                 if clock.now() >= t.renew_at() && !t.renew(&locks, self.key(), self.owner()).await?
@@ -282,34 +374,48 @@ impl Lock {
                     }
                     return Ok(None);
                 }
+                if !watch.look_due(self).await {
+                    return Ok(None);
+                }
                 let name = ticket.as_ref().map(|t| t.name.clone());
                 match self.acquire_for(duration, payload, name.as_deref()).await {
                     Ok(a) => Ok(Some(a)),
                     Err(e @ Error::Unavailable { .. }) => {
+                        if let Error::Unavailable { remaining, .. } = &e {
+                            watch.unavailable(self, *remaining).await;
+                        }
                         unavailable = e;
                         Ok(None)
                     }
                     Err(e) => Err(e),
                 }
-            }
-            .await;
-            match step {
-                Ok(Some(acquired)) => break Ok(acquired),
+            };
+            let step: Result<Option<Acquired>> = tokio::select! {
+                step = step => step,
+                () = &mut stop => break Ok(None),
+            };
+            let wait = match step {
+                Ok(Some(acquired)) => break Ok(Some(acquired)),
                 Ok(None) => {
                     errors = 0;
                     let mut wake = clock.now() + poll;
                     if let Some(t) = &ticket {
                         wake = wake.min(t.renew_at());
                     }
-                    sleep_until(wake).await;
+                    wake
                 }
                 Err(e) if e.is_transient() && errors < blocking.retries && !past(hard) => {
                     errors += 1;
                     tracing::warn!(key = %self.full_key(), error = %e, errors,
                         "store error while waiting; retrying");
-                    sleep_until(clock.now() + blocking.retry_interval).await;
+                    watch.look_at = None;
+                    clock.now() + blocking.retry_interval
                 }
                 Err(e) => break Err(e),
+            };
+            tokio::select! {
+                () = sleep_until(wait) => {}
+                () = &mut stop => break Ok(None),
             }
         };
         if let Some(t) = ticket {
