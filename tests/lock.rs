@@ -1505,6 +1505,9 @@ fn cli_acquire_release_show_list(url: &str, m: Duration) {
     assert_eq!(j["key"], "job");
     assert_eq!(j["owner"], "a");
     assert_eq!(j["token"], 1);
+    // Acquired in a session of its own: releasing needs it (or the whole holder name).
+    let session = j["session"].as_str().expect("a session").to_owned();
+    assert_eq!(j["holder"], format!("a.{session}"));
     assert!(j["remaining_ms"].as_u64().unwrap() > 50_000, "{j}");
 
     let busy = run_cli(
@@ -1521,7 +1524,7 @@ fn cli_acquire_release_show_list(url: &str, m: Duration) {
         ],
     );
     assert_eq!(busy.code, 1, "{busy:#?}");
-    assert!(busy.stdout.contains("held by `a`"), "{busy:#?}");
+    assert!(busy.stdout.contains("held by `a."), "{busy:#?}");
     let waited = run_cli(
         &url,
         m,
@@ -1581,11 +1584,22 @@ fn cli_acquire_release_show_list(url: &str, m: Duration) {
         run_cli(&url, m, &["lock", "release", "job", "--owner", "b"]).code,
         1
     );
+    // The same owner in another session does not hold it.
     assert_eq!(
         run_cli(&url, m, &["lock", "release", "job", "--owner", "a"]).code,
-        0
+        1
     );
-    let again = run_cli(&url, m, &["lock", "release", "job", "--owner", "a"]);
+    let release = [
+        "lock",
+        "release",
+        "job",
+        "--owner",
+        "a",
+        "--session",
+        &session,
+    ];
+    assert_eq!(run_cli(&url, m, &release).code, 0);
+    let again = run_cli(&url, m, &release);
     assert_eq!(again.code, 0, "{again:#?}");
     assert!(again.stdout.contains("free"), "{again:#?}");
     assert_eq!(run_cli(&url, m, &["lock", "show", "job"]).code, 1);

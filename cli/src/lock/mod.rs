@@ -1,62 +1,91 @@
 //! `banklease lock ...`: named leases and locks on any key (library: `banklease::lock`).
 //!
-//! Locks need a bank that enforces create-if-absent and If-Match atomically (memory, files, S3
-//! with conditional writes, Azure); on other banks (Swift) every command fails with exit 2 and
-//! says why. Expiry is judged on the store's clock with `[lease] skew_margin`.
+//! Locks need a bank that enforces create-if-absent and If-Match atomically (`file:`, S3 with
+//! conditional writes, Azure); on other banks (Swift) every command fails with exit 2 and says
+//! why, and `memory://` is refused (nothing would outlive the command). Expiry is judged on the
+//! store's clock with `[lease] skew_margin`.
 //!
-//! Exit codes: `acquire` 0 acquired, 1 unavailable; `release` 0 released or already free, 1 held
-//! by someone else; `show` 0 held, 1 free, expired or never used; `list` 0, or 1 if some lock
-//! could not be read; 2 on any error.
+//! Each process acquires in a session of its own: the holder written is `<owner>.<session>`
+//! (see [`banklease::lock::session_holder`]), so the same `--owner` from two processes never
+//! both hold a lock. `lock acquire` prints the session; `--session` acts in it again.
+//!
+//! Exit codes: `acquire` 0 acquired, 1 (or `-E CODE`) unavailable; `release` 0 released or
+//! already free, 1 held by someone else; `show` 0 held, 1 free, expired or never used; `list` 0,
+//! or 1 if some lock could not be read; `run` as [`run`] says; 128 + N when signal N stopped a
+//! wait (the queue was left); 2 on any error.
+
+mod hold;
+pub(crate) mod run;
 
 use std::time::Duration;
 
-use anyhow::Result;
-use banklease::lock::{Blocking, LockInfo, LockState, Locks, Release, Term, Wait, Waiter};
+use anyhow::{bail, Result};
+use banklease::lock::{
+    new_session, session_holder, split_holder, LockInfo, LockState, Locks, Release, Wait, Waiter,
+};
 use banklease::Error;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use super::{human, ms, out_json, out_line, out_table, Ctx, Outcome};
+use crate::child::{exit_code, Signals};
 
 /// `banklease lock ...`
 #[derive(Debug, Subcommand)]
 pub(crate) enum LockCommand {
-    /// Acquire KEY for OWNER: exit 0 acquired, 1 unavailable (held by someone else, or promised
-    /// to an earlier waiter), 2 error. The lock stays held for DURATION after this command exits
-    /// (nothing renews it) unless released.
+    /// Run COMMAND while holding KEY: acquire it (waiting forever unless told otherwise), renew
+    /// it while COMMAND runs, release it when COMMAND exits, and exit with COMMAND's status.
+    ///
+    /// Exit status: COMMAND's own (128 + N when signal N ended it); 1 (or `-E CODE`) when the
+    /// lock is held by someone else and the wait ran out; 75 when the lock could no longer be
+    /// proved held and COMMAND was stopped (SIGTERM, then SIGKILL after --kill-after); 125 when
+    /// `lock run` itself failed; 126 when COMMAND cannot be executed; 127 when it is not found;
+    /// 128 + N when signal N came while waiting (nothing was run). COMMAND gets
+    /// BANKLEASE_LOCK_KEY, BANKLEASE_LOCK_NAMESPACE, BANKLEASE_LOCK_TOKEN (the fencing token),
+    /// BANKLEASE_LOCK_OWNER and BANKLEASE_BANK.
+    #[command(
+        after_help = "Examples:\n  banklease lock run jobs/nightly -- ./nightly.sh\n  \
+                            banklease lock run -n jobs/nightly -- ./nightly.sh   # do not wait\n  \
+                            banklease lock run -w 30 -E 75 jobs/nightly -- ./nightly.sh"
+    )]
+    Run(run::RunArgs),
+    /// Acquire KEY: exit 0 acquired, 1 (or `-E CODE`) unavailable (held by someone else, or
+    /// promised to an earlier waiter), 2 error. The lock stays held for DURATION after this
+    /// command exits (nothing renews it) unless released; use `lock run` to hold it for a
+    /// command's life.
     Acquire {
-        /// The lock key.
+        /// The lock key: `/`-separated segments, e.g. `jobs/nightly`.
         key: String,
-        /// The owner to acquire for.
-        #[arg(long, value_name = "OWNER")]
-        owner: String,
+        #[command(flatten)]
+        who: Who,
         /// How long to hold the lock, e.g. `30s`.
         #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
         duration: Duration,
         /// A small text anyone can read (at most 4 KiB).
         #[arg(long, value_name = "TEXT")]
         payload: Option<String>,
-        /// Wait for the lock, first come first served: a duration, `0` (do not wait) or `-1`
-        /// (wait forever).
-        #[arg(long, value_name = "DURATION", default_value = "0", allow_hyphen_values = true,
-              value_parser = parse_wait)]
-        block_for: Wait,
+        #[command(flatten)]
+        waiting: Waiting,
         #[command(flatten)]
         ns: Namespace,
     },
-    /// Release KEY if OWNER holds it: exit 0 released or already free, 1 held by someone else,
-    /// 2 error.
+    /// Release KEY if OWNER (in SESSION) holds it: exit 0 released or already free, 1 held by
+    /// someone else, 2 error.
     Release {
         /// The lock key.
         key: String,
-        /// The owner that holds it.
+        /// The owner that holds it: the owner and `--session` printed by `lock acquire`, or the
+        /// whole holder name (`BANKLEASE_LOCK_OWNER`).
         #[arg(long, value_name = "OWNER")]
         owner: String,
+        /// The session printed by `lock acquire`.
+        #[arg(long, value_name = "SESSION")]
+        session: Option<String>,
         #[command(flatten)]
         ns: Namespace,
     },
-    /// Show KEY: holder, time left (store clock), payload, fencing token, waiters. Exit 0 if
-    /// held, 1 if free, expired or never used.
+    /// Show KEY: holder and session, time left (store clock), payload, fencing token, waiters.
+    /// Exit 0 if held, 1 if free, expired or never used.
     Show {
         /// The lock key.
         key: String,
@@ -78,6 +107,82 @@ pub(crate) struct Namespace {
     namespace: String,
 }
 
+/// Who acquires: an owner name in a session.
+#[derive(Debug, Args)]
+pub(crate) struct Who {
+    /// The owner name [default: $USER, else `banklease`]. Each process acquires in a session
+    /// of its own, so two processes with the same owner never both hold a lock.
+    #[arg(long, value_name = "OWNER")]
+    owner: Option<String>,
+    /// Act in this session (printed by `lock acquire`) instead of a new one: the same session
+    /// may acquire again what it holds (a new fencing token).
+    #[arg(long, value_name = "SESSION")]
+    session: Option<String>,
+}
+
+impl Who {
+    /// The holder name: `<owner>.<session>`.
+    fn holder(&self) -> Result<String> {
+        let owner = match &self.owner {
+            Some(o) => o.clone(),
+            None => default_owner(),
+        };
+        let session = self.session.clone().unwrap_or_else(new_session);
+        Ok(session_holder(&owner, &session)?)
+    }
+}
+
+/// `$USER` (or `$LOGNAME`) when it is an id, else `banklease`.
+fn default_owner() -> String {
+    ["USER", "LOGNAME"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .find(|u| banklease::validate_id("owner", u).is_ok())
+        .unwrap_or_else(|| "banklease".to_owned())
+}
+
+/// How long to wait for a held lock, in the words of `flock(1)` as well.
+#[derive(Debug, Args)]
+pub(crate) struct Waiting {
+    /// Wait for the lock, first come first served: a duration, `0` (do not wait) or `-1`
+    /// (wait forever) [default: 0 for `acquire`, -1 for `run`].
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true,
+          value_parser = parse_wait, conflicts_with_all = ["nonblock", "wait"])]
+    block_for: Option<Wait>,
+    /// Do not wait (as `flock -n`): `--block-for 0`.
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    nonblock: bool,
+    /// Wait at most SECS seconds, fractions allowed (as `flock -w`).
+    #[arg(short = 'w', long, value_name = "SECS", value_parser = parse_secs)]
+    wait: Option<Wait>,
+    /// Exit with CODE when the lock is held by someone else and the wait ran out (as
+    /// `flock -E`).
+    #[arg(short = 'E', long, value_name = "CODE", default_value_t = 1,
+          value_parser = clap::value_parser!(u8).range(1..=255))]
+    conflict_exit_code: u8,
+}
+
+impl Waiting {
+    fn wait(&self, default: Wait) -> Wait {
+        if self.nonblock {
+            return Wait::No;
+        }
+        self.block_for.or(self.wait).unwrap_or(default)
+    }
+}
+
+fn parse_secs(s: &str) -> Result<Wait, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
+        return Err(format!("`{s}` is not a number of seconds from 0 to 1e9"));
+    }
+    let d = Duration::from_secs_f64(secs);
+    Ok(if d.is_zero() { Wait::No } else { Wait::For(d) })
+}
+
 fn parse_wait(s: &str) -> Result<Wait, String> {
     s.parse()
 }
@@ -85,32 +190,42 @@ fn parse_wait(s: &str) -> Result<Wait, String> {
 /// Run one `lock` subcommand.
 pub(crate) async fn run(ctx: &Ctx, command: LockCommand) -> Result<Outcome> {
     match command {
+        LockCommand::Run(args) => Ok(run::run(ctx, args).await),
         LockCommand::Acquire {
             key,
-            owner,
+            who,
             duration,
             payload,
-            block_for,
+            waiting,
+            ns,
+        } => acquire(ctx, &ns, &key, &who, duration, payload.as_deref(), &waiting).await,
+        LockCommand::Release {
+            key,
+            owner,
+            session,
             ns,
         } => {
-            acquire(
-                ctx,
-                &ns,
-                &key,
-                &owner,
-                duration,
-                payload.as_deref(),
-                block_for,
-            )
-            .await
+            let holder = match session {
+                Some(session) => session_holder(&owner, &session)?,
+                None => owner,
+            };
+            release(ctx, &ns, &key, &holder).await
         }
-        LockCommand::Release { key, owner, ns } => release(ctx, &ns, &key, &owner).await,
         LockCommand::Show { key, ns } => show(ctx, &ns, &key).await,
         LockCommand::List { ns } => list(ctx, &ns).await,
     }
 }
 
+/// The namespace's locks; `memory://` is refused, as nothing in it outlives the command.
 fn locks(ctx: &Ctx, ns: &Namespace) -> Result<Locks> {
+    if ctx.bank.label().starts_with("memory:") {
+        bail!(
+            "lock commands need a bank that outlives this process: bank=`{}` is in this \
+             process's memory and its locks would vanish when the command exits; use a file:, \
+             s3: or az: bank",
+            ctx.bank.label()
+        );
+    }
     Ok(Locks::new(&ctx.bank, &ns.namespace, ctx.clock.clone())?
         .with_skew_margin(ctx.config.lease.skew_margin))
 }
@@ -119,12 +234,16 @@ fn locks(ctx: &Ctx, ns: &Namespace) -> Result<Locks> {
 struct AcquireReport<'a> {
     key: &'a str,
     namespace: &'a str,
+    /// The owner name, without the session.
     owner: &'a str,
+    /// The session acquired in (`--session` acts in it again).
+    session: Option<&'a str>,
     acquired: bool,
     /// The fencing token (null when not acquired).
     token: Option<u64>,
     /// Time left: ours when acquired (from the send time), else the holder's (store clock).
     remaining_ms: u64,
+    /// The holder name: ours when acquired, else the current holder's.
     holder: Option<String>,
     payload: Option<&'a str>,
 }
@@ -133,68 +252,80 @@ async fn acquire(
     ctx: &Ctx,
     ns: &Namespace,
     key: &str,
-    owner: &str,
+    who: &Who,
     duration: Duration,
     payload: Option<&str>,
-    block_for: Wait,
+    waiting: &Waiting,
 ) -> Result<Outcome> {
-    let locks = locks(ctx, ns)?;
-    let lock = locks.lock(key, owner)?;
-    let term = Term::For(duration);
-    let result = match block_for {
-        Wait::No => lock.acquire(term, payload).await,
-        wait => {
-            lock.acquire_blocking(term, payload, &Blocking::new(wait))
-                .await
-        }
-    };
-    let full = locks.full_key(key);
-    match result {
-        Ok(acquired) => {
+    let mut signals = Signals::new()?;
+    let outcome = hold::acquire(
+        ctx,
+        ns,
+        key,
+        who,
+        duration,
+        payload,
+        waiting.wait(Wait::No),
+        &mut signals,
+    )
+    .await?;
+    let namespace = ns.namespace.as_str();
+    let refusal = outcome.refusal();
+    match outcome {
+        hold::Outcome::Held(held) => {
+            let lock = held.lock();
             let remaining = lock.remaining();
+            let full = lock.full_key();
+            let (owner, session) = split_holder(lock.owner());
             if ctx.json {
                 out_json(&AcquireReport {
                     key,
-                    namespace: locks.namespace(),
+                    namespace,
                     owner,
+                    session,
                     acquired: true,
-                    token: Some(acquired.fence.value),
+                    token: Some(held.token()),
                     remaining_ms: ms(remaining),
-                    holder: Some(owner.to_owned()),
+                    holder: Some(lock.owner().to_owned()),
                     payload,
                 })?;
             } else {
                 out_line(&format!(
-                    "acquired: key=`{full}` owner=`{owner}` token={} for {}",
-                    acquired.fence.value,
+                    "acquired: key=`{full}` owner=`{owner}` session=`{}` token={} for {}",
+                    session.unwrap_or("-"),
+                    held.token(),
                     human(remaining)
                 ))?;
             }
             Ok(Outcome::Yes)
         }
-        Err(Error::Unavailable {
+        hold::Outcome::Unavailable {
             holder, remaining, ..
-        }) => {
+        } => {
             if ctx.json {
+                let owner = who.owner.clone().unwrap_or_else(default_owner);
                 out_json(&AcquireReport {
                     key,
-                    namespace: locks.namespace(),
-                    owner,
+                    namespace,
+                    owner: &owner,
+                    session: None,
                     acquired: false,
                     token: None,
                     remaining_ms: ms(remaining),
-                    holder: Some(holder.clone()),
+                    holder: Some(holder),
                     payload: None,
                 })?;
             } else {
-                out_line(&format!(
-                    "unavailable: key=`{full}` is held by `{holder}` ({} left)",
-                    human(remaining)
-                ))?;
+                out_line(&refusal.unwrap_or_default())?;
             }
-            Ok(Outcome::No)
+            Ok(Outcome::Exit(waiting.conflict_exit_code))
         }
-        Err(e) => Err(e.into()),
+        hold::Outcome::Interrupted(signal) => {
+            eprintln!("{}", refusal.unwrap_or_default());
+            Ok(Outcome::Exit(exit_code(
+                std::os::unix::process::ExitStatusExt::from_raw(signal.as_raw()),
+            )))
+        }
     }
 }
 
@@ -250,8 +381,12 @@ struct LockRow {
     key: String,
     namespace: String,
     state: &'static str,
-    /// The holder (the last holder when expired; null when free).
+    /// The holder's owner name (the last holder's when expired; null when free).
     owner: Option<String>,
+    /// The holder's session, when it acquired in one.
+    session: Option<String>,
+    /// The whole holder name (`<owner>.<session>`), as `lock release --owner` takes it.
+    holder: Option<String>,
     remaining_ms: u64,
     expired_since_ms: Option<u64>,
     payload: Option<String>,
@@ -262,16 +397,22 @@ struct LockRow {
 }
 
 fn row(ns: &str, info: &LockInfo) -> LockRow {
-    let (owner, since) = match &info.state {
+    let (holder, since) = match &info.state {
         LockState::Free => (None, None),
         LockState::Held { holder, .. } => (Some(holder.clone()), None),
         LockState::Expired { holder, since } => (Some(holder.clone()), Some(ms(*since))),
+    };
+    let (owner, session) = match holder.as_deref().map(split_holder) {
+        Some((owner, session)) => (Some(owner.to_owned()), session.map(str::to_owned)),
+        None => (None, None),
     };
     LockRow {
         key: info.key.clone(),
         namespace: ns.to_owned(),
         state: info.state.name(),
         owner,
+        session,
+        holder,
         remaining_ms: ms(info.state.remaining()),
         expired_since_ms: since,
         payload: info.payload.clone(),
@@ -351,6 +492,7 @@ async fn show(ctx: &Ctx, ns: &Namespace, key: &str) -> Result<Outcome> {
             ("key", full),
             ("state", human_state(&info.state)),
             ("owner", opt(report.row.owner.clone())),
+            ("session", opt(report.row.session.clone())),
             ("payload", opt(info.payload.clone())),
             ("token", info.fence.to_string()),
             ("duration", human(info.duration)),
@@ -380,14 +522,14 @@ async fn list(ctx: &Ctx, ns: &Namespace) -> Result<Outcome> {
             rows.push(vec![
                 r.key,
                 human_state(&info.state),
-                r.owner.unwrap_or_else(|| "-".to_owned()),
+                r.holder.unwrap_or_else(|| "-".to_owned()),
                 r.token.to_string(),
                 r.payload.unwrap_or_else(|| "-".to_owned()),
             ]);
         }
     }
     if !ctx.json {
-        out_table(&["KEY", "STATE", "OWNER", "TOKEN", "PAYLOAD"], &rows)?;
+        out_table(&["KEY", "STATE", "HOLDER", "TOKEN", "PAYLOAD"], &rows)?;
     }
     for (key, error) in &snapshot.unreadable {
         eprintln!(

@@ -1,0 +1,214 @@
+//! A named lock held for a command's life: acquired (waiting as asked, leaving the queue on a
+//! signal), kept by a background heartbeat, watched for the instant it can no longer be proved
+//! held, and released. Used by `lock run` and `run --lock`.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use anyhow::Result;
+use banklease::clock::Jitter;
+use banklease::lock::{Acquired, Blocking, Heartbeat, HeartbeatFailure, Lock, Term, Wait};
+use banklease::{error_chain, Error, LeaseState};
+use rustix::process::Signal;
+use tokio::sync::mpsc;
+
+use super::{locks, Namespace, Who};
+use crate::child::Signals;
+use crate::{human, Ctx};
+
+/// What COMMAND is told of the lock it runs under.
+pub const KEY_ENV: &str = "BANKLEASE_LOCK_KEY";
+/// The lock's namespace.
+pub const NAMESPACE_ENV: &str = "BANKLEASE_LOCK_NAMESPACE";
+/// The fencing token of the holding (for `banklease lock put --token`).
+pub const TOKEN_ENV: &str = "BANKLEASE_LOCK_TOKEN";
+/// The holder name (owner and session), as `--owner` takes it.
+pub const OWNER_ENV: &str = "BANKLEASE_LOCK_OWNER";
+
+/// How acquiring ended when it did not fail outright.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Held; keep it with [`Held::keep`].
+    Held(Held),
+    /// Held by someone else (or promised to an earlier waiter) when the wait ran out.
+    Unavailable {
+        /// `<namespace>/<key>`.
+        key: String,
+        holder: String,
+        /// The holder's time left (store clock).
+        remaining: Duration,
+    },
+    /// A signal came while waiting: the ticket was deleted, nothing is held.
+    Interrupted(Signal),
+}
+
+/// The lock, acquired and not yet kept.
+#[derive(Debug)]
+pub struct Held {
+    lock: Lock,
+    acquired: Acquired,
+    namespace: String,
+}
+
+/// Acquire `key` for `who`, waiting as `wait` says; a signal on `signals` gives up the wait
+/// (leaving the queue at once).
+#[allow(clippy::too_many_arguments)]
+pub async fn acquire(
+    ctx: &Ctx,
+    ns: &Namespace,
+    key: &str,
+    who: &Who,
+    duration: Duration,
+    payload: Option<&str>,
+    wait: Wait,
+    signals: &mut Signals,
+) -> Result<Outcome> {
+    let locks = locks(ctx, ns)?;
+    let lock = locks.lock(key, &who.holder()?)?;
+    let mut signalled = None;
+    let stop = async {
+        signalled = Some(signals.recv().await);
+    };
+    let result = lock
+        .acquire_blocking_or(Term::For(duration), payload, &Blocking::new(wait), stop)
+        .await;
+    match result {
+        Ok(Some(acquired)) => Ok(Outcome::Held(Held {
+            lock,
+            acquired,
+            namespace: locks.namespace().to_owned(),
+        })),
+        Ok(None) => Ok(Outcome::Interrupted(
+            signalled.expect("stopped only by a signal"),
+        )),
+        Err(Error::Unavailable {
+            holder, remaining, ..
+        }) => Ok(Outcome::Unavailable {
+            key: locks.full_key(key),
+            holder,
+            remaining,
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl Outcome {
+    /// The one line that says why the lock was not taken (`None` when held).
+    pub fn refusal(&self) -> Option<String> {
+        match self {
+            Outcome::Held(_) => None,
+            Outcome::Unavailable {
+                key,
+                holder,
+                remaining,
+            } => Some(format!(
+                "unavailable: key=`{key}` is held by `{holder}` ({} left)",
+                human(*remaining)
+            )),
+            Outcome::Interrupted(signal) => Some(format!(
+                "interrupted: signal {} while waiting for the lock; left the wait queue",
+                signal.as_raw()
+            )),
+        }
+    }
+}
+
+impl Held {
+    /// The lock handle.
+    pub fn lock(&self) -> &Lock {
+        &self.lock
+    }
+
+    /// The fencing token of this holding.
+    pub fn token(&self) -> u64 {
+        self.acquired.fence.value
+    }
+
+    /// The variables COMMAND gets.
+    pub fn env(&self) -> Vec<(&'static str, OsString)> {
+        vec![
+            (KEY_ENV, self.lock.key().into()),
+            (NAMESPACE_ENV, self.namespace.clone().into()),
+            (TOKEN_ENV, self.token().to_string().into()),
+            (OWNER_ENV, self.lock.owner().into()),
+        ]
+    }
+
+    /// Start the background heartbeat.
+    pub fn keep(self, ctx: &Ctx) -> Kept {
+        let (heartbeat, failures) = self
+            .lock
+            .spawn_heartbeat(Jitter::from_entropy(), ctx.config.lease.renew_jitter);
+        Kept {
+            heartbeat,
+            failures,
+        }
+    }
+}
+
+/// A lock kept by its heartbeat.
+#[derive(Debug)]
+pub struct Kept {
+    heartbeat: Heartbeat,
+    failures: mpsc::Receiver<HeartbeatFailure>,
+}
+
+/// The part of a lock's duration that must be left for it to count as held: a quarter. The
+/// heartbeat renews at half the duration and retries until then; a SIGKILL sent `kill_after`
+/// (less than this) after it lands before the lock can expire.
+pub fn validity_margin(duration: Duration) -> Duration {
+    duration / 4
+}
+
+impl Kept {
+    /// Completes, with the reason, when the lock can no longer be proved held: lost, released,
+    /// or less than [`validity_margin`] left because no heartbeat succeeded. Logs each failed
+    /// heartbeat. Sends no request.
+    pub async fn ended(&mut self) -> String {
+        let lock = self.heartbeat.lock().clone();
+        let margin = validity_margin(lock.duration().unwrap_or_default());
+        let mut states = lock.subscribe();
+        let mut watching = true;
+        let mut reporting = true;
+        loop {
+            match &*states.borrow_and_update() {
+                LeaseState::Lost { reason } => return format!("lost: {reason}"),
+                LeaseState::Released => return "released".to_owned(),
+                LeaseState::Held { .. } if lock.remaining() <= margin => {
+                    return format!(
+                        "less than {} left and no heartbeat succeeded",
+                        human(margin)
+                    )
+                }
+                LeaseState::Held { .. } => {}
+            }
+            // Wake when the margin would be reached, on any change, at least once a second (the
+            // lock's clock counts suspended time; tokio's timers do not).
+            let until = lock
+                .remaining()
+                .saturating_sub(margin)
+                .min(Duration::from_secs(1))
+                + Duration::from_millis(1);
+            tokio::select! {
+                changed = states.changed(), if watching => watching = changed.is_ok(),
+                failure = self.failures.recv(), if reporting => match failure {
+                    Some(f) if !f.lost => tracing::warn!(key = %lock.full_key(),
+                        error = %error_chain(&f.error), "lock heartbeat failed; retrying"),
+                    Some(_) => {}
+                    None => reporting = false,
+                },
+                () = lock.locks().clock().sleep(until) => {}
+            }
+        }
+    }
+
+    /// Stop the heartbeat and release the lock; a failure is logged (the lock then runs out on
+    /// its own).
+    pub async fn release(self) {
+        let key = self.heartbeat.lock().full_key();
+        if let Err(e) = self.heartbeat.release().await {
+            tracing::warn!(key = %key, error = %error_chain(&e),
+                "releasing the lock failed; it runs out on its own");
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! `banklease lock run KEY -- COMMAND`: run COMMAND while holding a named lock, as `flock(1)`,
+//! `consul lock` and `etcdctl lock` do.
+//!
+//! Acquire KEY (waiting as asked; forever by default), start COMMAND in a process group of its
+//! own with `BANKLEASE_LOCK_KEY`, `BANKLEASE_LOCK_NAMESPACE`, `BANKLEASE_LOCK_TOKEN` and
+//! `BANKLEASE_LOCK_OWNER` set, renew the lock while it runs, release it when it exits, and exit
+//! with its status. Signals are forwarded to COMMAND's group.
+//!
+//! Invariant: **COMMAND is stopped before the lock can expire.** The lock counts as held while
+//! more than a quarter of its duration is left on the holder's clock (send-time expiry, never
+//! later than the store's); when it is lost or no heartbeat succeeded by then, COMMAND's group
+//! gets SIGTERM, then SIGKILL after `--kill-after` (less than that quarter), and `lock run`
+//! exits 75.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use banklease::lock::Wait;
+
+use super::hold::{self, validity_margin};
+use super::{Namespace, Waiting, Who};
+use crate::child::{self, describe, exit_code, Ended, Signals, EXIT_HOLD_LOST, EXIT_RUN_FAILED};
+use crate::{human, Ctx, Outcome};
+
+/// `banklease lock run`
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunArgs {
+    /// The lock key: `/`-separated segments, e.g. `jobs/nightly`.
+    key: String,
+    #[command(flatten)]
+    who: Who,
+    /// How long each renewal holds the lock; it is renewed every half of it while COMMAND runs,
+    /// and lapses this long after a crash of `lock run`.
+    #[arg(long, value_name = "DURATION", default_value = "30s",
+          value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// A small text anyone can read while the lock is held (at most 4 KiB).
+    #[arg(long, value_name = "TEXT")]
+    payload: Option<String>,
+    #[command(flatten)]
+    waiting: Waiting,
+    /// When the lock can no longer be proved held, time between SIGTERM and SIGKILL to
+    /// COMMAND's process group [default: an eighth of the duration, so that COMMAND is gone
+    /// before the lock can expire].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    kill_after: Option<Duration>,
+    #[command(flatten)]
+    ns: Namespace,
+    /// The command to run, and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<OsString>,
+}
+
+/// Run `banklease lock run`; never fails: every error is reported and becomes an exit status.
+pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Outcome {
+    match supervise(ctx, args).await {
+        Ok(code) => Outcome::Exit(code),
+        Err(e) => {
+            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
+            Outcome::Exit(EXIT_RUN_FAILED)
+        }
+    }
+}
+
+async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
+    let margin = validity_margin(args.duration);
+    let kill_after = args.kill_after.unwrap_or(margin / 2);
+    if kill_after >= margin {
+        tracing::warn!(kill_after = %human(kill_after), margin = %human(margin),
+            "--kill-after is not shorter than a quarter of the duration: COMMAND may outlive the lock");
+    }
+    // Taken over before anything else: a ^C while waiting leaves the queue, and none kills
+    // `lock run` with the lock held.
+    let mut signals = Signals::new().context("cannot install signal handlers")?;
+    let outcome = hold::acquire(
+        ctx,
+        &args.ns,
+        &args.key,
+        &args.who,
+        args.duration,
+        args.payload.as_deref(),
+        args.waiting.wait(Wait::Forever),
+        &mut signals,
+    )
+    .await?;
+    if let Some(line) = outcome.refusal() {
+        eprintln!("{line}; COMMAND was not run");
+    }
+    let held = match outcome {
+        hold::Outcome::Held(held) => held,
+        hold::Outcome::Unavailable { .. } => return Ok(args.waiting.conflict_exit_code),
+        hold::Outcome::Interrupted(signal) => {
+            return Ok(exit_code(ExitStatus::from_raw(signal.as_raw())))
+        }
+    };
+    let full_key = held.lock().full_key();
+    tracing::info!(key = %full_key, owner = held.lock().owner(), token = held.token(), "lock acquired");
+    let mut env = held.env();
+    env.push((crate::agent::api::BANK_ENV, ctx.bank.label().into()));
+    let mut kept = held.keep(ctx);
+
+    let child = match child::spawn(&args.command, &env) {
+        Ok(child) => child,
+        Err((code, e)) => {
+            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
+            kept.release().await;
+            return Ok(code);
+        }
+    };
+    let ended = child::watch(child, kept.ended(), &ctx.clock, &mut signals, kill_after).await;
+    kept.release().await;
+    match ended {
+        Ok(Ended::Exited(status)) => Ok(exit_code(status)),
+        Ok(Ended::Stopped { status, reason }) => {
+            eprintln!(
+                "error: the lock key=`{full_key}` could no longer be proved held ({reason}); \
+                 COMMAND was stopped ({})",
+                describe(status)
+            );
+            Ok(EXIT_HOLD_LOST)
+        }
+        Err(e) => {
+            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
+            Ok(EXIT_RUN_FAILED)
+        }
+    }
+}

@@ -1,0 +1,557 @@
+//! `banklease lock` as a user of `flock(1)`, `consul lock` or `etcdctl lock` runs it: real
+//! processes, exit codes, the one-line messages, and what is left in the bank.
+//!
+//! On `file:` always; on S3 (moto) and Azure (Azurite) too with `BANKLEASE_TEST_S3=1` /
+//! `BANKLEASE_TEST_AZURE=1` (started by `.ci/run`).
+
+#![allow(clippy::disallowed_methods)] // real processes on real time
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use banklease_testkit::backends::{Backend, TestBank};
+use rustix::process::{kill_process, Pid, Signal};
+
+const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+/// Every wait of these tests is bounded by this.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// The lock-capable backends configured here.
+fn backends() -> Vec<Backend> {
+    [Backend::File, Backend::S3, Backend::Azure]
+        .into_iter()
+        .filter(|b| b.available())
+        .collect()
+}
+
+struct Env {
+    bank: TestBank,
+    work: tempfile::TempDir,
+}
+
+impl Env {
+    fn new(backend: Backend) -> Self {
+        Self {
+            bank: backend.open_in("cli-lock"),
+            work: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn url(&self) -> &str {
+        self.bank.bank.label()
+    }
+
+    /// The skew margin: the store's stamp resolution and a little.
+    fn margin(&self) -> Duration {
+        self.bank.backend.stamp_resolution() + Duration::from_millis(100)
+    }
+
+    /// `banklease --bank URL [args]`, nothing from the caller's `BANKLEASE_*`; the CLI is on
+    /// PATH as `banklease` for jobs.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("BANKLEASE_") {
+                cmd.env_remove(name);
+            }
+        }
+        let bin_dir = Path::new(BIN).parent().unwrap();
+        let path = format!(
+            "{}:{}",
+            bin_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        cmd.current_dir(self.work.path())
+            .args(["--bank", self.url()])
+            .args(args)
+            .env(
+                "BANKLEASE_LEASE__SKEW_MARGIN",
+                format!("{}ms", self.margin().as_millis()),
+            )
+            .env("RUST_LOG", "warn")
+            .env("NO_COLOR", "1")
+            .env("PATH", path)
+            .env("WORK", self.work.path());
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run the CLI")
+    }
+
+    fn spawn(&self, args: &[&str], name: &str) -> Child {
+        let file = |suffix: &str| {
+            Stdio::from(
+                std::fs::File::create(self.work.path().join(format!("{name}.{suffix}"))).unwrap(),
+            )
+        };
+        self.command(args)
+            .stdout(file("out"))
+            .stderr(file("err"))
+            .spawn()
+            .unwrap()
+    }
+
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.work.path().join(name)).unwrap_or_default()
+    }
+
+    /// `lock show --json KEY`, parsed.
+    fn show(&self, key: &str) -> serde_json::Value {
+        let out = self.run(&["--json", "lock", "show", key]);
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("lock show {key}: {e}: {}", text(&out)))
+    }
+
+    /// Wait until `key` is held (by anyone).
+    fn wait_held(&self, key: &str) {
+        wait_for(&format!("{key} held"), || self.show(key)["state"] == "held");
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "rc={:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < LIMIT, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn wait_child(child: &mut Child) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > LIMIT {
+            let _ = child.kill();
+            panic!("a child did not exit within {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(child: &Child, signal: Signal) {
+    let pid = Pid::from_raw(child.id() as i32).unwrap();
+    kill_process(pid, signal).unwrap();
+}
+
+#[test]
+fn lock_run_holds_the_lock_for_the_commands_life_and_exits_with_its_status() {
+    for backend in backends() {
+        let env = Env::new(backend);
+        // The job sees its lock, and the CLI inside it finds the job's bank without --bank.
+        let job = r#"echo "$BANKLEASE_LOCK_KEY $BANKLEASE_LOCK_NAMESPACE $BANKLEASE_LOCK_TOKEN $BANKLEASE_LOCK_OWNER"
+banklease --json lock show "$BANKLEASE_LOCK_KEY" > "$WORK/inside.json"
+exit 7"#;
+        let out = env.run(&[
+            "lock",
+            "run",
+            "jobs/nightly",
+            "--owner",
+            "cron",
+            "--duration",
+            "10s",
+            "--",
+            "sh",
+            "-c",
+            job,
+        ]);
+        assert_eq!(out.status.code(), Some(7), "{backend:?}: {}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let fields: Vec<&str> = stdout.split_whitespace().collect();
+        assert_eq!(fields[..3], ["jobs/nightly", "default", "1"], "{stdout}");
+        assert!(fields[3].starts_with("cron."), "{stdout}");
+        let inside: serde_json::Value = serde_json::from_str(&env.read("inside.json"))
+            .unwrap_or_else(|e| panic!("{backend:?}: {e}: {}", env.read("inside.json")));
+        assert_eq!(inside["state"], "held", "{inside}");
+        assert_eq!(inside["holder"], fields[3], "{inside}");
+        assert_eq!(inside["owner"], "cron", "{inside}");
+        // Released when the job exited.
+        assert_eq!(env.show("jobs/nightly")["state"], "free", "{backend:?}");
+
+        // A second run gets the next fencing token; a signal death is 128 + N.
+        let out = env.run(&[
+            "lock",
+            "run",
+            "jobs/nightly",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "$BANKLEASE_LOCK_TOKEN"; kill -TERM $$"#,
+        ]);
+        assert_eq!(out.status.code(), Some(128 + 15), "{}", text(&out));
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2");
+
+        // Not found, cannot execute: 127, 126, and the lock is released.
+        let out = env.run(&["lock", "run", "k", "--", "./no-such-command"]);
+        assert_eq!(out.status.code(), Some(127), "{}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("cannot start COMMAND"),
+            "{}",
+            text(&out)
+        );
+        std::fs::write(env.work.path().join("noexec"), "echo hi\n").unwrap();
+        let out = env.run(&["lock", "run", "k", "--", "./noexec"]);
+        assert_eq!(out.status.code(), Some(126), "{}", text(&out));
+        assert_eq!(env.show("k")["state"], "free");
+    }
+}
+
+#[test]
+fn a_held_lock_refuses_at_once_with_n_and_the_chosen_code_with_e() {
+    for backend in backends() {
+        let env = Env::new(backend);
+        let mut holder = env.spawn(
+            &["lock", "run", "k", "--duration", "20s", "--", "sleep", "30"],
+            "holder",
+        );
+        env.wait_held("k");
+        let started = Instant::now();
+        let out = env.run(&["lock", "run", "-n", "k", "--", "touch", "ran"]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.starts_with("unavailable: key=`default/k` is held by `"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("COMMAND was not run"), "{stderr}");
+        assert!(!env.work.path().join("ran").exists());
+        let out = env.run(&["lock", "run", "-n", "-E", "42", "k", "--", "true"]);
+        assert_eq!(out.status.code(), Some(42), "{}", text(&out));
+        let out = env.run(&["lock", "acquire", "k", "--duration", "5s", "-E", "3"]);
+        assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+        // -w SECS: waits about that long, then gives up with the conflict code.
+        let waited = Instant::now();
+        let out = env.run(&["lock", "run", "-w", "0.5", "k", "--", "true"]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(waited.elapsed() >= Duration::from_millis(500));
+        // Nobody is left in the queue.
+        assert_eq!(env.show("k")["waiters"], serde_json::json!([]));
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the holder still holds"
+        );
+        signal(&holder, Signal::TERM);
+        let status = wait_child(&mut holder);
+        assert_eq!(
+            status.code(),
+            Some(128 + 15),
+            "the job's own status: killed by SIGTERM"
+        );
+        assert_eq!(env.show("k")["state"], "free");
+    }
+}
+
+/// Two cron jobs given the same owner: each runs in a session of its own, so they never hold
+/// the lock together (before sessions, the second "acquired again" and both ran).
+#[test]
+fn the_same_owner_from_two_processes_never_holds_a_lock_twice() {
+    for backend in backends() {
+        let env = Env::new(backend);
+        let job = r#"mkdir "$WORK/inside" || exit 99; sleep 1; rmdir "$WORK/inside""#;
+        let args = [
+            "lock",
+            "run",
+            "--owner",
+            "cron",
+            "--duration",
+            "10s",
+            "nightly",
+            "--",
+            "sh",
+            "-c",
+            job,
+        ];
+        let mut a = env.spawn(&args, "a");
+        let mut b = env.spawn(&args, "b");
+        let (sa, sb) = (wait_child(&mut a), wait_child(&mut b));
+        assert_eq!(
+            (sa.code(), sb.code()),
+            (Some(0), Some(0)),
+            "{backend:?}: a: {} b: {}",
+            env.read("a.err"),
+            env.read("b.err")
+        );
+
+        // `lock acquire` prints its session; only that session releases.
+        let out = env.run(&[
+            "--json",
+            "lock",
+            "acquire",
+            "k",
+            "--owner",
+            "cron",
+            "--duration",
+            "30s",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let session = j["session"].as_str().unwrap().to_owned();
+        let again = env.run(&[
+            "lock",
+            "acquire",
+            "k",
+            "--owner",
+            "cron",
+            "--duration",
+            "30s",
+        ]);
+        assert_eq!(again.status.code(), Some(1), "{}", text(&again));
+        let same = env.run(&[
+            "--json",
+            "lock",
+            "acquire",
+            "k",
+            "--owner",
+            "cron",
+            "--session",
+            &session,
+            "--duration",
+            "30s",
+        ]);
+        assert_eq!(
+            same.status.code(),
+            Some(0),
+            "re-entry by the same session: {}",
+            text(&same)
+        );
+        let j: serde_json::Value = serde_json::from_slice(&same.stdout).unwrap();
+        assert_eq!(j["token"], 2, "a re-entry takes a new fencing token: {j}");
+        let shown = env.run(&["lock", "show", "k"]);
+        let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+        assert!(
+            shown.contains(&format!("session        {session}")),
+            "{shown}"
+        );
+        let out = env.run(&["lock", "release", "k", "--owner", "cron"]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        let out = env.run(&[
+            "lock",
+            "release",
+            "k",
+            "--owner",
+            "cron",
+            "--session",
+            &session,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    }
+}
+
+/// The lock object vanishes under a running job (someone deleted it by hand): the heartbeat
+/// cannot prove the lock held, the job gets SIGTERM, and `lock run` exits 75.
+#[test]
+fn a_lock_that_can_no_longer_be_proved_held_stops_the_command_with_75() {
+    let env = Env::new(Backend::File);
+    let job = r#"trap 'echo TERM > "$WORK/stopped"; exit 0' TERM; sleep 60 & wait"#;
+    let mut run = env.spawn(
+        &[
+            "lock",
+            "run",
+            "k",
+            "--duration",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            job,
+        ],
+        "run",
+    );
+    env.wait_held("k");
+    let object = Path::new(env.url().strip_prefix("file://").unwrap()).join("locks/default/k");
+    std::fs::remove_file(&object).unwrap();
+    let status = wait_child(&mut run);
+    assert_eq!(status.code(), Some(75), "{}", env.read("run.err"));
+    let err = env.read("run.err");
+    assert!(
+        err.contains("error: the lock key=`default/k` could no longer be proved held"),
+        "{err}"
+    );
+    assert_eq!(
+        env.read("stopped").trim(),
+        "TERM",
+        "COMMAND got SIGTERM: {err}"
+    );
+}
+
+/// A waiter stopped with ^C (or SIGTERM) leaves the queue at once: the next waiter is not kept
+/// behind its ticket.
+#[test]
+fn a_waiter_stopped_by_a_signal_leaves_the_queue_at_once() {
+    for backend in backends() {
+        let env = Env::new(backend);
+        let holder = env.run(&["lock", "acquire", "k", "--duration", "60s"]);
+        assert_eq!(holder.status.code(), Some(0), "{}", text(&holder));
+        for (sig, name) in [(Signal::INT, "int"), (Signal::TERM, "term")] {
+            let mut waiter = env.spawn(
+                &[
+                    "lock",
+                    "acquire",
+                    "k",
+                    "--duration",
+                    "10s",
+                    "--block-for",
+                    "-1",
+                ],
+                name,
+            );
+            wait_for("the waiter's ticket", || {
+                env.show("k")["waiters"]
+                    .as_array()
+                    .is_some_and(|w| w.len() == 1)
+            });
+            signal(&waiter, sig);
+            let status = wait_child(&mut waiter);
+            assert_eq!(
+                status.code(),
+                Some(128 + sig.as_raw()),
+                "{}",
+                env.read(&format!("{name}.err"))
+            );
+            assert!(env
+                .read(&format!("{name}.err"))
+                .contains("left the wait queue"));
+            assert_eq!(
+                env.show("k")["waiters"],
+                serde_json::json!([]),
+                "{backend:?} {name}"
+            );
+        }
+    }
+}
+
+/// A waiter takes a released lock well within a second or two (the waiter HEADs the lock object
+/// every 250 ms); before, a waiter on a 60 s lock looked every 15 s. The handoff's figures are
+/// `cargo bench`'s (BENCHMARKS.md); this bound only catches a return to slow polling.
+#[test]
+fn a_waiter_takes_a_released_lock_promptly() {
+    for backend in backends() {
+        let env = Env::new(backend);
+        let mut holder = env.spawn(
+            &[
+                "lock",
+                "run",
+                "k",
+                "--duration",
+                "60s",
+                "--",
+                "sh",
+                "-c",
+                r#"while [ ! -e "$WORK/go" ]; do sleep 0.05; done; date +%s.%N > "$WORK/released""#,
+            ],
+            "holder",
+        );
+        env.wait_held("k");
+        let mut waiter = env.spawn(
+            &[
+                "lock",
+                "run",
+                "k",
+                "--duration",
+                "60s",
+                "--",
+                "sh",
+                "-c",
+                r#"date +%s.%N > "$WORK/taken""#,
+            ],
+            "waiter",
+        );
+        wait_for("the waiter's ticket", || {
+            env.show("k")["waiters"]
+                .as_array()
+                .is_some_and(|w| w.len() == 1)
+        });
+        std::fs::write(env.work.path().join("go"), "").unwrap();
+        assert_eq!(
+            wait_child(&mut holder).code(),
+            Some(0),
+            "{}",
+            env.read("holder.err")
+        );
+        assert_eq!(
+            wait_child(&mut waiter).code(),
+            Some(0),
+            "{}",
+            env.read("waiter.err")
+        );
+        let at = |name: &str| env.read(name).trim().parse::<f64>().unwrap();
+        let handoff = at("taken") - at("released");
+        assert!(handoff < 5.0, "{backend:?}: handoff took {handoff:.2} s");
+    }
+}
+
+#[test]
+fn keys_are_paths_and_bad_keys_are_refused_with_the_rule() {
+    for backend in backends() {
+        let env = Env::new(backend);
+        for key in ["jobs", "jobs/nightly", "backup/db-1"] {
+            let out = env.run(&["lock", "acquire", key, "--duration", "30s"]);
+            assert_eq!(out.status.code(), Some(0), "{key}: {}", text(&out));
+        }
+        let out = env.run(&["--json", "lock", "list"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let mut keys: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["key"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        keys.sort();
+        assert_eq!(keys, ["backup/db-1", "jobs", "jobs/nightly"], "{backend:?}");
+        for (bad, rule) in [
+            ("jobs//x", "empty segment"),
+            ("/jobs", "empty segment"),
+            ("jobs/../x", "`.` or `..` segment"),
+            ("jobs/\u{1b}x", "control character"),
+            ("x.queue", "`.queue`"),
+        ] {
+            let out = env.run(&["lock", "acquire", bad, "--duration", "30s"]);
+            assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", text(&out));
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+            assert!(
+                stderr.contains("invalid lock key") && stderr.contains(rule),
+                "{bad:?}: {stderr}"
+            );
+        }
+        let long = "a/".repeat(200) + "b";
+        let out = env.run(&["lock", "show", &long]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    }
+}
+
+#[test]
+fn memory_banks_are_refused_for_locks() {
+    let out = Command::new(BIN)
+        .args([
+            "--bank",
+            "memory://",
+            "lock",
+            "acquire",
+            "k",
+            "--duration",
+            "1h",
+        ])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("outlives this process"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
