@@ -271,10 +271,25 @@ pub enum Error {
         detail: String,
     },
 
-    /// A fenced write was refused: a newer holder of the lock has already written there.
+    /// A fenced write named a token the lock never issued.
+    #[error(
+        "unknown fencing token: lock=`{lock}` token=`{fence}` counter=`{counter}`; use the token \
+         printed by `lock acquire` or given to `lock run` as BANKLEASE_LOCK_TOKEN"
+    )]
+    UnknownFence {
+        /// The lock (`<namespace>/<key>`).
+        lock: String,
+        /// The token given.
+        fence: u64,
+        /// The lock's counter: the highest token issued.
+        counter: u64,
+    },
+
+    /// A fenced write was refused: a newer holder of the lock has already written there, or
+    /// (with [`crate::lock::Locks::fenced_put`]) has acquired the lock.
     #[error(
         "stale fence: path=`{path}` lock=`{lock}` fence=`{fence}` highest_seen=`{seen}`; a newer \
-         holder of the lock has written here, stop writing"
+         holder of the lock exists, stop writing"
     )]
     StaleFence {
         /// The guarded object.

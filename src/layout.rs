@@ -40,18 +40,8 @@ use crate::paths::Key;
 
 /// The layout this release writes and reads.
 pub const LAYOUT_VERSION: u32 = 1;
+pub use crate::paths::BANK_ENTRIES;
 pub use crate::paths::DESCRIPTOR;
-/// Top-level names of a bank's own objects: a prefix holding only these is a bank.
-pub const BANK_ENTRIES: &[&str] = &[
-    DESCRIPTOR,
-    "leases",
-    "index",
-    "checkpoints",
-    "decisions",
-    "gc",
-    "locks",
-    "_banklease",
-];
 
 /// The descriptor's body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -25,6 +25,19 @@ impl Prefixed for Path {
 /// The bank's descriptor (see [`crate::layout`]).
 pub const DESCRIPTOR: &str = "banklease.json";
 
+/// Top-level names of a bank's own objects: a prefix holding only these is a bank.
+pub const BANK_ENTRIES: &[&str] = &[
+    DESCRIPTOR,
+    "leases",
+    "index",
+    "checkpoints",
+    "decisions",
+    "gc",
+    "locks",
+    "fenced",
+    "_banklease",
+];
+
 /// What a lock's wait queue adds to its key (`locks/<namespace>/<key>.queue/`).
 pub const QUEUE_SUFFIX: &str = ".queue";
 
@@ -72,6 +85,9 @@ pub enum Key {
         key: String,
         ticket: String,
     },
+    /// `fenced/<object>`: an object written by a fenced write from a shell (`banklease lock
+    /// put`); `<object>` is `/`-separated segments.
+    Fenced(String),
 }
 
 /// A directory of the layout, for listings and cleanups.
@@ -140,6 +156,11 @@ impl Key {
             Key::Lock { namespace, key } => {
                 join(bank, &["locks", namespace, &stored_lock_key(key)])
             }
+            Key::Fenced(object) => {
+                let mut parts = vec!["fenced"];
+                parts.extend(object.split('/'));
+                join(bank, &parts)
+            }
             Key::Ticket {
                 namespace,
                 key,
@@ -188,6 +209,11 @@ impl Key {
                 namespace: ns.to_string(),
                 key: valid_lock(ns, k)?,
             },
+            ["fenced", object @ ..] if !object.is_empty() => {
+                let object = object.join("/");
+                validate_fenced_object(&object).ok()?;
+                Key::Fenced(object)
+            }
             _ => return None,
         };
         Some(key)
@@ -248,6 +274,27 @@ pub fn validate_lock_key(key: &str) -> crate::Result<()> {
     }
 }
 
+/// Check the name of a fenced object (`reports/nightly.json`, stored as
+/// `fenced/reports/nightly.json`): `/`-separated segments as lock keys have them, not ending
+/// with `.fence` (which names a guarded object's sidecar).
+pub fn validate_fenced_object(object: &str) -> crate::Result<()> {
+    let refuse = |reason| crate::Error::InvalidId {
+        kind: "object",
+        id: object.escape_debug().take(80).collect(),
+        reason,
+    };
+    validate_lock_key(object).map_err(|_| {
+        refuse(
+            "it must be `/`-separated segments of ASCII letters, digits, `-`, `_` and `.` (none \
+             empty, `.` or `..`), at most 256 bytes",
+        )
+    })?;
+    if object.ends_with(".fence") {
+        return Err(refuse("`.fence` names the sidecar of a guarded object"));
+    }
+    Ok(())
+}
+
 impl Prefix<'_> {
     /// Where this directory is in `bank`.
     pub fn path<B: Prefixed + ?Sized>(&self, bank: &B) -> Path {
@@ -304,6 +351,9 @@ mod tests {
             id().prop_map(Key::Probe),
             id().prop_map(Key::Race),
             (id(), lock_key()).prop_map(|(namespace, key)| Key::Lock { namespace, key }),
+            lock_key()
+                .prop_filter("not a sidecar", |o| !o.ends_with(".fence"))
+                .prop_map(Key::Fenced),
             (id(), lock_key(), 0u64..u64::MAX).prop_map(|(namespace, key, n)| Key::Ticket {
                 namespace,
                 key,

@@ -555,3 +555,204 @@ fn memory_banks_are_refused_for_locks() {
     assert!(stderr.contains("outlives this process"), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
+
+/// `run --lock KEY`: the job holds the named lock as well as its owner lease, so two such jobs
+/// never run at once (before, README called `run` "like flock" and two ran together); both
+/// are released when the job exits.
+#[test]
+fn run_with_lock_excludes_a_second_job_and_releases_both() {
+    for backend in backends() {
+        let env = Env::new(backend);
+        let job = r#"mkdir "$WORK/inside" || exit 99
+echo "$BANKLEASE_LOCK_KEY $BANKLEASE_LOCK_TOKEN $BANKLEASE_OWNER_ID" >> "$WORK/seen"
+sleep 1; rmdir "$WORK/inside""#;
+        let args = [
+            "run",
+            "--lock",
+            "backup/etc",
+            "--checkpoint-prefix",
+            "etc-",
+            "--",
+            "sh",
+            "-c",
+            job,
+        ];
+        let mut a = env.spawn(&args, "a");
+        let mut b = env.spawn(&args, "b");
+        let (sa, sb) = (wait_child(&mut a), wait_child(&mut b));
+        assert_eq!(
+            (sa.code(), sb.code()),
+            (Some(0), Some(0)),
+            "{backend:?}: a: {} b: {}",
+            env.read("a.err"),
+            env.read("b.err")
+        );
+        let seen = env.read("seen");
+        let mut tokens: Vec<&str> = seen.lines().map(|l| l.split(' ').nth(1).unwrap()).collect();
+        tokens.sort();
+        assert_eq!(tokens, ["1", "2"], "{seen}");
+        assert!(seen.lines().all(|l| l.starts_with("backup/etc ")), "{seen}");
+        assert_eq!(env.show("backup/etc")["state"], "free");
+        let leases = env.run(&["--json", "lease", "list"]);
+        let live = String::from_utf8_lossy(&leases.stdout)
+            .lines()
+            .filter(|l| l.contains("\"state\":\"alive\""))
+            .count();
+        assert_eq!(live, 0, "no lease left held: {}", text(&leases));
+
+        // Held elsewhere and not waited for: nothing runs, no lease is taken.
+        let holder = env.run(&["lock", "acquire", "backup/etc", "--duration", "30s"]);
+        assert_eq!(holder.status.code(), Some(0), "{}", text(&holder));
+        let out = env.run(&[
+            "run",
+            "--lock",
+            "backup/etc",
+            "--lock-block-for",
+            "0",
+            "--lock-conflict-exit-code",
+            "75",
+            "--",
+            "touch",
+            "ran",
+        ]);
+        assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("COMMAND was not run"));
+        assert!(!env.work.path().join("ran").exists());
+    }
+}
+
+/// The object's bytes, read from the store (`None` when absent).
+fn object(env: &Env, name: &str) -> Option<Vec<u8>> {
+    use object_store::ObjectStoreExt;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let bank = &env.bank.bank;
+    let path = banklease::paths::Key::Fenced(name.to_owned()).path(bank);
+    rt.block_on(async {
+        match bank.store().get(&path).await {
+            Ok(got) => Some(got.bytes().await.unwrap().to_vec()),
+            Err(object_store::Error::NotFound { .. }) => None,
+            Err(e) => panic!("get {path}: {e}"),
+        }
+    })
+}
+
+/// `lock put`: the fenced write from a shell. It lands under the lock's current token, and is
+/// refused (writing nothing) once a newer token exists, even before the newer holder wrote.
+#[test]
+fn lock_put_writes_under_the_current_token_and_refuses_a_stale_one() {
+    for backend in backends() {
+        let env = Env::new(backend);
+        let job = r#"printf 'report 1\n' | banklease lock put "$BANKLEASE_LOCK_KEY" --token "$BANKLEASE_LOCK_TOKEN" reports/nightly.json -"#;
+        let out = env.run(&[
+            "lock",
+            "run",
+            "--namespace",
+            "jobs",
+            "nightly",
+            "--",
+            "sh",
+            "-c",
+            job,
+        ]);
+        if backend == Backend::S3 {
+            // S3's ETag is the content's MD5: fenced writes are refused there, with the reason.
+            assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("fenc"),
+                "{}",
+                text(&out)
+            );
+            assert_eq!(object(&env, "reports/nightly.json"), None);
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(0), "{backend:?}: {}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stdout)
+                .starts_with("written: object=`reports/nightly.json` bytes=9"),
+            "{}",
+            text(&out)
+        );
+        assert_eq!(
+            object(&env, "reports/nightly.json").as_deref(),
+            Some(&b"report 1\n"[..])
+        );
+
+        // A newer holder acquires (token 2) and has not written yet: token 1 is refused.
+        let newer = env.run(&[
+            "lock",
+            "acquire",
+            "--namespace",
+            "jobs",
+            "nightly",
+            "--duration",
+            "30s",
+        ]);
+        assert_eq!(newer.status.code(), Some(0), "{}", text(&newer));
+        let body = env.work.path().join("late.json");
+        std::fs::write(&body, "late\n").unwrap();
+        let body = body.to_str().unwrap();
+        let put = |token: &str, object: &str| {
+            env.run(&[
+                "lock",
+                "put",
+                "--namespace",
+                "jobs",
+                "nightly",
+                "--token",
+                token,
+                object,
+                body,
+            ])
+        };
+        let out = put("1", "reports/nightly.json");
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stdout)
+                .starts_with("refused: object=`reports/nightly.json` was not written"),
+            "{}",
+            text(&out)
+        );
+        assert_eq!(
+            object(&env, "reports/nightly.json").as_deref(),
+            Some(&b"report 1\n"[..])
+        );
+        let out = put("2", "reports/nightly.json");
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        assert_eq!(
+            object(&env, "reports/nightly.json").as_deref(),
+            Some(&b"late\n"[..])
+        );
+        // Once token 2 wrote, token 1 stays refused.
+        assert_eq!(put("1", "reports/nightly.json").status.code(), Some(1));
+        // A token never issued, an object in banklease's layout, a missing file: errors.
+        for (token, object, says) in [
+            ("9", "reports/x", "unknown fencing token"),
+            ("2", "reports/x.fence", "sidecar"),
+            ("2", "reports/../x", "invalid object"),
+        ] {
+            let out = put(token, object);
+            assert_eq!(out.status.code(), Some(2), "{object}: {}", text(&out));
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains(says) && stderr.lines().count() == 1,
+                "{object}: {stderr}"
+            );
+        }
+        let out = env.run(&[
+            "lock",
+            "put",
+            "--namespace",
+            "jobs",
+            "nightly",
+            "--token",
+            "2",
+            "reports/y",
+            "/no/such/file",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert_eq!(object(&env, "reports/y"), None);
+    }
+}

@@ -184,6 +184,42 @@ pub async fn guarded_put(
     ))
 }
 
+impl super::Locks {
+    /// [`guarded_put`] with the token `token` of `key`, refused with [`Error::StaleFence`] before
+    /// anything is written when the lock's counter has already passed `token` (a newer holder
+    /// exists, even if it has not written yet). A write that races such a newer holder is still
+    /// refused by the guarded write itself once the newer holder has written.
+    pub async fn fenced_put(
+        &self,
+        key: &str,
+        token: u64,
+        path: &Path,
+        payload: PutPayload,
+    ) -> Result<PutResult> {
+        let fence = Fence {
+            lock: self.full_key(key),
+            value: token,
+        };
+        let counter = self.inspect(key).await?.map_or(0, |info| info.fence);
+        if counter > token {
+            return Err(Error::StaleFence {
+                path: path.to_string(),
+                lock: fence.lock,
+                fence: token,
+                seen: counter,
+            });
+        }
+        if counter < token {
+            return Err(Error::UnknownFence {
+                lock: fence.lock,
+                fence: token,
+                counter,
+            });
+        }
+        guarded_put(&self.bank, &fence, path, payload).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,12 +34,15 @@ use anyhow::{Context, Result};
 use banklease::checkpoint::Status;
 use banklease::clock::{Jitter, SharedClock};
 use banklease::error_chain;
+use banklease::lock::Wait;
 use banklease::{LeaseState, OwnerLease};
 use tokio_util::sync::CancellationToken;
 
 use super::api::{AGENT_ENV, BANK_ENV, OWNER_ENV};
 use super::server::{self, Agent};
 use crate::child::{self, describe, exit_code, Ended, Signals};
+use crate::lock::hold::{self, validity_margin, Kept};
+use crate::lock::{Namespace, Who};
 use crate::{human, Ctx, Outcome};
 
 /// `run` exits with this when the lease stopped being valid and COMMAND was stopped
@@ -63,9 +66,36 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     kill_after: Option<Duration>,
 
+    /// Hold the named lock KEY (`jobs/nightly`) as well as the owner lease, for COMMAND's whole
+    /// life: acquired first (waiting as --lock-block-for says), released with the lease. Two
+    /// `run --lock KEY` jobs never run at once. COMMAND also gets BANKLEASE_LOCK_KEY,
+    /// BANKLEASE_LOCK_TOKEN and BANKLEASE_LOCK_OWNER.
+    #[arg(long, value_name = "KEY")]
+    lock: Option<String>,
+
+    /// How long each renewal of the --lock holds it.
+    #[arg(long, value_name = "DURATION", default_value = "30s", requires = "lock",
+          value_parser = humantime::parse_duration)]
+    lock_duration: Duration,
+
+    /// How long to wait for the --lock: a duration, `0` (do not wait) or `-1` (forever).
+    #[arg(long, value_name = "DURATION", default_value = "-1", allow_hyphen_values = true,
+          requires = "lock", value_parser = parse_wait)]
+    lock_block_for: Wait,
+
+    /// Exit with CODE, running nothing, when the --lock is held by someone else and the wait
+    /// ran out.
+    #[arg(long, value_name = "CODE", default_value_t = 1, requires = "lock",
+          value_parser = clap::value_parser!(u8).range(1..=255))]
+    lock_conflict_exit_code: u8,
+
     /// The command to run, and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<OsString>,
+}
+
+fn parse_wait(s: &str) -> Result<Wait, String> {
+    s.parse()
 }
 
 /// Run `banklease run`; never fails: every error is reported and becomes an exit status.
@@ -91,14 +121,33 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     let mut signals = Signals::new().context("cannot install signal handlers")?;
     banklease::layout::check(&ctx.bank).await?;
     let owner = ctx.config.lease.new_owner_id(ctx.clock.system_now());
-    let lease = OwnerLease::acquire(&ctx.bank, owner.clone(), windows, ctx.clock.clone())
+    // The named lock first: waiting for it holds no lease.
+    let (mut lock, lock_env) = match &args.lock {
+        None => (None, Vec::new()),
+        Some(key) => match take_lock(ctx, &args, key, &owner, &mut signals).await? {
+            Ok((kept, env)) => (Some(kept), env),
+            Err(code) => return Ok(code),
+        },
+    };
+    let kill_after = match (&lock, args.kill_after) {
+        (Some(_), None) => kill_after.min(validity_margin(args.lock_duration) / 2),
+        _ => kill_after,
+    };
+    let acquired = OwnerLease::acquire(&ctx.bank, owner.clone(), windows, ctx.clock.clone())
         .await
         .with_context(|| {
             format!(
                 "cannot acquire the owner lease of owner_id=`{owner}` on bank=`{}`",
                 ctx.bank.label()
             )
-        })?;
+        });
+    let lease = match acquired {
+        Ok(lease) => lease,
+        Err(e) => {
+            release_lock(&mut lock).await;
+            return Err(e);
+        }
+    };
     let keeper = lease.spawn_keeper(Jitter::from_entropy(), ctx.config.lease.renew_jitter);
     tracing::info!(owner_id = %owner, bank = %ctx.bank.label(), "lease acquired");
 
@@ -108,9 +157,10 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         if let Err(e) = keeper.release().await {
             tracing::warn!(error = %error_chain(&e), "releasing the lease failed; it expires on its own");
         }
+        release_lock(&mut lock).await;
         return Ok(exit_code(ExitStatus::from_raw(signal)));
     }
-    let started = start(ctx, &args, &lease).await;
+    let started = start(ctx, &args, &lease, lock_env).await;
     let (socket_dir, agent, server, cancel, child) = match started {
         Ok(s) => s,
         Err((code, e)) => {
@@ -118,18 +168,27 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
             if let Err(e) = keeper.release().await {
                 tracing::warn!(error = %error_chain(&e), "releasing the lease failed; it expires on its own");
             }
+            release_lock(&mut lock).await;
             return Ok(code);
         }
     };
 
-    let ended = child::watch(
-        child,
-        validity_ended(&lease, &ctx.clock),
-        &ctx.clock,
-        &mut signals,
-        kill_after,
-    )
-    .await;
+    // COMMAND is stopped when the lease or the lock can no longer be proved held.
+    let hold_ended = async {
+        let lock_ended = async {
+            match lock.as_mut() {
+                Some(kept) => format!("the lock {}", kept.ended().await),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            reason = validity_ended(&lease, &ctx.clock) => reason,
+            reason = lock_ended => reason,
+        }
+    };
+    let ended = child::watch(child, hold_ended, &ctx.clock, &mut signals, kill_after).await;
+    // The lock and the lease go together.
+    release_lock(&mut lock).await;
 
     // No write starts from here on; those in flight (a background process of COMMAND may still
     // be uploading) may finish, for at most the validity window. Only then are COMMAND's
@@ -162,9 +221,13 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
             Ok(exit_code(status))
         }
         Ok(Ended::Stopped { status, reason }) => {
+            let what = match &args.lock {
+                Some(key) => format!("the lease of owner_id=`{owner}` or its lock key=`{key}`"),
+                None => format!("the lease of owner_id=`{owner}`"),
+            };
             eprintln!(
-                "error: the lease of owner_id=`{owner}` stopped being valid ({reason}); COMMAND \
-                 was stopped ({}); checkpoints it left protecting are left to the GC",
+                "error: {what} stopped being valid ({reason}); COMMAND was stopped ({}); \
+                 checkpoints it left protecting are left to the GC",
                 describe(status)
             );
             // Released if it is still ours (a late renewal may have brought it back).
@@ -192,11 +255,51 @@ type Started = (
     tokio::process::Child,
 );
 
+/// Acquire `--lock KEY` for `owner` (in a session of its own) and keep it; `Err(code)` when it
+/// was not taken (held by someone else, or a signal while waiting), already reported.
+async fn take_lock(
+    ctx: &Ctx,
+    args: &RunArgs,
+    key: &str,
+    owner: &banklease::OwnerId,
+    signals: &mut Signals,
+) -> Result<Result<(Kept, Vec<(&'static str, OsString)>), u8>> {
+    let outcome = hold::acquire(
+        ctx,
+        &Namespace::default_namespace(),
+        key,
+        &Who::new(Some(owner.as_str().to_owned())),
+        args.lock_duration,
+        None,
+        args.lock_block_for,
+        signals,
+    )
+    .await?;
+    if let Some(line) = outcome.refusal() {
+        eprintln!("{line}; COMMAND was not run");
+    }
+    Ok(match outcome {
+        hold::Outcome::Held(held) => {
+            let env = held.env();
+            Ok((held.keep(ctx), env))
+        }
+        hold::Outcome::Unavailable { .. } => Err(args.lock_conflict_exit_code),
+        hold::Outcome::Interrupted(signal) => Err(exit_code(ExitStatus::from_raw(signal.as_raw()))),
+    })
+}
+
+async fn release_lock(lock: &mut Option<Kept>) {
+    if let Some(kept) = lock.take() {
+        kept.release().await;
+    }
+}
+
 /// The socket, the agent and COMMAND; on failure, the exit status to use and why.
 async fn start(
     ctx: &Ctx,
     args: &RunArgs,
     lease: &OwnerLease,
+    lock_env: Vec<(&'static str, OsString)>,
 ) -> Result<Started, (u8, anyhow::Error)> {
     let failed = |e: anyhow::Error| (EXIT_RUN_FAILED, e);
     let dir = socket_dir().map_err(failed)?;
@@ -217,11 +320,12 @@ async fn start(
         cancel.clone().cancelled_owned(),
     ));
 
-    let env = [
+    let mut env = vec![
         (AGENT_ENV, socket.clone().into_os_string()),
         (OWNER_ENV, lease.owner_id().as_str().into()),
         (BANK_ENV, ctx.bank.label().into()),
     ];
+    env.extend(lock_env);
     match child::spawn(&args.command, &env) {
         Ok(child) => Ok((dir, agent, server, cancel, child)),
         Err(failed) => {

@@ -12,7 +12,7 @@ use banklease::{error_chain, Error, LeaseState};
 use rustix::process::Signal;
 use tokio::sync::mpsc;
 
-use super::{locks, Namespace, Who};
+use super::{locks, Holder, Namespace, Who};
 use crate::child::Signals;
 use crate::{human, Ctx};
 
@@ -22,8 +22,10 @@ pub const KEY_ENV: &str = "BANKLEASE_LOCK_KEY";
 pub const NAMESPACE_ENV: &str = "BANKLEASE_LOCK_NAMESPACE";
 /// The fencing token of the holding (for `banklease lock put --token`).
 pub const TOKEN_ENV: &str = "BANKLEASE_LOCK_TOKEN";
-/// The holder name (owner and session), as `--owner` takes it.
+/// The holder name (owner and session), as `lock release --owner` takes it.
 pub const OWNER_ENV: &str = "BANKLEASE_LOCK_OWNER";
+/// The session alone, as `--session` takes it.
+pub const SESSION_ENV: &str = "BANKLEASE_LOCK_SESSION";
 
 /// How acquiring ended when it did not fail outright.
 #[derive(Debug)]
@@ -46,6 +48,7 @@ pub enum Outcome {
 #[derive(Debug)]
 pub struct Held {
     lock: Lock,
+    holder: Holder,
     acquired: Acquired,
     namespace: String,
 }
@@ -64,7 +67,8 @@ pub async fn acquire(
     signals: &mut Signals,
 ) -> Result<Outcome> {
     let locks = locks(ctx, ns)?;
-    let lock = locks.lock(key, &who.holder()?)?;
+    let holder = who.resolve()?;
+    let lock = locks.lock(key, &holder.name)?;
     let mut signalled = None;
     let stop = async {
         signalled = Some(signals.recv().await);
@@ -75,6 +79,7 @@ pub async fn acquire(
     match result {
         Ok(Some(acquired)) => Ok(Outcome::Held(Held {
             lock,
+            holder,
             acquired,
             namespace: locks.namespace().to_owned(),
         })),
@@ -119,6 +124,11 @@ impl Held {
         &self.lock
     }
 
+    /// Who holds it.
+    pub fn holder(&self) -> &Holder {
+        &self.holder
+    }
+
     /// The fencing token of this holding.
     pub fn token(&self) -> u64 {
         self.acquired.fence.value
@@ -131,6 +141,7 @@ impl Held {
             (NAMESPACE_ENV, self.namespace.clone().into()),
             (TOKEN_ENV, self.token().to_string().into()),
             (OWNER_ENV, self.lock.owner().into()),
+            (SESSION_ENV, self.holder.session.clone().into()),
         ]
     }
 

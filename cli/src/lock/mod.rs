@@ -14,7 +14,8 @@
 //! or 1 if some lock could not be read; `run` as [`run`] says; 128 + N when signal N stopped a
 //! wait (the queue was left); 2 on any error.
 
-mod hold;
+pub(crate) mod hold;
+mod put;
 pub(crate) mod run;
 
 use std::time::Duration;
@@ -49,6 +50,15 @@ pub(crate) enum LockCommand {
                             banklease lock run -w 30 -E 75 jobs/nightly -- ./nightly.sh"
     )]
     Run(run::RunArgs),
+    /// Write OBJECT (relative to the bank) from FILE or `-` (stdin), fenced by KEY's token:
+    /// exit 0 written, 1 refused because a newer token of KEY exists (nothing was written), 2
+    /// error. Needs ETags that change on every write (`file:`, Azure; refused on S3).
+    #[command(
+        after_help = "Example, inside `banklease lock run jobs/nightly -- ...`:\n  \
+                            ./report.sh | banklease lock put \"$BANKLEASE_LOCK_KEY\" \
+                            --token \"$BANKLEASE_LOCK_TOKEN\" reports/nightly.json -"
+    )]
+    Put(put::PutArgs),
     /// Acquire KEY: exit 0 acquired, 1 (or `-E CODE`) unavailable (held by someone else, or
     /// promised to an earlier waiter), 2 error. The lock stays held for DURATION after this
     /// command exits (nothing renews it) unless released; use `lock run` to hold it for a
@@ -102,9 +112,19 @@ pub(crate) enum LockCommand {
 
 #[derive(Debug, Args)]
 pub(crate) struct Namespace {
-    /// The lock namespace.
-    #[arg(long, value_name = "NS", default_value = banklease::lock::DEFAULT_NAMESPACE)]
+    /// The lock namespace (inside `lock run`, BANKLEASE_LOCK_NAMESPACE names the job's).
+    #[arg(long, value_name = "NS", default_value = banklease::lock::DEFAULT_NAMESPACE,
+          env = "BANKLEASE_LOCK_NAMESPACE")]
     namespace: String,
+}
+
+impl Namespace {
+    /// The default namespace.
+    pub(crate) fn default_namespace() -> Self {
+        Self {
+            namespace: banklease::lock::DEFAULT_NAMESPACE.to_owned(),
+        }
+    }
 }
 
 /// Who acquires: an owner name in a session.
@@ -121,15 +141,35 @@ pub(crate) struct Who {
 }
 
 impl Who {
-    /// The holder name: `<owner>.<session>`.
-    fn holder(&self) -> Result<String> {
-        let owner = match &self.owner {
-            Some(o) => o.clone(),
-            None => default_owner(),
-        };
-        let session = self.session.clone().unwrap_or_else(new_session);
-        Ok(session_holder(&owner, &session)?)
+    /// `owner` (or the default owner) in a new session.
+    pub(crate) fn new(owner: Option<String>) -> Self {
+        Self {
+            owner,
+            session: None,
+        }
     }
+
+    /// The owner, the session (a new one unless given) and the holder name
+    /// `<owner>.<session>`.
+    fn resolve(&self) -> Result<Holder> {
+        let owner = self.owner.clone().unwrap_or_else(default_owner);
+        let session = self.session.clone().unwrap_or_else(new_session);
+        let name = session_holder(&owner, &session)?;
+        Ok(Holder {
+            owner,
+            session,
+            name,
+        })
+    }
+}
+
+/// Who holds a lock, resolved.
+#[derive(Debug, Clone)]
+pub(crate) struct Holder {
+    pub owner: String,
+    pub session: String,
+    /// `<owner>.<session>`: what the lock record says.
+    pub name: String,
 }
 
 /// `$USER` (or `$LOGNAME`) when it is an id, else `banklease`.
@@ -191,6 +231,7 @@ fn parse_wait(s: &str) -> Result<Wait, String> {
 pub(crate) async fn run(ctx: &Ctx, command: LockCommand) -> Result<Outcome> {
     match command {
         LockCommand::Run(args) => Ok(run::run(ctx, args).await),
+        LockCommand::Put(args) => put::put(ctx, args).await,
         LockCommand::Acquire {
             key,
             who,
@@ -276,13 +317,13 @@ async fn acquire(
             let lock = held.lock();
             let remaining = lock.remaining();
             let full = lock.full_key();
-            let (owner, session) = split_holder(lock.owner());
+            let (owner, session) = (&held.holder().owner, &held.holder().session);
             if ctx.json {
                 out_json(&AcquireReport {
                     key,
                     namespace,
                     owner,
-                    session,
+                    session: Some(session),
                     acquired: true,
                     token: Some(held.token()),
                     remaining_ms: ms(remaining),
@@ -291,8 +332,7 @@ async fn acquire(
                 })?;
             } else {
                 out_line(&format!(
-                    "acquired: key=`{full}` owner=`{owner}` session=`{}` token={} for {}",
-                    session.unwrap_or("-"),
+                    "acquired: key=`{full}` owner=`{owner}` session=`{session}` token={} for {}",
                     held.token(),
                     human(remaining)
                 ))?;
