@@ -24,7 +24,7 @@ use object_store::{ObjectStoreExt, PutMode};
 use super::info::Acquired;
 use super::named::Lock;
 use super::record::{write_record, Written};
-use super::take::new_record;
+use super::take::{new_record, promised};
 use super::tickets::{list_tickets, TICKET_DIGITS};
 use super::{Locks, Term};
 use crate::error::{Error, Result};
@@ -37,6 +37,10 @@ const MIN_POLL: Duration = Duration::from_millis(10);
 /// The longest pause between two HEADs of a held lock's object while waiting: a release is
 /// seen within it (the store has no notifications).
 pub const WATCH_POLL: Duration = Duration::from_millis(250);
+/// Once a holding's end was due and it was still judged held (its stamp and the store's clock
+/// are read at the store's resolution), it is looked at again this often until it is taken
+/// or changes: at most about one skew margin of full looks per expiry.
+const EXPIRY_POLL: Duration = Duration::from_millis(100);
 /// While the key is free but promised to an earlier waiter, the queue ahead is looked at again
 /// this often (that waiter may have left without the lock object changing).
 pub const QUEUE_LOOK: Duration = Duration::from_secs(1);
@@ -223,18 +227,31 @@ struct Watch {
 
 impl Watch {
     /// Remember an attempt that found the key unavailable: held for `remaining` (store clock,
-    /// margin deducted), or promised to an earlier waiter (`remaining` zero).
-    async fn unavailable(&mut self, lock: &Lock, remaining: Duration) {
+    /// margin deducted), or free and `promised` to an earlier waiter.
+    async fn unavailable(&mut self, lock: &Lock, remaining: Duration, promised: bool) {
         let locks = lock.locks();
         let now = locks.clock.now();
-        self.look_at = Some(if remaining.is_zero() {
+        let e_tag = head_e_tag(lock).await;
+        // The same holding (no heartbeat since), still judged held when its end was due: the
+        // store's clock is read at its stamp resolution (1 s on S3) and may lag; look again
+        // soon rather than another margin later.
+        let same_holding = e_tag.is_some() && e_tag == self.e_tag;
+        let was_due = self.look_at.is_some_and(|t| now >= t);
+        self.look_at = Some(if promised {
             now + QUEUE_LOOK
+        } else if same_holding && was_due {
+            now + EXPIRY_POLL
         } else {
-            // Judged held for `remaining` with the margin deducted; dead from a margin after
-            // the expiry: look again then.
-            now + remaining + 2 * locks.margin + MIN_POLL
+            // Judged held for `remaining` with the margin deducted, on a reading of the store's
+            // clock that may lag by its stamp resolution (at most the margin): dead from
+            // between one and two margins after that. Look from the first, then every
+            // EXPIRY_POLL.
+            now + remaining + locks.margin + MIN_POLL
         });
-        self.e_tag = head_e_tag(lock).await;
+        tracing::debug!(key = %lock.full_key(), remaining_ms = remaining.as_millis(),
+            promised, same_holding, was_due, next_look_ms = self.look_at.map(|t| t.saturating_duration_since(now).as_millis()),
+            "lock unavailable; watching it");
+        self.e_tag = e_tag;
     }
 
     /// True when a full look is due: the object changed (a release, a new holder, a heartbeat),
@@ -336,8 +353,11 @@ impl Lock {
         if blocking.block_for == Wait::No || past(deadline) {
             return Err(unavailable);
         }
-        if let Error::Unavailable { remaining, .. } = &unavailable {
-            watch.unavailable(self, *remaining).await;
+        if let Error::Unavailable {
+            remaining, holder, ..
+        } = &unavailable
+        {
+            watch.unavailable(self, *remaining, promised(holder)).await;
         }
 
         let ticket_lease = blocking
@@ -381,8 +401,11 @@ impl Lock {
                 match self.acquire_for(duration, payload, name.as_deref()).await {
                     Ok(a) => Ok(Some(a)),
                     Err(e @ Error::Unavailable { .. }) => {
-                        if let Error::Unavailable { remaining, .. } = &e {
-                            watch.unavailable(self, *remaining).await;
+                        if let Error::Unavailable {
+                            remaining, holder, ..
+                        } = &e
+                        {
+                            watch.unavailable(self, *remaining, promised(holder)).await;
                         }
                         unavailable = e;
                         Ok(None)

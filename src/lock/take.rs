@@ -13,6 +13,16 @@ use crate::error::{Error, Result};
 use crate::id::local_hostname;
 use crate::lease::{new_token, LazyStoreTime};
 
+/// What follows the first waiter's name in the holder of an [`Error::Unavailable`] for a free
+/// key promised to that waiter (see [`promised`]).
+const PROMISED: &str = " (first in the wait queue)";
+
+/// Whether an [`Error::Unavailable`]'s holder says the key is free but promised to an earlier
+/// waiter (rather than held).
+pub(crate) fn promised(holder: &str) -> bool {
+    holder.ends_with(PROMISED)
+}
+
 /// Rounds of read-judge-write when the object keeps changing under us.
 pub(crate) const CONTENTION_ROUNDS: usize = 4;
 
@@ -118,7 +128,7 @@ pub(crate) async fn take(locks: &Locks, key: &str, spec: &Spec<'_>) -> Result<Gr
                 return Err(unavailable(
                     locks,
                     key,
-                    &format!("{} (first in the wait queue)", waiter.owner),
+                    &format!("{}{PROMISED}", waiter.owner),
                     Duration::ZERO,
                 ));
             }
