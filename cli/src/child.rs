@@ -181,6 +181,17 @@ fn send(group: Pid, signal: Signal) {
     }
 }
 
+/// A supervisor's exit status: its own, or [`EXIT_RUN_FAILED`] after reporting why it failed.
+pub fn reported(result: Result<u8>) -> crate::Outcome {
+    match result {
+        Ok(code) => crate::Outcome::Exit(code),
+        Err(e) => {
+            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
+            crate::Outcome::Exit(EXIT_RUN_FAILED)
+        }
+    }
+}
+
 /// The exit status a supervisor passes on: COMMAND's code, or 128 + N for signal N.
 pub fn exit_code(status: ExitStatus) -> u8 {
     match (status.code(), status.signal()) {

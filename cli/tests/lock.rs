@@ -113,6 +113,23 @@ impl Env {
             .unwrap_or_else(|e| panic!("lock show {key}: {e}: {}", text(&out)))
     }
 
+    /// Start `args` as job a, and as job b once a holds `key`; both must exit 0 (a job that
+    /// found the other inside exits 99).
+    fn one_after_the_other(&self, args: &[&str], key: &str) {
+        let mut a = self.spawn(args, "a");
+        self.wait_held(key);
+        let mut b = self.spawn(args, "b");
+        let (sa, sb) = (wait_child(&mut a), wait_child(&mut b));
+        assert_eq!(
+            (sa.code(), sb.code()),
+            (Some(0), Some(0)),
+            "{:?}: a: {} b: {}",
+            self.bank.backend,
+            self.read("a.err"),
+            self.read("b.err")
+        );
+    }
+
     /// Wait until `key` is held (by anyone).
     fn wait_held(&self, key: &str) {
         wait_for(&format!("{key} held"), || self.show(key)["state"] == "held");
@@ -283,17 +300,7 @@ fn the_same_owner_from_two_processes_never_holds_a_lock_twice() {
             job,
         ];
         // b starts once a holds: with the same owner, it must wait, not "acquire again".
-        let mut a = env.spawn(&args, "a");
-        env.wait_held("nightly");
-        let mut b = env.spawn(&args, "b");
-        let (sa, sb) = (wait_child(&mut a), wait_child(&mut b));
-        assert_eq!(
-            (sa.code(), sb.code()),
-            (Some(0), Some(0)),
-            "{backend:?}: a: {} b: {}",
-            env.read("a.err"),
-            env.read("b.err")
-        );
+        env.one_after_the_other(&args, "nightly");
 
         // `lock acquire` prints its session; only that session releases.
         let out = env.run(&[
@@ -588,17 +595,7 @@ sleep 1; rmdir "$WORK/inside""#;
             "-c",
             job,
         ];
-        let mut a = env.spawn(&args, "a");
-        env.wait_held("backup/etc");
-        let mut b = env.spawn(&args, "b");
-        let (sa, sb) = (wait_child(&mut a), wait_child(&mut b));
-        assert_eq!(
-            (sa.code(), sb.code()),
-            (Some(0), Some(0)),
-            "{backend:?}: a: {} b: {}",
-            env.read("a.err"),
-            env.read("b.err")
-        );
+        env.one_after_the_other(&args, "backup/etc");
         let seen = env.read("seen");
         let mut tokens: Vec<&str> = seen.lines().map(|l| l.split(' ').nth(1).unwrap()).collect();
         tokens.sort();

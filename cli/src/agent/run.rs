@@ -100,13 +100,7 @@ fn parse_wait(s: &str) -> Result<Wait, String> {
 
 /// Run `banklease run`; never fails: every error is reported and becomes an exit status.
 pub async fn run(ctx: &Ctx, args: RunArgs) -> Outcome {
-    match supervise(ctx, args).await {
-        Ok(code) => Outcome::Exit(code),
-        Err(e) => {
-            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
-            Outcome::Exit(EXIT_RUN_FAILED)
-        }
-    }
+    child::reported(supervise(ctx, args).await)
 }
 
 async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
@@ -264,17 +258,15 @@ async fn take_lock(
     owner: &banklease::OwnerId,
     signals: &mut Signals,
 ) -> Result<Result<(Kept, Vec<(&'static str, OsString)>), u8>> {
-    let outcome = hold::acquire(
-        ctx,
-        &Namespace::default_namespace(),
+    let wanted = hold::Wanted {
+        ns: &Namespace::default_namespace(),
         key,
-        &Who::new(Some(owner.as_str().to_owned())),
-        args.lock_duration,
-        None,
-        args.lock_block_for,
-        signals,
-    )
-    .await?;
+        who: &Who::new(Some(owner.as_str().to_owned())),
+        duration: args.lock_duration,
+        payload: None,
+        wait: args.lock_block_for,
+    };
+    let outcome = hold::acquire(ctx, &wanted, signals).await?;
     if let Some(line) = outcome.refusal() {
         eprintln!("{line}; COMMAND was not run");
     }

@@ -53,19 +53,28 @@ pub struct Held {
     namespace: String,
 }
 
-/// Acquire `key` for `who`, waiting as `wait` says; a signal on `signals` gives up the wait
-/// (leaving the queue at once).
-#[allow(clippy::too_many_arguments)]
-pub async fn acquire(
-    ctx: &Ctx,
-    ns: &Namespace,
-    key: &str,
-    who: &Who,
-    duration: Duration,
-    payload: Option<&str>,
-    wait: Wait,
-    signals: &mut Signals,
-) -> Result<Outcome> {
+/// What to acquire, for whom, for how long, and how long to wait.
+#[derive(Debug)]
+pub struct Wanted<'a> {
+    pub ns: &'a Namespace,
+    pub key: &'a str,
+    pub who: &'a Who,
+    pub duration: Duration,
+    pub payload: Option<&'a str>,
+    pub wait: Wait,
+}
+
+/// Acquire what `wanted` says; a signal on `signals` gives up the wait (leaving the queue at
+/// once).
+pub async fn acquire(ctx: &Ctx, wanted: &Wanted<'_>, signals: &mut Signals) -> Result<Outcome> {
+    let Wanted {
+        ns,
+        key,
+        who,
+        duration,
+        payload,
+        wait,
+    } = *wanted;
     let locks = locks(ctx, ns)?;
     let holder = who.resolve()?;
     let lock = locks.lock(key, &holder.name)?;

@@ -299,17 +299,15 @@ async fn acquire(
     waiting: &Waiting,
 ) -> Result<Outcome> {
     let mut signals = Signals::new()?;
-    let outcome = hold::acquire(
-        ctx,
+    let wanted = hold::Wanted {
         ns,
         key,
         who,
         duration,
         payload,
-        waiting.wait(Wait::No),
-        &mut signals,
-    )
-    .await?;
+        wait: waiting.wait(Wait::No),
+    };
+    let outcome = hold::acquire(ctx, &wanted, &mut signals).await?;
     let namespace = ns.namespace.as_str();
     let refusal = outcome.refusal();
     match outcome {

@@ -56,13 +56,7 @@ pub(crate) struct RunArgs {
 
 /// Run `banklease lock run`; never fails: every error is reported and becomes an exit status.
 pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Outcome {
-    match supervise(ctx, args).await {
-        Ok(code) => Outcome::Exit(code),
-        Err(e) => {
-            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
-            Outcome::Exit(EXIT_RUN_FAILED)
-        }
-    }
+    child::reported(supervise(ctx, args).await)
 }
 
 async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
@@ -75,17 +69,15 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     // Taken over before anything else: a ^C while waiting leaves the queue, and none kills
     // `lock run` with the lock held.
     let mut signals = Signals::new().context("cannot install signal handlers")?;
-    let outcome = hold::acquire(
-        ctx,
-        &args.ns,
-        &args.key,
-        &args.who,
-        args.duration,
-        args.payload.as_deref(),
-        args.waiting.wait(Wait::Forever),
-        &mut signals,
-    )
-    .await?;
+    let wanted = hold::Wanted {
+        ns: &args.ns,
+        key: &args.key,
+        who: &args.who,
+        duration: args.duration,
+        payload: args.payload.as_deref(),
+        wait: args.waiting.wait(Wait::Forever),
+    };
+    let outcome = hold::acquire(ctx, &wanted, &mut signals).await?;
     if let Some(line) = outcome.refusal() {
         eprintln!("{line}; COMMAND was not run");
     }
