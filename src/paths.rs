@@ -41,8 +41,9 @@ pub const BANK_ENTRIES: &[&str] = &[
 /// What a lock's wait queue adds to its key (`locks/<namespace>/<key>.queue/`).
 pub const QUEUE_SUFFIX: &str = ".queue";
 
-/// The longest lock key, in bytes (before the store's escaping of `/` and other characters).
-pub const MAX_LOCK_KEY_BYTES: usize = 256;
+/// The longest lock key, in bytes: one object name, whose wait queue directory adds `.queue`,
+/// within the 255 bytes a file name may have on `file:` banks.
+pub const MAX_LOCK_KEY_BYTES: usize = 240;
 
 /// The length of a queue ticket's name: zero-padded decimal, so names sort as numbers.
 pub(crate) const TICKET_DIGITS: usize = 20;
@@ -250,7 +251,7 @@ pub fn validate_lock_key(key: &str) -> crate::Result<()> {
     let reason = if key.is_empty() {
         Some("it is empty")
     } else if key.len() > MAX_LOCK_KEY_BYTES {
-        Some("it is longer than 256 bytes")
+        Some("it is longer than 240 bytes")
     } else if key.chars().any(char::is_control) {
         Some("it contains a control character")
     } else if key.split('/').any(str::is_empty) {
@@ -286,7 +287,7 @@ pub fn validate_fenced_object(object: &str) -> crate::Result<()> {
     validate_lock_key(object).map_err(|_| {
         refuse(
             "it must be `/`-separated segments of ASCII letters, digits, `-`, `_` and `.` (none \
-             empty, `.` or `..`), at most 256 bytes",
+             empty, `.` or `..`), at most 240 bytes",
         )
     })?;
     if object.ends_with(".fence") {
@@ -427,7 +428,7 @@ mod tests {
         assert!(validate_lock_key(&long)
             .unwrap_err()
             .to_string()
-            .contains("256 bytes"));
+            .contains("240 bytes"));
         // Two locks, not a file and a directory: one path segment each.
         let bank = Path::from("b");
         let jobs = Key::Lock {

@@ -8,6 +8,9 @@
 //! durations on the system clock and poll until the store says the lock has expired.
 #![allow(clippy::disallowed_methods)] // real time: expiry is judged on the store's clock
 
+#[path = "common/gate.rs"]
+mod gate;
+
 use std::path::{Path as FsPath, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -1643,4 +1646,99 @@ fn cli_acquire_release_show_list(url: &str, m: Duration) {
     assert!(ns.stdout.trim().is_empty(), "{ns:#?}");
     let bad = run_cli(&url, m, &["lock", "show", "../x"]);
     assert_eq!(bad.code, 2, "{bad:#?}");
+}
+
+/// A waiter stopped while its write of the lock is in flight lets the write finish and gives
+/// the lock back: the write lands, `stop` completes, then the answer arrives. (Before, the
+/// in-flight acquire was dropped at `stop`: the write had landed, nobody held a handle on it, and
+/// the key stayed taken until the lock ran out.)
+#[tokio::test]
+async fn a_waiter_stopped_while_its_write_is_in_flight_gives_the_lock_back() {
+    let gate = gate::GateStore::new(InMemory::new());
+    let bank = Bank::open("memory://")
+        .unwrap()
+        .with_store(Arc::new(gate.clone()));
+    let locks = Locks::new(&bank, "t", sys())
+        .unwrap()
+        .with_skew_margin(Duration::from_millis(50));
+    let held = gate.hold_next_write("locks/t/k");
+    let lock = locks.lock("k", "w").unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let waiter = tokio::spawn(async move {
+        let stop = async {
+            let _ = stop_rx.await;
+        };
+        lock.acquire_blocking_or(
+            Term::For(Duration::from_secs(60)),
+            None,
+            &Blocking::new(Wait::Forever),
+            stop,
+        )
+        .await
+    });
+    held.served.await.unwrap(); // the lock is written; its answer is held
+    stop_tx.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // (Dropped, not sent, when the waiter abandoned its write.)
+    let _ = held.release.send(());
+    let got = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the stopped waiter returns")
+        .unwrap()
+        .unwrap();
+    assert!(got.is_none(), "stopped: nothing is returned as held");
+    assert_eq!(
+        locks.current("k").await.unwrap(),
+        None,
+        "the lock was given back"
+    );
+    assert!(locks.waiters("k").await.unwrap().is_empty());
+}
+
+/// A release that lands between a waiter's read of the lock and its next look is seen at that
+/// look: the waiter remembers the object's version from *before* its read. (Before, it HEADed
+/// after the read, remembered the released version as the holding it had judged, and slept
+/// until the old holder's time would have run out: 60 s here.)
+#[tokio::test]
+async fn a_release_between_a_waiters_read_and_its_next_look_is_seen() {
+    let gate = gate::GateStore::new(InMemory::new());
+    let bank = Bank::open("memory://")
+        .unwrap()
+        .with_store(Arc::new(gate.clone()));
+    let locks = Locks::new(&bank, "t", sys())
+        .unwrap()
+        .with_skew_margin(Duration::from_millis(50));
+    let holder = locks
+        .acquire("k", "h", Term::For(Duration::from_secs(60)), None)
+        .await
+        .unwrap();
+    // The waiter's first GET of the lock (its attempt without a ticket) goes through; the
+    // answer of its second (its first look once queued) is held until the holder released.
+    let held = gate.hold_get("locks/t/k", 1);
+    let waiter = {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            let blocking = Blocking::new(Wait::For(Duration::from_secs(30)));
+            let started = Instant::now();
+            locks
+                .acquire_blocking(
+                    "k",
+                    "w",
+                    Term::For(Duration::from_secs(60)),
+                    None,
+                    &blocking,
+                )
+                .await
+                .map(|_| started.elapsed())
+        })
+    };
+    held.served.await.unwrap(); // the waiter's read says: held by h, 60 s left
+    holder.release().await.unwrap();
+    let _ = held.release.send(());
+    let waited = tokio::time::timeout(Duration::from_secs(40), waiter)
+        .await
+        .expect("the waiter returns")
+        .unwrap()
+        .expect("the waiter took the released lock");
+    assert!(waited < Duration::from_secs(5), "took {waited:?}");
 }

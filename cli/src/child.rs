@@ -77,9 +77,82 @@ impl Signals {
     }
 }
 
+/// COMMAND, and the guard that kills its group if the supervisor dies.
+#[derive(Debug)]
+pub struct Running {
+    child: tokio::process::Child,
+    guard: Option<tokio::process::Child>,
+}
+
+/// How often a guard looks whether its supervisor is still there.
+const GUARD_POLL: Duration = Duration::from_millis(50);
+
 /// Start COMMAND (`argv`) with `env` added, in a process group of its own; on failure, the exit
 /// status to use (127 not found, 126 cannot be executed, 125 otherwise) and why.
+///
+/// With `guarded`, a guard (`banklease __guard`, this binary) joins COMMAND's group and kills
+/// the group with SIGKILL as soon as this process is gone: a supervisor killed outright must
+/// not leave COMMAND running without the lock it ran under. The guard ignores the signals
+/// forwarded to the group, and is killed when COMMAND exits.
 pub fn spawn(
+    argv: &[OsString],
+    env: &[(&str, OsString)],
+    guarded: bool,
+) -> Result<Running, (u8, anyhow::Error)> {
+    let child = spawn_command(argv, env)?;
+    let guard = if guarded {
+        let failed = |e: anyhow::Error| (EXIT_RUN_FAILED, e);
+        match spawn_guard(&child) {
+            Ok(guard) => Some(guard),
+            Err(e) => {
+                let mut child = child;
+                // Not run unguarded: stopped at once (it has barely started).
+                if let Some(group) = child.id().and_then(|p| Pid::from_raw(p as i32)) {
+                    send(group, Signal::KILL);
+                }
+                let _ = child.start_kill();
+                return Err(failed(e));
+            }
+        }
+    } else {
+        None
+    };
+    Ok(Running { child, guard })
+}
+
+fn spawn_guard(child: &tokio::process::Child) -> Result<tokio::process::Child> {
+    let group = child
+        .id()
+        .context("COMMAND exited before it could be guarded")?;
+    let me = std::env::current_exe().context("cannot find this binary to start its guard")?;
+    tokio::process::Command::new(me)
+        .args(["__guard", "--parent"])
+        .arg(std::process::id().to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .process_group(i32::try_from(group).context("pid out of range")?)
+        .kill_on_drop(true)
+        .spawn()
+        .context("cannot start the guard of COMMAND's process group")
+}
+
+/// `banklease __guard --parent PID` (hidden): in COMMAND's process group, kill the group when
+/// PID is no longer this process's parent (it died and this process was re-parented).
+pub async fn guard(parent: i32, clock: &SharedClock) -> crate::Outcome {
+    // The group's forwarded signals are COMMAND's, not ours.
+    let _ignored = Signals::new();
+    let group = rustix::process::getpgrp();
+    loop {
+        let parent_now = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
+        if parent_now != parent {
+            send(group, Signal::KILL);
+            return crate::Outcome::Exit(EXIT_HOLD_LOST);
+        }
+        clock.sleep(GUARD_POLL).await;
+    }
+}
+
+fn spawn_command(
     argv: &[OsString],
     env: &[(&str, OsString)],
 ) -> Result<tokio::process::Child, (u8, anyhow::Error)> {
@@ -108,6 +181,23 @@ pub fn spawn(
 /// Wait for COMMAND; forward signals to its group; when `lost` completes (with the reason),
 /// send the group SIGTERM, then SIGKILL after `kill_after`.
 pub async fn watch(
+    running: Running,
+    lost: impl Future<Output = String>,
+    clock: &SharedClock,
+    signals: &mut Signals,
+    kill_after: Duration,
+) -> Result<Ended> {
+    let Running { child, guard } = running;
+    let ended = watch_child(child, lost, clock, signals, kill_after).await;
+    if let Some(mut guard) = guard {
+        // COMMAND is gone: the guard's work is done.
+        let _ = guard.start_kill();
+        let _ = guard.wait().await;
+    }
+    ended
+}
+
+async fn watch_child(
     mut child: tokio::process::Child,
     lost: impl Future<Output = String>,
     clock: &SharedClock,

@@ -114,10 +114,12 @@ enum Command {
     /// Run COMMAND as an owner: hold an owner lease while it runs, and answer its owner
     /// operations (`banklease agent …`) over a private Unix socket.
     ///
-    /// Exit status: COMMAND's own (128 + N when signal N ended it); 75 when the lease stopped
-    /// being valid and COMMAND was stopped (SIGTERM, then SIGKILL after --kill-after); 125 when
-    /// `run` itself failed (configuration, lease, socket); 126 when COMMAND cannot be executed;
-    /// 127 when it is not found. When COMMAND exits, the checkpoints it left protecting are
+    /// Exit status: COMMAND's own (128 + N when signal N ended it); 75 when the lease (or the
+    /// --lock) stopped being valid and COMMAND was stopped (SIGTERM, then SIGKILL after
+    /// --kill-after); 125 when `run` itself failed (configuration, lease, socket); 126 when
+    /// COMMAND cannot be executed; 127 when it is not found; with --lock, 1 (or
+    /// --lock-conflict-exit-code) when the lock is held by someone else and the wait ran out, and
+    /// 128 + N when signal N came while waiting for it (nothing was run). When COMMAND exits, the checkpoints it left protecting are
     /// completed as `error` and the lease is released.
     #[command(
         after_help = "Example:\n  banklease run --checkpoint-prefix nightly- -- ./backup.sh"
@@ -131,6 +133,13 @@ enum Command {
         /// Azure and GCS, create the bucket or container with the provider's tools.
         #[arg(long)]
         create_container: bool,
+    },
+    /// Internal: the guard `lock run` and `run --lock` start in COMMAND's process group.
+    #[command(name = "__guard", hide = true)]
+    Guard {
+        /// The supervisor's pid.
+        #[arg(long)]
+        parent: i32,
     },
     /// Owner operations for a command started by `banklease run`, sent to its agent (the Unix
     /// socket in `BANKLEASE_AGENT`). Exit 0 done, 1 refused (lease not valid or lost, checkpoint
@@ -283,6 +292,10 @@ async fn run(cli: Cli) -> Result<Outcome> {
     let ctx = match command {
         // The agent's client needs no configuration: it talks to the agent only.
         Command::Agent(args) => return agent::client::run(args, json).await,
+        Command::Guard { parent } => {
+            let clock: SharedClock = Arc::new(SystemClock);
+            return Ok(child::guard(parent, &clock).await);
+        }
         Command::Run(args) => {
             return Ok(match load() {
                 Ok(ctx) => agent::run::run(&ctx, args).await,
@@ -315,7 +328,7 @@ async fn run(cli: Cli) -> Result<Outcome> {
         Command::Gc { dry_run, force } => gc::gc(&ctx, dry_run, force).await,
         Command::Lock(command) => lock::run(&ctx, command).await,
         Command::Doctor { race_rounds } => doctor::run(&ctx, race_rounds).await,
-        Command::Run(_) | Command::Agent(_) | Command::Init { .. } => {
+        Command::Run(_) | Command::Agent(_) | Command::Init { .. } | Command::Guard { .. } => {
             unreachable!("dispatched above")
         }
     }

@@ -765,3 +765,43 @@ fn lock_put_writes_under_the_current_token_and_refuses_a_stale_one() {
         assert_eq!(object(&env, "reports/y"), None);
     }
 }
+
+/// `lock run` (and `run --lock`) killed outright must not leave COMMAND running without the
+/// lock: a guard in COMMAND's process group kills it. (Before, COMMAND ran on, and a second
+/// holder ran beside it once the lock lapsed.)
+#[test]
+fn a_supervisor_killed_outright_takes_its_command_with_it() {
+    let env = Env::new(Backend::File);
+    for (name, args) in [
+        (
+            "lock-run",
+            vec!["lock", "run", "--duration", "5s", "k", "--"],
+        ),
+        (
+            "run-lock",
+            vec!["run", "--lock", "k", "--lock-duration", "5s", "--"],
+        ),
+    ] {
+        let ticks = format!("{name}.ticks");
+        let job = format!(
+            r#"trap '' TERM INT HUP; while :; do echo tick >> "$WORK/{ticks}"; sleep 0.1; done"#
+        );
+        let mut args = args.clone();
+        args.extend(["sh", "-c", &job]);
+        let mut supervisor = env.spawn(&args, name);
+        wait_for("the job's first ticks", || {
+            env.read(&ticks).lines().count() >= 3
+        });
+        signal(&supervisor, Signal::KILL);
+        wait_child(&mut supervisor);
+        // The guard looks every 50 ms; then nothing ticks any more.
+        std::thread::sleep(Duration::from_millis(500));
+        let after_kill = env.read(&ticks).lines().count();
+        std::thread::sleep(Duration::from_millis(700));
+        assert_eq!(
+            env.read(&ticks).lines().count(),
+            after_kill,
+            "{name}: COMMAND still runs"
+        );
+    }
+}

@@ -44,6 +44,9 @@ const EXPIRY_POLL: Duration = Duration::from_millis(100);
 /// While the key is free but promised to an earlier waiter, the queue ahead is looked at again
 /// this often (that waiter may have left without the lock object changing).
 pub const QUEUE_LOOK: Duration = Duration::from_secs(1);
+/// How long one attempt at deleting a ticket may take (a waiter being stopped does not hang on
+/// a store that does not answer).
+const REMOVE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bounds of the default ticket lease (the lock's duration, clamped): a waiter killed without
 /// a chance to delete its ticket holds its place at most this long.
 const MIN_TICKET_LEASE: Duration = Duration::from_secs(1);
@@ -194,10 +197,18 @@ impl Ticket {
         }
     }
 
-    /// Delete our ticket (best effort: if it stays, it expires on its own).
+    /// Delete our ticket (best effort, each attempt bounded by [`REMOVE_TIMEOUT`]: if it
+    /// stays, it expires on its own).
     async fn remove(self, locks: &Locks) {
         for _ in 0..3 {
-            match locks.bank.store().delete(&self.path).await {
+            let deleted = tokio::select! {
+                d = locks.bank.store().delete(&self.path) => d,
+                () = locks.clock.sleep(REMOVE_TIMEOUT) => {
+                    tracing::warn!(ticket = %self.path, "removing the queue ticket timed out");
+                    continue;
+                }
+            };
+            match deleted {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => return,
                 Err(e) => {
                     tracing::warn!(ticket = %self.path, error = %e, "cannot remove queue ticket")
@@ -218,51 +229,58 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 /// What a waiter knows of the lock between full looks.
 #[derive(Debug, Default)]
 struct Watch {
-    /// The lock object's ETag when last looked at (`None`: not known, or the key is unused).
+    /// The lock object's ETag, read just before the last full look (`None`: not known, or the
+    /// key is unused).
     e_tag: Option<String>,
-    /// When a full look is next due: the holder's expiry as judged (plus both margins), or
-    /// [`QUEUE_LOOK`] from now while the key is promised to an earlier waiter.
+    /// When a full look is next due: the holder's expected end as judged, or [`QUEUE_LOOK`]
+    /// from now while the key is promised to an earlier waiter; `None`: at once.
     look_at: Option<Instant>,
 }
 
 impl Watch {
-    /// Remember an attempt that found the key unavailable: held for `remaining` (store clock,
-    /// margin deducted), or free and `promised` to an earlier waiter.
-    async fn unavailable(&mut self, lock: &Lock, remaining: Duration, promised: bool) {
+    /// Whether a full look is due: the lock object changed since the ETag read before the last
+    /// look (a release, a new holder, a heartbeat), or a look is due by time. One HEAD; the ETag
+    /// read is returned for [`unavailable`](Self::unavailable), so that a change after the
+    /// look's own read is seen as a change at the next HEAD.
+    async fn look_due(&self, lock: &Lock) -> Option<Option<String>> {
+        let e_tag = head_e_tag(lock).await;
+        let now = lock.locks().clock.now();
+        let due = self.look_at.is_none_or(|t| now >= t) || e_tag != self.e_tag;
+        due.then_some(e_tag)
+    }
+
+    /// Remember a full look that found the key unavailable: held for `remaining` (store clock,
+    /// margin deducted), or free and `promised` to an earlier waiter; `e_tag` was read before
+    /// the look.
+    fn unavailable(
+        &mut self,
+        lock: &Lock,
+        remaining: Duration,
+        promised: bool,
+        e_tag: Option<String>,
+    ) {
         let locks = lock.locks();
         let now = locks.clock.now();
-        let e_tag = head_e_tag(lock).await;
-        // The same holding (no heartbeat since), still judged held when its end was due: the
-        // store's clock is read at its stamp resolution (1 s on S3) and may lag; look again
-        // soon rather than another margin later.
+        // The same holding (no write since), with no time left, looked at when its end was due:
+        // the store's clock is read at its stamp resolution (1 s on S3) and may lag, so look
+        // again soon rather than a margin later.
         let same_holding = e_tag.is_some() && e_tag == self.e_tag;
         let was_due = self.look_at.is_some_and(|t| now >= t);
         self.look_at = Some(if promised {
             now + QUEUE_LOOK
-        } else if same_holding && was_due {
+        } else if remaining.is_zero() && same_holding && was_due {
             now + EXPIRY_POLL
         } else {
             // Judged held for `remaining` with the margin deducted, on a reading of the store's
             // clock that may lag by its stamp resolution (at most the margin): dead from
-            // between one and two margins after that. Look from the first, then every
-            // EXPIRY_POLL.
+            // between one and two margins after that. Look from the first.
             now + remaining + locks.margin + MIN_POLL
         });
         tracing::debug!(key = %lock.full_key(), remaining_ms = remaining.as_millis(),
-            promised, same_holding, was_due, next_look_ms = self.look_at.map(|t| t.saturating_duration_since(now).as_millis()),
+            promised, same_holding, was_due,
+            next_look_ms = self.look_at.map(|t| t.saturating_duration_since(now).as_millis()),
             "lock unavailable; watching it");
         self.e_tag = e_tag;
-    }
-
-    /// True when a full look is due: the object changed (a release, a new holder, a heartbeat),
-    /// or its holder's time is up, or the queue ahead of us is to be looked at again. One HEAD.
-    async fn look_due(&mut self, lock: &Lock) -> bool {
-        let now = lock.locks().clock.now();
-        if self.look_at.is_none_or(|t| now >= t) || self.e_tag.is_none() {
-            return true;
-        }
-        let e_tag = head_e_tag(lock).await;
-        e_tag.is_none() || e_tag != self.e_tag
     }
 }
 
@@ -272,6 +290,23 @@ async fn head_e_tag(lock: &Lock) -> Option<String> {
     match lock.locks().bank.store().head(&path).await {
         Ok(meta) => meta.e_tag,
         Err(_) => None,
+    }
+}
+
+/// Run `work` to its end; a completion of `stop` meanwhile is noted in `stopped` (and `stop`
+/// is not polled again), never cancels `work`: a write in flight may land, and must then be
+/// known.
+async fn unless_stopped<T, S: Future<Output = ()>>(
+    work: impl Future<Output = T>,
+    stop: &mut std::pin::Pin<&mut S>,
+    stopped: &mut bool,
+) -> T {
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            () = stop.as_mut(), if !*stopped => *stopped = true,
+        }
     }
 }
 
@@ -294,15 +329,16 @@ impl Lock {
     }
 
     /// [`acquire_blocking`](Self::acquire_blocking), given up when `stop` completes (a signal, a
-    /// shutdown): then the waiter's ticket is deleted before this returns `Ok(None)`, so the next
-    /// waiter is not kept waiting behind it. A request in flight when `stop` completes is
-    /// abandoned; a ticket it may have created expires after its ticket lease.
+    /// shutdown): a pause is cut short, a request in flight is let finish (a lock it took is
+    /// released again), and the waiter's ticket is deleted before this returns `Ok(None)`, so
+    /// the next waiter is not kept waiting behind it.
     ///
     /// While the lock is held by someone else, a waiter sends one HEAD on the lock object every
     /// [`WATCH_POLL`] (or a quarter of the duration, if shorter) and looks fully (read, judge on
     /// the store's clock, check the queue ahead of it) only when the object changed, when the
-    /// holder's time is up, or once a [`QUEUE_LOOK`] while the key is promised to an earlier
-    /// waiter; it renews its ticket every half ticket lease.
+    /// holder's time is up (then every [`EXPIRY_POLL`] while it is still judged held), or once a
+    /// [`QUEUE_LOOK`] while the key is promised to an earlier waiter; it renews its ticket every
+    /// half ticket lease.
     pub async fn acquire_blocking_or(
         &self,
         term: Term,
@@ -311,6 +347,7 @@ impl Lock {
         stop: impl Future<Output = ()>,
     ) -> Result<Option<Acquired>> {
         tokio::pin!(stop);
+        let mut stopped = false;
         let locks = self.locks().clone();
         let clock = locks.clock.clone();
         let start = clock.now();
@@ -330,21 +367,27 @@ impl Lock {
         let mut errors = 0u32;
 
         // First without a ticket: a free key with an empty queue is taken at once.
-        let mut watch = Watch::default();
         let mut unavailable = loop {
-            let attempt = tokio::select! {
-                a = self.acquire_for(duration, payload, None) => a,
-                () = &mut stop => return Ok(None),
-            };
+            let attempt = unless_stopped(
+                self.acquire_for(duration, payload, None),
+                &mut stop,
+                &mut stopped,
+            )
+            .await;
             match attempt {
+                Ok(a) if stopped => {
+                    self.give_back(a).await;
+                    return Ok(None);
+                }
                 Ok(a) => return Ok(Some(a)),
+                _ if stopped => return Ok(None),
                 Err(e @ Error::Unavailable { .. }) => break e,
                 Err(e) if e.is_transient() && errors < blocking.retries && !past(hard) => {
                     errors += 1;
                     tracing::warn!(key = %self.full_key(), error = %e, errors, "acquire failed; retrying");
                     tokio::select! {
                         () = sleep_until(clock.now() + blocking.retry_interval) => {}
-                        () = &mut stop => return Ok(None),
+                        () = stop.as_mut() => return Ok(None),
                     }
                 }
                 Err(e) => return Err(e),
@@ -353,17 +396,13 @@ impl Lock {
         if blocking.block_for == Wait::No || past(deadline) {
             return Err(unavailable);
         }
-        if let Error::Unavailable {
-            remaining, holder, ..
-        } = &unavailable
-        {
-            watch.unavailable(self, *remaining, promised(holder)).await;
-        }
 
         let ticket_lease = blocking
             .ticket_lease
             .unwrap_or_else(|| duration.clamp(MIN_TICKET_LEASE, MAX_TICKET_LEASE));
         let mut ticket: Option<Ticket> = None;
+        // The first look, once queued, is at once (the key may have been freed meanwhile).
+        let mut watch = Watch::default();
         let result = loop {
             if past(deadline) {
                 break Err(unavailable);
@@ -382,7 +421,6 @@ impl Lock {
                 if ticket.is_none() {
                     ticket =
                         Some(Ticket::take(&locks, self.key(), self.owner(), ticket_lease).await?);
-                    // Queued: the next look decides (the key may have been freed meanwhile).
                     watch.look_at = None;
                 }
                 let t = ticket.as_mut().expect("just taken");
@@ -394,9 +432,9 @@ impl Lock {
                     }
                     return Ok(None);
                 }
-                if !watch.look_due(self).await {
+                let Some(e_tag) = watch.look_due(self).await else {
                     return Ok(None);
-                }
+                };
                 let name = ticket.as_ref().map(|t| t.name.clone());
                 match self.acquire_for(duration, payload, name.as_deref()).await {
                     Ok(a) => Ok(Some(a)),
@@ -405,7 +443,7 @@ impl Lock {
                             remaining, holder, ..
                         } = &e
                         {
-                            watch.unavailable(self, *remaining, promised(holder)).await;
+                            watch.unavailable(self, *remaining, promised(holder), e_tag);
                         }
                         unavailable = e;
                         Ok(None)
@@ -413,10 +451,14 @@ impl Lock {
                     Err(e) => Err(e),
                 }
             };
-            let step: Result<Option<Acquired>> = tokio::select! {
-                step = step => step,
-                () = &mut stop => break Ok(None),
-            };
+            let step: Result<Option<Acquired>> =
+                unless_stopped(step, &mut stop, &mut stopped).await;
+            if stopped {
+                if let Ok(Some(a)) = step {
+                    self.give_back(a).await;
+                }
+                break Ok(None);
+            }
             let wait = match step {
                 Ok(Some(acquired)) => break Ok(Some(acquired)),
                 Ok(None) => {
@@ -438,12 +480,20 @@ impl Lock {
             };
             tokio::select! {
                 () = sleep_until(wait) => {}
-                () = &mut stop => break Ok(None),
+                () = stop.as_mut() => break Ok(None),
             }
         };
         if let Some(t) = ticket {
             t.remove(&locks).await;
         }
         result
+    }
+
+    /// Release a lock taken while the waiter was being stopped (its caller will not hold it).
+    async fn give_back(&self, acquired: Acquired) {
+        if let Err(e) = self.release().await {
+            tracing::warn!(key = %self.full_key(), token = acquired.fence.value, error = %e,
+                "a lock taken as the wait was stopped could not be released; it runs out on its own");
+        }
     }
 }

@@ -33,15 +33,20 @@ struct Hold {
     skip: usize,
     /// Answer NotFound instead of serving the read (a lagging replica's false 404).
     not_found: bool,
+    /// Hold a GET only, letting HEADs through.
+    gets_only: bool,
     served: oneshot::Sender<()>,
     release: oneshot::Receiver<()>,
 }
 
-/// A store whose next GET of a path ending in a given suffix is answered late.
+/// A store whose next GET of a path ending in a given suffix is answered late (and, with
+/// [`GateStore::hold_next_write`], whose next PUT of a path ending in a suffix lands and is
+/// answered late).
 #[derive(Clone)]
 pub struct GateStore<T> {
     inner: T,
     holds: Arc<Mutex<Vec<Hold>>>,
+    write_holds: Arc<Mutex<Vec<Hold>>>,
 }
 
 impl<T> fmt::Debug for GateStore<T> {
@@ -62,6 +67,26 @@ impl<T: ObjectStore> GateStore<T> {
         Self {
             inner,
             holds: Arc::new(Mutex::new(Vec::new())),
+            write_holds: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Hold the answer of the next PUT whose path ends with `suffix`: it lands in the inner
+    /// store, then `served` fires and the caller waits for `release`.
+    pub fn hold_next_write(&self, suffix: &str) -> Held {
+        let (served_tx, served_rx) = oneshot::channel();
+        let (release_tx, release_rx) = oneshot::channel();
+        self.write_holds.lock().unwrap().push(Hold {
+            suffix: suffix.to_owned(),
+            skip: 0,
+            not_found: false,
+            gets_only: false,
+            served: served_tx,
+            release: release_rx,
+        });
+        Held {
+            served: served_rx,
+            release: release_tx,
         }
     }
 
@@ -79,6 +104,7 @@ impl<T: ObjectStore> GateStore<T> {
             suffix: suffix.to_owned(),
             skip,
             not_found: false,
+            gets_only: false,
             served: served_tx,
             release: release_rx,
         });
@@ -96,11 +122,18 @@ impl<T: ObjectStore> GateStore<T> {
         held
     }
 
-    fn take_hold(&self, location: &Path) -> Option<Hold> {
+    /// [`hold_read`](Self::hold_read) of GETs only: HEADs of the path go through uncounted.
+    pub fn hold_get(&self, suffix: &str, skip: usize) -> Held {
+        let held = self.hold_read(suffix, skip);
+        self.holds.lock().unwrap().last_mut().unwrap().gets_only = true;
+        held
+    }
+
+    fn take_hold(&self, location: &Path, head: bool) -> Option<Hold> {
         let mut holds = self.holds.lock().unwrap();
         let i = holds
             .iter()
-            .position(|h| location.as_ref().contains(&h.suffix))?;
+            .position(|h| location.as_ref().contains(&h.suffix) && !(head && h.gets_only))?;
         if holds[i].skip > 0 {
             holds[i].skip -= 1;
             return None;
@@ -117,7 +150,19 @@ impl<T: ObjectStore> ObjectStore for GateStore<T> {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
+        let hold = {
+            let mut holds = self.write_holds.lock().unwrap();
+            let i = holds
+                .iter()
+                .position(|h| location.as_ref().ends_with(&h.suffix));
+            i.map(|i| holds.remove(i))
+        };
+        let result = self.inner.put_opts(location, payload, opts).await;
+        if let Some(hold) = hold {
+            let _ = hold.served.send(());
+            let _ = hold.release.await;
+        }
+        result
     }
 
     async fn put_multipart_opts(
@@ -129,7 +174,7 @@ impl<T: ObjectStore> ObjectStore for GateStore<T> {
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        let hold = self.take_hold(location);
+        let hold = self.take_hold(location, options.head);
         let result = match &hold {
             Some(h) if h.not_found => Err(object_store::Error::NotFound {
                 path: location.to_string(),

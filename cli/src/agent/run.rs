@@ -42,7 +42,7 @@ use super::api::{AGENT_ENV, BANK_ENV, OWNER_ENV};
 use super::server::{self, Agent};
 use crate::child::{self, describe, exit_code, Ended, Signals};
 use crate::lock::hold::{self, validity_margin, Kept};
-use crate::lock::{Namespace, Who};
+use crate::lock::{LockNamespace, Who};
 use crate::{human, Ctx, Outcome};
 
 /// `run` exits with this when the lease stopped being valid and COMMAND was stopped
@@ -82,6 +82,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "-1", allow_hyphen_values = true,
           requires = "lock", value_parser = parse_wait)]
     lock_block_for: Wait,
+
+    #[command(flatten)]
+    lock_namespace: LockNamespace,
 
     /// Exit with CODE, running nothing, when the --lock is held by someone else and the wait
     /// ran out.
@@ -123,8 +126,14 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
             Err(code) => return Ok(code),
         },
     };
+    let lock_margin = validity_margin(args.lock_duration);
     let kill_after = match (&lock, args.kill_after) {
-        (Some(_), None) => kill_after.min(validity_margin(args.lock_duration) / 2),
+        (Some(_), None) => kill_after.min(lock_margin / 2),
+        (Some(_), Some(given)) if given >= lock_margin => {
+            tracing::warn!(kill_after = %human(given), lock_margin = %human(lock_margin),
+                "--kill-after is not shorter than a quarter of --lock-duration: COMMAND may outlive the lock");
+            given
+        }
         _ => kill_after,
     };
     let acquired = OwnerLease::acquire(&ctx.bank, owner.clone(), windows, ctx.clock.clone())
@@ -181,8 +190,6 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         }
     };
     let ended = child::watch(child, hold_ended, &ctx.clock, &mut signals, kill_after).await;
-    // The lock and the lease go together.
-    release_lock(&mut lock).await;
 
     // No write starts from here on; those in flight (a background process of COMMAND may still
     // be uploading) may finish, for at most the validity window. Only then are COMMAND's
@@ -197,6 +204,9 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         server.abort();
     }
     drop(socket_dir);
+    // The lock goes with the lease, once COMMAND's writes in flight are done: a second
+    // `run --lock` job must not start while they may still land.
+    release_lock(&mut lock).await;
 
     match ended {
         Ok(Ended::Exited(status)) => {
@@ -246,7 +256,7 @@ type Started = (
     Arc<Agent>,
     tokio::task::JoinHandle<std::io::Result<()>>,
     CancellationToken,
-    tokio::process::Child,
+    child::Running,
 );
 
 /// Acquire `--lock KEY` for `owner` (in a session of its own) and keep it; `Err(code)` when it
@@ -259,7 +269,7 @@ async fn take_lock(
     signals: &mut Signals,
 ) -> Result<Result<(Kept, Vec<(&'static str, OsString)>), u8>> {
     let wanted = hold::Wanted {
-        ns: &Namespace::default_namespace(),
+        ns: args.lock_namespace.name(),
         key,
         who: &Who::new(Some(owner.as_str().to_owned())),
         duration: args.lock_duration,
@@ -318,7 +328,9 @@ async fn start(
         (BANK_ENV, ctx.bank.label().into()),
     ];
     env.extend(lock_env);
-    match child::spawn(&args.command, &env) {
+    // With --lock, COMMAND must not outlive `run` (nothing else keeps it from running on
+    // without the lock); without it, the agent's refusals fence COMMAND's writes.
+    match child::spawn(&args.command, &env, args.lock.is_some()) {
         Ok(child) => Ok((dir, agent, server, cancel, child)),
         Err(failed) => {
             cancel.cancel();

@@ -12,7 +12,7 @@ use banklease::{error_chain, Error, LeaseState};
 use rustix::process::Signal;
 use tokio::sync::mpsc;
 
-use super::{locks, Holder, Namespace, Who};
+use super::{locks_in, Holder, Who};
 use crate::child::Signals;
 use crate::{human, Ctx};
 
@@ -56,7 +56,8 @@ pub struct Held {
 /// What to acquire, for whom, for how long, and how long to wait.
 #[derive(Debug)]
 pub struct Wanted<'a> {
-    pub ns: &'a Namespace,
+    /// The namespace's name.
+    pub ns: &'a str,
     pub key: &'a str,
     pub who: &'a Who,
     pub duration: Duration,
@@ -75,7 +76,7 @@ pub async fn acquire(ctx: &Ctx, wanted: &Wanted<'_>, signals: &mut Signals) -> R
         payload,
         wait,
     } = *wanted;
-    let locks = locks(ctx, ns)?;
+    let locks = locks_in(ctx, ns)?;
     let holder = who.resolve()?;
     let lock = locks.lock(key, &holder.name)?;
     let mut signalled = None;
@@ -223,9 +224,14 @@ impl Kept {
     }
 
     /// Stop the heartbeat and release the lock; a failure is logged (the lock then runs out on
-    /// its own).
+    /// its own). A lock already lost is not ours to release: the heartbeat is only stopped.
     pub async fn release(self) {
         let key = self.heartbeat.lock().full_key();
+        if let LeaseState::Lost { reason } = self.heartbeat.lock().subscribe().borrow().clone() {
+            tracing::debug!(key = %key, reason = %reason, "the lock was lost; nothing to release");
+            self.heartbeat.stop().await;
+            return;
+        }
         if let Err(e) = self.heartbeat.release().await {
             tracing::warn!(key = %key, error = %error_chain(&e),
                 "releasing the lock failed; it runs out on its own");

@@ -43,7 +43,8 @@ pub(crate) enum LockCommand {
     /// `lock run` itself failed; 126 when COMMAND cannot be executed; 127 when it is not found;
     /// 128 + N when signal N came while waiting (nothing was run). COMMAND gets
     /// BANKLEASE_LOCK_KEY, BANKLEASE_LOCK_NAMESPACE, BANKLEASE_LOCK_TOKEN (the fencing token),
-    /// BANKLEASE_LOCK_OWNER and BANKLEASE_BANK.
+    /// BANKLEASE_LOCK_OWNER, BANKLEASE_LOCK_SESSION and BANKLEASE_BANK. If `lock run` itself is
+    /// killed (SIGKILL), COMMAND's process group is killed with it.
     #[command(
         after_help = "Examples:\n  banklease lock run jobs/nightly -- ./nightly.sh\n  \
                             banklease lock run -n jobs/nightly -- ./nightly.sh   # do not wait\n  \
@@ -85,9 +86,9 @@ pub(crate) enum LockCommand {
         /// The lock key.
         key: String,
         /// The owner that holds it: the owner and `--session` printed by `lock acquire`, or the
-        /// whole holder name (`BANKLEASE_LOCK_OWNER`).
+        /// whole holder name (`BANKLEASE_LOCK_OWNER`) [default: $USER, else `banklease`].
         #[arg(long, value_name = "OWNER")]
-        owner: String,
+        owner: Option<String>,
         /// The session printed by `lock acquire`.
         #[arg(long, value_name = "SESSION")]
         session: Option<String>,
@@ -118,12 +119,18 @@ pub(crate) struct Namespace {
     namespace: String,
 }
 
-impl Namespace {
-    /// The default namespace.
-    pub(crate) fn default_namespace() -> Self {
-        Self {
-            namespace: banklease::lock::DEFAULT_NAMESPACE.to_owned(),
-        }
+/// `run --lock`'s namespace.
+#[derive(Debug, Args)]
+pub(crate) struct LockNamespace {
+    /// The --lock's namespace.
+    #[arg(long = "lock-namespace", value_name = "NS", requires = "lock",
+          default_value = banklease::lock::DEFAULT_NAMESPACE, env = "BANKLEASE_LOCK_NAMESPACE")]
+    namespace: String,
+}
+
+impl LockNamespace {
+    pub(crate) fn name(&self) -> &str {
+        &self.namespace
     }
 }
 
@@ -246,6 +253,7 @@ pub(crate) async fn run(ctx: &Ctx, command: LockCommand) -> Result<Outcome> {
             session,
             ns,
         } => {
+            let owner = owner.unwrap_or_else(default_owner);
             let holder = match session {
                 Some(session) => session_holder(&owner, &session)?,
                 None => owner,
@@ -259,6 +267,11 @@ pub(crate) async fn run(ctx: &Ctx, command: LockCommand) -> Result<Outcome> {
 
 /// The namespace's locks; `memory://` is refused, as nothing in it outlives the command.
 fn locks(ctx: &Ctx, ns: &Namespace) -> Result<Locks> {
+    locks_in(ctx, &ns.namespace)
+}
+
+/// [`locks`] of the namespace named `ns`.
+fn locks_in(ctx: &Ctx, ns: &str) -> Result<Locks> {
     if ctx.bank.label().starts_with("memory:") {
         bail!(
             "lock commands need a bank that outlives this process: bank=`{}` is in this \
@@ -267,8 +280,10 @@ fn locks(ctx: &Ctx, ns: &Namespace) -> Result<Locks> {
             ctx.bank.label()
         );
     }
-    Ok(Locks::new(&ctx.bank, &ns.namespace, ctx.clock.clone())?
-        .with_skew_margin(ctx.config.lease.skew_margin))
+    Ok(
+        Locks::new(&ctx.bank, ns, ctx.clock.clone())?
+            .with_skew_margin(ctx.config.lease.skew_margin),
+    )
 }
 
 #[derive(Debug, Serialize)]
@@ -300,7 +315,7 @@ async fn acquire(
 ) -> Result<Outcome> {
     let mut signals = Signals::new()?;
     let wanted = hold::Wanted {
-        ns,
+        ns: &ns.namespace,
         key,
         who,
         duration,

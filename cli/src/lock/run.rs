@@ -62,7 +62,7 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Outcome {
 async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     let margin = validity_margin(args.duration);
     let kill_after = args.kill_after.unwrap_or(margin / 2);
-    if kill_after >= margin {
+    if args.kill_after.is_some() && kill_after >= margin {
         tracing::warn!(kill_after = %human(kill_after), margin = %human(margin),
             "--kill-after is not shorter than a quarter of the duration: COMMAND may outlive the lock");
     }
@@ -70,7 +70,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     // `lock run` with the lock held.
     let mut signals = Signals::new().context("cannot install signal handlers")?;
     let wanted = hold::Wanted {
-        ns: &args.ns,
+        ns: &args.ns.namespace,
         key: &args.key,
         who: &args.who,
         duration: args.duration,
@@ -94,7 +94,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     env.push((crate::agent::api::BANK_ENV, ctx.bank.label().into()));
     let mut kept = held.keep(ctx);
 
-    let child = match child::spawn(&args.command, &env) {
+    let child = match child::spawn(&args.command, &env, true) {
         Ok(child) => child,
         Err((code, e)) => {
             eprintln!("error: {}", banklease_gc::logging::error_line(&e));
