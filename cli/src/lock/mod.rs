@@ -440,7 +440,11 @@ struct LockRow {
     session: Option<String>,
     /// The whole holder name (`<owner>.<session>`), as `lock release --owner` takes it.
     holder: Option<String>,
+    /// The holder's time left on the store's clock, the skew margin deducted in its favour.
     remaining_ms: u64,
+    /// When others may take it: after `remaining_ms` and twice the skew margin (null unless
+    /// held).
+    free_for_others_in_ms: Option<u64>,
     expired_since_ms: Option<u64>,
     payload: Option<String>,
     /// The fencing counter.
@@ -449,7 +453,7 @@ struct LockRow {
     last_modified: String,
 }
 
-fn row(ns: &str, info: &LockInfo) -> LockRow {
+fn row(ns: &str, info: &LockInfo, margin: Duration) -> LockRow {
     let (holder, since) = match &info.state {
         LockState::Free => (None, None),
         LockState::Held { holder, .. } => (Some(holder.clone()), None),
@@ -467,6 +471,7 @@ fn row(ns: &str, info: &LockInfo) -> LockRow {
         session,
         holder,
         remaining_ms: ms(info.state.remaining()),
+        free_for_others_in_ms: free_for_others_in(&info.state, margin).map(ms),
         expired_since_ms: since,
         payload: info.payload.clone(),
         token: info.fence,
@@ -475,10 +480,23 @@ fn row(ns: &str, info: &LockInfo) -> LockRow {
     }
 }
 
-fn human_state(state: &LockState) -> String {
+/// A held lock is judged with the skew margin in its holder's favour on both sides: its holder
+/// counts `remaining` (the margin deducted), others may take it only a margin after its end.
+fn free_for_others_in(state: &LockState, margin: Duration) -> Option<Duration> {
+    match state {
+        LockState::Held { remaining, .. } => Some(*remaining + 2 * margin),
+        _ => None,
+    }
+}
+
+fn human_state(state: &LockState, margin: Duration) -> String {
     match state {
         LockState::Free => "free".to_owned(),
-        LockState::Held { remaining, .. } => format!("held, {} left", human(*remaining)),
+        LockState::Held { remaining, .. } => format!(
+            "held, {} left (free for others in {})",
+            human(*remaining),
+            human(free_for_others_in(state, margin).unwrap_or_default())
+        ),
         LockState::Expired { since, .. } => format!("expired {} ago", human(*since)),
     }
 }
@@ -514,7 +532,7 @@ async fn show(ctx: &Ctx, ns: &Namespace, key: &str) -> Result<Outcome> {
     };
     let waiters: Vec<Waiter> = locks.waiters(key).await?;
     let report = ShowReport {
-        row: row(locks.namespace(), &info),
+        row: row(locks.namespace(), &info, locks.skew_margin()),
         waiters: waiters
             .iter()
             .map(|w| WaiterRow {
@@ -543,7 +561,7 @@ async fn show(ctx: &Ctx, ns: &Namespace, key: &str) -> Result<Outcome> {
         };
         let lines = [
             ("key", full),
-            ("state", human_state(&info.state)),
+            ("state", human_state(&info.state, locks.skew_margin())),
             ("owner", opt(report.row.owner.clone())),
             ("session", opt(report.row.session.clone())),
             ("payload", opt(info.payload.clone())),
@@ -568,13 +586,13 @@ async fn list(ctx: &Ctx, ns: &Namespace) -> Result<Outcome> {
     let snapshot = locks.snapshot().await?;
     let mut rows = Vec::new();
     for info in &snapshot.leases {
-        let r = row(locks.namespace(), info);
+        let r = row(locks.namespace(), info, locks.skew_margin());
         if ctx.json {
             out_json(&r)?;
         } else {
             rows.push(vec![
                 r.key,
-                human_state(&info.state),
+                human_state(&info.state, locks.skew_margin()),
                 r.holder.unwrap_or_else(|| "-".to_owned()),
                 r.token.to_string(),
                 r.payload.unwrap_or_else(|| "-".to_owned()),
