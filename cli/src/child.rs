@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use banklease::clock::SharedClock;
+use banklease::LeaseState;
 use rustix::process::{Pid, Signal};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -256,6 +257,38 @@ async fn watch_child(
                     kill_at = None;
                 }
             }
+        }
+    }
+}
+
+/// Completes, with the reason, when a hold (an owner lease, a named lock) can no longer be
+/// proved: Lost, released, or less than `margin` of it left on the holder's clock (send-time
+/// expiry, never later than the store's), which then says `short`. Sends no request; wakes on
+/// every change of state, when the margin would be reached, and at least once a second (the
+/// holder's clock counts suspended time; tokio's timers do not).
+pub async fn hold_ended(
+    mut states: tokio::sync::watch::Receiver<LeaseState>,
+    remaining: impl Fn() -> Duration,
+    margin: Duration,
+    short: &str,
+    clock: &SharedClock,
+) -> String {
+    let mut watching = true;
+    loop {
+        let state = states.borrow_and_update().clone();
+        match state {
+            LeaseState::Lost { reason } => return format!("lost: {reason}"),
+            LeaseState::Released => return "released".to_owned(),
+            LeaseState::Held { .. } if remaining() < margin => return short.to_owned(),
+            LeaseState::Held { .. } => {}
+        }
+        let until = remaining()
+            .saturating_sub(margin)
+            .min(Duration::from_secs(1))
+            + Duration::from_millis(1);
+        tokio::select! {
+            changed = states.changed(), if watching => watching = changed.is_ok(),
+            () = clock.sleep(until) => {}
         }
     }
 }

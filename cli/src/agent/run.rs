@@ -35,7 +35,7 @@ use banklease::checkpoint::Status;
 use banklease::clock::{Jitter, SharedClock};
 use banklease::error_chain;
 use banklease::lock::Wait;
-use banklease::{LeaseState, OwnerLease};
+use banklease::OwnerLease;
 use tokio_util::sync::CancellationToken;
 
 use super::api::{AGENT_ENV, BANK_ENV, OWNER_ENV};
@@ -367,32 +367,18 @@ fn socket_dir() -> Result<tempfile::TempDir> {
 /// released, or has less than `validity_window` left. Sends no request.
 async fn validity_ended(lease: &OwnerLease, clock: &SharedClock) -> String {
     let validity = lease.windows().validity_window;
-    let mut states = lease.subscribe();
-    let mut watching = true;
-    loop {
-        match lease.state() {
-            LeaseState::Lost { reason } => return format!("lost: {reason}"),
-            LeaseState::Released => return "released".to_owned(),
-            LeaseState::Held { .. } if !lease.check_validity() => {
-                return format!(
-                    "less than validity_window={} left before it runs out",
-                    human(validity)
-                )
-            }
-            LeaseState::Held { .. } => {}
-        }
-        // Wake at the instant validity would end, on any state change, and at least once a
-        // second (the owner's clock counts suspended time; tokio's timers do not).
-        let until = lease
-            .remaining()
-            .saturating_sub(validity)
-            .min(Duration::from_secs(1))
-            + Duration::from_millis(1);
-        tokio::select! {
-            changed = states.changed(), if watching => watching = changed.is_ok(),
-            () = clock.sleep(until) => {}
-        }
-    }
+    let short = format!(
+        "less than validity_window={} left before it runs out",
+        human(validity)
+    );
+    child::hold_ended(
+        lease.subscribe(),
+        || lease.remaining(),
+        validity,
+        &short,
+        clock,
+    )
+    .await
 }
 
 /// Complete as `error` what COMMAND left protecting: it will never finish them.

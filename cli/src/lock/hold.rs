@@ -188,37 +188,29 @@ impl Kept {
     pub async fn ended(&mut self) -> String {
         let lock = self.heartbeat.lock().clone();
         let margin = validity_margin(lock.duration().unwrap_or_default());
-        let mut states = lock.subscribe();
-        let mut watching = true;
+        let short = format!(
+            "less than {} left and no heartbeat succeeded",
+            human(margin)
+        );
+        let clock = lock.locks().clock().clone();
+        let ended = crate::child::hold_ended(
+            lock.subscribe(),
+            || lock.remaining(),
+            margin,
+            &short,
+            &clock,
+        );
+        tokio::pin!(ended);
         let mut reporting = true;
         loop {
-            match &*states.borrow_and_update() {
-                LeaseState::Lost { reason } => return format!("lost: {reason}"),
-                LeaseState::Released => return "released".to_owned(),
-                LeaseState::Held { .. } if lock.remaining() <= margin => {
-                    return format!(
-                        "less than {} left and no heartbeat succeeded",
-                        human(margin)
-                    )
-                }
-                LeaseState::Held { .. } => {}
-            }
-            // Wake when the margin would be reached, on any change, at least once a second (the
-            // lock's clock counts suspended time; tokio's timers do not).
-            let until = lock
-                .remaining()
-                .saturating_sub(margin)
-                .min(Duration::from_secs(1))
-                + Duration::from_millis(1);
             tokio::select! {
-                changed = states.changed(), if watching => watching = changed.is_ok(),
+                reason = &mut ended => return reason,
                 failure = self.failures.recv(), if reporting => match failure {
                     Some(f) if !f.lost => tracing::warn!(key = %lock.full_key(),
                         error = %error_chain(&f.error), "lock heartbeat failed; retrying"),
                     Some(_) => {}
                     None => reporting = false,
                 },
-                () = lock.locks().clock().sleep(until) => {}
             }
         }
     }
