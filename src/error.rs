@@ -271,6 +271,21 @@ pub enum Error {
         detail: String,
     },
 
+    /// A fenced write to an object guarded by another lock's tokens (tokens of different locks
+    /// do not compare); nothing was written.
+    #[error(
+        "refused: path=`{path}` is guarded by lock=`{guarded_by}`, not lock=`{lock}`; write it \
+         with a token of `{guarded_by}`, or to another object"
+    )]
+    OtherLock {
+        /// The guarded object.
+        path: String,
+        /// The lock whose tokens guard it.
+        guarded_by: String,
+        /// The lock whose token was given.
+        lock: String,
+    },
+
     /// A fenced write named a token the lock never issued.
     #[error(
         "unknown fencing token: lock=`{lock}` token=`{fence}` counter=`{counter}`; use the token \

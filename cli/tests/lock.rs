@@ -255,6 +255,13 @@ fn a_held_lock_refuses_at_once_with_n_and_the_chosen_code_with_e() {
         assert!(!env.work.path().join("ran").exists());
         let out = env.run(&["lock", "run", "-n", "-E", "42", "k", "--", "true"]);
         assert_eq!(out.status.code(), Some(42), "{}", text(&out));
+        let out = env.run(&["--json", "lock", "run", "-n", "k", "--", "true"]);
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+        assert_eq!(
+            (j["acquired"].as_bool(), j["key"].as_str()),
+            (Some(false), Some("k")),
+            "{j}"
+        );
         let out = env.run(&["lock", "acquire", "k", "--duration", "5s", "-E", "3"]);
         assert_eq!(out.status.code(), Some(3), "{}", text(&out));
         // -w SECS: waits about that long, then gives up with the conflict code.
@@ -736,6 +743,39 @@ fn lock_put_writes_under_the_current_token_and_refuses_a_stale_one() {
         );
         // Once token 2 wrote, token 1 stays refused.
         assert_eq!(put("1", "reports/nightly.json").status.code(), Some(1));
+        // Another lock's token: refused in one line that names the guarding lock (it said
+        // "corrupt object… remove it by hand" before).
+        let other = env.run(&[
+            "lock",
+            "acquire",
+            "--namespace",
+            "jobs",
+            "other",
+            "--duration",
+            "30s",
+        ]);
+        assert_eq!(other.status.code(), Some(0), "{}", text(&other));
+        let out = env.run(&[
+            "lock",
+            "put",
+            "--namespace",
+            "jobs",
+            "other",
+            "--token",
+            "1",
+            "reports/nightly.json",
+            body,
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("is guarded by lock=`jobs/nightly`") && stderr.lines().count() == 1,
+            "{stderr}"
+        );
+        assert_eq!(
+            object(&env, "reports/nightly.json").as_deref(),
+            Some(&b"late\n"[..])
+        );
         // A token never issued, an object in banklease's layout, a missing file: errors.
         for (token, object, says) in [
             ("9", "reports/x", "unknown fencing token"),

@@ -109,13 +109,10 @@ pub async fn guarded_put(
         let current = read_sidecar(bank, &side).await?;
         if let Some((seen, _)) = &current {
             if seen.lock != fence.lock {
-                return Err(Error::Corrupt {
-                    path: side.to_string(),
-                    reason: format!(
-                        "it is guarded by lock `{}`, not `{}`; tokens of different locks do \
-                         not compare",
-                        seen.lock, fence.lock
-                    ),
+                return Err(Error::OtherLock {
+                    path: path.to_string(),
+                    guarded_by: seen.lock.clone(),
+                    lock: fence.lock.clone(),
                 });
             }
             if seen.fence > fence.value {

@@ -23,7 +23,7 @@ use banklease::lock::Wait;
 use super::hold::{self, validity_margin};
 use super::{Namespace, Waiting, Who};
 use crate::child::{self, describe, exit_code, Ended, Signals, EXIT_HOLD_LOST, EXIT_RUN_FAILED};
-use crate::{human, Ctx, Outcome};
+use crate::{human, ms, out_json, Ctx, Outcome};
 
 /// `banklease lock run`
 #[derive(Debug, clap::Args)]
@@ -80,6 +80,18 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     let outcome = hold::acquire(ctx, &wanted, &mut signals).await?;
     if let Some(line) = outcome.refusal() {
         eprintln!("{line}; COMMAND was not run");
+    }
+    if let (
+        true,
+        hold::Outcome::Unavailable {
+            holder, remaining, ..
+        },
+    ) = (ctx.json, &outcome)
+    {
+        out_json(&serde_json::json!({
+            "key": args.key, "namespace": args.ns.namespace, "acquired": false,
+            "holder": holder, "remaining_ms": ms(*remaining),
+        }))?;
     }
     let held = match outcome {
         hold::Outcome::Held(held) => held,
