@@ -1187,7 +1187,7 @@ async fn a_paused_holders_late_write_is_rejected(env: &Env) {
     };
     assert!(matches!(
         guarded_put(&env.bank, &other, &report, PutPayload::from_static(b"x")).await,
-        Err(Error::Corrupt { .. })
+        Err(Error::OtherLock { guarded_by, .. }) if guarded_by == "t/k"
     ));
     assert!(env.bank.store().head(&fence_path(&report)).await.is_ok());
 }
