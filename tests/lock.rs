@@ -1648,12 +1648,8 @@ fn cli_acquire_release_show_list(url: &str, m: Duration) {
     assert_eq!(bad.code, 2, "{bad:#?}");
 }
 
-/// A waiter stopped while its write of the lock is in flight lets the write finish and gives
-/// the lock back: the write lands, `stop` completes, then the answer arrives. (Before, the
-/// in-flight acquire was dropped at `stop`: the write had landed, nobody held a handle on it, and
-/// the key stayed taken until the lock ran out.)
-#[tokio::test]
-async fn a_waiter_stopped_while_its_write_is_in_flight_gives_the_lock_back() {
+/// Locks of namespace `t` on a memory bank behind a [`gate::GateStore`].
+fn gated_locks() -> (gate::GateStore<InMemory>, Locks) {
     let gate = gate::GateStore::new(InMemory::new());
     let bank = Bank::open("memory://")
         .unwrap()
@@ -1661,6 +1657,16 @@ async fn a_waiter_stopped_while_its_write_is_in_flight_gives_the_lock_back() {
     let locks = Locks::new(&bank, "t", sys())
         .unwrap()
         .with_skew_margin(Duration::from_millis(50));
+    (gate, locks)
+}
+
+/// A waiter stopped while its write of the lock is in flight lets the write finish and gives
+/// the lock back: the write lands, `stop` completes, then the answer arrives. (Before, the
+/// in-flight acquire was dropped at `stop`: the write had landed, nobody held a handle on it, and
+/// the key stayed taken until the lock ran out.)
+#[tokio::test]
+async fn a_waiter_stopped_while_its_write_is_in_flight_gives_the_lock_back() {
+    let (gate, locks) = gated_locks();
     let held = gate.hold_next_write("locks/t/k");
     let lock = locks.lock("k", "w").unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -1701,13 +1707,7 @@ async fn a_waiter_stopped_while_its_write_is_in_flight_gives_the_lock_back() {
 /// until the old holder's time would have run out: 60 s here.)
 #[tokio::test]
 async fn a_release_between_a_waiters_read_and_its_next_look_is_seen() {
-    let gate = gate::GateStore::new(InMemory::new());
-    let bank = Bank::open("memory://")
-        .unwrap()
-        .with_store(Arc::new(gate.clone()));
-    let locks = Locks::new(&bank, "t", sys())
-        .unwrap()
-        .with_skew_margin(Duration::from_millis(50));
+    let (gate, locks) = gated_locks();
     let holder = locks
         .acquire("k", "h", Term::For(Duration::from_secs(60)), None)
         .await

@@ -39,6 +39,24 @@ struct Hold {
     release: oneshot::Receiver<()>,
 }
 
+/// A new hold on `suffix` (after `skip` matching calls) in `holds`, and the test's end of it.
+fn push_hold(holds: &Mutex<Vec<Hold>>, suffix: &str, skip: usize) -> Held {
+    let (served_tx, served_rx) = oneshot::channel();
+    let (release_tx, release_rx) = oneshot::channel();
+    holds.lock().unwrap().push(Hold {
+        suffix: suffix.to_owned(),
+        skip,
+        not_found: false,
+        gets_only: false,
+        served: served_tx,
+        release: release_rx,
+    });
+    Held {
+        served: served_rx,
+        release: release_tx,
+    }
+}
+
 /// A store whose next GET of a path ending in a given suffix is answered late (and, with
 /// [`GateStore::hold_next_write`], whose next PUT of a path ending in a suffix lands and is
 /// answered late).
@@ -74,20 +92,7 @@ impl<T: ObjectStore> GateStore<T> {
     /// Hold the answer of the next PUT whose path ends with `suffix`: it lands in the inner
     /// store, then `served` fires and the caller waits for `release`.
     pub fn hold_next_write(&self, suffix: &str) -> Held {
-        let (served_tx, served_rx) = oneshot::channel();
-        let (release_tx, release_rx) = oneshot::channel();
-        self.write_holds.lock().unwrap().push(Hold {
-            suffix: suffix.to_owned(),
-            skip: 0,
-            not_found: false,
-            gets_only: false,
-            served: served_tx,
-            release: release_rx,
-        });
-        Held {
-            served: served_rx,
-            release: release_tx,
-        }
+        push_hold(&self.write_holds, suffix, 0)
     }
 
     /// Hold the answer of the next GET (or HEAD) whose path ends with `suffix`.
@@ -98,20 +103,7 @@ impl<T: ObjectStore> GateStore<T> {
     /// Hold the answer of the GET (or HEAD) whose path ends with `suffix` after letting `skip`
     /// such reads through.
     pub fn hold_read(&self, suffix: &str, skip: usize) -> Held {
-        let (served_tx, served_rx) = oneshot::channel();
-        let (release_tx, release_rx) = oneshot::channel();
-        self.holds.lock().unwrap().push(Hold {
-            suffix: suffix.to_owned(),
-            skip,
-            not_found: false,
-            gets_only: false,
-            served: served_tx,
-            release: release_rx,
-        });
-        Held {
-            served: served_rx,
-            release: release_tx,
-        }
+        push_hold(&self.holds, suffix, skip)
     }
 
     /// Answer the next GET (or HEAD) whose path ends with `suffix` with NotFound, as a replica
