@@ -194,7 +194,7 @@ fn backends(args: &Args) -> Result<Vec<Backend>> {
 async fn run(args: Args) -> Result<()> {
     let clock: SharedClock = Arc::new(SystemClock);
     for backend in backends(&args)? {
-        let test = backend.open_in("bench-lock");
+        let test = backend.open_in("bench-lock").await;
         // As an operator would set it: the store's stamp resolution and some drift.
         let margin = backend.stamp_resolution() + Duration::from_millis(100);
         let holder = side(&test, margin, &clock)?;

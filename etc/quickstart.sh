@@ -19,6 +19,8 @@ export BANKLEASE_GC__GRACE=1s
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
+echo "== making the bank (banklease init)"
+"$BIN/banklease" init
 
 start_service() { # name checkpoints complete
   "$BIN/examples/protection_service" --bank "$BANKLEASE_BANK__URL" --checkpoints "$2" --complete "$3" \

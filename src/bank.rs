@@ -62,8 +62,10 @@ impl Bank {
     /// Open a bank from its URL:
     ///
     /// - `file:///abs/path` or `file:relative/path` (resolved against the working directory): a
-    ///   directory on the local filesystem, created if missing — the embedded default;
-    /// - `memory://` (optionally `memory:///prefix`): in-process, for tests;
+    ///   directory on the local filesystem, which must exist ([`Error::NoBank`] otherwise; see
+    ///   [`open_or_create`](Self::open_or_create)); `%XX` escapes are decoded;
+    /// - `memory://` (optionally `memory:///prefix`): in-process, for tests; a new bank each
+    ///   time, made (its descriptor written) by this call;
     /// - `s3://bucket/prefix`: S3 or an S3-compatible server, configured by the `AWS_*`
     ///   environment variables (`AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, `AWS_REGION`, ...), with
     ///   conditional writes by ETag enabled;
@@ -81,6 +83,17 @@ impl Bank {
     /// # Ok(()) }
     /// ```
     pub fn open(url: &str) -> Result<Self> {
+        Self::open_with(url, false)
+    }
+
+    /// [`open`](Self::open), creating a `file:` bank's directory when it is missing (what
+    /// `banklease init` does). `open` never creates it: a mistyped path is refused
+    /// ([`Error::NoBank`]) instead of becoming an empty bank.
+    pub fn open_or_create(url: &str) -> Result<Self> {
+        Self::open_with(url, true)
+    }
+
+    fn open_with(url: &str, create: bool) -> Result<Self> {
         let bad = |reason: &str| Error::InvalidUrl {
             url: url.to_owned(),
             reason: reason.to_owned(),
@@ -94,21 +107,56 @@ impl Bank {
         }
         if let Some(rest) = url.strip_prefix("file:") {
             let path = file_url_path(rest).map_err(|r| bad(&r))?;
-            std::fs::create_dir_all(&path).map_err(|e| {
-                bad(&format!(
-                    "cannot create directory `{}`: {e}",
-                    path.display()
-                ))
+            let label = format!("file://{}", path.display());
+            // A refusal for lack of permission is labelled as one: the URL is fine.
+            let io = |what: String, e: std::io::Error| match e.kind() {
+                std::io::ErrorKind::PermissionDenied => Error::Permission {
+                    bank: label.clone(),
+                    what,
+                    cause: e.to_string(),
+                },
+                _ => bad(&format!("cannot {what}: {e}")),
+            };
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => return Err(bad(&format!("`{}` is not a directory", path.display()))),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => {
+                    return Err(Error::NoBank {
+                        bank: label,
+                        reason: "its directory does not exist".to_owned(),
+                    })
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    std::fs::create_dir_all(&path)
+                        .map_err(|e| io(format!("create directory `{}`", path.display()), e))?;
+                }
+                Err(e) => return Err(io(format!("look at `{}`", path.display()), e)),
+            }
+            let store = crate::local::LocalStore::new(&path).map_err(|e| {
+                let denied = match &e {
+                    object_store::Error::Generic { source, .. } => source
+                        .downcast_ref::<std::io::Error>()
+                        .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied),
+                    _ => false,
+                };
+                if denied {
+                    Error::Permission {
+                        bank: label.clone(),
+                        what: "open the bank's directory".to_owned(),
+                        cause: e.to_string(),
+                    }
+                } else {
+                    bad(&format!("cannot open directory: {e}"))
+                }
             })?;
-            let store = crate::local::LocalStore::new(&path)
-                .map_err(|e| bad(&format!("cannot open directory: {e}")))?;
-            return Ok(Self::from_local(
-                store,
-                &format!("file://{}", path.display()),
-            ));
+            return Ok(Self::from_local(store, &label));
         }
         if let Some(rest) = url.strip_prefix("memory://") {
-            return Ok(Self::from_store(Arc::new(InMemory::new()), rest, url));
+            // Each open is a new store that nothing else can name, so there is no bank to
+            // mistype: it is made here, as `init` would, and is a bank from the start.
+            let bank = Self::from_store(Arc::new(InMemory::new()), rest, url);
+            futures::executor::block_on(crate::layout::init(&bank))?;
+            return Ok(bank);
         }
         if let Some(rest) = url.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -361,6 +409,13 @@ impl Bank {
 }
 
 fn file_url_path(rest: &str) -> std::result::Result<PathBuf, String> {
+    // `%XX` escapes are decoded (`b%C3%A4nk%20pct` is `bänk pct`), as in any file URL.
+    let decode = |absolute: &str| {
+        url::Url::parse(&format!("file://{absolute}"))
+            .ok()
+            .and_then(|u| u.to_file_path().ok())
+            .ok_or_else(|| format!("`{absolute}` is not a valid path of a file URL"))
+    };
     let path = if let Some(after) = rest.strip_prefix("//") {
         // file://host/path: only an empty host or localhost is local.
         let (host, path) = match after.find('/') {
@@ -370,9 +425,22 @@ fn file_url_path(rest: &str) -> std::result::Result<PathBuf, String> {
         if !host.is_empty() && host != "localhost" {
             return Err(format!("host `{host}` is not local; use file:///abs/path"));
         }
-        PathBuf::from(path)
+        if path.is_empty() {
+            PathBuf::new()
+        } else {
+            decode(path)?
+        }
+    } else if rest.is_empty() {
+        PathBuf::new()
+    } else if rest.starts_with('/') {
+        decode(rest)?
     } else {
-        PathBuf::from(rest)
+        // Relative: decoded as if absolute, then made relative again.
+        let absolute = decode(&format!("/{rest}"))?;
+        absolute
+            .strip_prefix("/")
+            .map(std::path::Path::to_path_buf)
+            .map_err(|_| format!("`{rest}` is not a valid relative path"))?
     };
     if path.as_os_str().is_empty() {
         return Err("no path; use file:///abs/path or file:relative/path".to_owned());
@@ -398,9 +466,18 @@ mod tests {
     fn urls_are_parsed() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("file://{}", dir.path().join("b").display());
-        let bank = Bank::open(&url).unwrap();
+        // Opening never creates a bank's directory: a mistyped path is no bank.
+        let err = Bank::open(&url).unwrap_err();
+        assert!(matches!(err, Error::NoBank { .. }), "{err}");
+        assert!(
+            err.to_string().contains("banklease --bank file://"),
+            "{err}"
+        );
+        assert!(!dir.path().join("b").exists());
+        let bank = Bank::open_or_create(&url).unwrap();
         assert!(dir.path().join("b").is_dir());
         assert_eq!(bank.prefix().as_ref(), "");
+        Bank::open(&url).unwrap();
         let bank = Bank::open("memory://").unwrap();
         assert_eq!(bank.prefix().as_ref(), "");
         let bank = Bank::open("memory:///a/b/").unwrap();
@@ -424,6 +501,20 @@ mod tests {
             let err = Bank::open(url).unwrap_err().to_string();
             assert!(err.contains(needle), "{url}: {err}");
         }
+    }
+
+    #[test]
+    fn file_urls_decode_percent_escapes() {
+        let p = file_url_path("///srv/b%C3%A4nk%20pct").unwrap();
+        assert_eq!(p, PathBuf::from("/srv/bänk pct"));
+        let p = file_url_path("//localhost/srv/a%2Fb").unwrap();
+        assert_eq!(p, PathBuf::from("/srv/a/b"));
+        let p = file_url_path("rel%20dir/x").unwrap();
+        assert!(
+            p.is_absolute() && p.ends_with("rel dir/x"),
+            "{}",
+            p.display()
+        );
     }
 
     #[test]

@@ -146,11 +146,11 @@ pub struct BankConfig {
     pub url: String,
 }
 
+/// No bank by default: a command without one names the three ways to give it, instead of
+/// making a bank wherever it runs.
 impl Default for BankConfig {
     fn default() -> Self {
-        Self {
-            url: "file:./bank".to_owned(),
-        }
+        Self { url: String::new() }
     }
 }
 
@@ -326,6 +326,14 @@ impl GcConfig {
 }
 
 impl Config {
+    /// The bank's URL, or an error naming the three ways to give one when none is.
+    pub fn bank_url(&self) -> Result<&str> {
+        match self.bank.url.trim() {
+            "" => Err(Error::NoBankGiven),
+            url => Ok(url),
+        }
+    }
+
     /// Load from `file` (or the file named by `BANKLEASE_CONFIG`, or defaults when neither is
     /// set), then apply `BANKLEASE_<SECTION>__<KEY>` overrides from the process environment.
     pub fn load(file: Option<&Path>) -> Result<Self> {
@@ -364,6 +372,9 @@ impl Config {
             };
             // Only SECTION__KEY names are overrides; BANKLEASE_CONFIG and the like are not.
             if !rest.contains("__") {
+                if let Some(warning) = env::unknown_variable(&name) {
+                    tracing::warn!("{warning}");
+                }
                 continue;
             }
             let key = rest.to_ascii_lowercase().replace("__", ".");
@@ -602,12 +613,10 @@ impl Config {
         if self.gc.interval.is_zero() {
             return Err(Error::config("gc.interval must be longer than zero"));
         }
-        if self.bank.url.trim().is_empty() {
-            return Err(Error::config("bank.url is empty; set it to a bank URL"));
-        }
         Ok(warnings)
     }
 }
 
+mod env;
 #[cfg(test)]
 mod tests;

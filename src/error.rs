@@ -94,6 +94,42 @@ pub enum Error {
         found: String,
     },
 
+    /// Nothing at the bank's URL is a bank: no descriptor and no banklease object (a mistyped
+    /// URL, or a bank not made yet). Every command, owner and collector refuses it, so that a
+    /// typo never reads as a healthy empty bank.
+    #[error(
+        "no bank at bank=`{bank}`: {reason}; check the URL for a typo, or make a bank there \
+         with `banklease --bank {bank} init`"
+    )]
+    NoBank {
+        /// The bank.
+        bank: String,
+        /// What was found instead.
+        reason: String,
+    },
+
+    /// No bank URL was given: banklease has no default bank.
+    #[error(
+        "no bank given: pass --bank URL, set BANKLEASE_BANK=URL, or set [bank] url in the \
+         configuration file (e.g. file:///var/lib/banklease; `banklease init` makes a new one)"
+    )]
+    NoBankGiven,
+
+    /// The filesystem (or the store) refused an operation for lack of permission: the URL is
+    /// fine, the user or the credentials may not do this.
+    #[error(
+        "permission denied on bank=`{bank}`: cannot {what}: {cause}; run as a user (or with \
+         credentials) allowed to, or use a command that only reads"
+    )]
+    Permission {
+        /// The bank.
+        bank: String,
+        /// What was refused, e.g. "create directory `/srv/bank`".
+        what: String,
+        /// The system's words.
+        cause: String,
+    },
+
     /// `acquire` found a lease object for this owner already in the bank.
     #[error(
         "lease already exists: owner_id=`{owner_id}`; owner ids must be unique per process, \

@@ -13,6 +13,13 @@
 //! A bank without a descriptor (every bank made before `init` existed) is layout 1 and keeps
 //! working.
 //!
+//! Invariant: **a typo never reads as a healthy empty bank.** A prefix with neither a
+//! descriptor nor any banklease object is refused by [`check`] ([`Error::NoBank`], naming the
+//! URL and `banklease init`), and a `file:` bank's directory is never created by opening it
+//! (only [`Bank::open_or_create`](crate::Bank::open_or_create), which `init` uses): listings,
+//! `validity-check`, owners and the GC would otherwise answer "nothing here" about the wrong
+//! place while the real bank's zombies pile up.
+//!
 //! Invariant: **banklease never acts on what it did not make.** A prefix without a descriptor
 //! is a bank only if everything at its top is a bank's own ([`BANK_ENTRIES`]): a user's
 //! directory named by mistake (`--bank file:///home/me`) is refused by [`check`] with the
@@ -22,7 +29,10 @@
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> banklease::Result<()> {
 //! use banklease::{layout, Bank};
 //!
-//! let bank = Bank::open("memory:///b")?;
+//! let store = std::sync::Arc::new(object_store::memory::InMemory::new());
+//! let bank = Bank::from_store(store, "b", "an empty store");
+//! // An empty prefix is no bank yet: every command and owner refuses it.
+//! assert!(matches!(layout::check(&bank).await, Err(banklease::Error::NoBank { .. })));
 //! assert_eq!(layout::init(&bank).await?, layout::Initialised::Created);
 //! assert_eq!(layout::init(&bank).await?, layout::Initialised::Already);
 //! layout::check(&bank).await?;
@@ -87,9 +97,10 @@ pub async fn read(bank: &Bank) -> Result<Option<Descriptor>> {
         })
 }
 
-/// Refuse a bank whose layout this release does not know, and a prefix that is not a bank (no
-/// descriptor, and objects banklease did not make: [`Error::NotABank`]). One GET, and one
-/// listing of the prefix's top level when there is no descriptor.
+/// Refuse a bank whose layout this release does not know, a prefix that is not a bank (no
+/// descriptor, and objects banklease did not make: [`Error::NotABank`]) and an empty one (no
+/// descriptor and nothing else: [`Error::NoBank`], a mistyped URL or a bank not made yet). One
+/// GET, and one listing of the prefix's top level when there is no descriptor.
 pub async fn check(bank: &Bank) -> Result<()> {
     match read(bank).await? {
         Some(d) if d.layout != LAYOUT_VERSION => Err(Error::UnknownLayout {
@@ -99,12 +110,18 @@ pub async fn check(bank: &Bank) -> Result<()> {
             known: LAYOUT_VERSION,
         }),
         Some(_) => Ok(()),
-        None => top_level(bank).await.map(|_| ()),
+        None if top_level(bank).await? => Err(Error::NoBank {
+            bank: bank.label().to_owned(),
+            reason:
+                "it holds no bank descriptor (banklease.json), and no lease, checkpoint or lock"
+                    .to_owned(),
+        }),
+        None => Ok(()),
     }
 }
 
-/// What sits at the top of the bank's prefix: `Ok(true)` when nothing, `Ok(false)` when only a
-/// bank's own objects, [`Error::NotABank`] naming the first foreign one otherwise.
+/// What sits at the top of the bank's prefix: `Ok(true)` when nothing but housekeeping,
+/// `Ok(false)` when only a bank's own objects (some of them leases, checkpoints, locks...), [`Error::NotABank`] naming the first foreign one otherwise.
 async fn top_level(bank: &Bank) -> Result<bool> {
     let prefix = bank.prefix();
     let listed = bank
@@ -120,16 +137,22 @@ async fn top_level(bank: &Bank) -> Result<bool> {
         .filter_map(|p| p.filename().map(str::to_owned));
     let mut empty = true;
     for name in names {
-        empty = false;
-        if !BANK_ENTRIES.contains(&name.as_str()) && !name.starts_with(".banklease-lock") {
+        // Housekeeping (the clock probe, staging, `file:` lock stripes) is what any command of
+        // an older release left in a mistyped prefix: it does not make a bank.
+        let housekeeping = name == HOUSEKEEPING || name.starts_with(".banklease-lock");
+        if !housekeeping && !BANK_ENTRIES.contains(&name.as_str()) {
             return Err(Error::NotABank {
                 bank: bank.label().to_owned(),
                 found: name,
             });
         }
+        empty &= housekeeping;
     }
     Ok(empty)
 }
+
+/// The top-level entry of banklease's housekeeping objects (`_banklease/clock`, staging).
+const HOUSEKEEPING: &str = "_banklease";
 
 /// Make `bank` a bank: write its descriptor unless it has one. Refuses a prefix that holds
 /// anything else than a bank's own objects ([`Error::NotABank`]).

@@ -214,7 +214,6 @@ fn bad_config_files_are_refused_with_a_message() {
         ("concurrency zero", "[gc]\nconcurrency = 0\n"),
         ("brake ratio above 1", "[gc]\nbrake_ratio = 2.0\n"),
         ("jitter above 0.5", "[lease]\nrenew_jitter = 0.9\n"),
-        ("empty bank url", "[bank]\nurl = \"\"\n"),
         ("renew >= expire", "[lease]\nrenew_window = \"20m\"\n"),
         ("validity > renew", "[lease]\nvalidity_window = \"3m\"\n"),
         ("section as value", "lease = 3\n"),

@@ -254,12 +254,16 @@ impl Bench {
         } else {
             EXPIRE_WINDOW
         };
-        Some(Self {
+        let bench = Self {
             dir,
             url,
             margin,
             expire,
-        })
+        };
+        // As an operator starts: the bank is made first; every command refuses a URL without one.
+        let init = bench.cli(&["init"]);
+        assert_eq!(init.code, 0, "banklease init: {init:?}");
+        Some(bench)
     }
 
     /// Run `banklease --bank <url> <args>`.

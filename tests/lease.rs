@@ -404,7 +404,8 @@ async fn keeper_retries_through_a_short_partition_and_loses_a_long_one() {
 #[tokio::test]
 async fn keeper_release_deletes_the_lease() {
     let dir = tempfile::tempdir().unwrap();
-    let b = Bank::open(&format!("file://{}", dir.path().display())).unwrap();
+    let b =
+        banklease_testkit::made(Bank::open(&format!("file://{}", dir.path().display())).unwrap());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let w = LeaseWindows::new(
         Duration::from_millis(100),
@@ -429,7 +430,7 @@ async fn keeper_release_deletes_the_lease() {
 #[tokio::test]
 async fn capability_probe_refuses_a_store_that_ignores_create_if_absent() {
     let clock = MockClock::new();
-    let memory = Backend::Memory.open();
+    let memory = Backend::Memory.open().await;
     let (b, store) = memory.with_faults(&clock);
     store.set_ignore_conditions(true);
     let err = OwnerLease::acquire(&b, owner("o1"), windows(), Arc::new(clock.clone()))
@@ -552,7 +553,7 @@ async fn take_over_only_an_expired_lease_and_only_once_on_atomic_stores() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keeper_reports_lost_on_time_while_a_renewal_hangs() {
     for backend in [Backend::Memory, Backend::File] {
-        let fresh = backend.open();
+        let fresh = backend.open().await;
         let plain = fresh.bank.clone();
         let failing = banklease_testkit::failing::FailingStore::new(Arc::clone(plain.store()))
             .with_sleeping_clock(SystemClock);
@@ -596,7 +597,7 @@ async fn swift_renewals_share_a_delete_at_and_never_shorten_it() {
     if !Backend::Swift.available() {
         return;
     }
-    let fresh = Backend::Swift.open();
+    let fresh = Backend::Swift.open().await;
     let b = fresh.bank.clone();
     let w = LeaseWindows::new(
         Duration::from_millis(500),

@@ -70,11 +70,11 @@ impl Env {
     /// A fresh bank on `backend` (under `lock-tests/` on the servers), or `None` (after saying
     /// so) when `backend` is not configured. On `file:` conditional overwrites are atomic
     /// (`banklease::local`).
-    fn on(backend: Backend) -> Option<Env> {
+    async fn on(backend: Backend) -> Option<Env> {
         if !backend.available() {
             return None;
         }
-        let fresh = backend.open_in("lock-tests");
+        let fresh = backend.open_in("lock-tests").await;
         let resolution = backend.stamp_resolution();
         let (short, margin, ticket_lease) = if resolution.is_zero() {
             (
@@ -180,7 +180,7 @@ macro_rules! on_store {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    let Some(env) = super::Env::on(super::Backend::$backend) else { return };
+                    let Some(env) = super::Env::on(super::Backend::$backend).await else { return };
                     let _one_at_a_time = super::one_at_a_time(super::Backend::$backend).await;
                     super::$name(&env).await
                 }
@@ -1471,7 +1471,8 @@ fn run_cli(bank: &str, margin: Duration, args: &[&str]) -> Run {
 
 #[test]
 fn cli_acquire_release_show_list_on_s3() {
-    let Some(env) = Env::on(Backend::S3) else {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let Some(env) = runtime.block_on(Env::on(Backend::S3)) else {
         return;
     };
     let _one_at_a_time = s3_serial().blocking_lock();
@@ -1480,7 +1481,8 @@ fn cli_acquire_release_show_list_on_s3() {
 
 #[test]
 fn cli_acquire_release_show_list_on_azure() {
-    let Some(env) = Env::on(Backend::Azure) else {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let Some(env) = runtime.block_on(Env::on(Backend::Azure)) else {
         return;
     };
     cli_acquire_release_show_list(env.bank.label(), env.margin);
@@ -1490,6 +1492,8 @@ fn cli_acquire_release_show_list_on_azure() {
 fn cli_acquire_release_show_list_on_file_banks() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("file://{}", dir.path().display());
+    let init = run_cli(&url, Duration::from_millis(50), &["init"]);
+    assert_eq!(init.code, 0, "{init:#?}");
     cli_acquire_release_show_list(&url, Duration::from_millis(50));
     assert!(dir.path().join("locks").exists());
 }

@@ -14,6 +14,7 @@ use banklease::clock::{MockClock, SharedClock};
 use banklease::Checkpoint;
 use banklease::{Bank, Error, LeaseObserver, LeaseView, LeaseWindows, OwnerId, OwnerLease};
 use banklease_testkit::failing::{FailingStore, Op, Strike};
+use banklease_testkit::made;
 use banklease_testkit::sim_store::{SimStore, StoreClock};
 use gate::GateStore;
 use object_store::path::Path;
@@ -47,7 +48,7 @@ fn world() -> World {
     let gate = GateStore::new(sim.clone());
     World {
         shared: Arc::new(clock.clone()),
-        owner_bank: Bank::from_store(Arc::new(sim.clone()), "", "sim"),
+        owner_bank: made(Bank::from_store(Arc::new(sim.clone()), "", "sim")),
         gc_bank: Bank::from_store(Arc::new(gate.clone()), "", "sim"),
         clock,
         sim,
@@ -147,7 +148,7 @@ async fn acquire_counts_from_the_first_attempt() {
     let clock = MockClock::new();
     let sim = SimStore::new(StoreClock::new(clock.clone()));
     let failing = FailingStore::new(sim).with_clock(clock.clone());
-    let bank = Bank::from_store(Arc::new(failing.clone()), "", "sim");
+    let bank = made(Bank::from_store(Arc::new(failing.clone()), "", "sim"));
     // Probe the capabilities before the faults are set.
     bank.capabilities().await.unwrap();
     failing.set_latency(Op::Put, Duration::from_secs(3));
@@ -212,7 +213,7 @@ async fn an_ambiguous_create_keeps_its_marker() {
     let clock = MockClock::new();
     let sim = SimStore::new(StoreClock::new(clock.clone()));
     let failing = FailingStore::new(sim.clone()).with_clock(clock.clone());
-    let bank = Bank::from_store(Arc::new(failing.clone()), "", "sim");
+    let bank = made(Bank::from_store(Arc::new(failing.clone()), "", "sim"));
     let lease = OwnerLease::acquire(
         &bank,
         OwnerId::parse("o").unwrap(),

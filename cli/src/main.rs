@@ -51,8 +51,9 @@ struct Cli {
     #[arg(long, global = true, env = "BANKLEASE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
 
-    /// Bank URL; overrides `[bank] url` (file:///path, memory://, s3://bucket/prefix). Inside
-    /// `banklease run` and `banklease lock run`, BANKLEASE_BANK names the job's bank.
+    /// Bank URL; overrides `[bank] url` (file:///path, s3://bucket/prefix, az://, gs://,
+    /// swift://). There is no default bank; `init` makes one, every other command refuses a URL
+    /// that holds none. Inside `banklease run` and `lock run`, BANKLEASE_BANK is the job's bank.
     #[arg(long, global = true, value_name = "URL", env = "BANKLEASE_BANK")]
     bank: Option<String>,
 
@@ -246,13 +247,24 @@ struct Ctx {
 }
 
 impl Ctx {
-    fn load(file: Option<&std::path::Path>, bank: Option<&str>, json: bool) -> Result<Self> {
+    /// `create`: a `file:` bank's directory is made when missing (`init` only).
+    fn load(
+        file: Option<&std::path::Path>,
+        bank: Option<&str>,
+        json: bool,
+        create: bool,
+    ) -> Result<Self> {
         // The library's errors already name the file, key or URL at fault.
         let mut config = Config::load(file)?;
         if let Some(url) = bank {
             config.bank.url = url.to_owned();
         }
-        let bank = Bank::open(&config.bank.url)?;
+        let url = config.bank_url()?;
+        let bank = if create {
+            Bank::open_or_create(url)?
+        } else {
+            Bank::open(url)?
+        };
         Ok(Self {
             config,
             bank,
@@ -288,7 +300,7 @@ async fn run(cli: Cli) -> Result<Outcome> {
         json,
         command,
     } = cli;
-    let load = || Ctx::load(config.as_deref(), bank.as_deref(), json);
+    let load = || Ctx::load(config.as_deref(), bank.as_deref(), json, false);
     let ctx = match command {
         // The agent's client needs no configuration: it talks to the agent only.
         Command::Agent(args) => return agent::client::run(args, json).await,
@@ -306,12 +318,20 @@ async fn run(cli: Cli) -> Result<Outcome> {
             })
         }
         Command::Init { create_container } => {
-            return init::init(&load()?, create_container).await;
+            let ctx = Ctx::load(config.as_deref(), bank.as_deref(), json, true)?;
+            return init::init(&ctx, create_container).await;
         }
         _ => load()?,
     };
-    // Before anything else: a bank in a layout this release does not know is not touched.
-    banklease::layout::check(&ctx.bank).await?;
+    // Before anything else: a bank in a layout this release does not know is not touched, and
+    // a URL that holds no bank is refused (a typo must not read as a healthy empty bank) —
+    // except by `doctor`, which an operator runs on a store before making a bank in it.
+    match banklease::layout::check(&ctx.bank).await {
+        Err(e @ banklease::Error::NoBank { .. }) if matches!(command, Command::Doctor { .. }) => {
+            eprintln!("note: {e}; doctor checks the store only");
+        }
+        checked => checked?,
+    }
     match command {
         Command::ValidityCheck {
             owner,

@@ -63,8 +63,7 @@ fn short_window_owner(url: &str) -> (tokio::runtime::Runtime, OwnerId) {
 
 #[test]
 fn validity_check_judges_with_the_owners_declared_window_and_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("file://{}", dir.path().join("bank").display());
+    let (_dir, url) = made_bank();
     let (_owner_runtime, owner) = short_window_owner(&url);
     // The admin's configuration keeps its defaults (validity window 1m40s): it describes the
     // admin's own owners, not this one. A small margin, as a file bank allows.
@@ -102,8 +101,7 @@ fn validity_check_judges_with_the_owners_declared_window_and_says_so() {
 
 #[test]
 fn a_margin_no_observer_can_judge_under_is_warned_about_by_validity_check_config_and_doctor() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("file://{}", dir.path().join("bank").display());
+    let (_dir, url) = made_bank();
     let (_owner_runtime, owner) = short_window_owner(&url);
     // The default margin (2 s) against the owner's 2 s expire window: never valid.
     let out = cli(&url, &[], &["validity-check", "--owner", owner.as_str()]);
@@ -140,8 +138,7 @@ fn a_margin_no_observer_can_judge_under_is_warned_about_by_validity_check_config
 /// unless `NO_COLOR` is set.
 #[test]
 fn logs_are_coloured_only_at_a_terminal_without_no_color() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("file://{}", dir.path().join("bank").display());
+    let (_dir, url) = made_bank();
     // A job that leaves a checkpoint protecting: `run` warns when it completes it as error.
     let job = [
         "run",
@@ -201,9 +198,18 @@ fn logs_are_coloured_only_at_a_terminal_without_no_color() {
     assert!(!plain.contains('\u{1b}'), "NO_COLOR honoured: {plain:?}");
 }
 
+/// A URL where no bank is yet (`<tempdir>/bank`, not created).
 fn file_bank() -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("file://{}", dir.path().join("bank").display());
+    (dir, url)
+}
+
+/// A bank made as an operator makes one: `banklease --bank URL init`.
+fn made_bank() -> (tempfile::TempDir, String) {
+    let (dir, url) = file_bank();
+    let out = cli(&url, &[], &["init"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     (dir, url)
 }
 
@@ -231,8 +237,9 @@ fn init_creates_adopts_or_refuses_and_says_which() {
     assert_eq!(json["outcome"], "already");
 
     // A bank made before `init` existed (a lease in it, no descriptor) is adopted.
-    let (dir, url) = file_bank();
+    let (dir, url) = made_bank();
     let (_owner_runtime, _owner) = short_window_owner(&url);
+    std::fs::remove_file(dir.path().join("bank/banklease.json")).unwrap();
     let out = cli(&url, &env, &["init"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(

@@ -24,6 +24,11 @@ impl Env {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("file://{}", dir.path().join("bank").display());
+        let init = Command::new(BIN)
+            .args(["--bank", &url, "init"])
+            .output()
+            .unwrap();
+        assert!(init.status.success(), "banklease init: {init:?}");
         Self { dir, url }
     }
 

@@ -41,7 +41,9 @@ impl Env {
         let serial =
             (backend == Backend::S3).then(|| S3_SERIAL.lock().unwrap_or_else(|e| e.into_inner()));
         Self {
-            bank: backend.open_in("cli-lock"),
+            bank: tokio::runtime::Runtime::new()
+                .expect("a runtime")
+                .block_on(backend.open_in("cli-lock")),
             work: tempfile::tempdir().unwrap(),
             _serial: serial,
         }

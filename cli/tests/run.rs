@@ -79,7 +79,11 @@ impl Env {
                 (format!("s3://{b}/{unique}"), Duration::from_millis(1100))
             }
         };
-        Self { dir, url, margin }
+        let env = Self { dir, url, margin };
+        // As an operator starts: the bank is made first; every command refuses a URL without one.
+        let init = env.command(&["init"]).output().unwrap();
+        assert!(init.status.success(), "banklease init: {init:?}");
+        env
     }
 
     fn path(&self, name: &str) -> PathBuf {

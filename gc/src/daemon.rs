@@ -93,8 +93,8 @@ enum End {
 impl Daemon {
     /// A daemon on the bank named by `config.bank.url`, on the system clock.
     pub fn open(config: Config) -> anyhow::Result<Self> {
-        let bank = Bank::open(&config.bank.url)
-            .with_context(|| format!("cannot open the bank: url=`{}`", config.bank.url))?;
+        let url = config.bank_url()?;
+        let bank = Bank::open(url).with_context(|| format!("cannot open the bank: url=`{url}`"))?;
         Ok(Self::new(bank, Arc::new(SystemClock), config))
     }
 

@@ -12,6 +12,7 @@ use banklease::{Bank, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::batch::{DATA_BATCH, LISTED_MAX};
 use banklease_gc::{Collector, GcOptions, PassReport};
 use banklease_testkit::failing::{FailingStore, Op, Strike};
+use banklease_testkit::made;
 use banklease_testkit::sim_store::{SimStore, StoreClock};
 use futures::TryStreamExt;
 use object_store::path::Path;
@@ -33,7 +34,7 @@ fn world() -> World {
     let sim = SimStore::new(StoreClock::new(clock.clone()));
     let failing = FailingStore::new(sim.clone());
     World {
-        owner_bank: Bank::from_store(Arc::new(sim), "", "sim"),
+        owner_bank: made(Bank::from_store(Arc::new(sim), "", "sim")),
         gc_bank: Bank::from_store(Arc::new(failing.clone()), "", "sim"),
         failing,
         clock,

@@ -15,6 +15,7 @@ use banklease::clock::{Clock, MockClock, SharedClock};
 use banklease::Checkpoint;
 use banklease::{Bank, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, GcOptions, PassReport};
+use banklease_testkit::made;
 use banklease_testkit::sim_store::{SimStore, StoreClock};
 use gate::GateStore;
 use object_store::path::Path;
@@ -82,7 +83,7 @@ fn world() -> World {
     World {
         wall,
         shared: Arc::new(clock.clone()),
-        owner_bank: Bank::from_store(Arc::new(sim.clone()), "", "sim"),
+        owner_bank: made(Bank::from_store(Arc::new(sim.clone()), "", "sim")),
         gc_bank: Bank::from_store(Arc::new(gate.clone()), "", "sim"),
         clock,
         sim,

@@ -194,8 +194,11 @@ fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
+/// A bank made in `dir/bank` (as `banklease init` makes one).
 fn bank_in(dir: &Path) -> PathBuf {
-    dir.join("bank")
+    let bank = dir.join("bank");
+    banklease_testkit::file_bank(&bank);
+    bank
 }
 
 #[test]
@@ -380,10 +383,41 @@ fn refuses_a_bank_in_a_layout_it_does_not_know() {
     assert!(!bank.join("gc/active").exists(), "no GC lease taken");
 }
 
+/// A mistyped bank (a directory that does not exist, or an empty one) is refused at start,
+/// naming the URL and `banklease init`, and left as it was: a daemon on a typo must not run with
+/// healthy metrics while the real bank's zombies pile up.
+#[test]
+fn refuses_to_start_where_no_bank_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("typo-bank");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    for (bank, reason) in [
+        (&missing, "its directory does not exist"),
+        (&empty, "no bank descriptor"),
+    ] {
+        for once in [true, false] {
+            let [port] = free_ports::<1>();
+            let args: &[&str] = if once { &["--once"] } else { &[] };
+            let mut d = Daemon::spawn("typo", dir.path(), bank, port, args);
+            let status = d.wait_exit(START_TIMEOUT);
+            assert!(!status.success(), "must fail to start\n{}", d.logs());
+            let logs = d.logs();
+            let url = format!("file://{}", bank.display());
+            for needle in [&format!("no bank at bank=`{url}`"), reason, "init"] {
+                assert!(logs.contains(needle), "{needle}\n{logs}");
+            }
+        }
+    }
+    assert!(!missing.exists(), "the mistyped directory was created");
+    let left: Vec<_> = std::fs::read_dir(&empty).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
 #[test]
 fn refuses_a_directory_that_is_not_a_bank_and_touches_nothing_in_it() {
     let dir = tempfile::tempdir().unwrap();
-    let bank = bank_in(dir.path());
+    let bank = dir.path().join("bank");
     // A user's directory, with a file that looks like a staged temporary, old enough for any
     // sweep.
     std::fs::create_dir_all(bank.join("docs")).unwrap();

@@ -76,29 +76,28 @@ fn live_windows() -> LeaseWindows {
 }
 
 /// A fresh bank on every available backend (memory, file; Swift and S3 when configured).
-fn fixtures() -> Vec<(String, Fixture)> {
-    common::backends()
-        .into_iter()
-        .map(|backend| {
-            let (bank, faults, guard) = common::bank(backend, &MockClock::new());
-            let margin = MARGIN + backend.stamp_resolution();
-            let expire = if backend.is_server() {
-                Duration::from_secs(2)
-            } else {
-                EXPIRE
-            };
-            (
-                format!("{backend:?}"),
-                Fixture {
-                    bank,
-                    faults,
-                    margin,
-                    expire,
-                    _guard: guard,
-                },
-            )
-        })
-        .collect()
+async fn fixtures() -> Vec<(String, Fixture)> {
+    let mut fixtures = Vec::new();
+    for backend in common::backends() {
+        let (bank, faults, guard) = common::bank(backend, &MockClock::new()).await;
+        let margin = MARGIN + backend.stamp_resolution();
+        let expire = if backend.is_server() {
+            Duration::from_secs(2)
+        } else {
+            EXPIRE
+        };
+        fixtures.push((
+            format!("{backend:?}"),
+            Fixture {
+                bank,
+                faults,
+                margin,
+                expire,
+                _guard: guard,
+            },
+        ));
+    }
+    fixtures
 }
 
 /// An owner with `n` checkpoints (3 data objects each), the first `complete` of them available,
@@ -177,7 +176,7 @@ async fn pass(bank: &Bank, options: GcOptions) -> PassReport {
 
 #[tokio::test]
 async fn collects_exactly_the_dead_owners_protecting_checkpoints() {
-    for (name, f) in fixtures() {
+    for (name, f) in fixtures().await {
         let b = &f.bank;
         // The live owner keeps its lease (set up first: the dead owner's expiry starts later).
         let (live, live_cps, keeper) = live_owner(&f, 3, 1).await;
@@ -252,7 +251,7 @@ async fn collects_exactly_the_dead_owners_protecting_checkpoints() {
 
 #[tokio::test]
 async fn missing_lease_is_collected_unreadable_lease_never() {
-    for (name, f) in fixtures() {
+    for (name, f) in fixtures().await {
         let b = &f.bank;
         let frozen: SharedClock = Arc::new(MockClock::new());
         // Released without completing: its protecting checkpoints are zombies.
@@ -287,7 +286,7 @@ async fn missing_lease_is_collected_unreadable_lease_never() {
 
 #[tokio::test]
 async fn dry_run_brake_and_limit() {
-    for (name, f) in fixtures() {
+    for (name, f) in fixtures().await {
         let b = &f.bank;
         let (_dead, cps, _keeper) = owner_with(&f, Arc::new(MockClock::new()), 5, 0).await;
         tokio::time::sleep(f.past_expiry()).await;
@@ -321,7 +320,7 @@ async fn dry_run_brake_and_limit() {
 
 #[tokio::test]
 async fn owner_decision_interrupted_is_finished_not_collected() {
-    for (name, f) in fixtures() {
+    for (name, f) in fixtures().await {
         let b = &f.bank;
         let (dead, cps, _keeper) = owner_with(&f, Arc::new(MockClock::new()), 1, 0).await;
         // The owner won the decision, then crashed before writing index.json and the marker.
@@ -350,7 +349,7 @@ async fn owner_decision_interrupted_is_finished_not_collected() {
 
 #[tokio::test]
 async fn interrupted_collection_resumes_on_the_next_pass() {
-    for (name, f) in fixtures() {
+    for (name, f) in fixtures().await {
         let b = &f.bank;
         let (_dead, cps, _keeper) = owner_with(&f, Arc::new(MockClock::new()), 3, 0).await;
         tokio::time::sleep(f.past_expiry()).await;
@@ -383,7 +382,7 @@ async fn interrupted_collection_resumes_on_the_next_pass() {
 
 #[tokio::test]
 async fn store_errors_on_lease_reads_never_collect() {
-    for (name, f) in fixtures() {
+    for (name, f) in fixtures().await {
         let b = &f.bank;
         let (_dead, cps, _keeper) = owner_with(&f, Arc::new(MockClock::new()), 2, 0).await;
         tokio::time::sleep(f.past_expiry()).await;
@@ -405,11 +404,11 @@ async fn only_objects_under_the_prefix_are_touched() {
     let faults: FailingStore<Arc<dyn ObjectStore>> =
         FailingStore::new(Arc::new(object_store::memory::InMemory::new()));
     let f = Fixture {
-        bank: Bank::from_store(Arc::new(faults.clone()), "bank", "memory"),
+        bank: banklease_testkit::made(Bank::from_store(Arc::new(faults.clone()), "bank", "memory")),
         faults,
         margin: MARGIN,
         expire: EXPIRE,
-        _guard: common::plain_bank(common::Backend::Memory).1,
+        _guard: common::plain_bank(common::Backend::Memory).await.1,
     };
     let outside = object_store::path::Path::from("elsewhere/index/protecting/x/y");
     f.faults
@@ -425,7 +424,7 @@ async fn only_objects_under_the_prefix_are_touched() {
 
 #[tokio::test]
 async fn malformed_index_entries_are_counted_and_dangling_markers_collected() {
-    for (name, f) in fixtures() {
+    for (name, f) in fixtures().await {
         let b = &f.bank;
         let (_dead, _cps, _keeper) = owner_with(&f, Arc::new(MockClock::new()), 1, 0).await;
         let dead_owner = _dead.owner_id().clone();
@@ -462,7 +461,7 @@ async fn malformed_index_entries_are_counted_and_dangling_markers_collected() {
 
 #[tokio::test]
 async fn dead_owners_leases_are_reaped_once_nothing_is_left() {
-    for (name, f) in fixtures() {
+    for (name, f) in fixtures().await {
         let b = &f.bank;
         let frozen: SharedClock = Arc::new(MockClock::new());
         let (dead, _, _keeper) = owner_with(&f, frozen.clone(), 2, 0).await;
@@ -503,7 +502,8 @@ async fn dead_owners_leases_are_reaped_once_nothing_is_left() {
 #[tokio::test]
 async fn a_file_banks_crashed_writers_temporaries_are_swept_once_per_window() {
     let dir = tempfile::tempdir().unwrap();
-    let bank = Bank::open(&format!("file://{}", dir.path().display())).unwrap();
+    let bank =
+        banklease_testkit::made(Bank::open(&format!("file://{}", dir.path().display())).unwrap());
     // What a writer killed between writing and publishing leaves: its staged file, never
     // listed. And a file that only looks like one (an old release's, a user's): never swept.
     let staging = dir.path().join("_banklease/staging");
@@ -563,6 +563,7 @@ async fn a_pass_deletes_each_removed_object_once() {
         format!("file://{}", dir.path().display()),
     ] {
         let bank = Bank::open(&url).unwrap();
+        banklease::layout::init(&bank).await.unwrap();
         let windows = LeaseWindows::new(
             Duration::from_millis(100),
             EXPIRE,

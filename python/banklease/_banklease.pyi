@@ -17,14 +17,20 @@ class Bank:
     """A bank: the object-store prefix holding a protection service's checkpoints and leases."""
 
     @staticmethod
-    def open(url: str) -> Bank:
+    def open(url: str, *, create: bool = False) -> Bank:
         """Open the bank at ``url`` (``memory://``, ``file:///path``, ``s3://bucket/prefix``,
-        ``swift://container/prefix``, ``az://...``, ``gs://...``); sends no request."""
+        ``swift://container/prefix``, ``az://...``, ``gs://...``); sends no request. A
+        ``file:`` bank's directory must exist unless ``create`` is true."""
+    def init(self) -> str:
+        """Make this bank a bank (``banklease init``): ``"created"``, ``"adopted"`` or
+        ``"already"``. Owners, GC passes and doctor refuse a prefix that holds no bank."""
+    def init_async(self) -> Awaitable[str]: ...
     @property
     def label(self) -> str:
         """The bank's URL, without secrets."""
     def check_layout(self) -> None:
-        """Raise ``LayoutError`` if the bank's layout is unknown to this release."""
+        """Raise ``LayoutError`` if the prefix holds no bank, is not a bank, or its layout is
+        unknown to this release."""
     def check_layout_async(self) -> Awaitable[None]: ...
 
 class LeaseWindows:

@@ -9,7 +9,7 @@ with its details as ``key=`value``` pairs; the same details are attributes of th
     ├── ConfigError (also ValueError)    bad windows, durations, URLs, configuration
     ├── InvalidId (also ValueError)      an owner or checkpoint id unusable in a path
     ├── StoreError                       a store request failed (.op, .path, .transient)
-    ├── LayoutError                      the bank's layout is unknown, or not a bank
+    ├── LayoutError                      no bank, not a bank, or an unknown layout
     ├── Unsupported                      the store cannot give a guarantee leases rest on
     ├── LeaseError
     │   ├── LeaseExists                  the owner id is taken
@@ -66,8 +66,8 @@ class StoreError(BankleaseError):
 
 
 class LayoutError(BankleaseError):
-    """The bank's descriptor names a layout this release does not know, or the prefix is not a
-    bank's (``.bank``)."""
+    """The bank's descriptor names a layout this release does not know, the prefix is not a
+    bank's, or it holds no bank at all (a mistyped URL, or ``Bank.init()`` not run) (``.bank``)."""
 
 
 class Unsupported(BankleaseError):

@@ -20,12 +20,32 @@ pub(crate) struct Bank {
 
 #[pymethods]
 impl Bank {
-    /// Open the bank at `url` (no request is sent).
+    /// Open the bank at `url` (no request is sent). A `file:` bank's directory must exist
+    /// (`LayoutError` otherwise) unless `create` is true, for a bank about to be `init`ed.
     #[staticmethod]
-    fn open(url: &str) -> PyResult<Self> {
-        banklease::Bank::open(url)
-            .map(|inner| Bank { inner })
-            .map_err(to_py)
+    #[pyo3(signature = (url, *, create = false))]
+    fn open(url: &str, create: bool) -> PyResult<Self> {
+        let opened = if create {
+            banklease::Bank::open_or_create(url)
+        } else {
+            banklease::Bank::open(url)
+        };
+        opened.map(|inner| Bank { inner }).map_err(to_py)
+    }
+
+    /// Make this bank a bank, as `banklease init` does: write its descriptor unless it has one.
+    /// Returns `"created"`, `"adopted"` (a bank made before descriptors existed) or `"already"`;
+    /// raises `LayoutError` for a prefix holding anything but a bank's objects. Every owner,
+    /// GC pass and doctor refuses a prefix that holds no bank.
+    fn init(&self, py: Python<'_>) -> PyResult<&'static str> {
+        let bank = self.inner.clone();
+        block_on(py, async move { init(&bank).await })
+    }
+
+    /// `init`, awaitable.
+    fn init_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let bank = self.inner.clone();
+        awaitable(py, async move { init(&bank).await })
     }
 
     /// The bank's URL, without secrets.
@@ -35,7 +55,8 @@ impl Bank {
     }
 
     /// Refuse a bank whose descriptor (`banklease.json`) names a layout this release does not
-    /// know (`LayoutError`); banks without one are accepted. Acquiring a lease, a GC pass and
+    /// know, a prefix that is not a bank, and one that holds no bank at all (`LayoutError`);
+    /// banks made before descriptors existed are accepted. Acquiring a lease, a GC pass and
     /// doctor check this themselves.
     fn check_layout(&self, py: Python<'_>) -> PyResult<()> {
         let bank = self.inner.clone();
@@ -55,4 +76,13 @@ impl Bank {
     fn __repr__(&self) -> String {
         format!("Bank.open({:?})", self.inner.label())
     }
+}
+
+async fn init(bank: &banklease::Bank) -> PyResult<&'static str> {
+    use banklease::layout::Initialised;
+    Ok(match banklease::layout::init(bank).await.map_err(to_py)? {
+        Initialised::Created => "created",
+        Initialised::Adopted => "adopted",
+        Initialised::Already => "already",
+    })
 }

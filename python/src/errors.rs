@@ -78,7 +78,7 @@ pub(crate) fn to_py(e: banklease::Error) -> PyErr {
                 ],
             )
         }
-        E::UnknownLayout { bank, .. } | E::NotABank { bank, .. } => {
+        E::UnknownLayout { bank, .. } | E::NotABank { bank, .. } | E::NoBank { bank, .. } => {
             raise("LayoutError", message, &[("bank", Attr::Str(bank))])
         }
         E::LeaseExists { owner_id } => {

@@ -113,10 +113,12 @@ def make_backend(name: str, tmp_path: pathlib.Path) -> Backend:
     else:
         raise AssertionError(name)
     server = name in ("swift", "s3")
+    bank = banklease.Bank.open(url, create=True)
+    bank.init()  # as `banklease init`: every owner and pass refuses a URL holding no bank
     return Backend(
         name=name,
         url=url,
-        bank=banklease.Bank.open(url),
+        bank=bank,
         path=path,
         margin=1.1 if server else 0.05,
         windows=banklease.LeaseWindows(**(SERVER if server else SHORT)),

@@ -68,7 +68,8 @@ def test_bad_ids_and_arguments():
 
 def test_store_errors_name_the_request(tmp_path):
     path = tmp_path / "bank"
-    bank = banklease.Bank.open(f"file://{path}")
+    bank = banklease.Bank.open(f"file://{path}", create=True)
+    assert bank.init() == "created"
     # Where the lease objects go, a regular file: every lease write fails.
     (path / "leases").write_text("")
     with pytest.raises(banklease.StoreError) as err:
@@ -77,8 +78,34 @@ def test_store_errors_name_the_request(tmp_path):
     assert e.op and "leases" in e.path and isinstance(e.transient, bool) and e.detail
     assert "store request failed" in str(e) and f"op=`{e.op}`" in str(e)
     # An unusable directory is refused when the bank is opened.
-    with pytest.raises(banklease.ConfigError, match="cannot create directory"):
+    with pytest.raises(banklease.ConfigError, match="is not a directory"):
         banklease.Bank.open(f"file://{path / 'leases'}")
+
+
+def test_a_url_that_holds_no_bank_is_refused_and_left_alone(tmp_path):
+    # A mistyped directory: refused when opened, and not created.
+    typo = tmp_path / "typo-bank"
+    with pytest.raises(banklease.LayoutError, match="its directory does not exist") as err:
+        banklease.Bank.open(f"file://{typo}")
+    assert "banklease --bank" in str(err.value) and "init" in str(err.value)
+    assert not typo.exists()
+    # An existing empty directory: no owner, pass or check takes it for an empty bank.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    bank = banklease.Bank.open(f"file://{empty}")
+    for call in (
+        lambda: banklease.OwnerLease.acquire(bank),
+        lambda: banklease.run_pass(bank),
+        bank.check_layout,
+    ):
+        with pytest.raises(banklease.LayoutError, match="no bank at") as err:
+            call()
+        assert err.value.bank == bank.label
+    assert list(empty.iterdir()) == []
+    # Made a bank, it works.
+    assert bank.init() == "created"
+    assert bank.init() == "already"
+    banklease.OwnerLease.acquire(bank).release()
 
 
 @pytest.mark.skipif(os.environ.get("BANKLEASE_TEST_S3") != "1", reason="needs S3 (moto)")

@@ -46,7 +46,10 @@ fn a_skew_margin_no_observer_can_judge_under_is_warned_about() {
 fn defaults_load_and_validate() {
     let c = Config::load_from(None, no_env()).unwrap();
     assert_eq!(c.lease.windows(), LeaseWindows::default());
-    assert_eq!(c.bank.url, "file:./bank");
+    // No default bank: a command without one says how to give it.
+    assert_eq!(c.bank.url, "");
+    let err = c.bank_url().unwrap_err().to_string();
+    assert!(err.contains("--bank URL, set BANKLEASE_BANK=URL"), "{err}");
 }
 
 #[test]

@@ -120,18 +120,20 @@ impl Backend {
         matches!(self, Backend::Swift | Backend::S3 | Backend::Azure)
     }
 
-    /// A fresh, empty bank: a new temporary directory for `file:`, a unique prefix `t-<uuid>`
-    /// on the shared servers.
-    pub fn open(self) -> TestBank {
+    /// A fresh bank, made by `banklease init` (its descriptor only): a new temporary directory
+    /// for `file:`, a unique prefix `t-<uuid>` on the shared servers.
+    pub async fn open(self) -> TestBank {
         self.open_at(&format!("t-{}", uuid::Uuid::new_v4().simple()))
+            .await
     }
 
     /// [`open`](Self::open), with the unique prefix under `scope` (`<scope>/<uuid>`).
-    pub fn open_in(self, scope: &str) -> TestBank {
+    pub async fn open_in(self, scope: &str) -> TestBank {
         self.open_at(&format!("{scope}/{}", uuid::Uuid::new_v4().simple()))
+            .await
     }
 
-    fn open_at(self, prefix: &str) -> TestBank {
+    async fn open_at(self, prefix: &str) -> TestBank {
         let var = |name: &str| std::env::var(name).unwrap_or_else(|_| "banklease-test".to_owned());
         let (url, dir) = match self {
             Backend::Memory => ("memory://".to_owned(), None),
@@ -151,6 +153,9 @@ impl Backend {
         };
         let bank = Bank::open(&url)
             .unwrap_or_else(|e| panic!("{self:?}: open {url} (are its variables set?): {e}"));
+        banklease::layout::init(&bank)
+            .await
+            .unwrap_or_else(|e| panic!("{self:?}: init {url}: {e}"));
         TestBank {
             backend: self,
             bank,
@@ -220,7 +225,7 @@ pub async fn each_backend_where(
             continue;
         }
         let clock = MockClock::new();
-        let plain = backend.open();
+        let plain = backend.open().await;
         let (bank, store) = plain.with_faults(&clock);
         suite(backend, bank, store, clock).await;
         drop(plain);
@@ -231,7 +236,7 @@ pub async fn each_backend_where(
 /// the backend's store (no wrapper: for suites that need the store's own answers and clock).
 pub async fn each_plain_backend(mut suite: impl AsyncFnMut(Backend, Bank)) {
     for backend in backends() {
-        let plain = backend.open();
+        let plain = backend.open().await;
         suite(backend, plain.bank.clone()).await;
         drop(plain);
     }

@@ -15,3 +15,31 @@
 pub mod backends;
 pub mod failing;
 pub mod sim_store;
+
+use banklease::Bank;
+
+/// `bank`, made a bank (`banklease init`: its descriptor written), as every owner, command and
+/// collector requires. For the in-process stores of this crate and `memory://`, which answer
+/// without a runtime; a server's bank is made by [`backends::Backend::open`].
+pub fn made(bank: Bank) -> Bank {
+    futures::executor::block_on(banklease::layout::init(&bank))
+        .unwrap_or_else(|e| panic!("init {}: {e}", bank.label()));
+    bank
+}
+
+/// Make a `file:` bank in `dir` (created if missing), as `banklease --bank URL init` does, and
+/// return its URL. For tests outside a runtime (it runs its own).
+pub fn file_bank(dir: &std::path::Path) -> String {
+    let url = format!("file://{}", dir.display());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let bank = Bank::open_or_create(&url).unwrap_or_else(|e| panic!("open {url}: {e}"));
+        banklease::layout::init(&bank)
+            .await
+            .unwrap_or_else(|e| panic!("init {url}: {e}"));
+    });
+    url
+}

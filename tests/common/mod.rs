@@ -14,18 +14,18 @@ pub use banklease_testkit::backends::{backends, Backend};
 /// Keeps a test's bank alive (a temporary directory for `file:`).
 pub type Guard = banklease_testkit::backends::TestBank;
 
-/// A fresh, empty bank on `backend` (a unique prefix on the shared servers).
-pub fn plain_bank(backend: Backend) -> (Bank, Guard) {
-    let guard = backend.open();
+/// A fresh bank (made by `init`) on `backend` (a unique prefix on the shared servers).
+pub async fn plain_bank(backend: Backend) -> (Bank, Guard) {
+    let guard = backend.open().await;
     (guard.bank.clone(), guard)
 }
 
 /// A fresh bank on `backend` behind a `FailingStore` driven by `clock`.
-pub fn bank(
+pub async fn bank(
     backend: Backend,
     clock: &MockClock,
 ) -> (Bank, FailingStore<Arc<dyn ObjectStore>>, Guard) {
-    let guard = backend.open();
+    let guard = backend.open().await;
     let (bank, failing) = guard.with_faults(clock);
     (bank, failing, guard)
 }

@@ -89,7 +89,7 @@ async fn refuses_to_start_when_the_margin_is_below_the_stamp_resolution() {
     // The mock clock's wall time starts on a whole second and is not advanced: every
     // stamp is a whole second.
     let store = SimStore::new(StoreClock::new(world.clone()));
-    let bank = Bank::from_store(Arc::new(store), "", "whole-seconds://");
+    let bank = banklease_testkit::made(Bank::from_store(Arc::new(store), "", "whole-seconds://"));
     let daemon = Daemon::new(bank, Arc::new(world), config());
     // Bounded: a daemon that starts would run until shutdown.
     let err = tokio::time::timeout(Duration::from_secs(20), daemon.run(std::future::pending()))
@@ -195,7 +195,7 @@ async fn shutdown_waits_for_the_pass_in_flight_then_releases() {
         gate: gate.clone(),
         entered: entered.clone(),
     };
-    let bank = Bank::from_store(Arc::new(store), "", "gated://");
+    let bank = banklease_testkit::made(Bank::from_store(Arc::new(store), "", "gated://"));
     let path = Key::GcActive.path(&bank);
     let daemon = Daemon::new(bank.clone(), clock(), config());
     let metrics = daemon.metrics().clone();

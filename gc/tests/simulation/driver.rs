@@ -33,6 +33,14 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
             .unwrap();
     }
     let sentinels: Vec<_> = sim.objects(None);
+    // The bank is made (its descriptor written) before anything runs, as `banklease init`.
+    banklease::layout::init(&Bank::from_store(
+        Arc::new(sim.clone()),
+        PREFIX,
+        "sim://bank",
+    ))
+    .await
+    .unwrap();
     let faults = FailingStore::new(sim.clone())
         .with_sleeping_clock(world_clock.clone())
         .with_seed(rng.next());

@@ -1,0 +1,105 @@
+//! `BANKLEASE_*` variables that are not settings: a warning naming the closest key, so that
+//! `BANKLEASE_BANK_URL` (one underscore) is not silently ignored.
+
+use super::{Config, CONFIG_ENV, ENV_PREFIX};
+
+/// Variables that are not configuration keys but that banklease (or its `run`) sets or reads.
+const KNOWN: &[&str] = &[
+    CONFIG_ENV,
+    "BANKLEASE_BANK",
+    "BANKLEASE_AGENT",
+    "BANKLEASE_OWNER_ID",
+    "BANKLEASE_LOCK_KEY",
+    "BANKLEASE_LOCK_NAMESPACE",
+    "BANKLEASE_LOCK_TOKEN",
+    "BANKLEASE_LOCK_OWNER",
+    "BANKLEASE_LOCK_SESSION",
+];
+
+/// Prefixes of the variables this repository's own tests and tools use.
+const KNOWN_PREFIXES: &[&str] = &[
+    "BANKLEASE_TEST_",
+    "BANKLEASE_E2E_",
+    "BANKLEASE_LOCAL_",
+    "BANKLEASE_GC_BIN",
+    "BANKLEASE_VENV",
+];
+
+/// Every configuration key as its variable (`BANKLEASE_LEASE__RENEW_WINDOW`) and its dotted
+/// name (`lease.renew_window`), read off the defaults so that a new key is never missed.
+fn keys() -> Vec<(String, String)> {
+    let defaults = serde_json::to_value(Config::default()).expect("the defaults serialise");
+    let mut keys = Vec::new();
+    for (section, fields) in defaults.as_object().into_iter().flatten() {
+        for field in fields.as_object().into_iter().flat_map(|f| f.keys()) {
+            keys.push((
+                format!("{ENV_PREFIX}{}__{}", section, field).to_ascii_uppercase(),
+                format!("{section}.{field}"),
+            ));
+        }
+    }
+    keys
+}
+
+/// A warning for `name` when it starts with `BANKLEASE_`, is not `SECTION__KEY`, and is no
+/// variable banklease knows; it names the closest key.
+pub(super) fn unknown_variable(name: &str) -> Option<String> {
+    let rest = name.strip_prefix(ENV_PREFIX)?;
+    if rest.contains("__")
+        || KNOWN.contains(&name)
+        || KNOWN_PREFIXES.iter().any(|p| name.starts_with(p))
+    {
+        return None;
+    }
+    let squash = |s: &str| s.replace('_', "").to_ascii_lowercase();
+    let closest = keys()
+        .into_iter()
+        .map(|(var, key)| {
+            let distance = strsim::levenshtein(&squash(name), &squash(&var));
+            (distance, var, key)
+        })
+        .min();
+    let hint = match closest {
+        Some((d, var, key)) if d <= 3 => format!("; did you mean `{var}` ({key})?"),
+        _ => String::new(),
+    };
+    Some(format!(
+        "environment variable `{name}` is not a banklease setting and is ignored{hint} \
+         (settings are BANKLEASE_<SECTION>__<KEY>, with two underscores; see etc/banklease.toml)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_underscore_names_the_key_meant() {
+        let w = unknown_variable("BANKLEASE_BANK_URL").unwrap();
+        assert!(w.contains("`BANKLEASE_BANK__URL` (bank.url)"), "{w}");
+        let w = unknown_variable("BANKLEASE_LEASE_RENEW_WINDOW").unwrap();
+        assert!(
+            w.contains("`BANKLEASE_LEASE__RENEW_WINDOW` (lease.renew_window)"),
+            "{w}"
+        );
+        let w = unknown_variable("BANKLEASE_GC_GRACE").unwrap();
+        assert!(w.contains("(gc.grace)"), "{w}");
+    }
+
+    #[test]
+    fn far_names_get_no_guess_and_known_ones_no_warning() {
+        let w = unknown_variable("BANKLEASE_SOMETHING_ELSE_ENTIRELY").unwrap();
+        assert!(!w.contains("did you mean"), "{w}");
+        for name in [
+            "BANKLEASE_CONFIG",
+            "BANKLEASE_BANK",
+            "BANKLEASE_AGENT",
+            "BANKLEASE_LOCK_TOKEN",
+            "BANKLEASE_TEST_S3",
+            "BANKLEASE_LEASE__EXPIRE_WINDOW",
+            "OTHER_BANK_URL",
+        ] {
+            assert_eq!(unknown_variable(name), None, "{name}");
+        }
+    }
+}
