@@ -48,18 +48,33 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool) -> Result<Outcome>
             human(Duration::from_millis(report.duration_ms)),
         ))?;
     }
-    // The pass completed; say loudly on stderr what an operator must look at.
+    // The pass completed; say on stderr, one line each, what an operator must look at.
+    for problem in &report.problems {
+        eprintln!(
+            "error: {}: {} (left for the next pass)",
+            problem.object, problem.error
+        );
+    }
+    if report.problems_omitted > 0 {
+        eprintln!(
+            "error: {} more error(s), not named here (see the log)",
+            report.problems_omitted
+        );
+    }
     if let Some(reason) = &report.braked {
         eprintln!(
             "warning: the safety brake refused the pass: {reason}; rerun with --force if intended"
         );
     }
-    if report.errors > 0 {
-        eprintln!(
-            "warning: {} error(s) during the pass; their checkpoints are left for the next pass \
-             (see the log above)",
-            report.errors
-        );
+    Ok(pass_outcome(&report))
+}
+
+/// Exit 0 for a clean pass; 1 when it completed but left something an operator must look at
+/// (errors, each named on stderr, or the brake refused collecting). A failed pass is exit 2.
+fn pass_outcome(report: &banklease_gc::PassReport) -> Outcome {
+    if report.errors > 0 || report.braked.is_some() {
+        Outcome::No
+    } else {
+        Outcome::Yes
     }
-    Ok(Outcome::Yes)
 }

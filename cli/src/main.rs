@@ -93,7 +93,9 @@ enum Command {
     /// Run one GC pass: collect the protecting checkpoints of owners whose lease is dead.
     ///
     /// Uses the daemon's engine and the `[gc]` configuration. Exit 0 when the pass completed
-    /// (even if it collected nothing or was braked), 2 when it failed.
+    /// cleanly (even if it collected nothing), 1 when it completed but met errors (each object
+    /// named on stderr, left for the next pass) or the safety brake refused collecting, 2 when
+    /// it failed.
     Gc {
         /// Plan and report only; delete nothing.
         #[arg(long)]

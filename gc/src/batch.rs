@@ -30,7 +30,7 @@ use object_store::path::Path;
 
 use crate::context::PassContext;
 use crate::delete::{delete_markers, delete_prefix, MARKER_BATCH};
-use crate::report::PassReport;
+use crate::report::{PassReport, Problem};
 
 /// Data objects deleted together (the stores' own requests split it further: 1,000 per
 /// `DeleteObjects`, 200 per Swift bulk delete).
@@ -159,7 +159,11 @@ impl Batch {
             if w.failed {
                 tracing::warn!(checkpoint_id = w.listed.id, owner_id = %w.listed.owner,
                     "deleting a collected checkpoint's data failed; the next pass resumes it");
-                report.errors += 1;
+                report.failed(Problem::new(
+                    format!("checkpoint `{}`", w.listed.id),
+                    "deleting its data failed (the store's answer is in the log); the next pass \
+                     resumes it",
+                ));
                 self.failed.insert(w.listed.owner);
             } else {
                 ready.push(w.listed);
@@ -192,7 +196,10 @@ impl Batch {
                     tracing::warn!(checkpoint_id = listed.id, owner_id = %listed.owner,
                         error = %error_chain(&e),
                         "writing a collected checkpoint's tombstone failed; the next pass resumes it");
-                    report.errors += 1;
+                    report.failed(Problem::new(
+                        format!("checkpoint `{}`", listed.id),
+                        format!("writing its tombstone failed: {}", error_chain(&e)),
+                    ));
                     self.failed.insert(listed.owner);
                 }
             }
@@ -214,8 +221,9 @@ impl Batch {
         )
         .await;
         report.collected += done;
-        report.errors += failed;
-        if failed > 0 {
+        let any_failed = !failed.is_empty();
+        report.failed_all(failed);
+        if any_failed {
             // Which ones is not told: none of these owners is cleared this pass.
             self.failed.extend(owners);
         }

@@ -22,7 +22,7 @@ use crate::batch::{list_data, Batch, Listed};
 use crate::context::PassContext;
 use crate::delete::delete_ok_if_missing;
 use crate::plan::{OwnerTally, Plan, Verdict};
-use crate::report::PassReport;
+use crate::report::{PassReport, Problem};
 use crate::sweep::mark_for_sweep;
 
 /// What happened to one checkpoint.
@@ -91,10 +91,9 @@ impl Collecting<'_> {
         let prefix = &prefix;
         let mut results = listing
             .map(|item| async move {
-                let meta = item.map_err(|e| banklease::Error::Store {
-                    op: "list",
-                    path: prefix.to_string(),
-                    source: e,
+                let meta = item.map_err(|e| {
+                    let listing = format!("listing `{prefix}`");
+                    (listing, banklease::Error::store("list", prefix, e))
                 })?;
                 let Some((owner, id)) = parse_marker(bank, &meta.location) else {
                     return Ok(Outcome::Skipped);
@@ -113,7 +112,9 @@ impl Collecting<'_> {
                 if ctx.options.dry_run {
                     return Ok(Outcome::Collected);
                 }
-                self.collect_one(&owner, &id).await
+                self.collect_one(&owner, &id)
+                    .await
+                    .map_err(|e| (format!("checkpoint `{id}`"), e))
             })
             .buffer_unordered(ctx.options.concurrency);
         // Consumed as it comes: memory stays bounded by `concurrency` and the batch, not by the
@@ -129,10 +130,10 @@ impl Collecting<'_> {
                     report.skipped += 1;
                     clean = false;
                 }
-                Err(e) => {
-                    tracing::warn!(owner_id = %tally.owner, error = %error_chain(&e),
+                Err((object, e)) => {
+                    tracing::warn!(owner_id = %tally.owner, object, error = %error_chain(&e),
                         "collecting a checkpoint failed; the next pass resumes it");
-                    report.errors += 1;
+                    report.failed(Problem::new(object, error_chain(&e)));
                     clean = false;
                 }
             }

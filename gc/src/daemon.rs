@@ -86,8 +86,8 @@ enum End {
     Shutdown,
     /// The keeper lost the GC lease.
     Lost(String),
-    /// `--once`: the single pass ran.
-    Once(anyhow::Result<PassReport>),
+    /// `--once`: the single pass ran (boxed: a report is large beside the other variants).
+    Once(Box<anyhow::Result<PassReport>>),
 }
 
 impl Daemon {
@@ -256,7 +256,7 @@ impl Daemon {
                     continue;
                 }
                 End::Shutdown => None,
-                End::Once(result) => Some(result),
+                End::Once(result) => Some(*result),
             };
             // Passes are awaited where they start, so the tracker is empty here unless a pass
             // task outlived its awaiting future; never release under a running pass.
@@ -382,7 +382,7 @@ impl Daemon {
             } else if lease.check_validity() {
                 let result = self.pass(collector, tracker).await;
                 if once {
-                    return End::Once(result);
+                    return End::Once(Box::new(result));
                 }
                 // Measured from the end, so a slow pass never runs back to back with the next.
                 next_pass = self.clock.now() + self.config.gc.interval;

@@ -6,6 +6,8 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
 
+use crate::report::Problem;
+
 /// Delete `path`; already gone is fine.
 pub(crate) async fn delete_ok_if_missing(bank: &Bank, path: &Path) -> banklease::Result<()> {
     match bank.store().delete(path).await {
@@ -22,25 +24,45 @@ pub(crate) async fn delete_ok_if_missing(bank: &Bank, path: &Path) -> banklease:
 /// delete; one request each where the store has none).
 pub const MARKER_BATCH: usize = 1000;
 
-/// Delete `markers` (emptied) in bulk: how many were deleted or already gone, and how many
-/// failed (each warned about as `what`; a later pass finds those again).
-pub(crate) async fn delete_markers(bank: &Bank, markers: &mut Vec<Path>, what: &str) -> (u64, u64) {
+/// Delete `markers` (emptied) in bulk: how many were deleted or already gone, and what failed
+/// (each warned about as `what`; a later pass finds those again).
+pub(crate) async fn delete_markers(
+    bank: &Bank,
+    markers: &mut Vec<Path>,
+    what: &str,
+) -> (u64, Vec<Problem>) {
     if markers.is_empty() {
-        return (0, 0);
+        return (0, Vec::new());
     }
     let locations = futures::stream::iter(std::mem::take(markers).into_iter().map(Ok)).boxed();
     let mut results = bank.store().delete_stream(locations);
-    let (mut done, mut failed) = (0, 0);
+    let (mut done, mut failed) = (0, Vec::new());
     while let Some(result) = results.next().await {
         match result {
             Ok(_) | Err(object_store::Error::NotFound { .. }) => done += 1,
             Err(e) => {
                 tracing::warn!(error = %e, "deleting {what} failed; a later pass finds it again");
-                failed += 1;
+                let object = error_path(&e).unwrap_or_else(|| what.to_owned());
+                failed.push(Problem::new(object, banklease::error_chain(&e)));
             }
         }
     }
     (done, failed)
+}
+
+/// The path an object_store error names, when it names one (a bulk delete's answers are not in
+/// the order of the request).
+pub(crate) fn error_path(e: &object_store::Error) -> Option<String> {
+    use object_store::Error as E;
+    match e {
+        E::NotFound { path, .. }
+        | E::AlreadyExists { path, .. }
+        | E::Precondition { path, .. }
+        | E::NotModified { path, .. }
+        | E::PermissionDenied { path, .. }
+        | E::Unauthenticated { path, .. } => Some(path.to_string()),
+        _ => None,
+    }
 }
 
 /// Delete every object under `prefix`; returns how many the listing showed. A listing may still

@@ -32,3 +32,4 @@ pub use daemon::Daemon;
 pub use metrics::Metrics;
 pub use options::{GcOptions, GcOptionsBuilder};
 pub use pass::{Collector, PassReport};
+pub use report::{Problem, MAX_PROBLEMS};

@@ -140,7 +140,7 @@ impl Collector {
                 // First, what earlier passes marked for the late sweep (stamped before this pass).
                 let swept = sweep_due(&ctx).await;
                 report.late_data_swept += swept.objects;
-                report.errors += swept.errors;
+                report.failed_all(swept.problems);
             }
             cleared = collect(&ctx, &plan, judged.listed_at, &mut report).await;
             if acting {
@@ -151,7 +151,7 @@ impl Collector {
                     .iter()
                     .filter(|o| !cleared.contains(*o))
                     .collect();
-                report.errors += forget_missing(&ctx.bank, |o| keep.contains(o)).await;
+                report.failed_all(forget_missing(&ctx.bank, |o| keep.contains(o)).await);
             }
             if self.options.reap_leases && acting {
                 let seen: HashSet<OwnerId> =
@@ -160,11 +160,11 @@ impl Collector {
             }
             if acting {
                 let sent = self.clock.now();
-                report.errors += forget_clock_probes(&ctx, sent).await;
+                report.failed_all(forget_clock_probes(&ctx, sent).await);
             }
             let (swept, errors) = self.temporaries.sweep(&ctx).await;
             report.temporaries_swept += swept;
-            report.errors += errors;
+            report.failed_all(errors);
         }
 
         // What dead owners still have protecting after this pass: zombies, the oldest first.

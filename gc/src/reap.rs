@@ -11,7 +11,7 @@ use futures::StreamExt;
 use crate::context::PassContext;
 use crate::delete::delete_ok_if_missing;
 use crate::plan::Verdict;
-use crate::report::PassReport;
+use crate::report::{PassReport, Problem};
 
 /// Delete the lease objects of owners that are expired past grace and have no protecting
 /// checkpoint left: those whose markers this pass removed without a skip or error
@@ -34,7 +34,7 @@ pub(crate) async fn reap_leases(
             Ok(meta) => meta,
             Err(e) => {
                 tracing::warn!(error = %error_chain(&e), "listing leases failed");
-                report.errors += 1;
+                report.failed(Problem::new(format!("listing `{prefix}`"), error_chain(&e)));
                 break;
             }
         };
@@ -74,17 +74,24 @@ pub(crate) async fn reap_leases(
     ctx.check_clock_again().await?;
     let mut reaped = futures::stream::iter(expired)
         .map(|owner| async move {
-            delete_ok_if_missing(bank, &bank.lease_path(&owner)).await?;
-            tracing::info!(owner_id = %owner, "reaped the lease of a dead owner");
-            Ok::<(), banklease::Error>(())
+            match delete_ok_if_missing(bank, &bank.lease_path(&owner)).await {
+                Ok(()) => {
+                    tracing::info!(owner_id = %owner, "reaped the lease of a dead owner");
+                    Ok(())
+                }
+                Err(e) => Err((owner, e)),
+            }
         })
         .buffer_unordered(ctx.options.concurrency);
     while let Some(result) = reaped.next().await {
         match result {
             Ok(()) => report.leases_reaped += 1,
-            Err(e) => {
-                tracing::warn!(error = %error_chain(&e), "reaping a lease failed");
-                report.errors += 1;
+            Err((owner, e)) => {
+                tracing::warn!(owner_id = %owner, error = %error_chain(&e), "reaping a lease failed");
+                report.failed(Problem::new(
+                    format!("lease of owner `{owner}`"),
+                    format!("reaping it failed: {}", error_chain(&e)),
+                ));
             }
         }
     }

@@ -16,6 +16,7 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use crate::context::PassContext;
 use crate::plan::{past, MissingFor};
+use crate::report::Problem;
 
 /// `gc/missing/<owner>`: written by the first pass that finds the owner's lease missing.
 pub fn missing_path(bank: &Bank, owner: &OwnerId) -> Path {
@@ -60,8 +61,8 @@ pub(crate) async fn missing_for(
 pub const CLOCK_PROBE_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
 /// Remove store-clock probe keys (`_banklease/clock/<handle>`) not written for a day; returns
-/// the errors met. A key removed under a live process is rewritten by its next reading.
-pub(crate) async fn forget_clock_probes(ctx: &PassContext, sent: Instant) -> u64 {
+/// what failed. A key removed under a live process is rewritten by its next reading.
+pub(crate) async fn forget_clock_probes(ctx: &PassContext, sent: Instant) -> Vec<Problem> {
     let bank = &ctx.bank;
     let own = bank.own_clock_probe();
     // A probe's own stamp, unfloored and with no staleness allowance: a day dwarfs both, and
@@ -83,11 +84,11 @@ pub(crate) async fn forget_clock_probes(ctx: &PassContext, sent: Instant) -> u64
     .await
 }
 
-/// Remove the missing-since records of owners that `keep` rejects; returns the errors met.
+/// Remove the missing-since records of owners that `keep` rejects; returns what failed.
 ///
 /// Safe whatever the listing shows or omits: removing a record only restarts the grace of an
 /// owner whose lease is missing (collection comes later, never earlier).
-pub(crate) async fn forget_missing(bank: &Bank, keep: impl Fn(&OwnerId) -> bool) -> u64 {
+pub(crate) async fn forget_missing(bank: &Bank, keep: impl Fn(&OwnerId) -> bool) -> Vec<Problem> {
     let prefix = Prefix::GcMissing.path(bank);
     delete_listed(
         bank,
@@ -99,15 +100,15 @@ pub(crate) async fn forget_missing(bank: &Bank, keep: impl Fn(&OwnerId) -> bool)
 }
 
 /// Delete the objects under `prefix` that `stale` selects (listed first, then deleted); returns
-/// the errors met. For the GC's own bookkeeping, where deleting too much only delays.
+/// what failed. For the GC's own bookkeeping, where deleting too much only delays.
 async fn delete_listed(
     bank: &Bank,
     prefix: &Path,
     what: &str,
     stale: impl Fn(&object_store::ObjectMeta) -> bool,
-) -> u64 {
+) -> Vec<Problem> {
     use futures::StreamExt;
-    let mut errors = 0;
+    let mut errors = Vec::new();
     let mut found = Vec::new();
     let mut listing = bank.store().list(Some(prefix));
     while let Some(item) = listing.next().await {
@@ -116,7 +117,10 @@ async fn delete_listed(
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(error = %banklease::error_chain(&e), what, "listing failed");
-                errors += 1;
+                errors.push(Problem::new(
+                    format!("listing `{prefix}`"),
+                    banklease::error_chain(&e),
+                ));
                 break;
             }
         }
@@ -128,7 +132,10 @@ async fn delete_listed(
             Err(e) => {
                 tracing::warn!(path = %path, error = %banklease::error_chain(&e), what,
                     "removing failed");
-                errors += 1;
+                errors.push(Problem::new(
+                    format!("{what} `{path}`"),
+                    banklease::error_chain(&e),
+                ));
             }
         }
     }

@@ -5,6 +5,27 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+/// Errors a report names one by one; the rest are counted (`problems_omitted`).
+pub const MAX_PROBLEMS: usize = 100;
+
+/// One thing a pass could not handle; it is left for the next pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// What: `checkpoint `cp-1``, `lease `owner``, a marker's or listing's path.
+    pub object: String,
+    /// Why, with its causes (a corrupt object's path and what is wrong with it).
+    pub error: String,
+}
+
+impl Problem {
+    pub(crate) fn new(object: impl Into<String>, error: impl std::fmt::Display) -> Self {
+        Self {
+            object: object.into(),
+            error: error.to_string(),
+        }
+    }
+}
+
 /// What a pass did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct PassReport {
@@ -28,6 +49,11 @@ pub struct PassReport {
     pub skipped: u64,
     /// Errors met (each one leaves its checkpoint for the next pass).
     pub errors: u64,
+    /// What could not be handled, one per error, the first [`MAX_PROBLEMS`] of them: the object
+    /// (a checkpoint, a lease, a marker, a listing) and why. `banklease gc` prints each.
+    pub problems: Vec<Problem>,
+    /// Errors beyond the first [`MAX_PROBLEMS`], counted only.
+    pub problems_omitted: u64,
     /// Data objects found (and deleted) under collected checkpoints by the late sweep: writes
     /// of paused owners that landed after the collection.
     pub late_data_swept: u64,
@@ -54,4 +80,23 @@ pub struct PassReport {
     /// How long the longest-dead owner whose protecting checkpoints this pass left behind
     /// (braked, limited, dry run, errors) has been dead, in milliseconds; 0 when none is left.
     pub oldest_zombie_age_ms: u64,
+}
+
+impl PassReport {
+    /// Count an error and name it (up to [`MAX_PROBLEMS`]).
+    pub(crate) fn failed(&mut self, problem: Problem) {
+        self.errors += 1;
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(problem);
+        } else {
+            self.problems_omitted += 1;
+        }
+    }
+
+    /// [`failed`](Self::failed) for each of `problems`.
+    pub(crate) fn failed_all(&mut self, problems: impl IntoIterator<Item = Problem>) {
+        for problem in problems {
+            self.failed(problem);
+        }
+    }
 }

@@ -26,6 +26,7 @@ use object_store::{ObjectStoreExt, PutPayload};
 use crate::context::PassContext;
 use crate::delete::{delete_markers, delete_prefix, MARKER_BATCH};
 use crate::plan::past;
+use crate::report::Problem;
 
 /// `index/sweep/` — collected checkpoints whose data is swept once more.
 pub fn sweep_prefix(bank: &Bank) -> Path {
@@ -48,7 +49,7 @@ pub async fn mark_for_sweep(bank: &Bank, id: &str) -> banklease::Result<()> {
 }
 
 /// What one sweep did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Swept {
     /// Checkpoints whose data was swept (their sweep marker removed).
     pub checkpoints: u64,
@@ -56,8 +57,8 @@ pub struct Swept {
     pub objects: u64,
     /// Sweep markers not yet due.
     pub waiting: u64,
-    /// Errors (each leaves its marker for the next pass).
-    pub errors: u64,
+    /// What failed (each leaves its marker for the next pass).
+    pub problems: Vec<Problem>,
 }
 
 /// Sweep every checkpoint whose sweep marker is older than `late_write_window` plus the margin
@@ -89,7 +90,9 @@ pub(crate) async fn sweep_due(ctx: &PassContext) -> Swept {
             }
             Err(e) => {
                 tracing::warn!(error = %error_chain(&e), "listing the sweep markers failed");
-                swept.errors += 1;
+                swept
+                    .problems
+                    .push(Problem::new(format!("listing `{prefix}`"), error_chain(&e)));
                 break;
             }
         }
@@ -98,37 +101,7 @@ pub(crate) async fn sweep_due(ctx: &PassContext) -> Swept {
     let mut results = futures::stream::iter(due)
         .map(|id| async move {
             let marker = sweep_path(bank, &id);
-            // Never delete on doubt: only the data of a checkpoint the GC decided to collect.
-            match read_decision(bank, &id).await? {
-                Some(d) if d.by == Decider::Gc => {}
-                Some(_) => {
-                    tracing::warn!(checkpoint_id = %id,
-                        "sweep marker beside an owner's decision: data left alone, marker removed");
-                    match bank.store().delete(&marker).await {
-                        Ok(()) | Err(object_store::Error::NotFound { .. }) => return Ok(None),
-                        Err(e) => return Err(banklease::Error::store("delete", &marker, e)),
-                    }
-                }
-                None => {
-                    // A lagging replica may not show the decision yet: doubt, so nothing is
-                    // deleted and the marker stays for a later pass.
-                    tracing::warn!(checkpoint_id = %id,
-                        "sweep marker without a readable gc decision: left for a later pass");
-                    return Err(banklease::Error::Corrupt {
-                        path: marker.to_string(),
-                        reason: "no decision reads back for this sweep marker; left for a later \
-                                 pass"
-                            .to_owned(),
-                    });
-                }
-            }
-            let found = delete_prefix(bank, &data_prefix(bank, &id)).await?;
-            if found > 0 {
-                tracing::warn!(checkpoint_id = %id, found,
-                    "late data under a collected checkpoint: deleted");
-            }
-            // The marker goes in bulk with the others', after every sweep of the batch.
-            Ok::<Option<(u64, Path)>, banklease::Error>(Some((found, marker)))
+            sweep_one(bank, &id, marker).await.map_err(|e| (id, e))
         })
         .buffer_unordered(ctx.options.concurrency.max(1));
     let mut done: Vec<Path> = Vec::new();
@@ -142,9 +115,13 @@ pub(crate) async fn sweep_due(ctx: &PassContext) -> Swept {
                     delete_sweep_markers(bank, &mut done, &mut swept).await;
                 }
             }
-            Err(e) => {
-                tracing::warn!(error = %error_chain(&e), "sweeping late data failed; next pass retries");
-                swept.errors += 1;
+            Err((id, e)) => {
+                tracing::warn!(checkpoint_id = %id, error = %error_chain(&e),
+                    "sweeping late data failed; next pass retries");
+                swept.problems.push(Problem::new(
+                    format!("checkpoint `{id}`"),
+                    format!("sweeping its late data failed: {}", error_chain(&e)),
+                ));
             }
         }
     }
@@ -153,9 +130,45 @@ pub(crate) async fn sweep_due(ctx: &PassContext) -> Swept {
     swept
 }
 
+/// Sweep one checkpoint's late data under its GC decision; `None` when there was nothing to
+/// sweep (an owner's decision: the marker was removed).
+async fn sweep_one(bank: &Bank, id: &str, marker: Path) -> banklease::Result<Option<(u64, Path)>> {
+    // Never delete on doubt: only the data of a checkpoint the GC decided to collect.
+    match read_decision(bank, id).await? {
+        Some(d) if d.by == Decider::Gc => {}
+        Some(_) => {
+            tracing::warn!(checkpoint_id = %id,
+                "sweep marker beside an owner's decision: data left alone, marker removed");
+            match bank.store().delete(&marker).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(banklease::Error::store("delete", &marker, e)),
+            }
+        }
+        None => {
+            // A lagging replica may not show the decision yet: doubt, so nothing is
+            // deleted and the marker stays for a later pass.
+            tracing::warn!(checkpoint_id = %id,
+                "sweep marker without a readable gc decision: left for a later pass");
+            return Err(banklease::Error::Corrupt {
+                path: marker.to_string(),
+                reason: "no decision reads back for this sweep marker; left for a later \
+                         pass"
+                    .to_owned(),
+            });
+        }
+    }
+    let found = delete_prefix(bank, &data_prefix(bank, id)).await?;
+    if found > 0 {
+        tracing::warn!(checkpoint_id = %id, found,
+            "late data under a collected checkpoint: deleted");
+    }
+    // The marker goes in bulk with the others', after every sweep of the batch.
+    Ok(Some((found, marker)))
+}
+
 /// End the sweep of every checkpoint in `markers` by deleting its sweep marker.
 async fn delete_sweep_markers(bank: &Bank, markers: &mut Vec<Path>, swept: &mut Swept) {
     let (done, failed) = delete_markers(bank, markers, "a sweep marker").await;
     swept.checkpoints += done;
-    swept.errors += failed;
+    swept.problems.extend(failed);
 }

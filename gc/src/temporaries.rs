@@ -8,6 +8,7 @@ use std::time::Instant;
 use banklease::store::SweepWalk;
 
 use crate::context::PassContext;
+use crate::report::Problem;
 
 /// Entries of a `file:` bank's staging directory a pass reads at most looking for stale staged
 /// files (it holds one per write in flight or crashed, so one pass almost always reads it all).
@@ -27,11 +28,11 @@ impl TemporarySweep {
     /// (staged files in `_banklease/staging/` that no writer holds, older than
     /// `late_write_window`). Each pass goes on with the walk for at most
     /// [`TEMPORARY_SWEEP_BUDGET`] entries, and a new walk starts at most once per window after
-    /// the last one ended. Returns (swept, errors).
-    pub(crate) async fn sweep(&self, ctx: &PassContext) -> (u64, u64) {
+    /// the last one ended. Returns what it swept, and what failed.
+    pub(crate) async fn sweep(&self, ctx: &PassContext) -> (u64, Option<Problem>) {
         let bank = &ctx.bank;
         let Some(local) = bank.local() else {
-            return (0, 0);
+            return (0, None);
         };
         let window = ctx.options.late_write_window;
         let now = ctx.clock.now();
@@ -42,7 +43,7 @@ impl TemporarySweep {
             };
             let last = self.last_done.lock().expect("not poisoned");
             if !walking && last.is_some_and(|t| now.saturating_duration_since(t) < window) {
-                return (0, 0);
+                return (0, None);
             }
         }
         let step = local
@@ -72,14 +73,18 @@ impl TemporarySweep {
                 } else {
                     swept.removed
                 };
-                (found, 0)
+                (found, None)
             }
             Err(e) => {
                 // Start over next time: the walk may be stuck on what failed.
                 *self.walk.lock().expect("not poisoned") = SweepWalk::default();
                 tracing::warn!(bank = bank.label(), error = %e,
                     "cannot sweep stale temporaries; will retry next pass");
-                (0, 1)
+                let problem = Problem::new(
+                    "`_banklease/staging/`",
+                    format!("sweeping crashed writers' temporaries failed: {e}"),
+                );
+                (0, Some(problem))
             }
         }
     }

@@ -13,7 +13,7 @@ use futures::StreamExt;
 use crate::context::PassContext;
 use crate::plan::{OwnerTally, Verdict};
 use crate::records::missing_for;
-use crate::report::PassReport;
+use crate::report::{PassReport, Problem};
 
 /// The owners of the protecting index, judged.
 #[derive(Debug)]
@@ -66,7 +66,10 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
             Err(e) => {
                 // Judge what was seen; the rest waits for the next pass.
                 tracing::warn!(error = %error_chain(&e), "listing the protecting index failed");
-                report.errors += 1;
+                report.failed(Problem::new(
+                    "listing the protecting index",
+                    error_chain(&e),
+                ));
                 break;
             }
         }

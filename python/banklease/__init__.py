@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 from ._banklease import (
     Bank,
@@ -115,7 +115,9 @@ class PassReport:
 
     Counts are of protecting checkpoints (``scanned``, ``collected``, ...) and of their owners
     (``owners``, ``alive``, ``in_grace``, ``dead``, ``unreadable``). ``braked`` says why the
-    safety brake refused the pass (nothing was collected). ``requests`` counts the store
+    safety brake refused the pass (nothing was collected). ``problems`` names what the pass
+    could not handle, one ``{"object", "error"}`` per error (the first 100; ``problems_omitted``
+    counts the rest): each is left for the next pass. ``requests`` counts the store
     requests by kind. Durations are in milliseconds, as in the daemon's JSON log.
     """
 
@@ -129,6 +131,8 @@ class PassReport:
     repaired: int
     skipped: int
     errors: int
+    problems: List[Dict[str, str]]
+    problems_omitted: int
     late_data_swept: int
     leases_reaped: int
     temporaries_swept: int

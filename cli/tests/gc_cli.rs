@@ -1,0 +1,123 @@
+//! `banklease gc` as a script runs it: the exit code says whether the pass left something to
+//! look at, and stderr names each object it could not handle (issue 22, item 3).
+
+#![allow(clippy::disallowed_methods)] // real processes on real files, a real clock
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use banklease::clock::SystemClock;
+use banklease::{Bank, Checkpoint, LeaseWindows, OwnerId, OwnerLease};
+
+const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+
+/// `banklease --bank url args` with short windows, a small margin and grace.
+fn cli(url: &str, args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("BANKLEASE_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.args(["--bank", url])
+        .args(args)
+        .env("BANKLEASE_LEASE__RENEW_WINDOW", "300ms")
+        .env("BANKLEASE_LEASE__EXPIRE_WINDOW", "1s")
+        .env("BANKLEASE_LEASE__VALIDITY_WINDOW", "100ms")
+        .env("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")
+        .env("BANKLEASE_GC__GRACE", "500ms")
+        .env("BANKLEASE_GC__LATE_WRITE_WINDOW", "1s")
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A bank made by `init` in `dir/bank`, and an owner that wrote `checkpoints` protecting ones
+/// and died (never renewed): its lease is expired past grace when this returns.
+fn dead_owner_bank(dir: &Path, checkpoints: &[&str]) -> String {
+    let url = format!("file://{}", dir.join("bank").display());
+    let out = cli(&url, &["init"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let bank = Bank::open(&url).unwrap();
+        let windows = LeaseWindows::new(
+            Duration::from_millis(300),
+            Duration::from_secs(1),
+            Duration::from_millis(100),
+        )
+        .unwrap();
+        let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        for id in checkpoints {
+            Checkpoint::create(&lease, id).await.unwrap();
+        }
+    });
+    // expire 1 s + margin 100 ms + grace 500 ms, and some slack.
+    std::thread::sleep(Duration::from_millis(2_200));
+    url
+}
+
+#[test]
+fn a_pass_that_met_errors_exits_1_and_names_each_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = dead_owner_bank(dir.path(), &["cp-a", "cp-b", "cp-c"]);
+    let bank = dir.path().join("bank");
+    std::fs::write(bank.join("checkpoints/cp-a/index.json"), "{not json").unwrap();
+    std::fs::create_dir_all(bank.join("decisions")).unwrap();
+    std::fs::write(bank.join("decisions/cp-b"), "{not json either").unwrap();
+
+    let out = cli(&url, &["gc"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains("collected 1,"), "{stdout}");
+    assert!(stdout.contains("errors 2"), "{stdout}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "one line per object: {stderr}");
+    for (id, path) in [
+        ("cp-a", "checkpoints/cp-a/index.json"),
+        ("cp-b", "decisions/cp-b"),
+    ] {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(&format!("error: checkpoint `{id}`: ")))
+            .unwrap_or_else(|| panic!("{id} not named: {stderr}"));
+        assert!(line.contains(path), "{line}");
+        assert!(line.ends_with("(left for the next pass)"), "{line}");
+    }
+
+    // The JSON report names them too, and the next pass meets them again.
+    let out = cli(&url, &["--json", "gc"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["errors"], 2, "{report}");
+    let objects: Vec<&str> = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["object"].as_str().unwrap())
+        .collect();
+    assert!(objects.contains(&"checkpoint `cp-a`"), "{report}");
+    assert!(objects.contains(&"checkpoint `cp-b`"), "{report}");
+}
+
+#[test]
+fn a_clean_pass_exits_0_and_says_nothing_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = dead_owner_bank(dir.path(), &["cp-a"]);
+    let out = cli(&url, &["gc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("collected 1,"));
+    assert_eq!(text(&out.stderr), "");
+}
