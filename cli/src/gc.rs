@@ -2,27 +2,55 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Result};
 
 use crate::{human, out_json, out_line, Ctx, Outcome};
 
 /// `banklease gc`: one pass of the engine the daemon runs (crate `banklease-gc`), with the
-/// `[gc]` configuration; `--dry-run` and `--force` override it for this pass.
+/// `[gc]` configuration; `--dry-run` and `--force` override it for this pass. Like
+/// `banklease-gc --once`, it takes the GC lease for its pass, and refuses (exit 75) while a
+/// daemon is active unless `--force`; a dry run takes no lease.
 pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool) -> Result<Outcome> {
-    let mut options = banklease_gc::GcOptions::from_config(&ctx.config);
-    options.dry_run |= dry_run;
-    options.force = force;
-    // As the daemon: a margin below the store's stamp resolution cannot absorb the truncation.
-    banklease_gc::timing::check_skew_margin(&ctx.bank, &ctx.clock, options.skew_margin)
-        .await
-        .with_context(|| format!("refusing to collect on bank=`{}`", ctx.bank.label()))?;
-    let collector = banklease_gc::Collector::new(ctx.bank.clone(), ctx.clock.clone(), options);
-    let report: banklease_gc::PassReport = collector
-        .run_pass()
-        .await
-        .with_context(|| format!("gc pass on bank=`{}` failed", ctx.bank.label()))?;
+    let mut config = ctx.config.clone();
+    config.gc.dry_run |= dry_run;
+    // The port is the running daemon's.
+    config.gc.metrics_addr = None;
+    let daemon =
+        banklease_gc::Daemon::new(ctx.bank.clone(), ctx.clock.clone(), config).with_force(force);
+    let shutdown = async {
+        // No signal handler (an error) means no early stop: the pass runs to its end.
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let single = match daemon.run_single(shutdown).await {
+        Ok(Some(single)) => single,
+        Ok(None) => bail!("interrupted before the pass could start; nothing was collected"),
+        Err(e) if e.chain().any(|c| c.is::<banklease_gc::ActiveElsewhere>()) => {
+            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
+            return Ok(Outcome::Exit(EXIT_ACTIVE_ELSEWHERE));
+        }
+        Err(e) => return Err(e.context(format!("gc pass on bank=`{}` failed", ctx.bank.label()))),
+    };
+    let report = &single.report;
+    if let banklease_gc::PassLease::Beside { holder } = &single.lease {
+        eprintln!(
+            "warning: --force: this pass ran beside the active gc daemon holder=`{holder}`, \
+             without the gc lease"
+        );
+    }
     if ctx.json {
-        out_json(&report)?;
+        #[derive(serde::Serialize)]
+        struct Line<'a> {
+            #[serde(flatten)]
+            report: &'a banklease_gc::PassReport,
+            #[serde(flatten)]
+            lease: &'a banklease_gc::PassLease,
+        }
+        out_json(&Line {
+            report,
+            lease: &single.lease,
+        })?;
     } else {
         let verb = if report.dry_run {
             "would collect"
@@ -32,7 +60,7 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool) -> Result<Outcome>
         out_line(&format!(
             "gc pass{}: scanned {} protecting checkpoint(s) of {} owner(s) ({} alive, {} in \
              grace, {} dead, {} unreadable); {verb} {}, repaired {}, skipped {}, errors {}, leases \
-             reaped {} in {}",
+             reaped {} in {}{}",
             if report.dry_run { " (dry run)" } else { "" },
             report.scanned,
             report.owners,
@@ -46,6 +74,11 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool) -> Result<Outcome>
             report.errors,
             report.leases_reaped,
             human(Duration::from_millis(report.duration_ms)),
+            match &single.lease {
+                banklease_gc::PassLease::Held => "; held the gc lease",
+                banklease_gc::PassLease::Beside { .. } => "; beside the active gc daemon",
+                _ => "",
+            },
         ))?;
     }
     // The pass completed; say on stderr, one line each, what an operator must look at.
@@ -66,8 +99,12 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool) -> Result<Outcome>
             "warning: the safety brake refused the pass: {reason}; rerun with --force if intended"
         );
     }
-    Ok(pass_outcome(&report))
+    Ok(pass_outcome(report))
 }
+
+/// Refused: another daemon is active (sysexits' EX_TEMPFAIL: try later), as `banklease-gc
+/// --once`.
+const EXIT_ACTIVE_ELSEWHERE: u8 = 75;
 
 /// Exit 0 for a clean pass; 1 when it completed but left something an operator must look at
 /// (errors, each named on stderr, or the brake refused collecting). A failed pass is exit 2.

@@ -65,7 +65,9 @@ fn dead_owner_bank(dir: &Path, checkpoints: &[&str]) -> String {
         }
     });
     // expire 1 s + margin 100 ms + grace 500 ms, and some slack.
-    std::thread::sleep(Duration::from_millis(2_200));
+    if !checkpoints.is_empty() {
+        std::thread::sleep(Duration::from_millis(2_200));
+    }
     url
 }
 
@@ -120,4 +122,73 @@ fn a_clean_pass_exits_0_and_says_nothing_on_stderr() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("collected 1,"));
     assert_eq!(text(&out.stderr), "");
+}
+
+/// Issue 22, item 4: `banklease gc` beside the running daemon is refused (75, one line naming
+/// the holder) unless `--force`; with no daemon it takes the GC lease and releases it.
+#[test]
+fn a_manual_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = dead_owner_bank(dir.path(), &[]);
+    let active = dir.path().join("bank/gc/active");
+    // The active daemon, in this process: short GC lease windows, no metrics.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut config = banklease::Config::default();
+    config.lease.skew_margin = Duration::from_millis(100);
+    config.gc.grace = Duration::from_millis(500);
+    config.gc.late_write_window = Duration::from_secs(1);
+    config.gc.interval = Duration::from_millis(300);
+    config.gc.lease_renew_window = Duration::from_millis(200);
+    config.gc.lease_expire_window = Duration::from_secs(1);
+    config.gc.lease_validity_window = Duration::from_millis(100);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon =
+        banklease_gc::Daemon::new(Bank::open(&url).unwrap(), Arc::new(SystemClock), config);
+    let holder = daemon.owner_id().to_string();
+    let running = runtime.spawn(daemon.run(async {
+        let _ = stopped.await;
+    }));
+    for _ in 0..300 {
+        if active.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(active.exists(), "the daemon never became active");
+
+    let out = cli(&url, &["gc"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("holder=`{holder}` is active")),
+        "{err}"
+    );
+    assert!(err.contains("--force"), "{err}");
+    assert_eq!(text(&out.stdout), "");
+
+    let out = cli(&url, &["gc", "--force"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("ran beside the active gc daemon"), "{err}");
+    assert!(text(&out.stdout).contains("; beside the active gc daemon"));
+
+    // A dry run deletes nothing and needs no lease.
+    let out = cli(&url, &["--json", "gc", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["gc_lease"], "not-needed", "{report}");
+
+    stop.send(()).unwrap();
+    runtime.block_on(running).unwrap().unwrap();
+    assert!(!active.exists(), "the daemon released the gc lease");
+    let out = cli(&url, &["--json", "gc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["gc_lease"], "held", "{report}");
+    assert!(!active.exists(), "the pass released the gc lease");
 }

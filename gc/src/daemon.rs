@@ -47,6 +47,9 @@ use crate::options::GcOptions;
 use crate::pass::Collector;
 use crate::report::PassReport;
 
+mod single;
+pub use single::{ActiveElsewhere, PassLease, Single};
+
 /// How long open `/metrics` requests may take to finish once the daemon stops; a client that
 /// holds its connection longer is cut off rather than delay the exit.
 const METRICS_STOP_GRACE: Duration = Duration::from_secs(5);
@@ -59,9 +62,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     Daemon::open(config)?.run(shutdown).await
 }
 
-/// Wait to become active, run a single pass, release the GC lease and return the pass's report.
-///
-/// `Ok(None)` when `shutdown` completed before a pass could start.
+/// One pass with the GC lease ([`Daemon::run_single`]; refused while another daemon is active),
+/// its report. `Ok(None)` when `shutdown` completed before a pass could start.
 pub async fn run_once(
     config: Config,
     shutdown: impl Future<Output = ()>,
@@ -77,6 +79,8 @@ pub struct Daemon {
     config: Config,
     owner: OwnerId,
     metrics: Arc<Metrics>,
+    /// A single pass runs beside an active daemon, and collects past the brake.
+    force: bool,
 }
 
 /// How a spell as the active daemon ended.
@@ -110,7 +114,16 @@ impl Daemon {
             config,
             owner,
             metrics: Arc::new(Metrics::new()),
+            force: false,
         }
+    }
+
+    /// For a single pass ([`run_single`](Self::run_single)): run it even while another daemon
+    /// is active (beside it, without the GC lease), and collect even when the safety brake
+    /// would refuse. An operator's override; a daemon that keeps running ignores it.
+    pub fn with_force(mut self, force: bool) -> Self {
+        self.force = force;
+        self
     }
 
     /// The id this daemon holds the GC lease under.
@@ -128,11 +141,22 @@ impl Daemon {
         self.execute(false, shutdown).await.map(|_| ())
     }
 
-    /// Become active, run one pass, release the lease. `Ok(None)` when `shutdown` came first.
+    /// One pass, as [`run_single`](Self::run_single), its report only.
     pub async fn run_once(
         self,
         shutdown: impl Future<Output = ()>,
     ) -> anyhow::Result<Option<PassReport>> {
+        Ok(self.run_single(shutdown).await?.map(|single| single.report))
+    }
+
+    /// One pass (`banklease gc`, `banklease-gc --once`): it takes the GC lease at once and
+    /// releases it after, or refuses with [`ActiveElsewhere`] while another daemon holds it
+    /// (unless [`with_force`](Self::with_force)); a dry run takes no lease. Serves no metrics.
+    /// `Ok(None)` when `shutdown` came first.
+    pub async fn run_single(
+        self,
+        shutdown: impl Future<Output = ()>,
+    ) -> anyhow::Result<Option<Single>> {
         self.execute(true, shutdown).await
     }
 
@@ -140,7 +164,7 @@ impl Daemon {
         self,
         once: bool,
         shutdown: impl Future<Output = ()>,
-    ) -> anyhow::Result<Option<PassReport>> {
+    ) -> anyhow::Result<Option<Single>> {
         let cancel = CancellationToken::new();
         let span = tracing::info_span!("gc", owner_id = %self.owner);
         let work = self.work(once, cancel.clone()).instrument(span);
@@ -160,11 +184,7 @@ impl Daemon {
         }
     }
 
-    async fn work(
-        &self,
-        once: bool,
-        cancel: CancellationToken,
-    ) -> anyhow::Result<Option<PassReport>> {
+    async fn work(&self, once: bool, cancel: CancellationToken) -> anyhow::Result<Option<Single>> {
         // A bank in a layout this release does not know is not touched.
         tokio::select! {
             biased;
@@ -208,9 +228,10 @@ impl Daemon {
             interval = %humantime::format_duration(self.config.gc.interval),
             dry_run = self.config.gc.dry_run, "bank probed; starting as standby");
 
+        // A single pass serves no metrics: the port is the running daemon's.
         let server = match &self.config.gc.metrics_addr {
-            Some(addr) => Some(MetricsServer::start(addr, self.metrics.clone()).await?),
-            None => None,
+            Some(addr) if !once => Some(MetricsServer::start(addr, self.metrics.clone()).await?),
+            _ => None,
         };
         let result = self.lead_or_wait(once, &cancel).await;
         self.metrics.set_active(false);
@@ -225,7 +246,7 @@ impl Daemon {
         &self,
         once: bool,
         cancel: &CancellationToken,
-    ) -> anyhow::Result<Option<PassReport>> {
+    ) -> anyhow::Result<Option<Single>> {
         let collector = Arc::new(Collector::new(
             self.bank.clone(),
             self.clock.clone(),
@@ -235,9 +256,13 @@ impl Daemon {
             GcOptions::from_config(&self.config)
                 .to_builder()
                 .floor_at_first_reading(!once)
+                .force(once && self.force)
                 .build(),
         ));
         let tracker = TaskTracker::new();
+        if once {
+            return self.single(&collector, &tracker, cancel).await;
+        }
         loop {
             let Some(lease) = self.standby(&collector, cancel).await else {
                 return Ok(None);
@@ -249,15 +274,15 @@ impl Daemon {
                 .active(&keeper, &collector, &tracker, once, cancel)
                 .await;
             self.metrics.set_active(false);
-            let report = match end {
+            match end {
                 End::Lost(reason) => {
                     warn!(%reason, "gc lease lost; back to standby");
                     keeper.stop().await;
                     continue;
                 }
-                End::Shutdown => None,
-                End::Once(result) => Some(*result),
-            };
+                // A daemon that keeps running ends only by shutdown.
+                End::Shutdown | End::Once(_) => {}
+            }
             // Passes are awaited where they start, so the tracker is empty here unless a pass
             // task outlived its awaiting future; never release under a running pass.
             tracker.close();
@@ -271,7 +296,7 @@ impl Daemon {
                 )
             })?;
             info!("gc lease released");
-            return report.transpose();
+            return Ok(None);
         }
     }
 

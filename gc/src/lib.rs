@@ -28,7 +28,7 @@ mod temporaries;
 pub mod timing;
 mod zombies;
 
-pub use daemon::Daemon;
+pub use daemon::{ActiveElsewhere, Daemon, PassLease, Single};
 pub use metrics::Metrics;
 pub use options::{GcOptions, GcOptionsBuilder};
 pub use pass::{Collector, PassReport};

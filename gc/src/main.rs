@@ -2,7 +2,9 @@
 //!
 //! Runs passes on an interval while it holds the bank's single GC lease, standing by otherwise
 //! (see `banklease_gc::daemon`). SIGTERM or SIGINT: no new passes, the pass in flight finishes,
-//! the GC lease is released, exit 0. `--once`: one pass, its report as one JSON line on stdout.
+//! the GC lease is released, exit 0. `--once`: one pass with the GC lease (refused, exit 75,
+//! while another daemon is active, unless `--force`), its report as one JSON line on stdout;
+//! exit 0 clean, 1 the pass met errors or was braked, 2 failed.
 
 use std::future::Future;
 use std::io::Write as _;
@@ -12,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use banklease::Config;
-use banklease_gc::Daemon;
+use banklease_gc::{ActiveElsewhere, Daemon, PassLease};
 use clap::{Parser, ValueEnum};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{info, warn};
@@ -30,9 +32,16 @@ struct Cli {
     /// Bank URL, overriding `bank.url`.
     #[arg(long, value_name = "URL")]
     bank: Option<String>,
-    /// Wait to become the active GC, run a single pass, print its report as JSON and exit.
+    /// Run a single pass with the GC lease (taken at once, released after), print its report
+    /// as one JSON line and exit: 0 clean, 1 the pass met errors (each in `problems`) or the
+    /// brake refused it, 2 failed, 75 refused because another daemon is active. Serves no
+    /// metrics. A dry run takes no lease.
     #[arg(long)]
     once: bool,
+    /// With --once: run the pass even while another daemon is active (beside it, without the
+    /// GC lease), and collect even when the safety brake would refuse.
+    #[arg(long, requires = "once")]
+    force: bool,
     /// Plan and report only; delete nothing (sets `gc.dry_run`).
     #[arg(long)]
     dry_run: bool,
@@ -76,6 +85,7 @@ impl Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let once = cli.once;
     if let Err(e) = init_tracing(cli.log_format) {
         eprintln!("banklease-gc: {}", banklease_gc::logging::error_line(&e));
         return ExitCode::FAILURE;
@@ -92,13 +102,25 @@ fn main() -> ExitCode {
         runtime.block_on(run(cli, config))
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
+        Err(e) if e.chain().any(|c| c.is::<ActiveElsewhere>()) => {
+            tracing::error!(error = %banklease_gc::logging::error_line(&e), "banklease-gc refused");
+            ExitCode::from(EXIT_ACTIVE_ELSEWHERE)
+        }
         Err(e) => {
             tracing::error!(error = %banklease_gc::logging::error_line(&e), "banklease-gc stopped on an error");
-            ExitCode::FAILURE
+            // A single pass reports as `banklease gc` does: 2 failed; the daemon exits 1.
+            if once {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
+
+/// `--once` refused because another daemon is active (sysexits' EX_TEMPFAIL: try later).
+const EXIT_ACTIVE_ELSEWHERE: u8 = 75;
 
 /// Blocking threads for `concurrency` requests in flight (plus the daemon's own: the GC
 /// lease's keeper, the metrics endpoint, the clock watch).
@@ -119,23 +141,40 @@ fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-async fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
+async fn run(cli: Cli, config: Config) -> anyhow::Result<ExitCode> {
     // First, so that a signal during start-up is a shutdown request, not an abrupt kill.
     let shutdown = shutdown_signals()?;
-    let daemon = Daemon::open(config)?;
+    let daemon = Daemon::open(config)?.with_force(cli.force);
     if !cli.once {
-        return daemon.run(shutdown).await;
+        daemon.run(shutdown).await?;
+        return Ok(ExitCode::SUCCESS);
     }
-    let report = daemon
-        .run_once(shutdown)
+    let single = daemon
+        .run_single(shutdown)
         .await?
         .context("shut down before a pass could run; nothing was collected")?;
-    let line = serde_json::to_string(&report).context("cannot encode the pass report")?;
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        #[serde(flatten)]
+        report: &'a banklease_gc::PassReport,
+        #[serde(flatten)]
+        lease: &'a PassLease,
+    }
+    let line = serde_json::to_string(&Line {
+        report: &single.report,
+        lease: &single.lease,
+    })
+    .context("cannot encode the pass report")?;
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{line}")
         .and_then(|()| stdout.flush())
         .context("cannot write the pass report to stdout")?;
-    Ok(())
+    let report = &single.report;
+    Ok(if report.errors > 0 || report.braked.is_some() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn init_tracing(format: LogFormat) -> anyhow::Result<()> {

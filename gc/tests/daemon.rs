@@ -347,6 +347,61 @@ fn once_runs_a_single_pass_and_prints_its_report() {
     );
 }
 
+/// Issue 22, item 4: a single pass run with the daemon's own configuration (its metrics port
+/// included) beside the active daemon is refused at once (75, naming the holder) instead of
+/// failing on the port or waiting as a standby; `--force` runs it beside the daemon, which stays
+/// active; with no daemon, it takes the GC lease and releases it.
+#[test]
+fn a_single_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = bank_in(dir.path());
+    let [port] = free_ports::<1>();
+    let mut active = Daemon::spawn("active", dir.path(), &bank, port, &[]);
+    wait_for(START_TIMEOUT, "the daemon active", &[&active], || {
+        (active.active() == Some(true)).then_some(())
+    });
+    let json = |d: &Daemon| -> serde_json::Value {
+        let out = std::fs::read_to_string(&d.stdout).unwrap();
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}\n{}", d.logs()))
+    };
+
+    let mut once = Daemon::spawn("once", dir.path(), &bank, port, &["--once"]);
+    let status = once.wait_exit(START_TIMEOUT);
+    let logs = once.logs();
+    assert_eq!(status.code(), Some(75), "{logs}");
+    for needle in ["is active on bank=", "holder=`", "--force"] {
+        assert!(logs.contains(needle), "{needle}\n{logs}");
+    }
+    assert!(
+        !logs.contains("address"),
+        "the metrics port is not bound: {logs}"
+    );
+
+    let mut forced = Daemon::spawn("forced", dir.path(), &bank, port, &["--once", "--force"]);
+    let status = forced.wait_exit(START_TIMEOUT);
+    assert_eq!(status.code(), Some(0), "{}", forced.logs());
+    let report = json(&forced);
+    assert_eq!(report["gc_lease"], "beside", "{report}");
+    assert!(report["holder"].is_string(), "{report}");
+    assert_eq!(active.active(), Some(true), "{}", active.logs());
+
+    active.terminate();
+    assert!(
+        active.wait_exit(STOP_TIMEOUT).success(),
+        "{}",
+        active.logs()
+    );
+    let mut alone = Daemon::spawn("alone", dir.path(), &bank, port, &["--once"]);
+    let status = alone.wait_exit(START_TIMEOUT);
+    assert_eq!(status.code(), Some(0), "{}", alone.logs());
+    assert_eq!(json(&alone)["gc_lease"], "held");
+    assert!(
+        !bank.join("gc/active").exists(),
+        "released\n{}",
+        alone.logs()
+    );
+}
+
 #[test]
 fn refuses_to_start_on_an_unusable_bank() {
     let dir = tempfile::tempdir().unwrap();
