@@ -399,7 +399,9 @@ impl Config {
             other => other,
         })?;
         for warning in warnings {
-            tracing::warn!("{warning} ({origin})");
+            if crate::windows::first_time(&warning) {
+                tracing::warn!("{warning} ({origin})");
+            }
         }
         Ok(config)
     }
@@ -538,12 +540,14 @@ impl Config {
     /// the windows' own rules. Returns the warnings.
     fn check_values(&self) -> Result<Vec<String>> {
         let mut warnings = self.lease.windows().validate()?;
-        warnings.extend(
-            self.gc
-                .lease_windows()
-                .validate()
-                .map_err(|e| Error::config(format!("[gc] lease_* windows: {e}")))?,
-        );
+        warnings.extend(self.gc.lease_windows().validate().map_err(|e| match e {
+            // The rule names the lease's own words; the keys at fault are [gc]'s.
+            Error::InvalidWindows { rule, detail } => Error::config(format!(
+                "[gc] lease_* windows: {rule} is violated ({detail}); change \
+                 gc.lease_renew_window, gc.lease_expire_window or gc.lease_validity_window"
+            )),
+            other => other,
+        })?);
         if !(0.0..=0.5).contains(&self.lease.renew_jitter) {
             return Err(Error::config(format!(
                 "lease.renew_jitter=`{}` must be between 0 and 0.5",

@@ -20,7 +20,10 @@ pub enum Error {
     },
 
     /// The lease windows break one of the ordering rules.
-    #[error("invalid lease windows: {rule} is violated ({detail}); change the windows in [lease]")]
+    #[error(
+        "invalid lease windows: {rule} is violated ({detail}); change the windows (in a \
+         configuration: lease.renew_window, lease.expire_window, lease.validity_window)"
+    )]
     InvalidWindows {
         /// The rule that failed, e.g. `renew_window < expire_window`.
         rule: &'static str,

@@ -89,12 +89,34 @@ pub async fn read(bank: &Bank) -> Result<Option<Descriptor>> {
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
         Err(e) => return Err(Error::store("get", &path, e)),
     };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| Error::Corrupt {
-            path: path.to_string(),
-            reason: format!("not a bank descriptor: {e}"),
-        })
+    let corrupt = |e: serde_json::Error| Error::Corrupt {
+        path: path.to_string(),
+        reason: format!("not a bank descriptor: {e}"),
+    };
+    // The layout first: a later layout's descriptor may lack this one's fields, and must be
+    // refused as a layout this release does not know, not as a corrupt object.
+    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(corrupt)?;
+    if let Some(layout) = value.get("layout").and_then(serde_json::Value::as_u64) {
+        if layout != u64::from(LAYOUT_VERSION) {
+            return Ok(Some(Descriptor {
+                format: value
+                    .get("format")
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(0) as u32,
+                layout: u32::try_from(layout).unwrap_or(u32::MAX),
+                created_by: value
+                    .get("created_by")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("an unknown release")
+                    .to_owned(),
+                created_at: value
+                    .get("created_at")
+                    .and_then(|v| serde_json::from_value(v.clone()).ok())
+                    .unwrap_or_default(),
+            }));
+        }
+    }
+    serde_json::from_value(value).map(Some).map_err(corrupt)
 }
 
 /// Refuse a bank whose layout this release does not know, a prefix that is not a bank (no

@@ -38,6 +38,8 @@ pub enum StoreCause {
     UnknownHost,
     /// TLS failed: a certificate not trusted, or `https://` to a plain-HTTP endpoint.
     Tls,
+    /// The endpoint is plain `http://`, which the client refuses unless allowed.
+    HttpNotAllowed,
     /// The store did not answer in time.
     TimedOut,
     /// The object does not exist.
@@ -57,8 +59,9 @@ impl fmt::Display for StoreCause {
         match self {
             StoreCause::ContainerMissing { status: s } => write!(
                 f,
-                "the bucket or container does not exist{}; create it (`banklease init \
-                 --create-container`) or fix the bank url",
+                "the bucket or container does not exist{}; create it (Swift: `banklease init \
+                 --create-container`; S3, Azure, GCS: the provider's tools, e.g. `aws s3 mb`) or \
+                 fix the bank url",
                 status(s)
             ),
             StoreCause::CredentialsRefused { status: s } => write!(
@@ -81,6 +84,12 @@ impl fmt::Display for StoreCause {
                 f,
                 "TLS failed; check the endpoint's scheme (`https://` to a plain-HTTP port fails) \
                  and that its certificate is trusted"
+            ),
+            StoreCause::HttpNotAllowed => write!(
+                f,
+                "the endpoint is plain http://, which the client refuses; for a local or test \
+                 store set AWS_ALLOW_HTTP=true (AZURE_ALLOW_HTTP, GOOGLE_ALLOW_HTTP for those \
+                 stores), or use an https:// endpoint"
             ),
             StoreCause::TimedOut => write!(
                 f,
@@ -116,6 +125,9 @@ pub fn classify(error: &object_store::Error) -> StoreCause {
         "name or service not known",
     ]) {
         return StoreCause::UnknownHost;
+    }
+    if has(&["url scheme is not allowed"]) {
+        return StoreCause::HttpNotAllowed;
     }
     if has(&[
         "invalidcontenttype",
@@ -196,6 +208,16 @@ mod tests {
             store: "S3",
             source: text.into(),
         }
+    }
+
+    #[test]
+    fn plain_http_refused_by_the_client_says_which_variable_allows_it() {
+        let e =
+            generic("Error performing PUT http://127.0.0.1:9000/b/k: URL scheme is not allowed");
+        assert_eq!(classify(&e), StoreCause::HttpNotAllowed);
+        assert!(classify(&e).to_string().contains("AWS_ALLOW_HTTP=true"));
+        let missing = StoreCause::ContainerMissing { status: Some(404) }.to_string();
+        assert!(missing.contains("aws s3 mb"), "{missing}");
     }
 
     #[test]

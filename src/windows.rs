@@ -118,6 +118,21 @@ impl LeaseWindows {
     }
 }
 
+/// Whether `warning` is said for the first time in this process (recording it): the same
+/// windows are checked when the configuration loads and when the lease is acquired, and an
+/// operator should read each warning once.
+pub(crate) fn first_time(warning: &str) -> bool {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if said.iter().any(|w| w == warning) {
+        return false;
+    }
+    said.push(warning.to_owned());
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

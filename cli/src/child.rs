@@ -165,7 +165,20 @@ fn spawn_command(
         // A group of its own: signals reach every process of a shell pipeline, and a terminal's
         // ^C reaches COMMAND once (forwarded), not twice.
         .process_group(0);
-    command.spawn().map_err(|e| {
+    let spawned = match command.spawn() {
+        // No `#!` line: run it with /bin/sh, as execvp(3) and flock(1) do.
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOEXEC.raw_os_error()) => {
+            let script = resolve(program).unwrap_or_else(|| program.into());
+            let mut sh = tokio::process::Command::new("/bin/sh");
+            sh.arg(script)
+                .args(rest)
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .process_group(0);
+            sh.spawn()
+        }
+        spawned => spawned,
+    };
+    spawned.map_err(|e| {
         let code = match e.kind() {
             std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
             std::io::ErrorKind::PermissionDenied => EXIT_CANNOT_EXECUTE,
@@ -177,6 +190,22 @@ fn spawn_command(
             anyhow::Error::new(e).context(format!("cannot start COMMAND=`{shown}`")),
         )
     })
+}
+
+/// Where `program` is: itself when it names a path, else the first executable file of that
+/// name in `PATH` (the search the failed exec made).
+fn resolve(program: &std::ffi::OsStr) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    if program.as_encoded_bytes().contains(&b'/') {
+        return Some(program.into());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 /// Wait for COMMAND; forward signals to its group; when `lost` completes (with the reason),

@@ -182,7 +182,11 @@ enum CheckpointCommand {
 }
 
 fn parse_status(s: &str) -> Result<Status, String> {
-    s.parse().map_err(|e: banklease::Error| e.to_string())
+    // An argument, not the configuration: the bare reason.
+    s.parse().map_err(|e: banklease::Error| match e {
+        banklease::Error::Config { message } => message,
+        other => other.to_string(),
+    })
 }
 
 /// How a command ended, when it did not fail outright.
@@ -202,7 +206,16 @@ enum Outcome {
 const CLI_BLOCKING_THREADS: usize = 32;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // `run` and `lock run` exit with COMMAND's status: their own usage errors must not
+        // look like COMMAND's exit 2, so they are 125 ("the supervisor failed").
+        Err(e) if e.use_stderr() && runs_a_command(std::env::args_os().skip(1)) => {
+            let _ = e.print();
+            return ExitCode::from(child::EXIT_RUN_FAILED);
+        }
+        Err(e) => e.exit(),
+    };
     init_tracing();
     // Flat memory on file banks: every file call runs on the blocking pool, which would grow
     // up to 512 threads; `banklease gc` keeps `gc.concurrency` (16 by default) in flight.
@@ -228,6 +241,32 @@ fn main() -> ExitCode {
             eprintln!("error: {}", banklease_gc::logging::error_line(&e));
             ExitCode::from(2)
         }
+    }
+}
+
+/// Whether the command line names `run` or `lock run` (global options and their values
+/// skipped).
+fn runs_a_command(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    let mut words = Vec::new();
+    let mut args = args.peekable();
+    while let Some(arg) = args.next() {
+        let arg = arg.to_string_lossy().into_owned();
+        if arg == "--" {
+            break;
+        }
+        if matches!(arg.as_str(), "--bank" | "--config") {
+            args.next();
+        } else if !arg.starts_with('-') {
+            words.push(arg);
+            if words.len() == 2 {
+                break;
+            }
+        }
+    }
+    match words.as_slice() {
+        [first, ..] if first == "run" => true,
+        [first, second] => first == "lock" && second == "run",
+        _ => false,
     }
 }
 

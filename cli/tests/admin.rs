@@ -324,3 +324,49 @@ fn list_files(dir: &Path) -> Vec<String> {
     out.sort();
     out
 }
+
+/// Issue 22, item 7: each message names what is at fault, once.
+#[test]
+fn messages_name_the_keys_at_fault_once() {
+    let (dir, url) = made_bank();
+    // A bad [gc] lease window names [gc]'s keys, not [lease]'s.
+    let out = cli(
+        &url,
+        &[("BANKLEASE_GC__LEASE_EXPIRE_WINDOW", "5s")],
+        &["lease", "list"],
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("gc.lease_expire_window"), "{err}");
+    assert!(!err.contains("[lease]"), "{err}");
+    // The windows' warning is said once, though the configuration and the lease both check it.
+    let out = cli(
+        &url,
+        &[
+            ("BANKLEASE_LEASE__EXPIRE_WINDOW", "3m"),
+            ("BANKLEASE_LEASE__SKEW_MARGIN", "100ms"),
+        ],
+        &["run", "--", "true"],
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        err.matches("less than 2 × renew_window").count(),
+        1,
+        "{err}"
+    );
+    // A bad argument is not "invalid configuration".
+    let out = cli(&url, &[], &["checkpoint", "list", "--status", "bogus"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("unknown checkpoint status `bogus`"), "{err}");
+    assert!(!err.contains("invalid configuration"), "{err}");
+    // A later layout's descriptor, whatever fields it has, is a layout this release does not
+    // know — not a corrupt object.
+    std::fs::write(dir.path().join("bank/banklease.json"), r#"{"layout": 99}"#).unwrap();
+    let out = cli(&url, &[], &["lease", "list"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is in layout 99"), "{err}");
+    assert!(!err.contains("corrupt"), "{err}");
+}

@@ -181,3 +181,57 @@ fn a_percent_escaped_file_url_names_the_decoded_directory() {
     assert!(dir.path().join("bänk pct/banklease.json").is_file());
     assert!(!dir.path().join("b%C3%A4nk%20pct").exists());
 }
+
+/// Every directory under `root` that holds nothing (the staging directory aside).
+fn empty_dirs(root: &Path) -> Vec<String> {
+    let mut empty = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let mut entries = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            entries += 1;
+            if entry.file_type().unwrap().is_dir() {
+                dirs.push(entry.path());
+            }
+        }
+        let name = dir.strip_prefix(root).unwrap().display().to_string();
+        if entries == 0 && dir != root && name != "_banklease/staging" {
+            empty.push(name);
+        }
+    }
+    empty.sort();
+    empty
+}
+
+/// Issue 22, item 7: a `file:` bank keeps no empty directory behind what it removed — doctor's
+/// scratch keys, a completed checkpoint's protecting marker, a lock's queue.
+#[test]
+fn a_file_bank_leaves_no_empty_directories_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = dir.path().join("bank");
+    let url = format!("file://{}", bank.display());
+    let ok = |args: &[&str]| {
+        let mut all = vec!["--bank", url.as_str()];
+        all.extend_from_slice(args);
+        let out = cli(
+            dir.path(),
+            &[("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")],
+            &all,
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    };
+    ok(&["init"]);
+    ok(&["doctor", "--race-rounds", "2"]);
+    let job = format!(
+        "{BIN} agent checkpoint create cp-1 && {BIN} agent checkpoint complete cp-1 available"
+    );
+    ok(&["run", "--", "sh", "-c", &job]);
+    ok(&["lock", "run", "-n", "jobs/nightly", "--", "true"]);
+    assert_eq!(empty_dirs(&bank), Vec::<String>::new());
+}

@@ -613,6 +613,58 @@ fn run_exits_127_126_and_125_and_leaves_no_lease() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("BANKLEASE_AGENT"));
 }
 
+/// Issue 22, item 7: an executable script without a `#!` line runs with /bin/sh (as flock and
+/// execvp run it; it was exit 125 "Exec format error"), from a path and from `PATH`; and
+/// `run`'s own usage errors exit 125, never the 2 a job may exit with.
+#[test]
+fn a_script_without_a_shebang_runs_with_sh_and_usage_errors_exit_125() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let env = Env::new(Store::File, "shebang");
+    let script = env.path("no-shebang.sh");
+    std::fs::write(
+        &script,
+        "echo \"ran with $# args: $1\" > \"$WORK/out\"\nexit 3\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = env
+        .command(&["run", "--", script.to_str().unwrap(), "one"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(env.path("out")).unwrap(),
+        "ran with 1 args: one\n"
+    );
+    let path = format!(
+        "{}:{}",
+        env.dir.path().display(),
+        path_with_cli().to_string_lossy()
+    );
+    let out = env
+        .command(&["run", "--", "no-shebang.sh", "two"])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(env.path("out")).unwrap(),
+        "ran with 1 args: two\n"
+    );
+    for args in [
+        &["run", "--lock-duration"][..],
+        &["run", "--lock-duration", "soon", "--", "true"][..],
+        &["lock", "run", "--duration", "soon", "k", "--", "true"][..],
+        &["--bank", "file:///x", "lock", "run", "-w"][..],
+    ] {
+        let out = env.command(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {out:?}");
+    }
+    // Elsewhere a usage error stays clap's 2.
+    let out = env.command(&["lease", "--no-such-flag"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
 /// README's "Wrapping an existing backup job" script, as written there.
 fn readme_script() -> String {
     let readme =

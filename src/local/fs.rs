@@ -165,19 +165,16 @@ pub(super) fn rename(
     create: bool,
 ) -> Result<(), WriteError> {
     let _guard = lock_keys(root, &[from_key, to_key]).map_err(WriteError::Io)?;
-    if let Some(parent) = to.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| WriteError::Io(context(e, "create directory", parent)))?;
-    }
     if create {
-        match std::fs::hard_link(from, to) {
+        match with_parent(to, || std::fs::hard_link(from, to)) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::AlreadyExists => return Err(WriteError::Exists),
             Err(e) => return Err(WriteError::Io(context(e, "link", to))),
         }
         std::fs::remove_file(from).map_err(|e| WriteError::Io(context(e, "remove", from)))
     } else {
-        std::fs::rename(from, to).map_err(|e| WriteError::Io(context(e, "rename", from)))
+        with_parent(to, || std::fs::rename(from, to))
+            .map_err(|e| WriteError::Io(context(e, "rename", from)))
     }
 }
 
@@ -316,12 +313,8 @@ pub(super) fn publish(
             ),
         )));
     }
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| WriteError::Io(context(e, "create directory", parent)))?;
-    }
     match mode {
-        PutMode::Create => match std::fs::hard_link(&staged.path, path) {
+        PutMode::Create => match with_parent(path, || std::fs::hard_link(&staged.path, path)) {
             Ok(()) => {
                 // A failure here only leaves a staged file for the sweep.
                 let _ = std::fs::remove_file(&staged.path);
@@ -329,8 +322,10 @@ pub(super) fn publish(
             Err(e) if e.kind() == ErrorKind::AlreadyExists => return Err(WriteError::Exists),
             Err(e) => return Err(WriteError::Io(context(e, "link", path))),
         },
-        PutMode::Overwrite | PutMode::Update(_) => std::fs::rename(&staged.path, path)
-            .map_err(|e| WriteError::Io(context(e, "rename onto", path)))?,
+        PutMode::Overwrite | PutMode::Update(_) => {
+            with_parent(path, || std::fs::rename(&staged.path, path))
+                .map_err(|e| WriteError::Io(context(e, "rename onto", path)))?
+        }
     }
     Ok(PutResult {
         e_tag: Some(etag(&metadata)),
@@ -412,7 +407,41 @@ fn check(mode: &PutMode, current: Option<&Metadata>) -> Result<(), WriteError> {
 /// Remove `path` under its key's stripe lock.
 pub(super) fn delete(root: &FsPath, key: &str, path: &FsPath) -> io::Result<()> {
     let _guard = lock_keys(root, &[key])?;
-    std::fs::remove_file(path)
+    std::fs::remove_file(path)?;
+    prune_empty_parents(root, path);
+    Ok(())
+}
+
+/// Remove the directories above `path` that its removal left empty, up to (not including)
+/// `root`, stopping at the first that is not empty: an object store has no directories, and a
+/// bank's per-owner, per-checkpoint and per-lock ones would otherwise pile up. Never in the
+/// staging directory. A writer that made one of them just before it is removed finds its link
+/// or rename failing with "not found" and makes it again ([`with_parent`]); a staged file's
+/// creation makes the staging directory again the same way.
+fn prune_empty_parents(root: &FsPath, path: &FsPath) {
+    if path.starts_with(root.join(STAGING)) {
+        return;
+    }
+    for dir in path.ancestors().skip(1) {
+        if dir == root || !dir.starts_with(root) || std::fs::remove_dir(dir).is_err() {
+            return;
+        }
+    }
+}
+
+/// Run `op` (a link or rename onto `path`) after making `path`'s directory; made again, a few
+/// times, when a concurrent delete pruned it in between.
+fn with_parent<T>(path: &FsPath, mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    let mut tries = 0;
+    loop {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| context(e, "create directory", parent))?;
+        }
+        match op() {
+            Err(e) if e.kind() == ErrorKind::NotFound && tries < 3 => tries += 1,
+            done => return done,
+        }
+    }
 }
 
 /// Whether `name` (in [`STAGING`]) is a file this store staged: `w-<32 hex digits>#0`.
@@ -550,6 +579,31 @@ pub(super) fn context(e: io::Error, what: &str, path: &FsPath) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_pruned_between_making_it_and_linking_is_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("source");
+        std::fs::write(&source, "x").unwrap();
+        let target = dir.path().join("a/b/object");
+        let mut pruned = false;
+        with_parent(&target, || {
+            if !pruned {
+                // A concurrent delete's prune, between create_dir_all and the link.
+                pruned = true;
+                std::fs::remove_dir(target.parent().unwrap()).unwrap();
+            }
+            std::fs::hard_link(&source, &target)
+        })
+        .unwrap();
+        assert!(pruned && target.is_file());
+        // Deleting it prunes what it leaves empty, up to the root and no further.
+        let root = dir.path();
+        std::fs::remove_file(&target).unwrap();
+        prune_empty_parents(root, &target);
+        assert!(!root.join("a").exists());
+        assert!(root.is_dir());
+    }
 
     #[test]
     fn only_names_this_store_stages_are_temporaries() {

@@ -31,6 +31,10 @@
 //!   under the key's lock before it is published; a writer whose staged file was removed fails
 //!   rather than publishing another writer's half-written file.
 //!
+//! - **No directory outlives its last object**: a delete removes the directories it left empty,
+//!   up to the store's root (never the staging directory); a writer whose directory was removed
+//!   between making it and publishing makes it again.
+//!
 //! Copies and renames run under the locks in one blocking call (a copy is a new, stamped
 //! version; a rename moves the same object). A multipart upload is staged by the same rules
 //! (its parts written at their offsets into its one staged file) and published like an

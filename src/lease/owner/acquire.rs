@@ -117,6 +117,9 @@ impl OwnerLease {
         mode: PutMode,
     ) -> Result<Self> {
         for warning in windows.validate()? {
+            if !crate::windows::first_time(&warning) {
+                continue;
+            }
             tracing::warn!(owner_id = %owner, "{warning}");
         }
         let mechanism = bank.capabilities().await?.renewal;
