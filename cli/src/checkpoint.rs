@@ -8,6 +8,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectMeta, ObjectStoreExt};
 use serde::Serialize;
 
+use crate::output::{short_ids, to_second};
 use crate::{out_json, out_line, out_table, Ctx, Outcome, LIST_CONCURRENCY};
 
 /// A checkpoint as one line of `checkpoint list --json`; keys always present.
@@ -210,6 +211,11 @@ pub(crate) async fn checkpoint_list(
         }
     }
     if !ctx.json {
+        let owners: Vec<String> = rows.iter().map(|r| r[2].clone()).collect();
+        for (row, owner) in rows.iter_mut().zip(short_ids(&owners)) {
+            row[2] = owner;
+            row[3] = to_second(&row[3]);
+        }
         out_table(
             &["ID", "STATUS", "OWNER", "CREATED_AT", "DECIDED_BY"],
             &rows,

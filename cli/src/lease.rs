@@ -8,9 +8,10 @@ use banklease::read_lease;
 use banklease::{error_chain, judge};
 use banklease::{LeaseView, OwnerId, StoreTime};
 use futures::{StreamExt, TryStreamExt};
-use object_store::ObjectMeta;
+use object_store::{ObjectMeta, ObjectStoreExt};
 use serde::Serialize;
 
+use crate::output::short_ids;
 use crate::{human, ms, out_json, out_line, out_table, Ctx, Outcome, LIST_CONCURRENCY};
 
 /// One lease as read and judged: the view, and the object's metadata when it was read.
@@ -139,6 +140,46 @@ impl JudgedLease {
     }
 }
 
+/// The owner `given` names: itself when it has a lease, else the one owner with a lease whose
+/// id starts with it (as `lease list` shows ids), else itself (its lease is missing). Two or more
+/// are refused, naming them. For `lease show` only: a judgement (`validity-check`) takes the
+/// full id, so that a dead owner's id never reads as a live one's.
+async fn resolve_prefix(ctx: &Ctx, given: OwnerId) -> Result<OwnerId> {
+    let bank = &ctx.bank;
+    let path = bank.lease_path(&given);
+    match bank.store().head(&path).await {
+        Ok(_) => return Ok(given),
+        Err(object_store::Error::NotFound { .. }) => {}
+        Err(e) => return Err(banklease::Error::store("head", &path, e).into()),
+    }
+    let prefix = Prefix::Leases.path(bank);
+    let listed: Vec<ObjectMeta> = bank
+        .store()
+        .list(Some(&prefix))
+        .try_collect()
+        .await
+        .with_context(|| format!("cannot list `{prefix}` in bank=`{}`", bank.label()))?;
+    let mut matches: Vec<OwnerId> = listed
+        .iter()
+        .filter_map(|meta| match Key::parse(bank, &meta.location) {
+            Some(Key::Lease(owner)) if owner.as_str().starts_with(given.as_str()) => Some(owner),
+            _ => None,
+        })
+        .collect();
+    match matches.len() {
+        0 => Ok(given),
+        1 => Ok(matches.remove(0)),
+        n => {
+            let names: Vec<&str> = matches.iter().map(OwnerId::as_str).collect();
+            anyhow::bail!(
+                "owner id prefix `{given}` is ambiguous: {n} leases start with it ({}); give \
+                 more of the id",
+                names.join(", ")
+            )
+        }
+    }
+}
+
 /// `banklease lease list`
 pub(crate) async fn lease_list(ctx: &Ctx) -> Result<Outcome> {
     let prefix = Prefix::Leases.path(&ctx.bank);
@@ -206,6 +247,10 @@ pub(crate) async fn lease_list(ctx: &Ctx) -> Result<Outcome> {
         }
     }
     if !ctx.json {
+        let owners: Vec<String> = rows.iter().map(|r| r[0].clone()).collect();
+        for (row, owner) in rows.iter_mut().zip(short_ids(&owners)) {
+            row[0] = owner;
+        }
         out_table(
             &[
                 "OWNER",
@@ -227,7 +272,7 @@ pub(crate) async fn lease_list(ctx: &Ctx) -> Result<Outcome> {
 
 /// `banklease lease show ID`
 pub(crate) async fn lease_show(ctx: &Ctx, owner: &str) -> Result<Outcome> {
-    let owner = OwnerId::parse(owner)?;
+    let owner = resolve_prefix(ctx, OwnerId::parse(owner)?).await?;
     let t = ctx.store_time().await?;
     let lease = judge_lease(ctx, &owner, &t).await;
     let detail = lease.detail(ctx);

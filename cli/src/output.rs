@@ -67,3 +67,90 @@ pub(crate) fn out_table(header: &[&str], rows: &[Vec<String>]) -> Result<()> {
     }
     Ok(())
 }
+
+/// The shortest a generated id is cut to in a table.
+const SHORT_ID: usize = 12;
+
+/// Ids as a table shows them: each generated id (32 or more hex digits and dashes: the
+/// `host-start` scheme's hashes, uuids) cut to the shortest
+/// prefix of at least 12 that no other id of the column shares, as git shows commits; other ids
+/// whole. `--json` keeps full ids, and `lease show` takes a unique prefix.
+pub(crate) fn short_ids(ids: &[String]) -> Vec<String> {
+    let generated =
+        |id: &str| id.len() >= 32 && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    let mut distinct: Vec<&str> = ids
+        .iter()
+        .map(String::as_str)
+        .filter(|i| generated(i))
+        .collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    // Sorted: the longest prefix two ids share is between neighbours.
+    let shared = distinct
+        .windows(2)
+        .map(|w| {
+            w[0].bytes()
+                .zip(w[1].bytes())
+                .take_while(|(a, b)| a == b)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    let len = SHORT_ID.max(shared + 1);
+    ids.iter()
+        .map(|id| match id.get(..len) {
+            Some(prefix) if generated(id) && len < id.len() => prefix.to_owned(),
+            _ => id.clone(),
+        })
+        .collect()
+}
+
+/// An RFC 3339 time as a table shows it: to the second, `Z` for UTC
+/// (`2026-11-25T18:51:57.689320698+00:00` is `2026-11-25T18:51:57Z`); `--json` keeps it whole.
+pub(crate) fn to_second(time: &str) -> String {
+    let Some((head, rest)) = time.split_at_checked(19) else {
+        return time.to_owned();
+    };
+    let offset = rest
+        .strip_prefix('.')
+        .map_or(rest, |r| r.trim_start_matches(|c: char| c.is_ascii_digit()));
+    match offset {
+        "+00:00" | "Z" | "z" => format!("{head}Z"),
+        _ => format!("{head}{offset}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_ids_are_cut_to_their_shortest_unique_prefix() {
+        let a = "7c90914e68c9c00df0c52c9c9063c79fe502c684a3dcbd840c29890fab2bec07".to_owned();
+        let b = "7c90914e68c9c00ff0c52c9c9063c79fe502c684a3dcbd840c29890fab2bec07".to_owned();
+        let c = "b3958cbb52e7d4c1a41da1dd146667f3dd74c8a8bbe3f5003a4689cdd0454a55".to_owned();
+        let named = "svc-2".to_owned();
+        let shown = short_ids(&[a.clone(), c.clone(), named.clone()]);
+        assert_eq!(shown, ["7c90914e68c9", "b3958cbb52e7", "svc-2"]);
+        // Two that share 15 characters are told apart by 16.
+        let shown = short_ids(&[a, b, c]);
+        assert_eq!(
+            shown,
+            ["7c90914e68c9c00d", "7c90914e68c9c00f", "b3958cbb52e7d4c1"]
+        );
+    }
+
+    #[test]
+    fn times_are_shown_to_the_second() {
+        assert_eq!(
+            to_second("2026-11-25T18:51:57.689320698+00:00"),
+            "2026-11-25T18:51:57Z"
+        );
+        assert_eq!(to_second("2026-11-25T18:51:57Z"), "2026-11-25T18:51:57Z");
+        assert_eq!(
+            to_second("2026-11-25T18:51:57.5+02:00"),
+            "2026-11-25T18:51:57+02:00"
+        );
+        assert_eq!(to_second("-"), "-");
+    }
+}

@@ -370,3 +370,53 @@ fn messages_name_the_keys_at_fault_once() {
     assert!(err.contains("is in layout 99"), "{err}");
     assert!(!err.contains("corrupt"), "{err}");
 }
+
+/// Issue 22: tables show generated ids by their shortest unique prefix (at least 12 characters,
+/// as git shows commits), `lease show` takes such a prefix, `--json` keeps full ids.
+#[test]
+fn tables_show_short_ids_that_lease_show_takes_back() {
+    let (_dir, url) = made_bank();
+    let (_a, a) = short_window_owner(&url);
+    let (_b, b) = short_window_owner(&url);
+    let env = [("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")];
+    let out = cli(&url, &env, &["lease", "list"]);
+    let table = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{table}{}", text(&out.stderr));
+    for owner in [&a, &b] {
+        let full = owner.as_str();
+        assert!(full.len() >= 32, "a generated id: {full}");
+        assert!(
+            !table.contains(full),
+            "the full id is not in the table: {table}"
+        );
+        let shown = table
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().next().unwrap())
+            .find(|id| full.starts_with(id))
+            .unwrap_or_else(|| panic!("{full} not shown: {table}"));
+        assert!((12..=16).contains(&shown.len()), "{shown}");
+        let out = cli(&url, &env, &["lease", "show", shown]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        assert!(text(&out.stdout).contains(full), "{}", text(&out.stdout));
+    }
+    let out = cli(&url, &env, &["--json", "lease", "list"]);
+    assert!(text(&out.stdout).contains(a.as_str()));
+    // A prefix both share is refused, naming both.
+    let common: String = a
+        .as_str()
+        .chars()
+        .zip(b.as_str().chars())
+        .take_while(|(x, y)| x == y)
+        .map(|(x, _)| x)
+        .collect();
+    if !common.is_empty() {
+        let out = cli(&url, &env, &["lease", "show", &common]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+        assert!(
+            text(&out.stderr).contains("is ambiguous"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}
