@@ -189,6 +189,36 @@ pub struct Decision {
     pub token: String,
     /// Wall clock of the decider, for humans.
     pub decided_at: DateTime<Utc>,
+    /// Why the GC decided (its decisions only; `banklease checkpoint explain` prints it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<Evidence>,
+}
+
+/// What a GC collection was decided on, recorded in its decision: the owner's lease as read,
+/// the store's time it was judged at, the rules applied, and who decided in which pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// `expired` (the lease ran out) or `missing` (no lease object).
+    pub lease: String,
+    /// The lease's `last_modified` as read (raised to any clock-step floor), when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_stamp: Option<DateTime<Utc>>,
+    /// The expire window the lease declared, in milliseconds, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expire_window_ms: Option<u64>,
+    /// The store's time the lease was judged at (the instant its read was sent).
+    pub judged_at: DateTime<Utc>,
+    /// How long the owner had been dead then, in milliseconds, the margin in its favour: since
+    /// its lease's end (expired), or since the lease was first seen missing (missing).
+    pub dead_for_ms: u64,
+    /// The skew margin applied, in milliseconds.
+    pub skew_margin_ms: u64,
+    /// The grace the owner had to be dead for, in milliseconds.
+    pub grace_ms: u64,
+    /// The collector that decided (the GC lease's owner id of a daemon or `banklease gc`).
+    pub collector: String,
+    /// The pass that decided (random per pass).
+    pub pass: String,
 }
 
 /// What [`decide`] found.

@@ -109,7 +109,9 @@ pub use lease::{
     read_lease, read_lease_at, Keeper, LeaseRecord, LeaseState, OwnerLease, LEASE_FORMAT,
     MAX_EXPIRE_WINDOW, MAX_LEASE_BYTES, SWIFT_TTL_SLACK,
 };
-pub use observe::{error_chain, judge, LeaseObserver, LeaseView, ValidityCheck, WindowSource};
+pub use observe::{
+    error_chain, judge, LeaseObserver, LeaseView, Read, ValidityCheck, WindowSource,
+};
 pub use upload::DataUpload;
 pub use windows::LeaseWindows;
 pub use writer::Checkpoint;

@@ -75,6 +75,17 @@ pub fn judge(
     }
 }
 
+/// What a lease view was judged on ([`LeaseObserver::view_read`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Read {
+    /// The lease's `last_modified` as read, raised to the step floor; `None` when there was no
+    /// lease (or it could not be read).
+    pub stamp: Option<DateTime<Utc>>,
+    /// The store's time the read was judged at: the instant before it was sent, on the store's
+    /// clock, less the read staleness.
+    pub judged_at: DateTime<Utc>,
+}
+
 /// Reads and judges leases against one reading of the store clock.
 #[derive(Debug, Clone)]
 pub struct LeaseObserver {
@@ -128,22 +139,42 @@ impl LeaseObserver {
     /// One request: read the owner's lease and judge it against `store_time`, carried to the
     /// instant *before the read was sent* on this host's monotonic clock.
     pub async fn view(&self, owner: &OwnerId, store_time: &StoreTime) -> LeaseView {
+        self.view_read(owner, store_time).await.0
+    }
+
+    /// [`view`](Self::view), with what it was judged on: the lease's stamp as read (raised to
+    /// the floor) and the store's time it was judged at — the evidence a collection records.
+    pub async fn view_read(&self, owner: &OwnerId, store_time: &StoreTime) -> (LeaseView, Read) {
         // Invariant: a read is judged at the instant before it was sent (StoreTime::at_send).
         let sent = self.clock.now();
+        let judged_at = store_time.at_send(sent, self.staleness);
         match read_lease(&self.bank, owner).await {
-            Ok(None) => LeaseView::Missing,
+            Ok(None) => (
+                LeaseView::Missing,
+                Read {
+                    stamp: None,
+                    judged_at,
+                },
+            ),
             Ok(Some((record, meta))) => {
-                let store_now = store_time.at_send(sent, self.staleness);
-                judge(
-                    record,
-                    self.floored(meta.last_modified),
-                    store_now,
-                    self.margin,
+                let stamp = self.floored(meta.last_modified);
+                (
+                    judge(record, stamp, judged_at, self.margin),
+                    Read {
+                        stamp: Some(stamp),
+                        judged_at,
+                    },
                 )
             }
-            Err(e) => LeaseView::Unreadable {
-                error: error_chain(&e),
-            },
+            Err(e) => (
+                LeaseView::Unreadable {
+                    error: error_chain(&e),
+                },
+                Read {
+                    stamp: None,
+                    judged_at,
+                },
+            ),
         }
     }
 

@@ -199,6 +199,7 @@ impl Checkpoint {
             outcome,
             token: uuid::Uuid::new_v4().simple().to_string(),
             decided_at: self.lease.clock().system_now().into(),
+            evidence: None,
         };
         let decided = match decide(bank, decision).await? {
             Decided::Won(d) => d,

@@ -28,6 +28,7 @@ mod agent;
 mod checkpoint;
 mod child;
 mod doctor;
+mod explain;
 mod gc;
 mod init;
 mod lease;
@@ -176,6 +177,14 @@ enum CheckpointCommand {
     /// Show one checkpoint: its index, the decision taken on it, its objects. Exit 1 if its
     /// index.json does not exist (the status then says whether the GC deleted it).
     Show {
+        /// The checkpoint id.
+        id: String,
+    },
+    /// Explain a checkpoint's state: who decided it and on what evidence (for a collection: the
+    /// owner's lease as read, the store time it was judged at, margin and grace, the collector
+    /// and pass), its owner's lease now, and what happens next or what a human must do — also
+    /// when its index.json or decision cannot be read. Exit 0 explained, 1 not in the bank.
+    Explain {
         /// The checkpoint id.
         id: String,
     },
@@ -386,6 +395,7 @@ async fn run(cli: Cli) -> Result<Outcome> {
         Command::Checkpoint(CheckpointCommand::Show { id }) => {
             checkpoint::checkpoint_show(&ctx, &id).await
         }
+        Command::Checkpoint(CheckpointCommand::Explain { id }) => explain::explain(&ctx, &id).await,
         Command::Gc { dry_run, force } => gc::gc(&ctx, dry_run, force).await,
         Command::Lock(command) => lock::run(&ctx, command).await,
         Command::Doctor { race_rounds } => doctor::run(&ctx, race_rounds).await,

@@ -112,6 +112,58 @@ fn a_pass_that_met_errors_exits_1_and_names_each_object() {
         .collect();
     assert!(objects.contains(&"checkpoint `cp-a`"), "{report}");
     assert!(objects.contains(&"checkpoint `cp-b`"), "{report}");
+
+    // `checkpoint explain` says why each is where it is, and what a human must do.
+    let explain = |id: &str| {
+        let out = cli(&url, &["checkpoint", "explain", id]);
+        assert_eq!(out.status.code(), Some(0), "{id}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let collected = explain("cp-c");
+    for needle in [
+        "status       deleted",
+        "the gc collected it: its lease, last written at ",
+        "with an expire window of 1s, had expired; judged at ",
+        "on the store's clock, the owner had been dead for ",
+        "(margin 100ms in its favour), past the grace of 500ms",
+        "next         nothing: the decision is finished",
+    ] {
+        assert!(collected.contains(needle), "{needle}\n{collected}");
+    }
+    let out = cli(&url, &["--json", "checkpoint", "explain", "cp-c"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let evidence = &json["decided"]["evidence"];
+    assert_eq!(evidence["lease"], "expired", "{json}");
+    assert_eq!(evidence["grace_ms"], 500, "{json}");
+    assert_eq!(evidence["skew_margin_ms"], 100, "{json}");
+    assert!(evidence["dead_for_ms"].as_u64().unwrap() >= 500, "{json}");
+    assert!(
+        !evidence["collector"].as_str().unwrap().is_empty(),
+        "{json}"
+    );
+    assert!(!evidence["pass"].as_str().unwrap().is_empty(), "{json}");
+    let corrupt_index = explain("cp-a");
+    assert!(
+        corrupt_index.contains("index.json   corrupt: "),
+        "{corrupt_index}"
+    );
+    assert!(
+        corrupt_index.contains(
+            "next         needs a human: the gc never collects a checkpoint it cannot read"
+        ),
+        "{corrupt_index}"
+    );
+    let corrupt_decision = explain("cp-b");
+    assert!(
+        corrupt_decision.contains("why          its decision cannot be read"),
+        "{corrupt_decision}"
+    );
+    assert!(
+        corrupt_decision.contains("needs a human"),
+        "{corrupt_decision}"
+    );
+    let out = cli(&url, &["checkpoint", "explain", "cp-none"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
 }
 
 #[test]

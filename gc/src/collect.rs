@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use banklease::checkpoint::{
     self, marker_path, parse_marker, protecting_prefix, read_decision, Decided, Decider, Decision,
-    Status, CHECKPOINT_FORMAT,
+    Evidence, Status, CHECKPOINT_FORMAT,
 };
 use banklease::collector::{create_tombstone, decide, finish_owner_decision};
 use banklease::error_chain;
@@ -112,7 +112,7 @@ impl Collecting<'_> {
                 if ctx.options.dry_run {
                     return Ok(Outcome::Collected);
                 }
-                self.collect_one(&owner, &id)
+                self.collect_one(&owner, &id, tally.evidence.as_ref())
                     .await
                     .map_err(|e| (format!("checkpoint `{id}`"), e))
             })
@@ -165,7 +165,12 @@ impl Collecting<'_> {
 
     /// Collect one checkpoint: check its owner and status, win the decision, mark it for the
     /// late sweep, delete data, metadata, marker — in that order.
-    async fn collect_one(&self, owner: &OwnerId, id: &str) -> banklease::Result<Outcome> {
+    async fn collect_one(
+        &self,
+        owner: &OwnerId,
+        id: &str,
+        evidence: Option<&Evidence>,
+    ) -> banklease::Result<Outcome> {
         let (ctx, bank) = (self.ctx, &self.ctx.bank);
         // Never delete on doubt: the metadata, if present, must be readable and name the
         // marker's owner.
@@ -224,7 +229,14 @@ impl Collecting<'_> {
             outcome: Status::Deleted,
             token: uuid_token(),
             decided_at: ctx.clock.system_now().into(),
+            evidence: evidence.cloned(),
         };
+        if let Some(e) = evidence {
+            tracing::info!(checkpoint_id = id, owner_id = %owner, lease = e.lease,
+                lease_stamp = ?e.lease_stamp, judged_at = %e.judged_at, dead_for_ms = e.dead_for_ms,
+                skew_margin_ms = e.skew_margin_ms, grace_ms = e.grace_ms, collector = e.collector,
+                pass = e.pass, "deciding to collect");
+        }
         match decide(bank, decision).await? {
             Decided::Won(_) => {}
             Decided::Lost(existing) if existing.by == Decider::Gc => {

@@ -25,6 +25,8 @@ pub(crate) struct PassContext {
     /// The pass's first (checked) reading of the store clock.
     pub(crate) store_time: StoreTime,
     pub(crate) probe: ClockProbe,
+    /// This pass's id, recorded in the evidence of what it collects.
+    pub(crate) pass: String,
 }
 
 impl PassContext {

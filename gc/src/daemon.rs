@@ -257,6 +257,7 @@ impl Daemon {
                 .to_builder()
                 .floor_at_first_reading(!once)
                 .force(once && self.force)
+                .collector(self.owner.to_string())
                 .build(),
         ));
         let tracker = TaskTracker::new();

@@ -38,6 +38,9 @@ pub struct GcOptions {
     /// Holds collection back for one expire window + margin + grace. The daemon sets it; a
     /// one-shot pass (`banklease gc`) cannot, or it would never collect.
     pub floor_at_first_reading: bool,
+    /// Who collects, recorded in each collection's evidence: the GC daemon's (or `banklease
+    /// gc`'s) owner id; empty for an unnamed collector.
+    pub collector: String,
 }
 
 impl Default for GcOptions {
@@ -63,6 +66,7 @@ impl GcOptions {
             read_staleness: config.gc.read_staleness,
             late_write_window: config.gc.late_write_window,
             floor_at_first_reading: false,
+            collector: String::new(),
         }
     }
 
@@ -127,4 +131,5 @@ setters! {
     read_staleness: Duration,
     late_write_window: Duration,
     floor_at_first_reading: bool,
+    collector: String,
 }

@@ -118,6 +118,7 @@ impl Collector {
             options: self.options.clone(),
             store_time,
             probe: self.probe.clone(),
+            pass: uuid::Uuid::new_v4().simple().to_string(),
         };
 
         // 1. List the protecting index; judge each owner once, by reading its lease.

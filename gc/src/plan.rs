@@ -90,6 +90,8 @@ pub struct OwnerTally {
     pub markers: u64,
     /// The verdict on its lease.
     pub verdict: Verdict,
+    /// What a dead verdict rests on, recorded in each collection's decision.
+    pub evidence: Option<banklease::checkpoint::Evidence>,
 }
 
 /// The decision of a pass, before any deletion.
@@ -161,6 +163,7 @@ mod tests {
             owner: OwnerId::parse(name).unwrap(),
             markers,
             verdict,
+            evidence: None,
         }
     }
 

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use banklease::checkpoint::{parse_marker, protecting_prefix};
+use banklease::checkpoint::{parse_marker, protecting_prefix, Evidence};
 use banklease::error_chain;
 use banklease::{LeaseView, OwnerId};
 use futures::StreamExt;
@@ -37,6 +37,7 @@ struct Judgement {
     keep_record: bool,
     state: &'static str,
     dead_for: Option<Duration>,
+    evidence: Option<Evidence>,
 }
 
 /// List the protecting index (streamed: memory grows with owners, not checkpoints) and judge
@@ -121,6 +122,7 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
                 owner: j.owner,
                 markers: n,
                 verdict: j.verdict,
+                evidence: j.evidence,
             }
         })
         .collect();
@@ -134,7 +136,7 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
 
 /// Judge one owner by reading its lease (and, when it is missing, its missing-since record).
 async fn judge(ctx: &PassContext, owner: OwnerId) -> Judgement {
-    let view = ctx.observer.view(&owner, &ctx.store_time).await;
+    let (view, read) = ctx.observer.view_read(&owner, &ctx.store_time).await;
     let mut verdict = Verdict::of(&view, ctx.options.grace);
     let mut dead_for = match &view {
         LeaseView::Expired { since, .. } => Some(*since),
@@ -148,11 +150,33 @@ async fn judge(ctx: &PassContext, owner: OwnerId) -> Judgement {
         (verdict, dead_for) = Verdict::of_missing(seen, ctx.options.grace, ctx.options.skew_margin);
     }
     tracing::debug!(owner_id = %owner, view = view.name(), ?verdict, "judged owner");
+    let evidence = match (&verdict, dead_for) {
+        (Verdict::Expired | Verdict::Missing, Some(dead_for)) => Some(Evidence {
+            lease: view.name().to_owned(),
+            lease_stamp: read.stamp,
+            expire_window_ms: match &view {
+                LeaseView::Expired { record, .. } => Some(millis(record.expire_window())),
+                _ => None,
+            },
+            judged_at: read.judged_at,
+            dead_for_ms: millis(dead_for),
+            skew_margin_ms: millis(ctx.options.skew_margin),
+            grace_ms: millis(ctx.options.grace),
+            collector: ctx.options.collector.clone(),
+            pass: ctx.pass.clone(),
+        }),
+        _ => None,
+    };
     Judgement {
+        evidence,
         keep_record: matches!(view, LeaseView::Missing | LeaseView::Unreadable { .. }),
         state: view.name(),
         owner,
         verdict,
         dead_for,
     }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

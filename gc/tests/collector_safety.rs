@@ -262,6 +262,7 @@ async fn an_unreadable_index_json_is_never_overwritten() {
         outcome: Status::Available,
         token: "t".to_owned(),
         decided_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+        evidence: None,
     };
     banklease::collector::decide(&w.owner_bank, decision)
         .await
@@ -462,6 +463,7 @@ async fn a_gc_decision_over_an_available_checkpoint_deletes_nothing() {
         outcome: Status::Deleted,
         token: "t".to_owned(),
         decided_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+        evidence: None,
     };
     banklease::collector::decide(&w.owner_bank, gc_decision)
         .await

@@ -334,6 +334,7 @@ async fn owner_decision_interrupted_is_finished_not_collected() {
                 outcome: Status::Available,
                 token: "t".into(),
                 decided_at: chrono::Utc::now(),
+                evidence: None,
             },
         )
         .await

@@ -390,6 +390,7 @@ impl Broken {
                         outcome: Status::Deleted,
                         token: format!("broken-{id}"),
                         decided_at: self.clock.system_now().into(),
+                        evidence: None,
                     };
                     match decide(&self.bank, decision).await? {
                         Decided::Won(_) => {}

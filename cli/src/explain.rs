@@ -1,0 +1,269 @@
+//! `banklease checkpoint explain ID`: why a checkpoint is in its state, on what evidence it was
+//! decided, and what happens next — even when its objects cannot be read.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use banklease::checkpoint::{self, CheckpointRecord, Decider, Decision, Status};
+use banklease::{error_chain, LeaseView, OwnerId};
+use object_store::ObjectStoreExt;
+use serde::Serialize;
+
+use crate::output::to_second;
+use crate::{human, out_json, out_line, Ctx, Outcome};
+
+/// What `explain` found and concluded.
+#[derive(Debug, Serialize)]
+struct Explanation {
+    checkpoint_id: String,
+    /// `present`, `missing`, or `corrupt: …`.
+    index: String,
+    status: Option<String>,
+    owner_id: Option<String>,
+    /// `none`, `corrupt: …`, or who decided.
+    decision: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decided: Option<Decision>,
+    /// The protecting marker: present, absent, or unknown (no owner known).
+    marker: Option<bool>,
+    /// The owner's lease now, on the store's clock.
+    owner_now: Option<String>,
+    /// Why it is in this state.
+    why: String,
+    /// What happens next, or what a human must do.
+    next: String,
+}
+
+/// `banklease checkpoint explain ID`: exit 0 explained, 1 nothing of it is in the bank.
+pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
+    checkpoint::validate_checkpoint_id(id)?;
+    let bank = &ctx.bank;
+    let (index, decision) = futures::join!(
+        checkpoint::read_checkpoint(bank, id),
+        checkpoint::read_decision(bank, id)
+    );
+    let index_path = checkpoint::index_path(bank, id);
+    let decision_path = checkpoint::decision_path(bank, id);
+    let owner: Option<OwnerId> = match (&index, &decision) {
+        (Ok(Some(r)), _) => Some(r.owner_id.clone()),
+        (_, Ok(Some(d))) => Some(d.owner_id.clone()),
+        _ => None,
+    };
+    let marker = match &owner {
+        Some(o) => match bank
+            .store()
+            .head(&checkpoint::marker_path(bank, o, id))
+            .await
+        {
+            Ok(_) => Some(true),
+            Err(object_store::Error::NotFound { .. }) => Some(false),
+            Err(_) => None,
+        },
+        None => None,
+    };
+    let owner_now = match &owner {
+        Some(o) => {
+            let t = ctx.store_time().await?;
+            Some(ctx.observer().view(o, &t).await)
+        }
+        None => None,
+    };
+    if matches!((&index, &decision), (Ok(None), Ok(None))) {
+        let message = format!(
+            "checkpoint `{id}` is not in bank=`{}`: no index.json and no decision",
+            bank.label()
+        );
+        if ctx.json {
+            out_json(&serde_json::json!({ "checkpoint_id": id, "found": false }))?;
+        } else {
+            out_line(&message)?;
+        }
+        return Ok(Outcome::No);
+    }
+    let (why, next) = conclude(ctx, &index, &decision, owner_now.as_ref(), marker);
+    let explanation = Explanation {
+        checkpoint_id: id.to_owned(),
+        index: match &index {
+            Ok(Some(_)) => "present".to_owned(),
+            Ok(None) => "missing".to_owned(),
+            Err(e) => format!("corrupt: {} ({index_path})", error_chain(e)),
+        },
+        status: index
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .map(|r| r.status.to_string()),
+        owner_id: owner.as_ref().map(ToString::to_string),
+        decision: match &decision {
+            Ok(Some(d)) => format!("{} decided {}", decider(d.by), d.outcome),
+            Ok(None) => "none".to_owned(),
+            Err(e) => format!("corrupt: {} ({decision_path})", error_chain(e)),
+        },
+        decided: decision.as_ref().ok().and_then(Option::as_ref).cloned(),
+        marker,
+        owner_now: owner_now.as_ref().map(|v| lease_now(v, ctx)),
+        why,
+        next,
+    };
+    if ctx.json {
+        out_json(&explanation)?;
+    } else {
+        let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
+        let mut lines = vec![
+            ("checkpoint", explanation.checkpoint_id.clone()),
+            ("status", opt(&explanation.status)),
+            ("owner", opt(&explanation.owner_id)),
+            ("index.json", explanation.index.clone()),
+            ("decision", explanation.decision.clone()),
+        ];
+        if let Some(Decision {
+            decided_at,
+            evidence: Some(e),
+            ..
+        }) = &explanation.decided
+        {
+            lines.push(("decided_at", to_second(&decided_at.to_rfc3339())));
+            lines.push(("collector", format!("{} (pass {})", e.collector, e.pass)));
+        }
+        lines.push((
+            "marker",
+            explanation.marker.map_or("-".to_owned(), |m| {
+                if m { "present" } else { "absent" }.to_owned()
+            }),
+        ));
+        lines.push(("owner now", opt(&explanation.owner_now)));
+        lines.push(("why", explanation.why.clone()));
+        lines.push(("next", explanation.next.clone()));
+        for (key, value) in lines {
+            out_line(&format!("{key:<12} {value}"))?;
+        }
+    }
+    Ok(Outcome::Yes)
+}
+
+fn decider(by: Decider) -> &'static str {
+    match by {
+        Decider::Gc => "the gc",
+        Decider::Owner => "its owner",
+    }
+}
+
+fn lease_now(view: &LeaseView, ctx: &Ctx) -> String {
+    let margin = ctx.config.lease.skew_margin;
+    match view {
+        LeaseView::Alive { remaining, .. } => format!("alive, {} left", human(*remaining)),
+        LeaseView::Expired { since, .. } => format!(
+            "expired {} ago (margin {} deducted)",
+            human(*since),
+            human(margin)
+        ),
+        LeaseView::Missing => "no lease".to_owned(),
+        LeaseView::Unreadable { error } => format!("unreadable: {error}"),
+    }
+}
+
+/// Why the checkpoint is in its state, and what comes next.
+fn conclude(
+    ctx: &Ctx,
+    index: &banklease::Result<Option<CheckpointRecord>>,
+    decision: &banklease::Result<Option<Decision>>,
+    owner_now: Option<&LeaseView>,
+    marker: Option<bool>,
+) -> (String, String) {
+    let ms = |ms: u64| human(Duration::from_millis(ms));
+    match decision {
+        Err(e) => (
+            format!("its decision cannot be read: {}", error_chain(e)),
+            "needs a human: the gc never acts on a decision it cannot read, every pass leaves \
+             this checkpoint and counts an error; look at the decision object, and restore or \
+             remove it"
+                .to_owned(),
+        ),
+        Ok(Some(d)) => {
+            let why = match (&d.by, &d.evidence) {
+                (Decider::Gc, Some(e)) => {
+                    let stamp = match (e.lease_stamp, e.expire_window_ms) {
+                        (Some(s), Some(w)) => format!(
+                            "its lease, last written at {} with an expire window of {}, had \
+                             expired",
+                            to_second(&s.to_rfc3339()),
+                            ms(w)
+                        ),
+                        _ => "its lease was missing".to_owned(),
+                    };
+                    format!(
+                        "the gc collected it: {stamp}; judged at {} on the store's clock, the \
+                         owner had been dead for {} (margin {} in its favour), past the grace \
+                         of {}",
+                        to_second(&e.judged_at.to_rfc3339()),
+                        ms(e.dead_for_ms),
+                        ms(e.skew_margin_ms),
+                        ms(e.grace_ms)
+                    )
+                }
+                (Decider::Gc, None) => "the gc collected it (a release that recorded no \
+                                        evidence in its decisions)"
+                    .to_owned(),
+                (Decider::Owner, _) => format!(
+                    "its owner completed it as {} at {}",
+                    d.outcome,
+                    to_second(&d.decided_at.to_rfc3339())
+                ),
+            };
+            let finished = match index {
+                Ok(Some(r)) => r.status == d.outcome || r.status == Status::Deleted,
+                _ => false,
+            };
+            let next = match index {
+                Err(e) => format!(
+                    "needs a human: its index.json cannot be read ({}), so the decision cannot \
+                     be finished and every gc pass counts an error; restore index.json, or \
+                     remove it to let the decision stand",
+                    error_chain(e)
+                ),
+                _ if finished && marker != Some(true) => {
+                    "nothing: the decision is finished".to_owned()
+                }
+                _ => "the next gc pass finishes the decision".to_owned(),
+            };
+            (why, next)
+        }
+        Ok(None) => match index {
+            Err(e) => (
+                format!("its index.json cannot be read: {}", error_chain(e)),
+                "needs a human: the gc never collects a checkpoint it cannot read; restore or \
+                 remove index.json"
+                    .to_owned(),
+            ),
+            Ok(Some(r)) if r.status == Status::Protecting => match owner_now {
+                Some(LeaseView::Alive { .. }) => (
+                    "protecting: its owner is alive and writing it".to_owned(),
+                    "nothing: its owner completes it".to_owned(),
+                ),
+                Some(LeaseView::Unreadable { .. }) => (
+                    "protecting: its owner's lease cannot be read".to_owned(),
+                    "needs a human: the gc never collects on doubt; look at the owner's lease"
+                        .to_owned(),
+                ),
+                _ => (
+                    "protecting, and its owner's lease is gone".to_owned(),
+                    format!(
+                        "the gc collects it once its owner has been dead for the grace ({}) \
+                         past the margin ({})",
+                        human(ctx.config.gc.grace),
+                        human(ctx.config.lease.skew_margin)
+                    ),
+                ),
+            },
+            Ok(Some(r)) => (
+                format!(
+                    "{} without a decision (written by an older release)",
+                    r.status
+                ),
+                "nothing".to_owned(),
+            ),
+            // Answered before: nothing of it is in the bank.
+            Ok(None) => ("not in the bank".to_owned(), "nothing".to_owned()),
+        },
+    }
+}
