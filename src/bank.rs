@@ -342,11 +342,17 @@ impl Bank {
         for attempt in 1..=CLOCK_PROBE_ATTEMPTS {
             let body = uuid::Uuid::new_v4().to_string();
             let sent = clock.now();
-            let put = self
+            let put = match self
                 .store()
                 .put(&path, PutPayload::from(body.into_bytes()))
                 .await
-                .map_err(|e| Error::store("put", &path, e))?;
+            {
+                Ok(put) => put,
+                Err(e) if crate::store_cause::is_refused_write(&e) => {
+                    return self.store_time_read_only(clock, e);
+                }
+                Err(e) => return Err(Error::store("put", &path, e)),
+            };
             let meta = self
                 .store()
                 .head(&path)
@@ -372,6 +378,38 @@ impl Bank {
 }
 
 impl Bank {
+    /// The store's time for a user who may only read. A `file:` bank's clock is this host's
+    /// (its writes are stamped with it), so the host's clock is the store's, exactly, and the
+    /// judgement goes on, saying so once. An object store's time is read by writing a probe:
+    /// refused, labelled as a permission to ask for.
+    fn store_time_read_only(
+        &self,
+        clock: &SharedClock,
+        refused: object_store::Error,
+    ) -> Result<StoreTime> {
+        if self.local().is_none() {
+            return Err(Error::ReadOnly {
+                bank: self.label().to_owned(),
+                cause: crate::store_cause::classify(&refused).to_string(),
+            });
+        }
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::warn!(
+                bank = self.label(),
+                "read-only access: the store's time is this host's clock (a file: bank's clock), \
+                 no clock probe written"
+            );
+        });
+        let now = clock.now();
+        Ok(StoreTime {
+            at: crate::local::store_clock().into(),
+            sent: now,
+            observed: now,
+            verified: true,
+        })
+    }
+
     /// The resolution of the store's `last_modified` stamps, measured from three clock probes
     /// (six requests): 1 s, 1 ms, or zero when finer. A skew margin below it cannot absorb the
     /// truncation of every stamp.

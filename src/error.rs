@@ -111,6 +111,20 @@ pub enum Error {
         reason: String,
     },
 
+    /// A command needs to write (the store-clock probe) with credentials that may only read.
+    #[error(
+        "read-only access to bank=`{bank}`: this command needs the store's time, which banklease \
+         reads by writing a probe under `_banklease/clock/`, and the store refused the write \
+         ({cause}); allow these credentials to write `_banklease/clock/`, or judge from a host \
+         that may (on a `file:` bank, reading is enough)"
+    )]
+    ReadOnly {
+        /// The bank.
+        bank: String,
+        /// The store's refusal, in one line.
+        cause: String,
+    },
+
     /// No bank URL was given: banklease has no default bank.
     #[error(
         "no bank given: pass --bank URL, set BANKLEASE_BANK=URL, or set [bank] url in the \

@@ -101,6 +101,33 @@ impl fmt::Display for StoreCause {
     }
 }
 
+/// Whether the store refused a write for lack of permission (credentials that may only read, a
+/// read-only directory or mount).
+pub fn is_refused_write(error: &object_store::Error) -> bool {
+    if matches!(
+        error,
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
+    ) {
+        return true;
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+            ) {
+                return true;
+            }
+        }
+        cause = c.source();
+    }
+    matches!(
+        classify(error),
+        StoreCause::CredentialsRefused { status: Some(403) }
+    )
+}
+
 /// Name the cause of `error`; see the [module documentation](self).
 pub fn classify(error: &object_store::Error) -> StoreCause {
     let mut texts = Vec::new();

@@ -223,3 +223,83 @@ fn print_human(d: &Diagnosis, v: &Verdicts, supported: bool) -> Result<()> {
         "verdict: supported: owner leases and the GC rest on atomic primitives".to_owned()
     })
 }
+
+/// `doctor --read-only`: what reading alone can check.
+#[derive(Debug, Serialize)]
+struct ReadOnlyReport {
+    bank: String,
+    /// The descriptor's layout and writer, or why there is none.
+    descriptor: String,
+    /// Lease objects listed.
+    leases: u64,
+    /// Protecting markers listed.
+    protecting: u64,
+    /// Where the store's time comes from without writing, or why it cannot be had.
+    store_time: String,
+    /// Writes are not checked.
+    writes: &'static str,
+    config_warnings: Vec<String>,
+    config_refusals: Vec<String>,
+}
+
+/// `banklease doctor --read-only`: exit 0 when everything readable was read, 2 otherwise.
+pub(super) async fn read_only(ctx: &Ctx) -> Result<Outcome> {
+    use futures::TryStreamExt;
+    let bank = &ctx.bank;
+    let descriptor = match banklease::layout::read(bank).await {
+        Ok(Some(d)) => format!("layout {} (written by {})", d.layout, d.created_by),
+        Ok(None) => "none (a bank made before descriptors: layout 1)".to_owned(),
+        Err(e) => return Err(e).context("cannot read the bank's descriptor"),
+    };
+    let count = |prefix: object_store::path::Path| async move {
+        let listed: Vec<_> = bank
+            .store()
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .with_context(|| format!("cannot list `{prefix}` in bank=`{}`", bank.label()))?;
+        anyhow::Ok(listed.len() as u64)
+    };
+    let leases = count(banklease::paths::Prefix::Leases.path(bank)).await?;
+    let protecting = count(banklease::checkpoint::protecting_prefix(bank)).await?;
+    let store_time = match ctx.store_time().await {
+        Ok(_) if bank.local().is_some() => {
+            "this host's clock, which is a file: bank's clock (exact)".to_owned()
+        }
+        Ok(_) => "read by a clock probe (these credentials may write it)".to_owned(),
+        Err(e) => format!("not available: {}", banklease_gc::logging::error_line(&e)),
+    };
+    let checked = ctx.config.check()?;
+    let report = ReadOnlyReport {
+        bank: bank.label().to_owned(),
+        descriptor,
+        leases,
+        protecting,
+        store_time,
+        writes: "not checked (--read-only): run `banklease doctor` with write access",
+        config_warnings: checked.warnings,
+        config_refusals: checked.refusals,
+    };
+    if ctx.json {
+        out_json(&report)?;
+    } else {
+        let lines = [
+            ("bank", report.bank.clone()),
+            ("descriptor", report.descriptor.clone()),
+            ("leases", report.leases.to_string()),
+            ("protecting", report.protecting.to_string()),
+            ("store time", report.store_time.clone()),
+            ("writes", report.writes.to_owned()),
+        ];
+        for (key, value) in lines {
+            out_line(&format!("{key:<12} {value}"))?;
+        }
+        for warning in &report.config_warnings {
+            out_line(&format!("configuration warning: {warning}"))?;
+        }
+        for refusal in &report.config_refusals {
+            out_line(&format!("configuration refused: {refusal}"))?;
+        }
+    }
+    Ok(Outcome::Yes)
+}

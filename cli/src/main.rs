@@ -114,6 +114,10 @@ enum Command {
         #[arg(long, value_name = "N", default_value_t = 8,
               value_parser = clap::value_parser!(u32).range(1..=1000))]
         race_rounds: u32,
+        /// Write nothing: check only what reading can (the descriptor, listings, the store's
+        /// time, the configuration), for read-only credentials or a read-only directory.
+        #[arg(long)]
+        read_only: bool,
     },
     /// Run COMMAND as an owner: hold an owner lease while it runs, and answer its owner
     /// operations (`banklease agent …`) over a private Unix socket.
@@ -398,7 +402,10 @@ async fn run(cli: Cli) -> Result<Outcome> {
         Command::Checkpoint(CheckpointCommand::Explain { id }) => explain::explain(&ctx, &id).await,
         Command::Gc { dry_run, force } => gc::gc(&ctx, dry_run, force).await,
         Command::Lock(command) => lock::run(&ctx, command).await,
-        Command::Doctor { race_rounds } => doctor::run(&ctx, race_rounds).await,
+        Command::Doctor {
+            read_only: true, ..
+        } => doctor::read_only(&ctx).await,
+        Command::Doctor { race_rounds, .. } => doctor::run(&ctx, race_rounds).await,
         Command::Run(_) | Command::Agent(_) | Command::Init { .. } | Command::Guard { .. } => {
             unreachable!("dispatched above")
         }

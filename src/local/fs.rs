@@ -568,8 +568,16 @@ pub(super) fn sweep(
 /// The store's own clock: like the file system it stands in for, the store stamps writes with
 /// this host's wall clock (it is the `file:` bank's store clock, not a client's clock).
 #[allow(clippy::disallowed_methods)]
-fn store_clock() -> SystemTime {
+pub(crate) fn store_clock() -> SystemTime {
     SystemTime::now()
+}
+
+/// Whether `e` says this user may not write here (permissions, a read-only mount).
+pub(super) fn is_read_only(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem
+    )
 }
 
 pub(super) fn context(e: io::Error, what: &str, path: &FsPath) -> io::Error {

@@ -90,6 +90,7 @@ use object_store::{
     UploadPart,
 };
 
+pub(crate) use fs::store_clock;
 pub use fs::{SweepWalk, TemporarySweep};
 use fs::{WriteError, STORE};
 
@@ -124,8 +125,17 @@ impl LocalStore {
         let root = root.into();
         let root = std::fs::canonicalize(&root)
             .map_err(|e| generic(fs::context(e, "resolve the store root", &root)))?;
-        let exact_mtime = fs::keeps_exact_mtime(&root)
-            .map_err(|e| generic(fs::context(e, "check the timestamps of", &root)))?;
+        let exact_mtime = match fs::keeps_exact_mtime(&root) {
+            Ok(exact) => exact,
+            // A directory this user may only read: nothing will be written through this store
+            // (every write fails, labelled as refused), so what the file system keeps of a
+            // timestamp does not matter; reading works.
+            Err(e) if fs::is_read_only(&e) => {
+                tracing::debug!(root = %root.display(), "read-only directory: opened for reading");
+                true
+            }
+            Err(e) => return Err(generic(fs::context(e, "check the timestamps of", &root))),
+        };
         if !exact_mtime {
             tracing::warn!(root = %root.display(),
                 "this file system rounds modification times: conditional overwrites (If-Match) \

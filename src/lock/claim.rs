@@ -230,7 +230,7 @@ impl Locks {
     /// Every lease of the namespace: the listing finds the lock objects, and each is then read
     /// and judged (a listed object that is gone when read is left out).
     pub async fn snapshot(&self) -> Result<Snapshot> {
-        support::ensure_supported(&self.bank).await?;
+        support::ensure_readable(&self.bank).await?;
         let dir = self.namespace_path();
         let listed = self
             .bank

@@ -121,7 +121,9 @@ impl Locks {
     /// Everything about `key`'s lock object, judged on the store's clock; `None` if the key was
     /// never used.
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>> {
-        let path = self.checked_path(key).await?;
+        Self::validate_key(key)?;
+        super::support::ensure_readable(&self.bank).await?;
+        let path = self.lock_path(key);
         let sent = self.clock.now();
         let Some((rec, meta)) = read_record(&self.bank, &path).await? else {
             return Ok(None);

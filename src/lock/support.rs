@@ -150,6 +150,16 @@ pub async fn ensure_supported(bank: &Bank) -> Result<()> {
     verdict.or_refuse(bank, USAGE)
 }
 
+/// [`ensure_supported`] for reading only (`lock show`, `lock list`): with credentials that may
+/// not write, the probe's writes are refused and the bank cannot be measured, yet its locks can
+/// still be read (only a writer on a store that keeps locks could have made them).
+pub(crate) async fn ensure_readable(bank: &Bank) -> Result<()> {
+    match ensure_supported(bank).await {
+        Err(Error::Store { source, .. }) if crate::store_cause::is_refused_write(&source) => Ok(()),
+        checked => checked,
+    }
+}
+
 async fn probe(bank: &Bank) -> Result<Verdict> {
     let caps = match bank.capabilities().await {
         Ok(caps) => caps.clone(),

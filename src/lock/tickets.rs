@@ -104,7 +104,7 @@ impl Locks {
     /// `live: false`; nothing is deleted).
     pub async fn waiters(&self, key: &str) -> Result<Vec<Waiter>> {
         Self::validate_key(key)?;
-        support::ensure_supported(&self.bank).await?;
+        support::ensure_readable(&self.bank).await?;
         let mut sc = LazyStoreTime::new();
         let mut waiters = Vec::new();
         for (_, name) in list_tickets(self, key).await? {

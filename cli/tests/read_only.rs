@@ -1,0 +1,182 @@
+//! Read-only access (issue 22, item 5): another user on a bank they may only read — listing and
+//! showing leases, checkpoints and locks, `validity-check`, `checkpoint explain` and `doctor
+//! --read-only` work and write nothing; a command that must write is refused, labelled as a
+//! permission.
+
+#![allow(clippy::disallowed_methods)] // real processes on real files
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use banklease::clock::SystemClock;
+use banklease::{Bank, Checkpoint, LeaseWindows, OwnerId, OwnerLease};
+
+const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Whether this process runs as root (then the reader is `nobody`, through setpriv).
+fn root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// `banklease --bank url args` as a user who may only read the bank.
+fn as_reader(url: &str, args: &[&str]) -> Output {
+    let mut cmd = if root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN]);
+        c
+    } else {
+        Command::new(BIN)
+    };
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("BANKLEASE_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.args(["--bank", url])
+        .args(args)
+        .env("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+/// Every file under `root` with its contents, and every directory.
+fn snapshot(root: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.strip_prefix(root).unwrap().display().to_string();
+            if path.is_dir() {
+                dirs.push(path);
+                out.insert(name, None);
+            } else {
+                out.insert(name, Some(std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// Make every file readable by all and writable by its owner only (or by nobody, when the
+/// test is not root and reads as itself).
+fn read_only_for_others(root: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut paths = vec![root.to_path_buf()];
+    let mut i = 0;
+    while i < paths.len() {
+        let path = paths[i].clone();
+        i += 1;
+        let dir = path.is_dir();
+        if dir {
+            for entry in std::fs::read_dir(&path).unwrap() {
+                paths.push(entry.unwrap().path());
+            }
+        }
+        let mode = match (dir, root_user()) {
+            (true, true) => 0o755,
+            (false, true) => 0o644,
+            (true, false) => 0o555,
+            (false, false) => 0o444,
+        };
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+}
+
+fn root_user() -> bool {
+    root()
+}
+
+#[test]
+fn a_reader_lists_shows_and_judges_without_writing_and_is_refused_writes_as_a_permission() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank_dir = dir.path().join("bank");
+    let url = banklease_testkit::file_bank(&bank_dir);
+    // A live owner with a protecting checkpoint, and a held lock, made by the bank's writer.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let owner = runtime.block_on(async {
+        let bank = Bank::open(&url).unwrap();
+        let windows = LeaseWindows::new(
+            Duration::from_secs(10),
+            Duration::from_secs(30),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        Checkpoint::create(&lease, "cp-1").await.unwrap();
+        lease.owner_id().clone()
+    });
+    let out = Command::new(BIN)
+        .args([
+            "--bank",
+            &url,
+            "lock",
+            "acquire",
+            "jobs/nightly",
+            "--duration",
+            "10m",
+        ])
+        .env("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The tempdir is private to its creator: let the reader in, read-only.
+    read_only_for_others(dir.path());
+    let before = snapshot(&bank_dir);
+
+    let owner = owner.to_string();
+    for (args, code, needle) in [
+        (&["lease", "list"][..], 0, "alive"),
+        (&["lease", "show", owner.as_str()][..], 0, "alive"),
+        (&["checkpoint", "list"][..], 0, "cp-1"),
+        (&["checkpoint", "show", "cp-1"][..], 0, "protecting"),
+        (
+            &["checkpoint", "explain", "cp-1"][..],
+            0,
+            "its owner is alive",
+        ),
+        (&["validity-check", "--owner", owner.as_str()][..], 0, "ok"),
+        (&["lock", "list"][..], 0, "nightly"),
+        (&["lock", "show", "jobs/nightly"][..], 0, "held"),
+        (&["doctor", "--read-only"][..], 0, "this host's clock"),
+    ] {
+        let out = as_reader(&url, args);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stdout}{stderr}");
+        assert!(stdout.contains(needle), "{args:?}: {needle}: {stdout}");
+        for line in stderr.lines() {
+            assert!(
+                line.contains("read-only access: the store's time is this host's clock"),
+                "{args:?}: only the read-only note on stderr: {stderr}"
+            );
+        }
+    }
+    // What must write is refused, and says it is a permission.
+    for args in [
+        &["gc"][..],
+        &["lock", "acquire", "other", "--duration", "1m"][..],
+    ] {
+        let out = as_reader(&url, args);
+        let stderr = text(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(
+            stderr.to_lowercase().contains("permission denied"),
+            "{args:?}: {stderr}"
+        );
+    }
+    assert_eq!(snapshot(&bank_dir), before, "a reader changed the bank");
+}
