@@ -32,6 +32,9 @@ use crate::paths::{Key, Prefix, Prefixed};
 #[derive(Clone)]
 pub struct Bank {
     inner: Arc<BankInner>,
+    /// Whether a refused clock probe may fall back to the host's clock (`file:` only): for the
+    /// read-only admin commands, never for a writer ([`Bank::reading_only`]).
+    host_clock_if_refused: bool,
 }
 
 struct BankInner {
@@ -107,7 +110,9 @@ impl Bank {
         }
         if let Some(rest) = url.strip_prefix("file:") {
             let path = file_url_path(rest).map_err(|r| bad(&r))?;
-            let label = format!("file://{}", path.display());
+            // Encoded (`%20` for a space): a label is a URL an operator can paste back.
+            let label = url::Url::from_file_path(&path)
+                .map_or_else(|()| format!("file://{}", path.display()), String::from);
             // A refusal for lack of permission is labelled as one: the URL is fine.
             let io = |what: String, e: std::io::Error| match e.kind() {
                 std::io::ErrorKind::PermissionDenied => Error::Permission {
@@ -274,6 +279,27 @@ impl Bank {
                 local,
                 probe_key: uuid::Uuid::new_v4().simple().to_string(),
             }),
+            host_clock_if_refused: false,
+        }
+    }
+
+    /// This bank for a command that only reads and judges (listing, showing, `validity-check`):
+    /// on a `file:` bank whose clock probe the store refuses to write (a user who may only
+    /// read), the host's clock — a `file:` bank's clock — serves as the store's time. Owners
+    /// and collectors never get it: they fail on a refused probe as on any refused write.
+    pub fn reading_only(&self) -> Self {
+        self.reading_only_handle()
+    }
+
+    /// Whether this is a [`reading_only`](Self::reading_only) handle.
+    pub fn is_reading_only(&self) -> bool {
+        self.host_clock_if_refused
+    }
+
+    fn reading_only_handle(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            host_clock_if_refused: true,
         }
     }
 
@@ -348,7 +374,9 @@ impl Bank {
                 .await
             {
                 Ok(put) => put,
-                Err(e) if crate::store_cause::is_refused_write(&e) => {
+                Err(e)
+                    if self.host_clock_if_refused && crate::store_cause::is_refused_write(&e) =>
+                {
                     return self.store_time_read_only(clock, e);
                 }
                 Err(e) => return Err(Error::store("put", &path, e)),
@@ -387,7 +415,9 @@ impl Bank {
         clock: &SharedClock,
         refused: object_store::Error,
     ) -> Result<StoreTime> {
-        if self.local().is_none() {
+        // Only where every stamp is the host's clock, to the microsecond: a file system that
+        // rounds times would make stamps look older than the host's exact time says.
+        if !self.local().is_some_and(|l| l.keeps_exact_mtime()) {
             return Err(Error::ReadOnly {
                 bank: self.label().to_owned(),
                 cause: crate::store_cause::classify(&refused).to_string(),
@@ -395,11 +425,9 @@ impl Bank {
         }
         static SAID: std::sync::Once = std::sync::Once::new();
         SAID.call_once(|| {
-            tracing::warn!(
-                bank = self.label(),
-                "read-only access: the store's time is this host's clock (a file: bank's clock), \
-                 no clock probe written"
-            );
+            tracing::warn!(bank = self.label(), path = %self.own_clock_probe(),
+                "read-only access: the clock probe cannot be written; the store's time is this \
+                 host's clock (a file: bank's clock)");
         });
         let now = clock.now();
         Ok(StoreTime {

@@ -138,6 +138,15 @@ pub async fn check(bank: &Bank) -> Result<()> {
                 "it holds no bank descriptor (banklease.json), and no lease, checkpoint or lock"
                     .to_owned(),
         }),
+        // A bank made before descriptors: adopted by its first writer, so that it stays a bank
+        // once idle (its last lease released, its emptied directories gone). Best effort: a
+        // refused or failed write leaves it as it was, which still passes this check.
+        None if !bank.is_reading_only() => {
+            if let Err(e) = write_descriptor(bank).await {
+                tracing::debug!(bank = bank.label(), error = %e, "cannot adopt the bank yet");
+            }
+            Ok(())
+        }
         None => Ok(()),
     }
 }
@@ -184,23 +193,8 @@ pub async fn init(bank: &Bank) -> Result<Initialised> {
         return Ok(Initialised::Already);
     }
     let empty = top_level(bank).await?;
-    let descriptor = Descriptor {
-        format: 1,
-        layout: LAYOUT_VERSION,
-        created_by: format!("banklease {}", env!("CARGO_PKG_VERSION")),
-        created_at: Utc::now(),
-    };
     let path = descriptor_path(bank);
-    let body = serde_json::to_vec(&descriptor).expect("a descriptor serialises");
-    let put = bank
-        .store()
-        .put_opts(
-            &path,
-            PutPayload::from(body),
-            PutOptions::from(PutMode::Create),
-        )
-        .await;
-    match put {
+    match write_descriptor(bank).await {
         Ok(_) => Ok(if empty {
             Initialised::Created
         } else {
@@ -213,4 +207,23 @@ pub async fn init(bank: &Bank) -> Result<Initialised> {
         }
         Err(e) => Err(Error::store("put", &path, e)),
     }
+}
+
+/// Write this release's descriptor, create-if-absent.
+async fn write_descriptor(bank: &Bank) -> std::result::Result<(), object_store::Error> {
+    let descriptor = Descriptor {
+        format: 1,
+        layout: LAYOUT_VERSION,
+        created_by: format!("banklease {}", env!("CARGO_PKG_VERSION")),
+        created_at: Utc::now(),
+    };
+    let body = serde_json::to_vec(&descriptor).expect("a descriptor serialises");
+    bank.store()
+        .put_opts(
+            &descriptor_path(bank),
+            PutPayload::from(body),
+            PutOptions::from(PutMode::Create),
+        )
+        .await
+        .map(|_| ())
 }

@@ -635,3 +635,32 @@ async fn swift_renewals_share_a_delete_at_and_never_shorten_it() {
     );
     lease.release().await.unwrap();
 }
+
+/// Issue 22: a bank made before descriptors (a lease in it, no `banklease.json`) is adopted by
+/// its first writer — a reader writes nothing — so it stays a bank once idle, when its last
+/// lease is released and its emptied directories are gone.
+#[tokio::test]
+async fn a_bank_made_before_descriptors_is_adopted_by_its_first_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let b =
+        banklease_testkit::made(Bank::open(&format!("file://{}", dir.path().display())).unwrap());
+    let clock: banklease::clock::SharedClock = Arc::new(SystemClock);
+    let first = OwnerLease::acquire(&b, owner("legacy-1"), windows(), clock.clone())
+        .await
+        .unwrap();
+    let descriptor = dir.path().join("banklease.json");
+    std::fs::remove_file(&descriptor).unwrap();
+    banklease::layout::check(&b.reading_only()).await.unwrap();
+    assert!(!descriptor.exists(), "a reader adopted the bank");
+    let second = OwnerLease::acquire(&b, owner("legacy-2"), windows(), clock)
+        .await
+        .unwrap();
+    assert!(descriptor.exists(), "the first writer adopts the bank");
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    assert!(
+        !dir.path().join("leases").exists(),
+        "emptied directories are pruned"
+    );
+    banklease::layout::check(&b).await.unwrap();
+}

@@ -242,7 +242,8 @@ struct ReadOnlyReport {
     config_refusals: Vec<String>,
 }
 
-/// `banklease doctor --read-only`: exit 0 when everything readable was read, 2 otherwise.
+/// `banklease doctor --read-only`: exit 0 when everything readable was read, 1 when the
+/// configuration's windows are refused for this bank (as `doctor`), 2 when a read failed.
 pub(super) async fn read_only(ctx: &Ctx) -> Result<Outcome> {
     use futures::TryStreamExt;
     let bank = &ctx.bank;
@@ -262,12 +263,17 @@ pub(super) async fn read_only(ctx: &Ctx) -> Result<Outcome> {
     };
     let leases = count(banklease::paths::Prefix::Leases.path(bank)).await?;
     let protecting = count(banklease::checkpoint::protecting_prefix(bank)).await?;
-    let store_time = match ctx.store_time().await {
-        Ok(_) if bank.local().is_some() => {
-            "this host's clock, which is a file: bank's clock (exact)".to_owned()
+    // Nothing is written, the clock probe included: say where judging takes the time from.
+    let store_time = match bank.local() {
+        Some(local) if local.keeps_exact_mtime() => {
+            "this host's clock, which is a file: bank's clock: judging works read-only".to_owned()
         }
-        Ok(_) => "read by a clock probe (these credentials may write it)".to_owned(),
-        Err(e) => format!("not available: {}", banklease_gc::logging::error_line(&e)),
+        Some(_) => "this host's clock, but this file system rounds stamps: judging needs the \
+                    clock probe (write access to `_banklease/clock/`)"
+            .to_owned(),
+        None => "read by writing a clock probe under `_banklease/clock/`: judging needs that \
+                 write access"
+            .to_owned(),
     };
     let checked = ctx.config.check()?;
     let report = ReadOnlyReport {
@@ -301,5 +307,10 @@ pub(super) async fn read_only(ctx: &Ctx) -> Result<Outcome> {
             out_line(&format!("configuration refused: {refusal}"))?;
         }
     }
-    Ok(Outcome::Yes)
+    // As `doctor`: windows refused for this bank are a "no".
+    Ok(if report.config_refusals.is_empty() {
+        Outcome::Yes
+    } else {
+        Outcome::No
+    })
 }

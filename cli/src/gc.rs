@@ -9,14 +9,15 @@ use crate::{human, out_json, out_line, Ctx, Outcome};
 /// `banklease gc`: one pass of the engine the daemon runs (crate `banklease-gc`), with the
 /// `[gc]` configuration; `--dry-run` and `--force` override it for this pass. Like
 /// `banklease-gc --once`, it takes the GC lease for its pass, and refuses (exit 75) while a
-/// daemon is active unless `--force`; a dry run takes no lease.
-pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool) -> Result<Outcome> {
+/// daemon is active unless `--beside-daemon`; a dry run takes no lease.
+pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool, beside: bool) -> Result<Outcome> {
     let mut config = ctx.config.clone();
     config.gc.dry_run |= dry_run;
     // The port is the running daemon's.
     config.gc.metrics_addr = None;
-    let daemon =
-        banklease_gc::Daemon::new(ctx.bank.clone(), ctx.clock.clone(), config).with_force(force);
+    let daemon = banklease_gc::Daemon::new(ctx.bank.clone(), ctx.clock.clone(), config)
+        .with_force(force)
+        .beside_daemon(beside);
     let shutdown = async {
         // No signal handler (an error) means no early stop: the pass runs to its end.
         if tokio::signal::ctrl_c().await.is_err() {
@@ -35,7 +36,7 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool) -> Result<Outcome>
     let report = &single.report;
     if let banklease_gc::PassLease::Beside { holder } = &single.lease {
         eprintln!(
-            "warning: --force: this pass ran beside the active gc daemon holder=`{holder}`, \
+            "warning: --beside-daemon: this pass ran beside the active gc daemon holder=`{holder}`, \
              without the gc lease"
         );
     }

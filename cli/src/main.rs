@@ -96,7 +96,8 @@ enum Command {
     /// Uses the daemon's engine and the `[gc]` configuration. Exit 0 when the pass completed
     /// cleanly (even if it collected nothing), 1 when it completed but met errors (each object
     /// named on stderr, left for the next pass) or the safety brake refused collecting, 2 when
-    /// it failed.
+    /// it failed, 75 when a GC daemon is active (the pass would duplicate its work; see
+    /// --beside-daemon).
     Gc {
         /// Plan and report only; delete nothing.
         #[arg(long)]
@@ -104,6 +105,10 @@ enum Command {
         /// Collect even when the safety brake would refuse the pass.
         #[arg(long)]
         force: bool,
+        /// Run the pass even while a GC daemon is active (beside it, without the GC lease)
+        /// instead of refusing with 75.
+        #[arg(long)]
+        beside_daemon: bool,
     },
     /// Probe the bank and print its capability table and, per guarantee (owner lease,
     /// completion versus collection, named locks), whether it rests on an atomic primitive, on
@@ -257,6 +262,23 @@ fn main() -> ExitCode {
     }
 }
 
+/// Whether `command` only reads the bank (and may judge on the host's clock when it cannot
+/// write the clock probe).
+fn reads_only(command: &Command) -> bool {
+    use lock::LockCommand as L;
+    matches!(
+        command,
+        Command::ValidityCheck { .. }
+            | Command::Lease(_)
+            | Command::Checkpoint(_)
+            | Command::Lock(L::Show { .. } | L::List { .. })
+            | Command::Doctor {
+                read_only: true,
+                ..
+            }
+    )
+}
+
 /// Whether the command line names `run` or `lock run` (global options and their values
 /// skipped).
 fn runs_a_command(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
@@ -377,6 +399,12 @@ async fn run(cli: Cli) -> Result<Outcome> {
         }
         _ => load()?,
     };
+    // Commands that only read and judge work for a user who may only read (issue 22): on a
+    // `file:` bank the host's clock then serves as the store's. Never for a writer.
+    let mut ctx = ctx;
+    if reads_only(&command) {
+        ctx.bank = ctx.bank.reading_only();
+    }
     // Before anything else: a bank in a layout this release does not know is not touched, and
     // a URL that holds no bank is refused (a typo must not read as a healthy empty bank) —
     // except by `doctor`, which an operator runs on a store before making a bank in it.
@@ -400,7 +428,11 @@ async fn run(cli: Cli) -> Result<Outcome> {
             checkpoint::checkpoint_show(&ctx, &id).await
         }
         Command::Checkpoint(CheckpointCommand::Explain { id }) => explain::explain(&ctx, &id).await,
-        Command::Gc { dry_run, force } => gc::gc(&ctx, dry_run, force).await,
+        Command::Gc {
+            dry_run,
+            force,
+            beside_daemon,
+        } => gc::gc(&ctx, dry_run, force, beside_daemon).await,
         Command::Lock(command) => lock::run(&ctx, command).await,
         Command::Doctor {
             read_only: true, ..

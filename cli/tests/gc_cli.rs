@@ -177,7 +177,7 @@ fn a_clean_pass_exits_0_and_says_nothing_on_stderr() {
 }
 
 /// Issue 22, item 4: `banklease gc` beside the running daemon is refused (75, one line naming
-/// the holder) unless `--force`; with no daemon it takes the GC lease and releases it.
+/// the holder) unless `--beside-daemon`; with no daemon it takes the GC lease and releases it.
 #[test]
 fn a_manual_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
     let dir = tempfile::tempdir().unwrap();
@@ -220,10 +220,10 @@ fn a_manual_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
         err.contains(&format!("holder=`{holder}` is active")),
         "{err}"
     );
-    assert!(err.contains("--force"), "{err}");
+    assert!(err.contains("--beside-daemon"), "{err}");
     assert_eq!(text(&out.stdout), "");
 
-    let out = cli(&url, &["gc", "--force"]);
+    let out = cli(&url, &["gc", "--beside-daemon"]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("ran beside the active gc daemon"), "{err}");

@@ -180,6 +180,14 @@ fn a_percent_escaped_file_url_names_the_decoded_directory() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(dir.path().join("bänk pct/banklease.json").is_file());
     assert!(!dir.path().join("b%C3%A4nk%20pct").exists());
+    // Messages name the bank by a URL that can be pasted back.
+    let out = cli(
+        dir.path(),
+        &[],
+        &["--bank", &url.replace("pct", "typo"), "lease", "list"],
+    );
+    let err = text(&out.stderr);
+    assert!(err.contains("b%C3%A4nk%20typo init`"), "{err}");
 }
 
 /// Every directory under `root` that holds nothing (the staging directory aside).

@@ -152,7 +152,7 @@ fn a_reader_lists_shows_and_judges_without_writing_and_is_refused_writes_as_a_pe
         (&["validity-check", "--owner", owner.as_str()][..], 0, "ok"),
         (&["lock", "list"][..], 0, "nightly"),
         (&["lock", "show", "jobs/nightly"][..], 0, "held"),
-        (&["doctor", "--read-only"][..], 0, "this host's clock"),
+        (&["doctor", "--read-only"][..], 0, "judging works read-only"),
     ] {
         let out = as_reader(&url, args);
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
@@ -160,7 +160,7 @@ fn a_reader_lists_shows_and_judges_without_writing_and_is_refused_writes_as_a_pe
         assert!(stdout.contains(needle), "{args:?}: {needle}: {stdout}");
         for line in stderr.lines() {
             assert!(
-                line.contains("read-only access: the store's time is this host's clock"),
+                line.contains("read-only access: the clock probe cannot be written"),
                 "{args:?}: only the read-only note on stderr: {stderr}"
             );
         }

@@ -272,6 +272,8 @@ fn delta(
 
 async fn child(kind: &str, job: &Job) -> anyhow::Result<serde_json::Value> {
     let opened = backend::open(job.backend, &job.location)?;
+    // A bank made as an operator makes one (`banklease init`): owners refuse a prefix without.
+    banklease::layout::init(&opened.bank).await?;
     let clock: SharedClock = Arc::new(SystemClock);
     let value = match kind {
         "build" => serde_json::to_value(

@@ -79,8 +79,10 @@ pub struct Daemon {
     config: Config,
     owner: OwnerId,
     metrics: Arc<Metrics>,
-    /// A single pass runs beside an active daemon, and collects past the brake.
+    /// A single pass collects past the safety brake.
     force: bool,
+    /// A single pass runs beside an active daemon (without the GC lease).
+    beside: bool,
 }
 
 /// How a spell as the active daemon ended.
@@ -115,14 +117,21 @@ impl Daemon {
             owner,
             metrics: Arc::new(Metrics::new()),
             force: false,
+            beside: false,
         }
     }
 
-    /// For a single pass ([`run_single`](Self::run_single)): run it even while another daemon
-    /// is active (beside it, without the GC lease), and collect even when the safety brake
+    /// For a single pass ([`run_single`](Self::run_single)): collect even when the safety brake
     /// would refuse. An operator's override; a daemon that keeps running ignores it.
     pub fn with_force(mut self, force: bool) -> Self {
         self.force = force;
+        self
+    }
+
+    /// For a single pass: run it even while another daemon is active (beside it, without the
+    /// GC lease) instead of refusing. An operator's override, apart from the brake's.
+    pub fn beside_daemon(mut self, beside: bool) -> Self {
+        self.beside = beside;
         self
     }
 
@@ -151,7 +160,7 @@ impl Daemon {
 
     /// One pass (`banklease gc`, `banklease-gc --once`): it takes the GC lease at once and
     /// releases it after, or refuses with [`ActiveElsewhere`] while another daemon holds it
-    /// (unless [`with_force`](Self::with_force)); a dry run takes no lease. Serves no metrics.
+    /// (unless [`beside_daemon`](Self::beside_daemon)); a dry run takes no lease. Serves no metrics.
     /// `Ok(None)` when `shutdown` came first.
     pub async fn run_single(
         self,

@@ -3,7 +3,7 @@
 //! Runs passes on an interval while it holds the bank's single GC lease, standing by otherwise
 //! (see `banklease_gc::daemon`). SIGTERM or SIGINT: no new passes, the pass in flight finishes,
 //! the GC lease is released, exit 0. `--once`: one pass with the GC lease (refused, exit 75,
-//! while another daemon is active, unless `--force`), its report as one JSON line on stdout;
+//! while another daemon is active, unless `--beside-daemon`), its report as one JSON line on stdout;
 //! exit 0 clean, 1 the pass met errors or was braked, 2 failed.
 
 use std::future::Future;
@@ -38,10 +38,13 @@ struct Cli {
     /// metrics. A dry run takes no lease.
     #[arg(long)]
     once: bool,
-    /// With --once: run the pass even while another daemon is active (beside it, without the
-    /// GC lease), and collect even when the safety brake would refuse.
+    /// With --once: collect even when the safety brake would refuse.
     #[arg(long, requires = "once")]
     force: bool,
+    /// With --once: run the pass even while another daemon is active (beside it, without the
+    /// GC lease) instead of refusing with 75.
+    #[arg(long, requires = "once")]
+    beside_daemon: bool,
     /// Plan and report only; delete nothing (sets `gc.dry_run`).
     #[arg(long)]
     dry_run: bool,
@@ -144,7 +147,9 @@ fn load_config(cli: &Cli) -> anyhow::Result<Config> {
 async fn run(cli: Cli, config: Config) -> anyhow::Result<ExitCode> {
     // First, so that a signal during start-up is a shutdown request, not an abrupt kill.
     let shutdown = shutdown_signals()?;
-    let daemon = Daemon::open(config)?.with_force(cli.force);
+    let daemon = Daemon::open(config)?
+        .with_force(cli.force)
+        .beside_daemon(cli.beside_daemon);
     if !cli.once {
         daemon.run(shutdown).await?;
         return Ok(ExitCode::SUCCESS);

@@ -48,35 +48,47 @@ pub(crate) async fn reap_leases(
     drop(listing);
     // Judge every candidate first (the reads), then check the store clock once more, then
     // delete: a step after this pass's first reading would make fresh stamps look old.
-    let judged: Vec<(OwnerId, Verdict, Option<&'static str>)> = futures::stream::iter(candidates)
+    type Judged = (
+        OwnerId,
+        Verdict,
+        Option<&'static str>,
+        Option<banklease::Read>,
+    );
+    let judged: Vec<Judged> = futures::stream::iter(candidates)
         .map(|owner| async move {
             // Cleared owners were judged this pass; the others are judged now. Either way the
             // lease is re-read, so one renewed since (impossible when expired) is never lost.
-            let view = ctx.observer.view(&owner, &ctx.store_time).await;
+            let (view, read) = ctx.observer.view_read(&owner, &ctx.store_time).await;
             let counted = (!seen.contains(&owner)).then_some(view.name());
             let verdict = Verdict::of(&view, ctx.options.grace);
-            (owner, verdict, counted)
+            (owner, verdict, counted, Some(read))
         })
         .buffer_unordered(ctx.options.concurrency)
         .collect()
         .await;
-    for state in judged.iter().filter_map(|(_, _, counted)| *counted) {
+    for state in judged.iter().filter_map(|(_, _, counted, _)| *counted) {
         *report.leases.entry(state.to_owned()).or_default() += 1;
     }
-    let expired: Vec<OwnerId> = judged
+    let expired: Vec<(OwnerId, Option<banklease::Read>)> = judged
         .into_iter()
-        .filter(|(_, v, _)| *v == Verdict::Expired)
-        .map(|(o, _, _)| o)
+        .filter(|(_, v, _, _)| *v == Verdict::Expired)
+        .map(|(o, _, _, read)| (o, read))
         .collect();
     if expired.is_empty() {
         return Ok(());
     }
     ctx.check_clock_again().await?;
     let mut reaped = futures::stream::iter(expired)
-        .map(|owner| async move {
+        .map(|(owner, read)| async move {
             match delete_ok_if_missing(bank, &bank.lease_path(&owner)).await {
                 Ok(()) => {
-                    tracing::info!(owner_id = %owner, "reaped the lease of a dead owner");
+                    // The evidence, as a collection's decision records it.
+                    tracing::info!(owner_id = %owner,
+                        lease_stamp = ?read.and_then(|r| r.stamp),
+                        judged_at = ?read.map(|r| r.judged_at),
+                        skew_margin = ?ctx.options.skew_margin, grace = ?ctx.options.grace,
+                        collector = ctx.options.collector, pass = ctx.pass,
+                        "reaped the lease of a dead owner");
                     Ok(())
                 }
                 Err(e) => Err((owner, e)),

@@ -349,7 +349,7 @@ fn once_runs_a_single_pass_and_prints_its_report() {
 
 /// Issue 22, item 4: a single pass run with the daemon's own configuration (its metrics port
 /// included) beside the active daemon is refused at once (75, naming the holder) instead of
-/// failing on the port or waiting as a standby; `--force` runs it beside the daemon, which stays
+/// failing on the port or waiting as a standby; `--beside-daemon` runs it beside the daemon, which stays
 /// active; with no daemon, it takes the GC lease and releases it.
 #[test]
 fn a_single_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
@@ -369,7 +369,7 @@ fn a_single_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
     let status = once.wait_exit(START_TIMEOUT);
     let logs = once.logs();
     assert_eq!(status.code(), Some(75), "{logs}");
-    for needle in ["is active on bank=", "holder=`", "--force"] {
+    for needle in ["is active on bank=", "holder=`", "--beside-daemon"] {
         assert!(logs.contains(needle), "{needle}\n{logs}");
     }
     assert!(
@@ -377,7 +377,13 @@ fn a_single_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
         "the metrics port is not bound: {logs}"
     );
 
-    let mut forced = Daemon::spawn("forced", dir.path(), &bank, port, &["--once", "--force"]);
+    let mut forced = Daemon::spawn(
+        "forced",
+        dir.path(),
+        &bank,
+        port,
+        &["--once", "--beside-daemon"],
+    );
     let status = forced.wait_exit(START_TIMEOUT);
     assert_eq!(status.code(), Some(0), "{}", forced.logs());
     let report = json(&forced);

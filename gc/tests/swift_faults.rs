@@ -165,9 +165,12 @@ fn gc_bank(proxy: &Proxy, prefix: &str) -> (Bank, FailingStore<Arc<dyn ObjectSto
     (bank.with_store(Arc::new(failing.clone())), failing)
 }
 
-/// The same bank through the shared, healthy proxy (`ST_AUTH`): where the truth is read.
-fn shared_bank(prefix: &str) -> Bank {
-    Bank::open(&format!("swift://{}/{prefix}", container())).unwrap()
+/// The same bank through the shared, healthy proxy (`ST_AUTH`): where the truth is read. Made a
+/// bank here (`init`), as an operator does before any owner starts.
+async fn shared_bank(prefix: &str) -> Bank {
+    let bank = Bank::open(&format!("swift://{}/{prefix}", container())).unwrap();
+    banklease::layout::init(&bank).await.unwrap();
+    bank
 }
 
 fn unique_prefix() -> String {
@@ -372,7 +375,7 @@ async fn keepers_through(fault: Fault, expire: Duration, short: Duration) {
     let prefix = unique_prefix();
     let requests = Requests::default();
     let bank = owners_bank(&proxy, &prefix, &requests);
-    let shared = shared_bank(&prefix);
+    let shared = shared_bank(&prefix).await;
     let renew = Duration::from_secs(1);
     let w = LeaseWindows::new(renew, expire, Duration::from_millis(500)).unwrap();
     let mut owners = Vec::new();
@@ -658,7 +661,7 @@ async fn pass_through(fault: Fault) {
     let requests = Requests::default();
     let owners = owners_bank(&proxy, &prefix, &requests);
     let (gc, gc_faults) = gc_bank(&proxy, &prefix);
-    let shared = shared_bank(&prefix);
+    let shared = shared_bank(&prefix).await;
 
     // A lives: its expire window outlasts any outage here (the fault plus a restart).
     let live = Kept::start(&owners, &shared, windows(1000, 15_000, 500), 7).await;

@@ -503,6 +503,8 @@ async fn a_stale_object_server_is_never_read_and_passes_collect_nothing_of_the_l
     let prefix = format!("replicas-{}", uuid::Uuid::new_v4().simple());
     let owners = owners_proxy.bank(&prefix);
     let readers = readers_proxy.bank(&prefix);
+    // Made a bank first, as an operator does (`banklease init`).
+    banklease::layout::init(&owners).await.unwrap();
     let (token, account) = readers_proxy.token().await;
     eprintln!("{TEST}: proxies ready in {:?}", started.elapsed());
 

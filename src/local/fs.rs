@@ -171,11 +171,13 @@ pub(super) fn rename(
             Err(e) if e.kind() == ErrorKind::AlreadyExists => return Err(WriteError::Exists),
             Err(e) => return Err(WriteError::Io(context(e, "link", to))),
         }
-        std::fs::remove_file(from).map_err(|e| WriteError::Io(context(e, "remove", from)))
+        std::fs::remove_file(from).map_err(|e| WriteError::Io(context(e, "remove", from)))?;
     } else {
         with_parent(to, || std::fs::rename(from, to))
-            .map_err(|e| WriteError::Io(context(e, "rename", from)))
+            .map_err(|e| WriteError::Io(context(e, "rename", from)))?;
     }
+    prune_empty_parents(root, from);
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -434,10 +436,14 @@ fn prune_empty_parents(root: &FsPath, path: &FsPath) {
 fn with_parent<T>(path: &FsPath, mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
     let mut tries = 0;
     loop {
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| context(e, "create directory", parent))?;
-        }
-        match op() {
+        let made = match path.parent() {
+            Some(parent) => {
+                std::fs::create_dir_all(parent).map_err(|e| context(e, "create directory", parent))
+            }
+            None => Ok(()),
+        };
+        // Not found: a directory on the way was pruned in between (by a delete), make it again.
+        match made.and_then(|()| op()) {
             Err(e) if e.kind() == ErrorKind::NotFound && tries < 3 => tries += 1,
             done => return done,
         }
@@ -570,6 +576,17 @@ pub(super) fn sweep(
 #[allow(clippy::disallowed_methods)]
 pub(crate) fn store_clock() -> SystemTime {
     SystemTime::now()
+}
+
+/// For a directory this user may not write: whether the stamps already there (the bank's
+/// descriptor, the directory itself) have a sub-second part, which a file system that rounds
+/// times would not keep.
+pub(super) fn existing_stamps_are_exact(root: &FsPath) -> bool {
+    [root.join("banklease.json"), root.to_path_buf()]
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok()?.modified().ok())
+        .filter_map(|t| t.duration_since(UNIX_EPOCH).ok())
+        .any(|d| d.subsec_micros() != 0)
 }
 
 /// Whether `e` says this user may not write here (permissions, a read-only mount).

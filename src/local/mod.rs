@@ -127,12 +127,12 @@ impl LocalStore {
             .map_err(|e| generic(fs::context(e, "resolve the store root", &root)))?;
         let exact_mtime = match fs::keeps_exact_mtime(&root) {
             Ok(exact) => exact,
-            // A directory this user may only read: nothing will be written through this store
-            // (every write fails, labelled as refused), so what the file system keeps of a
-            // timestamp does not matter; reading works.
+            // A directory this user may not write: measured instead from what is there (a
+            // stamp with a sub-second part was kept exactly); nothing there to read: not exact.
             Err(e) if fs::is_read_only(&e) => {
-                tracing::debug!(root = %root.display(), "read-only directory: opened for reading");
-                true
+                let exact = fs::existing_stamps_are_exact(&root);
+                tracing::debug!(root = %root.display(), exact, "read-only directory: opened for reading");
+                exact
             }
             Err(e) => return Err(generic(fs::context(e, "check the timestamps of", &root))),
         };
@@ -148,6 +148,12 @@ impl LocalStore {
             exact_mtime,
             before_publish: None,
         })
+    }
+
+    /// Whether the file system keeps modification times to the microsecond (measured when the
+    /// store was opened): conditional overwrites are refused when it does not.
+    pub fn keeps_exact_mtime(&self) -> bool {
+        self.exact_mtime
     }
 
     /// The directory the store is rooted at.

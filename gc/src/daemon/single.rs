@@ -5,7 +5,7 @@
 //! Invariant: **a manual pass never runs unannounced beside the active daemon.** Collection is
 //! safe either way (every collection is decided by a create-if-absent write per checkpoint), but
 //! two collectors at once duplicate work and reports, and an operator who did not mean it must
-//! be told; `--force` is the operator saying they know.
+//! be told; `--beside-daemon` is the operator saying they know.
 
 use anyhow::{anyhow, Context as _};
 use banklease::clock::Jitter;
@@ -26,7 +26,7 @@ use crate::report::PassReport;
 pub enum PassLease {
     /// It held the GC lease for its pass, and released it.
     Held,
-    /// An active daemon held the GC lease; `--force` ran the pass beside it.
+    /// An active daemon held the GC lease; `--beside-daemon` ran the pass beside it.
     Beside {
         /// The active daemon's owner id.
         holder: String,
@@ -58,8 +58,8 @@ impl std::fmt::Display for ActiveElsewhere {
         write!(
             f,
             "refusing a gc pass: the gc daemon holder=`{}` is active on bank=`{}` (it holds \
-             `gc/active`); let it collect, stop it first, or pass --force to run this pass \
-             beside it",
+             `gc/active`); let it collect, stop it first, or pass --beside-daemon to run \
+             this pass beside it",
             self.holder, self.bank
         )
     }
@@ -97,8 +97,8 @@ impl Daemon {
         .await;
         let lease = match attempt {
             Ok(lease) => lease,
-            Err(banklease::Error::LeaseExists { owner_id }) if self.force => {
-                warn!(holder = %owner_id, "--force: running the pass beside the active gc daemon");
+            Err(banklease::Error::LeaseExists { owner_id }) if self.beside => {
+                warn!(holder = %owner_id, "--beside-daemon: running the pass beside the active gc daemon");
                 let report = self.pass(collector, tracker).await?;
                 return Ok(Some(Single {
                     report,
