@@ -217,8 +217,8 @@ fn conclude(
             let next = match index {
                 Err(e) => format!(
                     "needs a human: its index.json cannot be read ({}), so the decision cannot \
-                     be finished and every gc pass counts an error; restore index.json, or \
-                     remove it to let the decision stand",
+                     be finished and every gc pass counts an error; restore index.json, or run \
+                     `banklease checkpoint resolve` to finish the gc's decision",
                     error_chain(e)
                 ),
                 _ if finished && marker != Some(true) => {
@@ -231,8 +231,9 @@ fn conclude(
         Ok(None) => match index {
             Err(e) => (
                 format!("its index.json cannot be read: {}", error_chain(e)),
-                "needs a human: the gc never collects a checkpoint it cannot read; restore or \
-                 remove index.json"
+                "needs a human: the gc never collects a checkpoint it cannot read; restore \
+                 index.json, or run `banklease checkpoint resolve` (it collects it if its owner \
+                 is dead, as the gc judges)"
                     .to_owned(),
             ),
             Ok(Some(r)) if r.status == Status::Protecting => match owner_now {
@@ -265,5 +266,31 @@ fn conclude(
             // Answered before: nothing of it is in the bank.
             Ok(None) => ("not in the bank".to_owned(), "nothing".to_owned()),
         },
+    }
+}
+
+/// `banklease checkpoint resolve ID`: exit 0 resolved, 1 refused (the reason on stderr).
+pub(crate) async fn resolve(ctx: &Ctx, id: &str, operator: &str) -> Result<Outcome> {
+    use banklease_gc::resolve::Resolution;
+    let options = banklease_gc::GcOptions::from_config(&ctx.config);
+    match banklease_gc::resolve::resolve(&ctx.bank, &ctx.clock, &options, id, operator).await? {
+        Resolution::Collected { owner } => {
+            if ctx.json {
+                out_json(&serde_json::json!({
+                    "checkpoint_id": id, "resolved": true, "owner_id": owner.as_str(),
+                }))?;
+            } else {
+                out_line(&format!(
+                    "resolved: checkpoint `{id}` of owner `{owner}` is decided collected and its \
+                     index.json is a tombstone; the next gc pass deletes its data"
+                ))?;
+            }
+            Ok(Outcome::Yes)
+        }
+        Resolution::Refused(why) => {
+            eprintln!("not resolved: checkpoint `{id}`: {why}");
+            Ok(Outcome::No)
+        }
+        _ => Ok(Outcome::No),
     }
 }

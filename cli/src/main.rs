@@ -197,6 +197,18 @@ enum CheckpointCommand {
         /// The checkpoint id.
         id: String,
     },
+    /// Resolve a checkpoint the GC cannot handle: one whose index.json cannot be read, under a
+    /// dead owner. Judges the owner as the GC does, writes the GC's decision (create-if-absent,
+    /// with your name in its evidence) and rewrites index.json as a tombstone; the next pass
+    /// deletes the data. Never a live owner's, never over a decision. Exit 0 resolved, 1
+    /// refused (the one-line reason says what to do), 2 error.
+    Resolve {
+        /// The checkpoint id.
+        id: String,
+        /// Who resolves, recorded in the decision [default: $USER].
+        #[arg(long, value_name = "NAME", env = "USER")]
+        operator: Option<String>,
+    },
 }
 
 fn parse_status(s: &str) -> Result<Status, String> {
@@ -270,7 +282,11 @@ fn reads_only(command: &Command) -> bool {
         command,
         Command::ValidityCheck { .. }
             | Command::Lease(_)
-            | Command::Checkpoint(_)
+            | Command::Checkpoint(
+                CheckpointCommand::List { .. }
+                    | CheckpointCommand::Show { .. }
+                    | CheckpointCommand::Explain { .. }
+            )
             | Command::Lock(L::Show { .. } | L::List { .. })
             | Command::Doctor {
                 read_only: true,
@@ -428,6 +444,9 @@ async fn run(cli: Cli) -> Result<Outcome> {
             checkpoint::checkpoint_show(&ctx, &id).await
         }
         Command::Checkpoint(CheckpointCommand::Explain { id }) => explain::explain(&ctx, &id).await,
+        Command::Checkpoint(CheckpointCommand::Resolve { id, operator }) => {
+            explain::resolve(&ctx, &id, operator.as_deref().unwrap_or("unknown")).await
+        }
         Command::Gc {
             dry_run,
             force,

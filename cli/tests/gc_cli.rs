@@ -164,6 +164,70 @@ fn a_pass_that_met_errors_exits_1_and_names_each_object() {
     );
     let out = cli(&url, &["checkpoint", "explain", "cp-none"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+
+    // `checkpoint resolve`: the unreadable index.json of a dead owner's checkpoint is collected
+    // with the gc's fencing; a decision that cannot be read is never overwritten.
+    let out = cli(&url, &["checkpoint", "resolve", "cp-b"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with("not resolved: checkpoint `cp-b`: its decision cannot be read"),
+        "{err}"
+    );
+    let out = cli(
+        &url,
+        &["checkpoint", "resolve", "cp-a", "--operator", "alice"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("resolved: checkpoint `cp-a`"));
+    let out = cli(&url, &["--json", "gc"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["collected"], 1, "cp-a, now: {report}");
+    assert_eq!(report["errors"], 1, "cp-b only: {report}");
+    let resolved = explain("cp-a");
+    assert!(resolved.contains("status       deleted"), "{resolved}");
+    assert!(
+        resolved.contains("operator alice (checkpoint resolve)"),
+        "{resolved}"
+    );
+    assert!(!bank.join("checkpoints/cp-a/data").exists());
+}
+
+/// `checkpoint resolve` never takes a live owner's checkpoint, whatever its index.json.
+#[test]
+fn resolve_refuses_a_live_owners_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("bank").display());
+    assert_eq!(cli(&url, &["init"]).status.code(), Some(0));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _lease = runtime.block_on(async {
+        let bank = Bank::open(&url).unwrap();
+        let windows = LeaseWindows::new(
+            Duration::from_secs(10),
+            Duration::from_secs(60),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        Checkpoint::create(&lease, "cp-live").await.unwrap();
+        lease
+    });
+    let index = dir.path().join("bank/checkpoints/cp-live/index.json");
+    std::fs::write(&index, "{garbage").unwrap();
+    let out = cli(&url, &["checkpoint", "resolve", "cp-live"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("is not dead past the grace (its lease is alive)"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&index).unwrap(), "{garbage");
+    assert!(!dir.path().join("bank/decisions/cp-live").exists());
 }
 
 #[test]

@@ -23,6 +23,7 @@ mod probe;
 mod reap;
 mod records;
 pub mod report;
+pub mod resolve;
 pub mod sweep;
 mod temporaries;
 pub mod timing;
