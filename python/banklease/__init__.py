@@ -279,7 +279,9 @@ async def doctor_async(bank: Bank, *, race_rounds: Optional[int] = None) -> Doct
 
 
 def read_checkpoint(bank: Bank, checkpoint_id: str) -> Optional[CheckpointRecord]:
-    """Read checkpoint ``checkpoint_id``'s ``index.json``; None when there is none."""
+    """Read checkpoint ``checkpoint_id``'s ``index.json``; None when there is none. Raises
+    ``LayoutError`` when the bank's URL holds no bank (a typo must not read as "no such
+    checkpoint")."""
     return _record(_banklease.read_checkpoint(bank, checkpoint_id))
 
 

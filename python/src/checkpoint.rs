@@ -167,6 +167,8 @@ impl Checkpoint {
 }
 
 async fn read(bank: banklease::Bank, id: String) -> PyResult<Option<String>> {
+    // A URL that holds no bank (a typo) must not answer "no such checkpoint".
+    banklease::layout::check(&bank).await.map_err(to_py)?;
     let record = banklease::checkpoint::read_checkpoint(&bank, &id)
         .await
         .map_err(to_py)?;

@@ -105,6 +105,11 @@ async fn view(
     observer
         .margin_checked
         .get_or_try_init(|| async {
+            // First, before any write: a URL that holds no bank (a typo) must not answer
+            // "missing" for a live owner, nor get a clock probe written into it.
+            banklease::layout::check(&observer.bank)
+                .await
+                .map_err(to_py)?;
             let clock: SharedClock = Arc::new(SystemClock);
             banklease_gc::timing::check_skew_margin(&observer.bank, &clock, observer.inner.margin())
                 .await
@@ -165,7 +170,8 @@ impl LeaseObserver {
     }
 
     /// Read and judge `owner_id`'s lease (three requests: the store's clock, then the lease;
-    /// the first view also measures the store's timestamp resolution). `validity_window`
+    /// the first view also measures the store's timestamp resolution and checks that the URL
+    /// holds a bank, raising `LayoutError` when it does not). `validity_window`
     /// (seconds) overrides the owner's declared one. Raises `StoreError` only when the store's
     /// clock cannot be read; an unreadable lease is a view with `error`.
     #[pyo3(signature = (owner_id, validity_window=None))]

@@ -96,6 +96,8 @@ def test_a_url_that_holds_no_bank_is_refused_and_left_alone(tmp_path):
     for call in (
         lambda: banklease.OwnerLease.acquire(bank),
         lambda: banklease.run_pass(bank),
+        lambda: banklease.LeaseObserver(bank, skew_margin=0.05).view("someone"),
+        lambda: banklease.read_checkpoint(bank, "cp-1"),
         bank.check_layout,
     ):
         with pytest.raises(banklease.LayoutError, match="no bank at") as err:
@@ -192,5 +194,6 @@ def test_a_lease_view_has_no_truth_value():
 @pytest.mark.skipif(os.environ.get("BANKLEASE_TEST_S3") != "1", reason="needs S3 (moto)")
 def test_an_observer_refuses_a_margin_below_the_stamp_resolution():
     bank = banklease.Bank.open(f"s3://{os.environ.get('S3_BUCKET', 'banklease-test')}/py-margin")
+    bank.init()
     with pytest.raises(banklease.ConfigError, match="timestamp resolution"):
         banklease.LeaseObserver(bank, skew_margin=0.05).view("someone")
