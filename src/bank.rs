@@ -50,6 +50,8 @@ struct BankInner {
     local: Option<crate::local::LocalStore>,
     /// This bank handle's store-clock probe key (kept by `with_store`).
     probe_key: String,
+    /// An in-process store made by [`Bank::open`] (`memory://`): a bank from the start.
+    made_at_open: bool,
 }
 
 impl fmt::Debug for Bank {
@@ -68,7 +70,7 @@ impl Bank {
     ///   directory on the local filesystem, which must exist ([`Error::NoBank`] otherwise; see
     ///   [`open_or_create`](Self::open_or_create)); `%XX` escapes are decoded;
     /// - `memory://` (optionally `memory:///prefix`): in-process, for tests; a new bank each
-    ///   time, made (its descriptor written) by this call;
+    ///   time, a bank from the start (nothing else can name it, so it cannot be a typo);
     /// - `s3://bucket/prefix`: S3 or an S3-compatible server, configured by the `AWS_*`
     ///   environment variables (`AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, `AWS_REGION`, ...), with
     ///   conditional writes by ETag enabled;
@@ -158,9 +160,11 @@ impl Bank {
         }
         if let Some(rest) = url.strip_prefix("memory://") {
             // Each open is a new store that nothing else can name, so there is no bank to
-            // mistype: it is made here, as `init` would, and is a bank from the start.
-            let bank = Self::from_store(Arc::new(InMemory::new()), rest, url);
-            futures::executor::block_on(crate::layout::init(&bank))?;
+            // mistype: it is a bank from the start (`layout::check` accepts it empty).
+            let mut bank = Self::from_store(Arc::new(InMemory::new()), rest, url);
+            Arc::get_mut(&mut bank.inner)
+                .expect("a bank just built is not shared")
+                .made_at_open = true;
             return Ok(bank);
         }
         if let Some(rest) = url.strip_prefix("s3://") {
@@ -255,10 +259,9 @@ impl Bank {
             self.inner.prefix.as_ref(),
             &self.inner.label,
         );
-        Arc::get_mut(&mut bank.inner)
-            .expect("a bank just built is not shared")
-            .probe_key
-            .clone_from(&self.inner.probe_key);
+        let inner = Arc::get_mut(&mut bank.inner).expect("a bank just built is not shared");
+        inner.probe_key.clone_from(&self.inner.probe_key);
+        inner.made_at_open = self.inner.made_at_open;
         bank
     }
 
@@ -278,6 +281,7 @@ impl Bank {
                 swift,
                 local,
                 probe_key: uuid::Uuid::new_v4().simple().to_string(),
+                made_at_open: false,
             }),
             host_clock_if_refused: false,
         }
@@ -289,6 +293,12 @@ impl Bank {
     /// and collectors never get it: they fail on a refused probe as on any refused write.
     pub fn reading_only(&self) -> Self {
         self.reading_only_handle()
+    }
+
+    /// Whether this bank's store was made by [`Bank::open`] itself (`memory://`): nothing else
+    /// can name it, so an empty one is a bank, not a typo.
+    pub fn made_at_open(&self) -> bool {
+        self.inner.made_at_open
     }
 
     /// Whether this is a [`reading_only`](Self::reading_only) handle.

@@ -132,7 +132,7 @@ pub async fn check(bank: &Bank) -> Result<()> {
             known: LAYOUT_VERSION,
         }),
         Some(_) => Ok(()),
-        None if top_level(bank).await? => Err(Error::NoBank {
+        None if top_level(bank).await? && !bank.made_at_open() => Err(Error::NoBank {
             bank: bank.label().to_owned(),
             reason:
                 "it holds no bank descriptor (banklease.json), and no lease, checkpoint or lock"
