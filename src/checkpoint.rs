@@ -194,6 +194,28 @@ pub struct Decision {
     pub evidence: Option<Evidence>,
 }
 
+impl Decision {
+    /// The GC's decision to collect checkpoint `id` of `owner`, on `evidence`, with a fresh
+    /// token (the collector's pass, or an operator's `checkpoint resolve`).
+    pub fn collect(
+        id: &str,
+        owner: &OwnerId,
+        decided_at: DateTime<Utc>,
+        evidence: Option<Evidence>,
+    ) -> Self {
+        Self {
+            format: CHECKPOINT_FORMAT,
+            checkpoint_id: id.to_owned(),
+            owner_id: owner.clone(),
+            by: Decider::Gc,
+            outcome: Status::Deleted,
+            token: uuid::Uuid::new_v4().simple().to_string(),
+            decided_at,
+            evidence,
+        }
+    }
+}
+
 /// What a GC collection was decided on, recorded in its decision: the owner's lease as read,
 /// the store's time it was judged at, the rules applied, and who decided in which pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

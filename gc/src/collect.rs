@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use banklease::checkpoint::{
     self, marker_path, parse_marker, protecting_prefix, read_decision, Decided, Decider, Decision,
-    Evidence, Status, CHECKPOINT_FORMAT,
+    Evidence, Status,
 };
 use banklease::collector::{create_tombstone, decide, finish_owner_decision};
 use banklease::error_chain;
@@ -221,16 +221,8 @@ impl Collecting<'_> {
                 }
             }
         }
-        let decision = Decision {
-            format: CHECKPOINT_FORMAT,
-            checkpoint_id: id.to_owned(),
-            owner_id: owner.clone(),
-            by: Decider::Gc,
-            outcome: Status::Deleted,
-            token: uuid_token(),
-            decided_at: ctx.clock.system_now().into(),
-            evidence: evidence.cloned(),
-        };
+        let decision =
+            Decision::collect(id, owner, ctx.clock.system_now().into(), evidence.cloned());
         if let Some(e) = evidence {
             tracing::info!(checkpoint_id = id, owner_id = %owner, lease = e.lease,
                 lease_stamp = ?e.lease_stamp, judged_at = %e.judged_at, dead_for_ms = e.dead_for_ms,
@@ -276,8 +268,4 @@ async fn finish_collection(
         created_at: existing.map(|r| r.created_at),
         data,
     }))
-}
-
-fn uuid_token() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
 }

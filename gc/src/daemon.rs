@@ -317,7 +317,6 @@ impl Daemon {
         collector: &Collector,
         cancel: &CancellationToken,
     ) -> Option<OwnerLease> {
-        let path = self.lease_path();
         let windows = self.config.gc.lease_windows();
         let mut holder = OnChange::default();
         let mut failure = OnChange::default();
@@ -349,21 +348,7 @@ impl Daemon {
             // Not raced against shutdown: an acquire abandoned after its write landed would
             // leave a lease nobody renews, and every standby would wait out its expire window.
             // A lease won just as shutdown comes is released by the caller at once.
-            let attempt = OwnerLease::take_over_at(
-                &self.bank,
-                path.clone(),
-                self.owner.clone(),
-                windows,
-                self.clock.clone(),
-                // A read up to `read_staleness` old is judged that much earlier: the same as a
-                // margin that much larger.
-                self.config
-                    .lease
-                    .skew_margin
-                    .saturating_add(self.config.gc.read_staleness),
-            )
-            .await;
-            match attempt {
+            match self.take_gc_lease().await {
                 Ok(lease) => return Some(lease),
                 Err(banklease::Error::LeaseExists { owner_id }) => {
                     failure.reset();
@@ -389,6 +374,25 @@ impl Daemon {
                 () = self.clock.sleep(windows.renew_window) => {}
             }
         }
+    }
+
+    /// One attempt at the GC lease: won only once its holder's lease has expired on the store's
+    /// clock (the standby's and a single pass's way in).
+    async fn take_gc_lease(&self) -> banklease::Result<OwnerLease> {
+        OwnerLease::take_over_at(
+            &self.bank,
+            self.lease_path(),
+            self.owner.clone(),
+            self.config.gc.lease_windows(),
+            self.clock.clone(),
+            // A read up to `read_staleness` old is judged that much earlier: the same as a
+            // margin that much larger.
+            self.config
+                .lease
+                .skew_margin
+                .saturating_add(self.config.gc.read_staleness),
+        )
+        .await
     }
 
     /// Run passes while the lease is held: the first at once, then each `interval` after the

@@ -10,8 +10,8 @@
 //! the GC's missing-since record says) is refused; a decision that cannot be read is refused
 //! (it may record its owner's `available`); a decision someone else won is left as it is.
 
+use banklease::checkpoint::Evidence;
 use banklease::checkpoint::{self, parse_marker, protecting_prefix, Decided, Decider, Decision};
-use banklease::checkpoint::{Evidence, Status, CHECKPOINT_FORMAT};
 use banklease::clock::SharedClock;
 use banklease::paths::Key;
 use banklease::{Bank, LeaseObserver, LeaseView, OwnerId, StoreTime};
@@ -85,16 +85,7 @@ pub async fn resolve(
             Ok(evidence) => evidence,
             Err(why) => return refused(why),
         };
-        let decision = Decision {
-            format: CHECKPOINT_FORMAT,
-            checkpoint_id: id.to_owned(),
-            owner_id: owner.clone(),
-            by: Decider::Gc,
-            outcome: Status::Deleted,
-            token: uuid::Uuid::new_v4().to_string(),
-            decided_at: clock.system_now().into(),
-            evidence: Some(evidence),
-        };
+        let decision = Decision::collect(id, &owner, clock.system_now().into(), Some(evidence));
         match banklease::collector::decide(bank, decision).await? {
             Decided::Won(_) => {}
             Decided::Lost(d) if d.by == Decider::Gc => {}

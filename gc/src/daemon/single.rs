@@ -9,7 +9,6 @@
 
 use anyhow::{anyhow, Context as _};
 use banklease::clock::Jitter;
-use banklease::OwnerLease;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -83,19 +82,7 @@ impl Daemon {
                 lease: PassLease::NotNeeded,
             }));
         }
-        let attempt = OwnerLease::take_over_at(
-            &self.bank,
-            self.lease_path(),
-            self.owner.clone(),
-            self.config.gc.lease_windows(),
-            self.clock.clone(),
-            self.config
-                .lease
-                .skew_margin
-                .saturating_add(self.config.gc.read_staleness),
-        )
-        .await;
-        let lease = match attempt {
+        let lease = match self.take_gc_lease().await {
             Ok(lease) => lease,
             Err(banklease::Error::LeaseExists { owner_id }) if self.beside => {
                 warn!(holder = %owner_id, "--beside-daemon: running the pass beside the active gc daemon");
