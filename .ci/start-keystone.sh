@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# Start OpenStack Keystone (v3) on 127.0.0.1 and a Swift proxy that authenticates through it,
+# beside the TempAuth Swift of .ci/start-swift.sh (which must be running: the Keystone proxy
+# uses its rings, storage servers and memcached).
+#
+#   - Debian 12 packages python3-keystone (Keystone 22) and python3-keystonemiddleware,
+#     installed if missing; SQLite database, fernet tokens, everything under $KEYSTONE_ROOT
+#     (default /tmp/banklease-stores/keystone);
+#   - Keystone on $KEYSTONE_PORT (5000), tokens valid $KEYSTONE_TOKEN_LIFETIME s (3600, the
+#     default of a real deployment);
+#   - a second Keystone process on $KEYSTONE_SHORT_PORT (5001), same database and keys, whose
+#     tokens live $KEYSTONE_SHORT_TOKEN_LIFETIME s (20): the token-expiry tests authenticate
+#     there, Swift validates at the first;
+#   - a Swift proxy on $SWIFT_KEYSTONE_PORT (8081) with authtoken + keystoneauth (operator
+#     roles admin, member), token cache $SWIFT_TOKEN_CACHE_TIME s (2), so that a revoked token
+#     is refused within seconds;
+#   - .ci/keystone-bootstrap.py: users, projects, a domain, an application credential, the
+#     object-store endpoints (RegionOne); it writes $KEYSTONE_ROOT/test-env.json (what the tests
+#     read) and the openrc files an operator would source.
+#
+# Idempotent: running processes are left alone; the bootstrap is rerun (it repairs what tests
+# changed, e.g. a disabled user).
+#
+# Usage:  .ci/start-keystone.sh        then eval the printed `export` line
+#         .ci/stop-keystone.sh [--wipe]
+set -euo pipefail
+
+ROOT=${KEYSTONE_ROOT:-/tmp/banklease-stores/keystone}
+PORT=${KEYSTONE_PORT:-5000}
+SHORT_PORT=${KEYSTONE_SHORT_PORT:-5001}
+LIFETIME=${KEYSTONE_TOKEN_LIFETIME:-3600}
+SHORT_LIFETIME=${KEYSTONE_SHORT_TOKEN_LIFETIME:-20}
+SWIFT_ROOT=${SWIFT_ROOT:-/tmp/banklease-stores/swift}
+SPORT=${SWIFT_KEYSTONE_PORT:-8081}
+MCPORT=${MEMCACHED_PORT:-11211}
+CACHE_TIME=${SWIFT_TOKEN_CACHE_TIME:-2}
+CONTAINER=${SWIFT_CONTAINER:-banklease-test}
+ADMIN_PASSWORD=admin-secret
+RUN=$ROOT/run
+HERE=$(cd "$(dirname "$0")" && pwd)
+# Debian's Python, where python3-keystone is (not a pyenv or venv python3 earlier on PATH).
+PY=/usr/bin/python3
+
+fail() { echo "start-keystone: $*" >&2; exit 1; }
+running() { [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+
+[ -f "$SWIFT_ROOT/etc/object.ring.gz" ] \
+  || fail "no Swift under $SWIFT_ROOT: run .ci/start-swift.sh first (the Keystone proxy uses its rings)"
+
+# ---- 1. packages ------------------------------------------------------------------------
+PKGS="python3-keystone python3-keystonemiddleware curl"
+missing=""
+for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  [ "$(id -u)" = 0 ] || fail "packages missing:$missing; run as root (or install them first)"
+  echo "start-keystone: installing:$missing (about 30 s)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq || fail "apt-get update failed"
+  # shellcheck disable=SC2086
+  apt-get install -y -qq --no-install-recommends $missing >/dev/null \
+    || fail "apt-get install failed for:$missing"
+fi
+
+# ---- 2. configuration: two Keystone configs differing only in the token lifetime ----------
+mkdir -p "$ROOT/etc" "$ROOT/etc-short" "$RUN" "$ROOT/fernet-keys" "$ROOT/credential-keys"
+keystone_conf() { # lifetime
+  cat <<CONF
+[DEFAULT]
+log_file = $RUN/keystone.log
+[database]
+connection = sqlite:///$ROOT/keystone.db
+[token]
+provider = fernet
+expiration = $1
+[fernet_tokens]
+key_repository = $ROOT/fernet-keys
+[fernet_receipts]
+key_repository = $ROOT/fernet-keys
+[credential]
+key_repository = $ROOT/credential-keys
+[cache]
+enabled = false
+CONF
+}
+keystone_conf "$LIFETIME" >"$ROOT/etc/keystone.conf"
+keystone_conf "$SHORT_LIFETIME" >"$ROOT/etc-short/keystone.conf"
+sed -i "s#keystone.log#keystone-short.log#" "$ROOT/etc-short/keystone.conf"
+manage() { keystone-manage --config-file "$ROOT/etc/keystone.conf" "$@" >>"$RUN/manage.log" 2>&1; }
+
+# ---- 3. database, keys, admin and identity endpoints (keystone-manage; idempotent) -------
+if [ ! -f "$ROOT/bootstrapped" ]; then
+  echo "start-keystone: making the database and keys"
+  manage db_sync || fail "keystone-manage db_sync failed; see $RUN/manage.log"
+  # WAL: a reader (the other Keystone, or a session Keystone leaves open) never locks out a
+  # writer, which in the default journal mode fails with "database is locked".
+  "$PY" -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute("PRAGMA journal_mode=WAL")' \
+    "$ROOT/keystone.db" || fail "cannot switch the database to WAL"
+  manage fernet_setup --keystone-user root --keystone-group root || fail "fernet_setup failed"
+  manage credential_setup --keystone-user root --keystone-group root || fail "credential_setup failed"
+  manage bootstrap --bootstrap-password "$ADMIN_PASSWORD" \
+    --bootstrap-admin-url "http://127.0.0.1:$PORT/v3" \
+    --bootstrap-internal-url "http://127.0.0.1:$PORT/v3" \
+    --bootstrap-public-url "http://127.0.0.1:$PORT/v3" \
+    --bootstrap-region-id RegionOne || fail "keystone-manage bootstrap failed; see $RUN/manage.log"
+  touch "$ROOT/bootstrapped"
+fi
+
+# ---- 4. the Keystone Swift proxy ----------------------------------------------------------
+cat >"$ROOT/proxy-server.conf" <<CONF
+[DEFAULT]
+bind_ip = 127.0.0.1
+bind_port = $SPORT
+workers = 1
+user = root
+swift_dir = $SWIFT_ROOT/etc
+log_name = proxy-keystone
+log_level = INFO
+
+[pipeline:main]
+pipeline = catch_errors gatekeeper healthcheck proxy-logging cache listing_formats bulk authtoken keystoneauth copy slo dlo symlink proxy-logging proxy-server
+
+[app:proxy-server]
+use = egg:swift#proxy
+account_autocreate = true
+conn_timeout = 1
+node_timeout = 10
+
+[filter:authtoken]
+paste.filter_factory = keystonemiddleware.auth_token:filter_factory
+www_authenticate_uri = http://127.0.0.1:$PORT
+auth_url = http://127.0.0.1:$PORT
+auth_type = password
+project_domain_id = default
+user_domain_id = default
+project_name = service
+username = swift
+password = swift-secret
+delay_auth_decision = True
+memcached_servers = 127.0.0.1:$MCPORT
+token_cache_time = $CACHE_TIME
+include_service_catalog = False
+
+[filter:keystoneauth]
+use = egg:swift#keystoneauth
+operator_roles = admin, member
+
+[filter:cache]
+use = egg:swift#memcache
+memcache_servers = 127.0.0.1:$MCPORT
+memcache_max_connections = 64
+
+[filter:catch_errors]
+use = egg:swift#catch_errors
+[filter:gatekeeper]
+use = egg:swift#gatekeeper
+[filter:healthcheck]
+use = egg:swift#healthcheck
+[filter:proxy-logging]
+use = egg:swift#proxy_logging
+[filter:listing_formats]
+use = egg:swift#listing_formats
+[filter:copy]
+use = egg:swift#copy
+[filter:bulk]
+use = egg:swift#bulk
+[filter:slo]
+use = egg:swift#slo
+[filter:dlo]
+use = egg:swift#dlo
+[filter:symlink]
+use = egg:swift#symlink
+CONF
+
+# ---- 5. processes (pid in $RUN/<name>.pid, log in $RUN/<name>.log) ------------------------
+start() { # name cmd...
+  local name=$1
+  shift
+  if running "$name"; then
+    echo "start-keystone: $name already running (pid $(cat "$RUN/$name.pid"))"
+    return
+  fi
+  setsid "$@" >"$RUN/$name.out" 2>&1 </dev/null &
+  echo $! >"$RUN/$name.pid"
+}
+OS_KEYSTONE_CONFIG_DIR=$ROOT/etc start keystone "$PY" "$HERE/keystone-serve.py" "$PORT"
+OS_KEYSTONE_CONFIG_DIR=$ROOT/etc-short start keystone-short "$PY" "$HERE/keystone-serve.py" "$SHORT_PORT"
+start proxy /usr/bin/swift-proxy-server "$ROOT/proxy-server.conf" -v
+
+# ---- 6. ready = both Keystones answer, then the bootstrap (bounded: 60 s) -----------------
+for p in "$PORT" "$SHORT_PORT"; do
+  ok=""
+  for _ in $(seq 1 300); do
+    if curl -fsS -m 2 "http://127.0.0.1:$p/v3" >/dev/null 2>&1; then ok=1; break; fi
+    for name in keystone keystone-short; do
+      running "$name" || { tail -n 20 "$RUN/$name.out" >&2; fail "$name exited; see $RUN/$name.out"; }
+    done
+    sleep 0.2
+  done
+  if [ -z "$ok" ]; then
+    echo "start-keystone: Keystone on port $p NOT ready after 60 s; logs in $RUN:" >&2
+    tail -n 20 "$RUN"/keystone*.out "$RUN"/keystone*.log >&2 || true
+    exit 1
+  fi
+done
+for _ in $(seq 1 150); do
+  curl -fsS -m 2 "http://127.0.0.1:$SPORT/healthcheck" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+"$PY" "$HERE/keystone-bootstrap.py" "http://127.0.0.1:$PORT" "$SPORT" "$ROOT" \
+  "$ADMIN_PASSWORD" "$CONTAINER" || {
+  tail -n 20 "$RUN"/proxy.out "$RUN"/keystone.log >&2 || true
+  fail "bootstrap failed"
+}
+
+version=$(dpkg-query -W -f='${Version}' python3-keystone 2>/dev/null || echo '?')
+echo "start-keystone: Keystone $version ready on http://127.0.0.1:$PORT/v3 (tokens ${LIFETIME} s;" \
+  "port $SHORT_PORT: ${SHORT_LIFETIME} s); Swift through Keystone on http://127.0.0.1:$SPORT"
+echo "start-keystone: an operator's openrc (password): $ROOT/openrc; application credential: $ROOT/app-cred-openrc"
+sed 's/^/start-keystone:   /' "$ROOT/openrc"
+echo "export KEYSTONE_ROOT=$ROOT KEYSTONE_TEST_ENV=$ROOT/test-env.json KEYSTONE_SHORT_AUTH_URL=http://127.0.0.1:$SHORT_PORT/v3 KEYSTONE_SHORT_TOKEN_LIFETIME=$SHORT_LIFETIME"
