@@ -32,6 +32,13 @@ pub enum StoreCause {
         /// The HTTP status, when the store answered.
         status: Option<u16>,
     },
+    /// Authentication failed in a way the backend names in full (Swift: Keystone or TempAuth
+    /// refused or could not be reached, no endpoint in the catalog, Swift refused the token).
+    Auth {
+        /// The backend's one-line message: who authenticated where, what was answered, what to
+        /// check. Never a secret.
+        message: String,
+    },
     /// Nothing accepts connections at the endpoint.
     ConnectionRefused,
     /// The endpoint's host name does not resolve.
@@ -70,6 +77,7 @@ impl fmt::Display for StoreCause {
                  permissions on this bucket or container",
                 status(s)
             ),
+            StoreCause::Auth { message } => f.write_str(message),
             StoreCause::ConnectionRefused => write!(
                 f,
                 "connection refused; check that the store runs at the configured endpoint and port"
@@ -136,6 +144,14 @@ pub fn classify(error: &object_store::Error) -> StoreCause {
     while let Some(c) = cause {
         if let Some(io) = c.downcast_ref::<std::io::Error>() {
             io_kind = Some(io.kind());
+        }
+        // The Swift backend already says in full what failed in its authentication.
+        if let Some(swift) = c.downcast_ref::<crate::swift::Error>() {
+            if swift.is_auth() {
+                return StoreCause::Auth {
+                    message: swift.to_string(),
+                };
+            }
         }
         texts.push(c.to_string());
         cause = c.source();

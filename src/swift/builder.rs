@@ -6,11 +6,15 @@ use std::str::FromStr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use object_store::client::{HttpConnector, ReqwestConnector};
 use object_store::{ClientOptions, RetryConfig};
 use url::Url;
 
-use super::auth::{normalise_interface, parse_storage_url, Credentials, Keystone, Secret, Session};
+use super::auth::{
+    normalise_interface, parse_storage_url, Credentials, Keystone, KeystoneMethod, KeystoneUser,
+    Secret, Session,
+};
 use super::client::SwiftClient;
 use super::error::Error;
 use super::SwiftStore;
@@ -62,10 +66,21 @@ pub enum SwiftConfigKey {
     StorageUrl,
     /// `OS_AUTH_TOKEN`: a pre-authenticated token (secret), used until Swift refuses it.
     AuthToken,
+    /// `OS_USER_ID` (wins over `OS_USERNAME` and the user's domain)
+    OsUserId,
+    /// `OS_AUTH_TYPE`: `password` (default) or `v3applicationcredential`.
+    OsAuthType,
+    /// `OS_APPLICATION_CREDENTIAL_ID`
+    OsApplicationCredentialId,
+    /// `OS_APPLICATION_CREDENTIAL_NAME` (with the user: `OS_USER_ID`, or `OS_USERNAME` and its
+    /// domain)
+    OsApplicationCredentialName,
+    /// `OS_APPLICATION_CREDENTIAL_SECRET` (secret)
+    OsApplicationCredentialSecret,
 }
 
 impl SwiftConfigKey {
-    const ALL: [Self; 16] = [
+    const ALL: [Self; 21] = [
         Self::AuthUrl,
         Self::User,
         Self::Key,
@@ -82,6 +97,11 @@ impl SwiftConfigKey {
         Self::OsInterface,
         Self::StorageUrl,
         Self::AuthToken,
+        Self::OsUserId,
+        Self::OsAuthType,
+        Self::OsApplicationCredentialId,
+        Self::OsApplicationCredentialName,
+        Self::OsApplicationCredentialSecret,
     ];
 }
 
@@ -104,6 +124,11 @@ impl AsRef<str> for SwiftConfigKey {
             Self::OsInterface => "OS_INTERFACE",
             Self::StorageUrl => "OS_STORAGE_URL",
             Self::AuthToken => "OS_AUTH_TOKEN",
+            Self::OsUserId => "OS_USER_ID",
+            Self::OsAuthType => "OS_AUTH_TYPE",
+            Self::OsApplicationCredentialId => "OS_APPLICATION_CREDENTIAL_ID",
+            Self::OsApplicationCredentialName => "OS_APPLICATION_CREDENTIAL_NAME",
+            Self::OsApplicationCredentialSecret => "OS_APPLICATION_CREDENTIAL_SECRET",
         }
     }
 }
@@ -124,8 +149,16 @@ impl FromStr for SwiftConfigKey {
 /// Authentication, first match wins:
 ///
 /// 1. TempAuth when `ST_AUTH` is set (`ST_USER`, `ST_KEY` required);
-/// 2. Keystone v3 password when `OS_AUTH_URL` is set (`OS_USERNAME`, `OS_PASSWORD`, and
-///    `OS_PROJECT_NAME` or `OS_PROJECT_ID` required; domains default to keystone's `default`);
+/// 2. Keystone v3 when `OS_AUTH_URL` is set, as an openrc file sets it:
+///    - password (`OS_AUTH_TYPE` unset, `password` or `v3password`): `OS_USERNAME` (or
+///      `OS_USER_ID`), `OS_PASSWORD`, and `OS_PROJECT_NAME` or `OS_PROJECT_ID` required;
+///      domains default to keystone's `default`;
+///    - application credential (`OS_AUTH_TYPE=v3applicationcredential`, or unset with
+///      `OS_APPLICATION_CREDENTIAL_SECRET` and no `OS_PASSWORD`):
+///      `OS_APPLICATION_CREDENTIAL_ID` (or `_NAME` with the user) and `_SECRET`;
+///
+///    the endpoint is the catalog's `object-store` one for `OS_INTERFACE` (default `public`)
+///    and `OS_REGION_NAME` (default: the first);
 /// 3. only a pre-authenticated `OS_AUTH_TOKEN` with `OS_STORAGE_URL`, never renewed.
 ///
 /// A pre-authenticated token may also accompany 1 or 2: it is used until Swift answers 401,
@@ -155,6 +188,11 @@ pub struct SwiftBuilder {
     os_project_domain_id: Option<String>,
     os_region_name: Option<String>,
     os_interface: Option<String>,
+    os_user_id: Option<String>,
+    os_auth_type: Option<String>,
+    os_app_cred_id: Option<String>,
+    os_app_cred_name: Option<String>,
+    os_app_cred_secret: Option<Secret>,
     storage_url: Option<String>,
     token: Option<Secret>,
     container: Option<String>,
@@ -179,6 +217,11 @@ impl fmt::Debug for SwiftBuilder {
             .field("os_project_id", &self.os_project_id)
             .field("os_region_name", &self.os_region_name)
             .field("os_interface", &self.os_interface)
+            .field("os_user_id", &self.os_user_id)
+            .field("os_auth_type", &self.os_auth_type)
+            .field("os_app_cred_id", &self.os_app_cred_id)
+            .field("os_app_cred_name", &self.os_app_cred_name)
+            .field("os_app_cred_secret", &self.os_app_cred_secret)
             .field("storage_url", &self.storage_url)
             .field("token", &self.token)
             .field("container", &self.container)
@@ -232,6 +275,13 @@ impl SwiftBuilder {
             SwiftConfigKey::OsInterface => self.os_interface = Some(v),
             SwiftConfigKey::StorageUrl => self.storage_url = Some(v),
             SwiftConfigKey::AuthToken => self.token = Some(Secret::new(v)),
+            SwiftConfigKey::OsUserId => self.os_user_id = Some(v),
+            SwiftConfigKey::OsAuthType => self.os_auth_type = Some(v),
+            SwiftConfigKey::OsApplicationCredentialId => self.os_app_cred_id = Some(v),
+            SwiftConfigKey::OsApplicationCredentialName => self.os_app_cred_name = Some(v),
+            SwiftConfigKey::OsApplicationCredentialSecret => {
+                self.os_app_cred_secret = Some(Secret::new(v))
+            }
         }
         self
     }
@@ -323,6 +373,7 @@ impl SwiftBuilder {
                 token: token.clone(),
                 storage_url: url.clone(),
                 expires: None,
+                issued: DateTime::<Utc>::MIN_UTC,
                 generation: 0,
             })),
             (Some(_), None) if !credentials.can_authenticate() => {
@@ -406,25 +457,76 @@ impl SwiftBuilder {
                 kind: "Keystone",
                 missing: m,
             };
-            if self.os_project_name.is_none() && self.os_project_id.is_none() {
-                return Err(missing("OS_PROJECT_NAME (or OS_PROJECT_ID)"));
-            }
+            let user = KeystoneUser {
+                id: self.os_user_id.clone(),
+                name: self.os_username.clone(),
+                domain_name: self.os_user_domain_name.clone(),
+                domain_id: self.os_user_domain_id.clone(),
+            };
+            let auth_type = self
+                .os_auth_type
+                .as_deref()
+                .map(|t| t.trim().to_ascii_lowercase().replace(['-', '_'], ""));
+            let app_cred = match auth_type.as_deref() {
+                None => self.os_app_cred_secret.is_some() && self.os_password.is_none(),
+                Some("password" | "v3password") => false,
+                Some("v3applicationcredential" | "applicationcredential") => true,
+                Some(_) => {
+                    return Err(Error::InvalidArgument {
+                        reason: format!(
+                            "OS_AUTH_TYPE=`{}` is not supported; use `password` or \
+                             `v3applicationcredential`",
+                            self.os_auth_type.as_deref().unwrap_or_default()
+                        ),
+                    })
+                }
+            };
+            let method = if app_cred {
+                let kind = "Keystone application";
+                let missing = |m| Error::IncompleteCredentials { kind, missing: m };
+                if self.os_app_cred_id.is_none() {
+                    if self.os_app_cred_name.is_none() {
+                        return Err(missing(
+                            "OS_APPLICATION_CREDENTIAL_ID (or OS_APPLICATION_CREDENTIAL_NAME)",
+                        ));
+                    }
+                    if user.id.is_none() && user.name.is_none() {
+                        return Err(missing(
+                            "OS_USER_ID or OS_USERNAME (a credential by name needs its user)",
+                        ));
+                    }
+                }
+                KeystoneMethod::ApplicationCredential {
+                    id: self.os_app_cred_id.clone(),
+                    name: self.os_app_cred_name.clone(),
+                    user,
+                    secret: self
+                        .os_app_cred_secret
+                        .clone()
+                        .ok_or_else(|| missing("OS_APPLICATION_CREDENTIAL_SECRET"))?,
+                }
+            } else {
+                if self.os_project_name.is_none() && self.os_project_id.is_none() {
+                    return Err(missing("OS_PROJECT_NAME (or OS_PROJECT_ID)"));
+                }
+                if user.id.is_none() && user.name.is_none() {
+                    return Err(missing("OS_USERNAME (or OS_USER_ID)"));
+                }
+                KeystoneMethod::Password {
+                    user,
+                    password: self
+                        .os_password
+                        .clone()
+                        .ok_or_else(|| missing("OS_PASSWORD"))?,
+                    project_name: self.os_project_name.clone(),
+                    project_id: self.os_project_id.clone(),
+                    project_domain_name: self.os_project_domain_name.clone(),
+                    project_domain_id: self.os_project_domain_id.clone(),
+                }
+            };
             return Ok(Credentials::Keystone(Box::new(Keystone {
                 auth_url: auth_url("OS_AUTH_URL", url)?,
-                username: self
-                    .os_username
-                    .clone()
-                    .ok_or_else(|| missing("OS_USERNAME"))?,
-                password: self
-                    .os_password
-                    .clone()
-                    .ok_or_else(|| missing("OS_PASSWORD"))?,
-                user_domain_name: self.os_user_domain_name.clone(),
-                user_domain_id: self.os_user_domain_id.clone(),
-                project_name: self.os_project_name.clone(),
-                project_id: self.os_project_id.clone(),
-                project_domain_name: self.os_project_domain_name.clone(),
-                project_domain_id: self.os_project_domain_id.clone(),
+                method,
                 region: self.os_region_name.clone(),
                 interface: normalise_interface(self.os_interface.as_deref().unwrap_or("public")),
             })));

@@ -201,6 +201,7 @@ async fn bulk_delete(
                         .and_then(|c| StatusCode::from_u16(c).ok())
                         .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                     body: format!("bulk delete: {why}"),
+                    hint: "",
                 }
                 .into()),
             }

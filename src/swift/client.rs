@@ -175,12 +175,25 @@ impl SwiftClient {
 
     async fn authenticate(&self) -> Result<Session, Error> {
         let endpoint = self.credentials.endpoint();
+        // The token's lifetime counts from here: before the request, never after the answer.
+        let sent = self.now_utc();
         let response = self
             .execute(&self.credentials.method(), &endpoint, || {
                 self.credentials.request()
             })
-            .await?;
-        let mut session = self.credentials.session(response, self.now_utc()).await?;
+            .await
+            .map_err(|e| match e {
+                Error::Request {
+                    retries, source, ..
+                } => Error::AuthUnreachable {
+                    url: endpoint.clone(),
+                    retries,
+                    cause: innermost(&source),
+                    source,
+                },
+                other => other,
+            })?;
+        let mut session = self.credentials.session(response, sent).await?;
         if let Some(url) = &self.storage_url_override {
             session.storage_url = url.clone();
         }
@@ -392,6 +405,42 @@ impl SwiftClient {
             path: path.to_owned(),
             status,
             body,
+            hint: self.refusal_hint(status),
         }
     }
+
+    /// What to check when Swift refuses a request that carried a token it may have issued
+    /// itself (TempAuth) or had validated by Keystone.
+    fn refusal_hint(&self, status: StatusCode) -> &'static str {
+        match (&self.credentials, status) {
+            (Credentials::Keystone(_), StatusCode::FORBIDDEN) => {
+                "; keystone accepted the credentials but swift refused the token: the user needs \
+                 an operator role (keystoneauth's operator_roles, usually `member` or `admin`) on \
+                 the project the storage url names"
+            }
+            (Credentials::Keystone(_), StatusCode::UNAUTHORIZED) => {
+                "; swift did not accept a fresh keystone token: check that the proxy's authtoken \
+                 middleware validates against this keystone (its www_authenticate_uri, auth_url \
+                 and service user)"
+            }
+            (_, StatusCode::FORBIDDEN) => {
+                "; the credentials may not do this on this container (check its ACLs and the \
+                 user's roles)"
+            }
+            (_, StatusCode::UNAUTHORIZED) => "; swift did not accept a fresh token",
+            _ => "",
+        }
+    }
+}
+
+/// The innermost message of an HTTP client error (`connection refused`, not `error sending
+/// request`).
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        last = c.to_string();
+        cause = c.source();
+    }
+    last
 }

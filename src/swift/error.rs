@@ -12,12 +12,14 @@ pub(crate) const STORE: &str = "Swift";
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Error {
-    #[error("swift answered status={status} to {method} path=`{path}`: {body}")]
+    #[error("swift answered status={status} to {method} path=`{path}`: {body}{hint}")]
     Status {
         method: Method,
         path: String,
         status: StatusCode,
         body: String,
+        /// What to check, when the status says (`; ...`), else empty.
+        hint: &'static str,
     },
 
     #[error("{method} path=`{path}` failed after {retries} retries")]
@@ -37,13 +39,26 @@ pub(crate) enum Error {
         source: HttpError,
     },
 
-    #[error(
-        "authentication at url=`{url}` failed with status={status}: {body}; check the credentials"
-    )]
+    #[error("authentication as {who} at url=`{url}` failed with status={status}: {body}; {hint}")]
     AuthStatus {
         url: String,
+        /// Names and ids, never a secret.
+        who: String,
         status: StatusCode,
         body: String,
+        hint: &'static str,
+    },
+
+    #[error(
+        "cannot reach the auth service at url=`{url}` after {retries} retries: {cause}; check \
+         OS_AUTH_URL (or ST_AUTH) and that the service runs there"
+    )]
+    AuthUnreachable {
+        url: String,
+        retries: usize,
+        cause: String,
+        #[source]
+        source: HttpError,
     },
 
     #[error("authentication at url=`{url}` answered without header `{header}`")]
@@ -58,13 +73,14 @@ pub(crate) enum Error {
 
     #[error(
         "the keystone catalog from url=`{url}` has no object-store endpoint for \
-         interface=`{interface}` region=`{region}`; check OS_INTERFACE and OS_REGION_NAME \
-         (or set OS_STORAGE_URL)"
+         interface=`{interface}` region=`{region}`: {catalog}; check OS_INTERFACE and \
+         OS_REGION_NAME (or set OS_STORAGE_URL)"
     )]
     NoEndpoint {
         url: String,
         interface: String,
         region: String,
+        catalog: String,
     },
 
     #[error("invalid {what} url=`{url}`: {reason}")]
@@ -146,6 +162,21 @@ pub(crate) enum Error {
 }
 
 impl Error {
+    /// Whether this is the auth service's (or the credentials') fault, with a message that says
+    /// so in full: the one line an operator needs.
+    pub(crate) fn is_auth(&self) -> bool {
+        matches!(
+            self,
+            Self::AuthStatus { .. }
+                | Self::AuthUnreachable { .. }
+                | Self::AuthMissingHeader { .. }
+                | Self::TokenResponse { .. }
+                | Self::NoEndpoint { .. }
+                | Self::MissingCredentials
+                | Self::IncompleteCredentials { .. }
+        ) || matches!(self, Self::Status { hint, .. } if !hint.is_empty())
+    }
+
     /// The HTTP status, if Swift answered with an error status.
     pub(crate) fn status(&self) -> Option<StatusCode> {
         match self {
