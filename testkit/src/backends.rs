@@ -26,6 +26,7 @@
 //! | Swift | `BANKLEASE_TEST_SWIFT=1` | `.ci/start-swift.sh`: `ST_*`, `SWIFT_CONTAINER` |
 //! | S3 | `BANKLEASE_TEST_S3=1` | `.ci/start-s3.sh` (moto): `AWS_*`, `S3_BUCKET` |
 //! | Azure | `BANKLEASE_TEST_AZURE=1` | `.ci/start-azurite.sh`: `AZURE_*`, `AZURITE_*` |
+//! | Keystone | `BANKLEASE_TEST_KEYSTONE=1` | `.ci/start-keystone.sh` (after Swift): `KEYSTONE_*` |
 
 use std::sync::{Arc, Once};
 use std::time::Duration;
@@ -35,6 +36,7 @@ use banklease::Bank;
 use object_store::ObjectStore;
 
 use crate::failing::FailingStore;
+use crate::keystone::KeystoneEnv;
 
 /// A store a suite runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,17 +51,26 @@ pub enum Backend {
     S3,
     /// Azure Blob, Azurite (`az://`); needs `BANKLEASE_TEST_AZURE=1`.
     Azure,
+    /// Native Swift through Keystone v3 (`swift://` on the Keystone proxy, password auth as an
+    /// openrc gives it); needs `BANKLEASE_TEST_KEYSTONE=1`.
+    Keystone,
 }
 
 impl Backend {
     /// Every backend, in the order the suites run on them.
-    pub const ALL: [Backend; 5] = [
+    pub const ALL: [Backend; 6] = [
         Backend::Memory,
         Backend::File,
         Backend::Swift,
         Backend::S3,
         Backend::Azure,
+        Backend::Keystone,
     ];
+
+    /// Native Swift, whichever way it authenticates (TempAuth or Keystone).
+    pub fn is_swift(self) -> bool {
+        matches!(self, Backend::Swift | Backend::Keystone)
+    }
 
     /// The variable that must be `1` for suites to run on this backend (`None`: always on).
     pub fn variable(self) -> Option<&'static str> {
@@ -68,6 +79,7 @@ impl Backend {
             Backend::Swift => Some("BANKLEASE_TEST_SWIFT"),
             Backend::S3 => Some("BANKLEASE_TEST_S3"),
             Backend::Azure => Some("BANKLEASE_TEST_AZURE"),
+            Backend::Keystone => Some("BANKLEASE_TEST_KEYSTONE"),
         }
     }
 
@@ -94,6 +106,7 @@ impl Backend {
             Backend::Swift => ("BANKLEASE_TEST_SWIFT", "start-swift.sh", "Swift"),
             Backend::S3 => ("BANKLEASE_TEST_S3", "start-s3.sh", "moto"),
             Backend::Azure => ("BANKLEASE_TEST_AZURE", "start-azurite.sh", "Azurite"),
+            Backend::Keystone => ("BANKLEASE_TEST_KEYSTONE", "start-keystone.sh", "Keystone"),
         };
         eprintln!(
             "note: {self:?} suites skipped: set {variable}=1 and the variables `.ci/{script}` \
@@ -104,20 +117,23 @@ impl Backend {
     /// Whether faults injected by `FailingStore` reach lease writes. On Swift the lease layer
     /// talks to the Swift store directly (X-Delete-After, POST), below the wrapper.
     pub fn faults_reach_lease_writes(self) -> bool {
-        self != Backend::Swift
+        !self.is_swift()
     }
 
     /// Resolution of the store's `last_modified` stamps (S3 and Azure: whole seconds).
     pub fn stamp_resolution(self) -> Duration {
         match self {
             Backend::S3 | Backend::Azure => Duration::from_secs(1),
-            Backend::Memory | Backend::File | Backend::Swift => Duration::ZERO,
+            Backend::Memory | Backend::File | Backend::Swift | Backend::Keystone => Duration::ZERO,
         }
     }
 
     /// A server over the network (setting up an owner takes a while there).
     pub fn is_server(self) -> bool {
-        matches!(self, Backend::Swift | Backend::S3 | Backend::Azure)
+        matches!(
+            self,
+            Backend::Swift | Backend::S3 | Backend::Azure | Backend::Keystone
+        )
     }
 
     /// A fresh bank, made by `banklease init` (its descriptor only): a new temporary directory
@@ -150,9 +166,21 @@ impl Backend {
                 format!("az://{}/{prefix}", var("AZURE_CONTAINER_NAME")),
                 None,
             ),
+            Backend::Keystone => {
+                let ks = KeystoneEnv::load().expect("BANKLEASE_TEST_KEYSTONE=1");
+                (format!("swift://{}/{prefix}", ks.container()), None)
+            }
         };
-        let bank = Bank::open(&url)
-            .unwrap_or_else(|e| panic!("{self:?}: open {url} (are its variables set?): {e}"));
+        let bank = match self {
+            // Configured from the openrc alone: this process's ST_* belong to the TempAuth
+            // Swift, and Bank::open would prefer them.
+            Backend::Keystone => {
+                let ks = KeystoneEnv::load().expect("BANKLEASE_TEST_KEYSTONE=1");
+                Bank::from_swift(ks.store(&ks.password_vars(), None), prefix, &url)
+            }
+            _ => Bank::open(&url)
+                .unwrap_or_else(|e| panic!("{self:?}: open {url} (are its variables set?): {e}")),
+        };
         banklease::layout::init(&bank)
             .await
             .unwrap_or_else(|e| panic!("{self:?}: init {url}: {e}"));

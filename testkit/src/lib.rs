@@ -14,6 +14,7 @@
 
 pub mod backends;
 pub mod failing;
+pub mod keystone;
 pub mod sim_store;
 
 use banklease::Bank;
