@@ -1,0 +1,224 @@
+//! The collector and the `banklease-gc` daemon on a Swift bank authenticated through the CI's
+//! Keystone, whose second process hands out tokens that live `KEYSTONE_SHORT_TOKEN_LIFETIME`
+//! seconds (20): both keep working through several token expiries, re-authenticating a few
+//! times, never before every request. Needs `BANKLEASE_TEST_KEYSTONE=1` (`.ci/run`).
+#![allow(clippy::disallowed_methods)] // real processes and real token lifetimes
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use banklease::checkpoint::{self, Status};
+use banklease::clock::{Jitter, SystemClock};
+use banklease::{Bank, Checkpoint, LeaseWindows, OwnerId, OwnerLease};
+use banklease_gc::{Collector, GcOptions};
+use banklease_testkit::keystone::KeystoneEnv;
+use object_store::PutPayload;
+
+fn lifetime() -> Duration {
+    let secs = std::env::var("KEYSTONE_SHORT_TOKEN_LIFETIME")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    Duration::from_secs(secs)
+}
+
+#[tokio::test]
+async fn the_collector_reauthenticates_through_token_expiries_and_collects() {
+    let Some(ks) = KeystoneEnv::load() else {
+        return;
+    };
+    let store = ks.store(&ks.password_vars_at(&ks.short_auth_url()), None);
+    let prefix = format!("gc-ks-{}", uuid::Uuid::new_v4().simple());
+    let label = format!("swift://{}/{prefix}", ks.container());
+    let bank = Bank::from_swift(store.clone(), &prefix, &label);
+    banklease::layout::init(&bank).await.unwrap();
+
+    // An owner that dies with a protecting checkpoint (its keeper stopped, its lease left to
+    // expire), and one that lives through the whole run.
+    let windows = LeaseWindows::new(
+        Duration::from_millis(500),
+        Duration::from_secs(3),
+        Duration::from_millis(200),
+    )
+    .unwrap();
+    let dead = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let zombie = Checkpoint::create(&dead, "zombie").await.unwrap();
+    zombie
+        .put_data("d", PutPayload::from_static(b"bytes"))
+        .await
+        .unwrap();
+    let live = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let keeper = live.spawn_keeper(Jitter::seeded(3), 0.1);
+    let working = Checkpoint::create(&live, "working").await.unwrap();
+    drop(dead);
+
+    let options = GcOptions::builder()
+        .grace(Duration::from_millis(500))
+        .skew_margin(Duration::from_millis(100))
+        .dry_run(false)
+        .build();
+    let collector = Collector::new(bank.clone(), Arc::new(SystemClock), options);
+    // Passes for three token lifetimes and a little: every one clean.
+    let run = 3 * lifetime() + Duration::from_secs(5);
+    let started = Instant::now();
+    let mut passes = 0;
+    let mut collected = 0;
+    while started.elapsed() < run {
+        let report = collector.run_pass().await.expect("a pass through Keystone");
+        assert_eq!(report.errors, 0, "pass {passes}: {report:?}");
+        collected += report.collected;
+        passes += 1;
+        assert!(live.check_validity(), "the live owner kept its lease");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    assert_eq!(collected, 1, "the zombie, once");
+    assert_ne!(
+        checkpoint::read_checkpoint(&bank, "zombie")
+            .await
+            .unwrap()
+            .map(|r| r.status),
+        Some(Status::Protecting)
+    );
+    assert_eq!(
+        checkpoint::read_checkpoint(&bank, "working")
+            .await
+            .unwrap()
+            .map(|r| r.status),
+        Some(Status::Protecting),
+        "a live owner's checkpoint is never collected"
+    );
+    // Re-authenticated about once per three quarters of a lifetime, never per request.
+    let auths = store.authentications();
+    let most = run.as_secs() / (lifetime().as_secs() * 3 / 4) + 2;
+    assert!(
+        (3..=most).contains(&auths),
+        "{auths} authentications in {passes} passes over {run:?} with {:?} tokens",
+        lifetime()
+    );
+    working.complete(Status::Available).await.unwrap();
+    keeper.release().await.unwrap();
+}
+
+/// A minimal HTTP/1.1 GET on 127.0.0.1: the status code and the body.
+fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Ok((status, body.to_owned()))
+}
+
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn the_daemon_keeps_its_gc_lease_and_passes_through_token_expiries() {
+    let Some(ks) = KeystoneEnv::load() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("gcd-ks-{}", uuid::Uuid::new_v4().simple());
+    let url = format!("swift://{}/{prefix}", ks.container());
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = dir.path().join("gc.log");
+    let cli = |cmd: &mut Command| {
+        // As an operator's openrc sets it: no TempAuth, no developer's BANKLEASE_*.
+        for (key, _) in std::env::vars_os() {
+            let k = key.to_string_lossy();
+            if k.starts_with("BANKLEASE_") || k.starts_with("ST_") || k.starts_with("OS_") {
+                cmd.env_remove(&key);
+            }
+        }
+        cmd.envs(ks.password_vars_at(&ks.short_auth_url()));
+    };
+    // The bank, as `banklease init` makes it.
+    let bank = Bank::from_swift(ks.store(&ks.password_vars(), None), &prefix, &url);
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(banklease::layout::init(&bank))
+        .unwrap();
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_banklease-gc"));
+    cli(&mut cmd);
+    let mut child = cmd
+        .env("BANKLEASE_BANK__URL", &url)
+        .env("BANKLEASE_GC__LEASE_RENEW_WINDOW", "1s")
+        .env("BANKLEASE_GC__LEASE_EXPIRE_WINDOW", "5s")
+        .env("BANKLEASE_GC__LEASE_VALIDITY_WINDOW", "500ms")
+        .env("BANKLEASE_GC__INTERVAL", "2s")
+        .env("BANKLEASE_GC__METRICS_ADDR", format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "info,banklease=debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    let metric = |name: &str| {
+        http_get(port, "/metrics")
+            .ok()
+            .and_then(|(s, body)| (s == 200).then(|| sample(&body, name)).flatten())
+    };
+    // Active within 30 s; then active at every look for three token lifetimes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric("banklease_gc_active") != Some(1.0) {
+        assert!(Instant::now() < deadline, "never active:\n{}", logs());
+        assert!(child.try_wait().unwrap().is_none(), "exited:\n{}", logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let start_passes = metric("banklease_gc_passes_total{outcome=\"ok\"}").unwrap_or(0.0);
+    let until = Instant::now() + 3 * lifetime() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert!(child.try_wait().unwrap().is_none(), "exited:\n{}", logs());
+        assert_eq!(metric("banklease_gc_active"), Some(1.0), "{}", logs());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let passes = metric("banklease_gc_passes_total{outcome=\"ok\"}").unwrap_or(0.0) - start_passes;
+    assert!(passes >= 10.0, "{passes} passes:\n{}", logs());
+    assert_eq!(metric("banklease_gc_errors_total"), Some(0.0), "{}", logs());
+    let text = logs();
+    let reauths = text.matches("swift authenticated").count();
+    assert!(
+        (3..=10).contains(&reauths),
+        "{reauths} authentications (debug log):\n{text}"
+    );
+    assert!(!text.contains(" ERROR "), "{text}");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no exit after TERM:\n{}", logs());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(exit.code(), Some(0), "{}", logs());
+}
