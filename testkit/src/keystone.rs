@@ -161,7 +161,13 @@ pub struct Admin {
 }
 
 impl Admin {
-    async fn call(&self, method: Method, path: &str, body: Option<Value>, extra: &[(&str, &str)]) -> (StatusCode, http::HeaderMap, Value) {
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        extra: &[(&str, &str)],
+    ) -> (StatusCode, http::HeaderMap, Value) {
         let mut b = http::Request::builder()
             .method(method.clone())
             .uri(format!("{}{path}", self.base))
@@ -189,7 +195,10 @@ impl Admin {
 
     async fn expect(&self, method: Method, path: &str, body: Option<Value>) -> Value {
         let (status, _, json) = self.call(method.clone(), path, body, &[]).await;
-        assert!(status.is_success(), "keystone {method} {path}: {status} {json}");
+        assert!(
+            status.is_success(),
+            "keystone {method} {path}: {status} {json}"
+        );
         json
     }
 
@@ -201,7 +210,10 @@ impl Admin {
         let (status, headers, json) = self
             .call(Method::POST, "/auth/tokens", Some(body), &[])
             .await;
-        assert!(status.is_success(), "keystone token for {user}: {status} {json}");
+        assert!(
+            status.is_success(),
+            "keystone token for {user}: {status} {json}"
+        );
         headers["X-Subject-Token"].to_str().unwrap().to_owned()
     }
 
@@ -211,8 +223,10 @@ impl Admin {
             .expect(
                 Method::POST,
                 "/users",
-                Some(json!({"user": {"name": name, "password": password, "domain_id": "default",
-                                     "enabled": true}})),
+                Some(
+                    json!({"user": {"name": name, "password": password, "domain_id": "default",
+                                     "enabled": true}}),
+                ),
             )
             .await;
         let id = made["user"]["id"].as_str().unwrap().to_owned();
@@ -246,7 +260,12 @@ impl Admin {
     /// Revoke one token.
     pub async fn revoke(&self, token: &str) {
         let (status, _, json) = self
-            .call(Method::DELETE, "/auth/tokens", None, &[("X-Subject-Token", token)])
+            .call(
+                Method::DELETE,
+                "/auth/tokens",
+                None,
+                &[("X-Subject-Token", token)],
+            )
             .await;
         assert!(status.is_success(), "revoking a token: {status} {json}");
     }
@@ -254,7 +273,12 @@ impl Admin {
     /// Whether Keystone still validates `token`.
     pub async fn validates(&self, token: &str) -> bool {
         let (status, _, _) = self
-            .call(Method::GET, "/auth/tokens", None, &[("X-Subject-Token", token)])
+            .call(
+                Method::GET,
+                "/auth/tokens",
+                None,
+                &[("X-Subject-Token", token)],
+            )
             .await;
         status.is_success()
     }
