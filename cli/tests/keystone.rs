@@ -1,0 +1,179 @@
+//! The CLI on a Swift bank behind a real Keystone v3, as an operator runs it after sourcing an
+//! openrc: it works with a password and with an application credential, and each way Keystone
+//! or Swift can refuse ends in one `error:` line (exit 2) that says who was refused where and
+//! what to check, with no secret in it even at `RUST_LOG=trace`. Needs
+//! `BANKLEASE_TEST_KEYSTONE=1` (`.ci/run`).
+
+#![allow(clippy::disallowed_methods)] // real processes
+
+use std::net::TcpListener;
+use std::process::{Command, Output};
+
+use banklease_testkit::keystone::{KeystoneEnv, Vars};
+
+const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+
+/// `banklease --bank url args` with only `vars` from an openrc: no TempAuth `ST_*`, no other
+/// `OS_*`, no developer's `BANKLEASE_*`.
+fn cli(vars: &Vars, url: &str, args: &[&str], log: &str) -> Output {
+    let mut cmd = Command::new(BIN);
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if k.starts_with("BANKLEASE_") || k.starts_with("ST_") || k.starts_with("OS_") {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.envs(vars.iter().map(|(k, v)| (k, v)))
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", log)
+        .arg("--bank")
+        .arg(url)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn set(mut vars: Vars, key: &str, value: &str) -> Vars {
+    vars.retain(|(k, _)| k != key);
+    vars.push((key.to_owned(), value.to_owned()));
+    vars
+}
+
+fn url(ks: &KeystoneEnv) -> String {
+    format!(
+        "swift://{}/cli-ks-{}",
+        ks.container(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+#[test]
+fn an_operator_with_an_openrc_makes_and_checks_a_bank() {
+    let Some(ks) = KeystoneEnv::load() else {
+        return;
+    };
+    for (what, vars) in [
+        ("password", ks.password_vars()),
+        ("application credential", ks.app_cred_vars()),
+    ] {
+        let url = url(&ks);
+        let init = cli(&vars, &url, &["init"], "warn");
+        assert_eq!(init.status.code(), Some(0), "{what}: {init:?}");
+        let list = cli(&vars, &url, &["lease", "list"], "warn");
+        assert_eq!(list.status.code(), Some(0), "{what}: {list:?}");
+        let doctor = cli(&vars, &url, &["doctor"], "warn");
+        let out = text(&doctor.stdout);
+        assert_eq!(doctor.status.code(), Some(0), "{what}: {doctor:?}");
+        assert!(out.contains("lease renewal                     swift-put"), "{out}");
+        assert!(out.contains("verdict: supported"), "{out}");
+    }
+}
+
+#[test]
+fn each_refusal_is_one_line_naming_the_cause_and_no_secret() {
+    let Some(ks) = KeystoneEnv::load() else {
+        return;
+    };
+    let url = url(&ks);
+    let good = ks.password_vars();
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cases: Vec<(&str, Vars, Vec<String>)> = vec![
+        (
+            "wrong password",
+            set(good.clone(), "OS_PASSWORD", "not-the-password-7d1"),
+            vec![
+                "authentication as user=`tester`".into(),
+                "status=401".into(),
+                "check OS_PASSWORD".into(),
+            ],
+        ),
+        (
+            "unknown project",
+            set(good.clone(), "OS_PROJECT_NAME", "no-such-project"),
+            vec!["project=`no-such-project`".into(), "status=401".into()],
+        ),
+        (
+            "no object-store endpoint in the catalog",
+            set(good.clone(), "OS_PROJECT_NAME", &ks.get("no_swift.project_name")),
+            vec!["no object-store service at all (it lists: identity)".into()],
+        ),
+        (
+            "an endpoint for another region",
+            set(good.clone(), "OS_REGION_NAME", "RegionTwo"),
+            vec![
+                "region=`RegionTwo`".into(),
+                "offers object-store at public/RegionOne".into(),
+                "OS_REGION_NAME".into(),
+            ],
+        ),
+        (
+            "keystone unreachable",
+            set(
+                good.clone(),
+                "OS_AUTH_URL",
+                &format!("http://127.0.0.1:{closed}/v3"),
+            ),
+            vec![
+                format!("cannot reach the auth service at url=`http://127.0.0.1:{closed}/v3/auth/tokens`"),
+                "onnection refused".into(),
+            ],
+        ),
+        (
+            "swift refusing the token (403)",
+            set(
+                set(good.clone(), "OS_USERNAME", &ks.get("watcher.username")),
+                "OS_PASSWORD",
+                &ks.get("watcher.password"),
+            ),
+            vec![
+                "status=403".into(),
+                "keystone accepted the credentials but swift refused the token".into(),
+            ],
+        ),
+        (
+            "a wrong application credential secret",
+            set(
+                ks.app_cred_vars(),
+                "OS_APPLICATION_CREDENTIAL_SECRET",
+                "not-the-secret-5e2",
+            ),
+            vec![
+                format!("application_credential_id=`{}`", ks.get("app_cred.id")),
+                "status=401".into(),
+                "OS_APPLICATION_CREDENTIAL_SECRET".into(),
+            ],
+        ),
+    ];
+    let secrets = [
+        ks.get("tester.password"),
+        ks.get("watcher.password"),
+        ks.get("app_cred.secret"),
+        "not-the-password-7d1".to_owned(),
+        "not-the-secret-5e2".to_owned(),
+    ];
+    for (what, vars, wants) in cases {
+        let out = cli(&vars, &url, &["lease", "list"], "warn");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "{what}: one line: {err}");
+        assert!(lines[0].starts_with("error: "), "{what}: {err}");
+        for want in &wants {
+            assert!(err.contains(want.as_str()), "{what}: wants `{want}`: {err}");
+        }
+        // Secrets: neither in the error nor anywhere in the most verbose log.
+        let traced = cli(&vars, &url, &["lease", "list"], "trace");
+        let all = text(&traced.stderr) + &text(&traced.stdout);
+        for s in &secrets {
+            assert!(!all.contains(s.as_str()), "{what}: a secret in the output");
+        }
+    }
+}
