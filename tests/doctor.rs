@@ -167,14 +167,31 @@ async fn swift_rests_on_timing_expires_and_lists_expired_objects() {
         return;
     }
     let url = format!("swift://{}/{}", env("SWIFT_CONTAINER"), fresh_prefix());
-    let bank = Bank::open(&url).unwrap();
+    swift_rests_on_timing(&Bank::open(&url).unwrap()).await;
+}
+
+#[tokio::test]
+async fn swift_through_keystone_measures_as_swift_through_tempauth() {
+    let Some(ks) = banklease_testkit::keystone::KeystoneEnv::load() else {
+        return;
+    };
+    let prefix = fresh_prefix();
+    let bank = Bank::from_swift(
+        ks.store(&ks.password_vars(), None),
+        &prefix,
+        &format!("swift://{}/{prefix}", ks.container()),
+    );
+    swift_rests_on_timing(&bank).await;
+}
+
+async fn swift_rests_on_timing(bank: &Bank) {
     // Racing is probabilistic (two winners in about one round in four): enough rounds to see it
     // most of the time, and either outcome is accepted below.
     let options = DiagnoseOptions {
         race_rounds: 40,
         ..DiagnoseOptions::default()
     };
-    let (d, v) = diagnose(&bank, &options).await;
+    let (d, v) = diagnose(bank, &options).await;
     assert_eq!(d.create_if_absent, Condition::Enforced);
     // The native backend refuses If-Match (Swift would silently ignore it).
     assert_eq!(d.conditional_overwrite, Condition::Refused);
@@ -204,7 +221,7 @@ async fn swift_rests_on_timing_expires_and_lists_expired_objects() {
     assert_eq!(v.named_locks.basis, Basis::Refused);
     assert!(v.supports_leasing_and_gc());
     // Even the expired object: deleting it dropped its listing entry.
-    assert_clean(&bank).await;
+    assert_clean(bank).await;
 }
 
 #[tokio::test]

@@ -189,6 +189,8 @@ struct Bench {
     /// Owners' expire window: on S3 it must dwarf the 1 s timestamps for "time left" to be
     /// meaningful.
     expire: Duration,
+    /// The openrc the children run with (Keystone), replacing every `ST_*` and `OS_*`.
+    openrc: Option<banklease_testkit::keystone::Vars>,
 }
 
 /// Where a scenario's bank lives.
@@ -198,6 +200,8 @@ enum Store {
     Swift,
     S3,
     Azure,
+    /// Swift through Keystone v3: the children get an openrc and no `ST_*`.
+    Keystone,
 }
 
 impl Bench {
@@ -240,10 +244,15 @@ impl Bench {
                     SKEW_MARGIN + Duration::from_secs(1),
                 )
             }
+            Store::Keystone if configured("BANKLEASE_TEST_KEYSTONE") => {
+                let ks = banklease_testkit::keystone::KeystoneEnv::load().expect("configured");
+                (format!("swift://{}/{unique}", ks.container()), SKEW_MARGIN)
+            }
             _ => {
                 eprintln!(
                     "skipping the {store:?} scenario: set BANKLEASE_TEST_SWIFT=1 / \
-                     BANKLEASE_TEST_S3=1 / BANKLEASE_TEST_AZURE=1 (.ci/run starts the servers)"
+                     BANKLEASE_TEST_S3=1 / BANKLEASE_TEST_AZURE=1 / BANKLEASE_TEST_KEYSTONE=1 \
+                     (.ci/run starts the servers)"
                 );
                 return None;
             }
@@ -254,16 +263,37 @@ impl Bench {
         } else {
             EXPIRE_WINDOW
         };
+        let openrc = (store == Store::Keystone).then(|| {
+            banklease_testkit::keystone::KeystoneEnv::load()
+                .expect("configured")
+                .password_vars()
+        });
         let bench = Self {
             dir,
             url,
             margin,
             expire,
+            openrc,
         };
         // As an operator starts: the bank is made first; every command refuses a URL without one.
         let init = bench.cli(&["init"]);
         assert_eq!(init.code, 0, "banklease init: {init:?}");
         Some(bench)
+    }
+
+    /// [`command`] in the bench's directory, with its openrc (if any) as the only `ST_*`/`OS_*`.
+    fn command(&self, program: &Path) -> Command {
+        let mut cmd = command(program, self.dir.path());
+        if let Some(openrc) = &self.openrc {
+            for (key, _) in std::env::vars_os() {
+                let k = key.to_string_lossy();
+                if k.starts_with("ST_") || k.starts_with("OS_") {
+                    cmd.env_remove(&key);
+                }
+            }
+            cmd.envs(openrc.iter().map(|(k, v)| (k, v)));
+        }
+        cmd
     }
 
     /// Run `banklease --bank <url> <args>`.
@@ -275,7 +305,8 @@ impl Bench {
 
     /// Run `banklease <args>` with nothing added.
     fn cli_raw(&self, args: &[String]) -> Run {
-        let mut child = command(&bins().cli, self.dir.path())
+        let mut child = self
+            .command(&bins().cli)
             .env("BANKLEASE_LEASE__SKEW_MARGIN", ms(self.margin))
             .args(args)
             .stdout(Stdio::piped())
@@ -333,7 +364,8 @@ impl Bench {
     fn start_service(&self, name: &str, checkpoints: usize, complete: usize) -> Service {
         let log_path = self.dir.path().join(format!("{name}.log"));
         let log = std::fs::File::create(&log_path).expect("service log");
-        let mut child = command(&bins().service, self.dir.path())
+        let mut child = self
+            .command(&bins().service)
             .env("BANKLEASE_LEASE__SKEW_MARGIN", ms(self.margin))
             .args(["--bank", &self.url])
             .args(["--checkpoints", &checkpoints.to_string()])
@@ -470,6 +502,13 @@ fn killed_owner_is_collected_and_live_owner_is_untouched() {
 #[test]
 fn killed_owner_scenario_on_swift() {
     if let Some(bench) = Bench::on(Store::Swift) {
+        killed_owner_scenario(bench);
+    }
+}
+
+#[test]
+fn killed_owner_scenario_on_swift_through_keystone() {
+    if let Some(bench) = Bench::on(Store::Keystone) {
         killed_owner_scenario(bench);
     }
 }

@@ -68,7 +68,10 @@ fn an_operator_with_an_openrc_makes_and_checks_a_bank() {
         let doctor = cli(&vars, &url, &["doctor"], "warn");
         let out = text(&doctor.stdout);
         assert_eq!(doctor.status.code(), Some(0), "{what}: {doctor:?}");
-        assert!(out.contains("lease renewal                     swift-put"), "{out}");
+        assert!(
+            out.contains("lease renewal                     swift-put"),
+            "{out}"
+        );
         assert!(out.contains("verdict: supported"), "{out}");
     }
 }
