@@ -1,5 +1,6 @@
 //! Secrets never leak: run the library and both binaries with known secrets (S3 keys and session
-//! token, a Swift TempAuth key, a Keystone password, a pre-authenticated token) against closed
+//! token, a Swift TempAuth key, a Keystone password, a Keystone application credential's secret,
+//! a pre-authenticated token) against closed
 //! ports on 127.0.0.1, and search everything they print — errors with `{}`, `{:?}` and their
 //! source chains, `Debug` of banks, stores and builders, `tracing` output at TRACE, and the
 //! processes' stdout and stderr with `RUST_LOG=trace`.
@@ -21,8 +22,16 @@ const S3_TOKEN: &str = "sekrit-s3tok-81be44d0c3";
 const ST_KEY: &str = "sekrit-st-3c7e19aa42";
 const OS_PASSWORD: &str = "sekrit-os-d94b0e6f15";
 const OS_TOKEN: &str = "sekrit-ostok-6a2f8e1b90";
+const OS_APP_SECRET: &str = "sekrit-osapp-0c5d2e9f47";
 
-const SECRETS: [&str; 5] = [S3_SECRET, S3_TOKEN, ST_KEY, OS_PASSWORD, OS_TOKEN];
+const SECRETS: [&str; 6] = [
+    S3_SECRET,
+    S3_TOKEN,
+    ST_KEY,
+    OS_PASSWORD,
+    OS_TOKEN,
+    OS_APP_SECRET,
+];
 
 /// Every test that sets the environment holds this.
 static ENV: Mutex<()> = Mutex::new(());
@@ -74,6 +83,16 @@ fn cases(port: u16) -> Vec<Case> {
             ],
         },
         Case {
+            name: "swift-keystone-application-credential",
+            url: "swift://ctr/pfx",
+            env: vec![
+                ("OS_AUTH_URL", at("/v3")),
+                ("OS_AUTH_TYPE", "v3applicationcredential".to_owned()),
+                ("OS_APPLICATION_CREDENTIAL_ID", "ac-id-not-secret".to_owned()),
+                ("OS_APPLICATION_CREDENTIAL_SECRET", OS_APP_SECRET.to_owned()),
+            ],
+        },
+        Case {
             name: "swift-token",
             url: "swift://ctr/pfx",
             env: vec![
@@ -84,7 +103,7 @@ fn cases(port: u16) -> Vec<Case> {
     ]
 }
 
-const CREDENTIAL_VARS: [&str; 17] = [
+const CREDENTIAL_VARS: [&str; 20] = [
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
@@ -102,6 +121,9 @@ const CREDENTIAL_VARS: [&str; 17] = [
     "OS_STORAGE_URL",
     "OS_PROJECT_ID",
     "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "OS_AUTH_TYPE",
+    "OS_APPLICATION_CREDENTIAL_ID",
+    "OS_APPLICATION_CREDENTIAL_SECRET",
 ];
 
 /// Where a secret shows up in `text`, if it does: the whole secret or its distinctive tail
