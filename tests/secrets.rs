@@ -88,7 +88,10 @@ fn cases(port: u16) -> Vec<Case> {
             env: vec![
                 ("OS_AUTH_URL", at("/v3")),
                 ("OS_AUTH_TYPE", "v3applicationcredential".to_owned()),
-                ("OS_APPLICATION_CREDENTIAL_ID", "ac-id-not-secret".to_owned()),
+                (
+                    "OS_APPLICATION_CREDENTIAL_ID",
+                    "ac-id-not-secret".to_owned(),
+                ),
                 ("OS_APPLICATION_CREDENTIAL_SECRET", OS_APP_SECRET.to_owned()),
             ],
         },
