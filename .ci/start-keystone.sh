@@ -50,7 +50,12 @@ running() { [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; 
 # ---- 1. packages ------------------------------------------------------------------------
 PKGS="python3-keystone python3-keystonemiddleware curl"
 missing=""
-for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+# Installed means "install ok installed": a removed package keeps its configuration files
+# ("deinstall ok config-files"), and `dpkg -s` still answers 0 for it.
+for p in $PKGS; do
+  [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] \
+    || missing="$missing $p"
+done
 if [ -n "$missing" ]; then
   [ "$(id -u)" = 0 ] || fail "packages missing:$missing; run as root (or install them first)"
   echo "start-keystone: installing:$missing (about 30 s)"

@@ -59,7 +59,12 @@ running() { # name
 PKGS="swift swift-proxy swift-object swift-container swift-account swift-object-expirer
       python3-swiftclient memcached curl"
 missing=""
-for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+# Installed means "install ok installed": a removed package keeps its configuration files
+# ("deinstall ok config-files"), and `dpkg -s` still answers 0 for it.
+for p in $PKGS; do
+  [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] \
+    || missing="$missing $p"
+done
 if [ -n "$missing" ]; then
   [ "$(id -u)" = 0 ] || fail "packages missing:$missing; run as root (or install them first)"
   echo "start-swift: installing:$missing (1-2 min)"

@@ -1,7 +1,8 @@
 //! The collector and the `banklease-gc` daemon on a Swift bank authenticated through the CI's
 //! Keystone, whose second process hands out tokens that live `KEYSTONE_SHORT_TOKEN_LIFETIME`
-//! seconds (20): both keep working through several token expiries, re-authenticating a few
-//! times, never before every request. Needs `BANKLEASE_TEST_KEYSTONE=1` (`.ci/run`).
+//! seconds (20): both keep working through several token expiries (the collector also through
+//! a revoked token), re-authenticating a few times, never before every request. Needs
+//! `BANKLEASE_TEST_KEYSTONE=1` (`.ci/run`).
 #![allow(clippy::disallowed_methods)] // real processes and real token lifetimes
 
 use std::io::{Read, Write};
@@ -14,7 +15,7 @@ use banklease::checkpoint::{self, Status};
 use banklease::clock::{Jitter, SystemClock};
 use banklease::{Bank, Checkpoint, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, GcOptions};
-use banklease_testkit::keystone::KeystoneEnv;
+use banklease_testkit::keystone::{KeystoneEnv, TokenRecorder};
 use object_store::PutPayload;
 
 fn lifetime() -> Duration {
@@ -30,7 +31,12 @@ async fn the_collector_reauthenticates_through_token_expiries_and_collects() {
     let Some(ks) = KeystoneEnv::load() else {
         return;
     };
-    let store = ks.store(&ks.password_vars_at(&ks.short_auth_url()), None);
+    let recorder = TokenRecorder::default();
+    let store = ks.store(
+        &ks.password_vars_at(&ks.short_auth_url()),
+        Some(recorder.clone()),
+    );
+    let admin = ks.admin().await;
     let prefix = format!("gc-ks-{}", uuid::Uuid::new_v4().simple());
     let label = format!("swift://{}/{prefix}", ks.container());
     let bank = Bank::from_swift(store.clone(), &prefix, &label);
@@ -65,12 +71,19 @@ async fn the_collector_reauthenticates_through_token_expiries_and_collects() {
         .dry_run(false)
         .build();
     let collector = Collector::new(bank.clone(), Arc::new(SystemClock), options);
-    // Passes for three token lifetimes and a little: every one clean.
+    // Passes for three token lifetimes and a little: every one clean, through the expiries and
+    // a revocation of the collector's token midway.
     let run = 3 * lifetime() + Duration::from_secs(5);
     let started = Instant::now();
     let mut passes = 0;
     let mut collected = 0;
+    let mut revoked = false;
     while started.elapsed() < run {
+        if !revoked && started.elapsed() > lifetime() / 2 {
+            let token = recorder.tokens().pop().expect("the collector's token");
+            admin.revoke(&token).await;
+            revoked = true;
+        }
         let report = collector.run_pass().await.expect("a pass through Keystone");
         assert_eq!(report.errors, 0, "pass {passes}: {report:?}");
         collected += report.collected;
@@ -94,9 +107,10 @@ async fn the_collector_reauthenticates_through_token_expiries_and_collects() {
         Some(Status::Protecting),
         "a live owner's checkpoint is never collected"
     );
-    // Re-authenticated about once per three quarters of a lifetime, never per request.
+    // Re-authenticated about once per three quarters of a lifetime (and once for the revoked
+    // token), never per request.
     let auths = store.authentications();
-    let most = run.as_secs() / (lifetime().as_secs() * 3 / 4) + 2;
+    let most = run.as_secs() / (lifetime().as_secs() * 3 / 4) + 3;
     assert!(
         (3..=most).contains(&auths),
         "{auths} authentications in {passes} passes over {run:?} with {:?} tokens",
