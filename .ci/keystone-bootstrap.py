@@ -116,8 +116,10 @@ call("PUT", "%s/projects/%s/users/%s/roles/%s" % (V3, no_swift["id"], tester["id
 identity = find("services", "services", type="identity")[0]
 identity_public = [e for e in find("endpoints", "endpoints", service_id=identity["id"])
                    if e["interface"] == "public"][0]
+# 409 on a rerun: the association is there already.
 call("PUT", "%s/OS-EP-FILTER/projects/%s/endpoints/%s" % (V3, no_swift["id"],
-                                                         identity_public["id"]), token=ADMIN)
+                                                         identity_public["id"]), token=ADMIN,
+     ok=(200, 201, 204, 409))
 
 # The application credential: made by the user itself, on a token scoped to its project. A
 # rerun replaces the one of the same name (its secret is shown only when it is made).

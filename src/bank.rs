@@ -367,6 +367,20 @@ impl Bank {
     /// The store's current time, read by writing a small probe object and reading back its
     /// `last_modified`. See [`StoreTime`].
     pub async fn store_time(&self, clock: &SharedClock) -> Result<StoreTime> {
+        self.store_time_with_lag(clock, Duration::ZERO).await
+    }
+
+    /// [`store_time`](Self::store_time) on a store whose replicas may lag by up to `lag`: when a
+    /// read-back shows another version, it is read back once more after waiting `lag`, by when
+    /// every replica holds this write. The reading keeps the write's send instant and takes the
+    /// late answer's as `observed`, so it is only wider (a lower bound lower, an upper bound as
+    /// before) — never wrong. Without this, a replica that lags every immediate read-back left
+    /// every reading unverified, and a collector judged nothing for as long as the lag lasted.
+    pub async fn store_time_with_lag(
+        &self,
+        clock: &SharedClock,
+        lag: Duration,
+    ) -> Result<StoreTime> {
         // One key per bank handle: a concurrent prober's write cannot be read back as ours, so a
         // read-back of another version means a lagging replica (an older version, which only
         // ever understates the store's time). The GC removes keys a day old (`clock_probe_prefix`).
@@ -391,13 +405,21 @@ impl Bank {
                 }
                 Err(e) => return Err(Error::store("put", &path, e)),
             };
-            let meta = self
-                .store()
-                .head(&path)
-                .await
-                .map_err(|e| Error::store("head", &path, e))?;
+            let head = || async {
+                self.store()
+                    .head(&path)
+                    .await
+                    .map_err(|e| Error::store("head", &path, e))
+            };
+            let mut meta = head().await?;
+            let ours =
+                |meta: &object_store::ObjectMeta| put.e_tag.is_none() || meta.e_tag == put.e_tag;
+            if !ours(&meta) && !lag.is_zero() {
+                clock.sleep(lag).await;
+                meta = head().await?;
+            }
             let observed = clock.now();
-            let verified = put.e_tag.is_none() || meta.e_tag == put.e_tag;
+            let verified = ours(&meta);
             let reading = StoreTime {
                 at: meta.last_modified,
                 sent,

@@ -131,9 +131,12 @@ impl LeaseObserver {
         self.margin
     }
 
-    /// Read the store's clock (two requests). One reading serves a whole GC pass.
+    /// Read the store's clock (two requests; a third after waiting out the read staleness when
+    /// a lagging replica answered). One reading serves a whole GC pass.
     pub async fn store_time(&self) -> crate::Result<StoreTime> {
-        self.bank.store_time(&self.clock).await
+        self.bank
+            .store_time_with_lag(&self.clock, self.staleness)
+            .await
     }
 
     /// One request: read the owner's lease and judge it against `store_time`, carried to the

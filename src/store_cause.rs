@@ -138,6 +138,31 @@ pub fn is_refused_write(error: &object_store::Error) -> bool {
 
 /// Name the cause of `error`; see the [module documentation](self).
 pub fn classify(error: &object_store::Error) -> StoreCause {
+    match classify_chain(error) {
+        StoreCause::Other { .. } if matches!(error, object_store::Error::NotFound { .. }) => {
+            StoreCause::NotFound
+        }
+        cause => cause,
+    }
+}
+
+/// What a transport failure (an HTTP client's error chain) means, in a few words, for a message
+/// that already says where the request went: `connection refused`, `TLS failed (...)`.
+pub(crate) fn transport_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    match classify_chain(error) {
+        StoreCause::ConnectionRefused => "connection refused".to_owned(),
+        StoreCause::UnknownHost => "its host name does not resolve".to_owned(),
+        StoreCause::Tls => "TLS failed (an https:// URL on a plain-HTTP port, or a certificate \
+                            that is not trusted)"
+            .to_owned(),
+        StoreCause::HttpNotAllowed => "plain http:// is not allowed".to_owned(),
+        StoreCause::TimedOut => "no answer in time".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// [`classify`] on any error chain (the `NotFound` variant aside).
+fn classify_chain(error: &(dyn std::error::Error + 'static)) -> StoreCause {
     let mut texts = Vec::new();
     let mut io_kind = None;
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
@@ -205,9 +230,6 @@ pub fn classify(error: &object_store::Error) -> StoreCause {
     if io_kind == Some(std::io::ErrorKind::TimedOut) || has(&["timed out", "deadline has elapsed"])
     {
         return StoreCause::TimedOut;
-    }
-    if matches!(error, object_store::Error::NotFound { .. }) {
-        return StoreCause::NotFound;
     }
     let innermost = texts.last().map(String::as_str).unwrap_or_default();
     StoreCause::Other {

@@ -53,15 +53,18 @@ fn swift_errors_name_their_cause() {
         lease_list("swift://no-such-container-here/x", &[]),
         "the bucket or container does not exist (HTTP 404)",
     );
+    let wrong_key = lease_list(&url, &[("ST_KEY", "not-the-key")]);
+    assert!(wrong_key.1.contains("status=401"), "{}", wrong_key.1);
     assert_says(
         "wrong key",
-        lease_list(&url, &[("ST_KEY", "not-the-key")]),
-        "the store refused the credentials (HTTP 401)",
+        wrong_key,
+        "authentication as user=`test:tester` at url=",
     );
     assert_says(
         "nothing listens",
         lease_list(&url, &[("ST_AUTH", "http://127.0.0.1:1/auth/v1.0")]),
-        "connection refused",
+        "cannot reach the auth service at url=`http://127.0.0.1:1/auth/v1.0` after 10 retries: \
+         connection refused",
     );
     assert_says(
         "https to a plain-HTTP port",

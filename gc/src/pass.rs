@@ -81,7 +81,8 @@ impl Collector {
             self.bank.clone(),
             Arc::clone(&self.clock),
             self.options.skew_margin,
-        );
+        )
+        .with_read_staleness(self.options.read_staleness);
         self.probe.start(&observer).await.map(|_| ())
     }
 

@@ -188,7 +188,7 @@ impl SwiftClient {
                 } => Error::AuthUnreachable {
                     url: endpoint.clone(),
                     retries,
-                    cause: innermost(&source),
+                    cause: crate::store_cause::transport_cause(&source),
                     source,
                 },
                 other => other,
@@ -431,16 +431,4 @@ impl SwiftClient {
             _ => "",
         }
     }
-}
-
-/// The innermost message of an HTTP client error (`connection refused`, not `error sending
-/// request`).
-fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut last = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        last = c.to_string();
-        cause = c.source();
-    }
-    last
 }
