@@ -405,19 +405,21 @@ impl Bank {
                 }
                 Err(e) => return Err(Error::store("put", &path, e)),
             };
-            let head = || async {
-                self.store()
-                    .head(&path)
-                    .await
-                    .map_err(|e| Error::store("head", &path, e))
-            };
-            let mut meta = head().await?;
+            let head = || self.store().head(&path);
             let ours =
                 |meta: &object_store::ObjectMeta| put.e_tag.is_none() || meta.e_tag == put.e_tag;
-            if !ours(&meta) && !lag.is_zero() {
-                clock.sleep(lag).await;
-                meta = head().await?;
-            }
+            // A lagging replica may not hold the probe at all yet (a new handle's first write):
+            // that too is waited out, like another version.
+            let meta = match head().await {
+                Ok(meta) if ours(&meta) || lag.is_zero() => meta,
+                Err(e) if lag.is_zero() || !matches!(e, object_store::Error::NotFound { .. }) => {
+                    return Err(Error::store("head", &path, e))
+                }
+                _ => {
+                    clock.sleep(lag).await;
+                    head().await.map_err(|e| Error::store("head", &path, e))?
+                }
+            };
             let observed = clock.now();
             let verified = ours(&meta);
             let reading = StoreTime {

@@ -250,7 +250,9 @@ pub enum Error {
     #[error(
         "store clock not verified on bank=`{bank}`: the read-back of the clock probe showed \
          another version than the one just written in each of attempts=`{attempts}` (a lagging \
-         replica); the pass judged nothing and deleted nothing, and is tried again next time"
+         replica, also after waiting gc.read_staleness when it is set); the pass judged nothing \
+         and deleted nothing, and is tried again next time; if this repeats, raise \
+         gc.read_staleness to the store's replica lag"
     )]
     ClockUnverified {
         /// The bank.

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use banklease::clock::SystemClock;
+use banklease::clock::{Clock, SystemClock};
 use banklease::store::SwiftStore;
 use banklease::{Bank, LeaseState, LeaseWindows, OwnerId, OwnerLease};
 use banklease_testkit::keystone::{KeystoneEnv, TokenRecorder, Vars};
@@ -22,11 +22,11 @@ fn windows() -> LeaseWindows {
 }
 
 fn lifetime() -> Duration {
-    let secs = std::env::var("KEYSTONE_SHORT_TOKEN_LIFETIME")
+    let secs: u64 = std::env::var("KEYSTONE_SHORT_TOKEN_LIFETIME")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
-    Duration::from_secs(secs)
+    Duration::from_secs(secs.max(4))
 }
 
 /// A fresh bank (unique prefix) on `store`.
@@ -176,7 +176,8 @@ async fn an_owner_renews_through_token_expiries_and_stays_held() {
     // A new token about every three quarters of a lifetime: through three expiries, not per
     // request (a fixed 30 s margin renewed a 20 s token before every request).
     let auths = store.authentications();
-    let most = run.as_secs() / (lifetime().as_secs() * 3 / 4) + 2;
+    // One more than the arithmetic gives: a 401 on a token Swift's cache has just dropped.
+    let most = run.as_secs() / (lifetime().as_secs() * 3 / 4) + 3;
     assert!(
         (4..=most).contains(&auths),
         "{auths} authentications over {run:?}"
@@ -250,8 +251,10 @@ async fn a_user_disabled_mid_lease_loses_it_on_its_own_clock_never_later() {
                 }
             }
         }
-        // Never believed valid past the send of its last successful renewal + expire window.
-        assert!(lease.remaining() <= deadline.saturating_duration_since(Instant::now()));
+        // Never believed valid past the send of its last successful renewal + expire window
+        // (`deadline`, on the lease's own clock): a failed renewal extends nothing.
+        let now = SystemClock.now();
+        assert!(now + lease.remaining() <= deadline, "{:?}", lease.state());
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let refusal = refusal.expect("renewals fail once the user is disabled");

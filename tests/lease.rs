@@ -299,8 +299,8 @@ async fn advance(backend: Backend, clock: &MockClock, total: Duration, step: Dur
     let pause = match backend {
         Backend::Memory | Backend::File => Duration::from_millis(1),
         Backend::Swift | Backend::S3 | Backend::Azure => Duration::from_millis(60),
-        // Swift's authtoken asks Keystone (one request at a time) about every token it has not
-        // validated in the last 2 s: a renewal takes longer there.
+        // Swift's authtoken asks Keystone (three workers on a 2-core machine) about every token
+        // it has not validated in the last 2 s: a renewal takes longer there.
         Backend::Keystone => Duration::from_millis(150),
     };
     let mut done = Duration::ZERO;

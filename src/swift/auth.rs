@@ -336,9 +336,26 @@ impl Credentials {
         }
     }
 
+    /// The variable the auth URL comes from, for messages.
+    pub(crate) fn url_variable(&self) -> &'static str {
+        match self {
+            Self::TempAuth { .. } => "ST_AUTH",
+            _ => "OS_AUTH_URL",
+        }
+    }
+
     /// What to check when the auth service refused with `status`.
     fn refusal_hint(&self, status: StatusCode) -> &'static str {
         let refused = matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN);
+        if status.is_client_error() && !refused && status != StatusCode::TOO_MANY_REQUESTS {
+            return match self {
+                Self::TempAuth { .. } => "check ST_AUTH (TempAuth's URL, e.g. .../auth/v1.0)",
+                _ => {
+                    "check OS_AUTH_URL (Keystone's v3 URL, e.g. https://keystone:5000/v3) and \
+                     OS_AUTH_TYPE"
+                }
+            };
+        }
         match self {
             Self::Keystone(k) if refused => match k.method {
                 KeystoneMethod::Password { .. } => {
@@ -756,6 +773,19 @@ mod tests {
         assert_eq!(k.who(), "application_credential_id=`ac1`");
         let shown = format!("{:?}", Credentials::Keystone(Box::new(k)));
         assert!(!shown.contains("s3cr3t"), "{shown}");
+    }
+
+    #[test]
+    fn an_error_page_is_quoted_on_one_line() {
+        let page = b"<html>\n  <h1>502 Bad Gateway</h1>\n</html>\n";
+        assert_eq!(snippet(page), "<html> <h1>502 Bad Gateway</h1> </html>");
+        let k = Credentials::Keystone(Box::new(keystone(None, "public")));
+        assert!(k
+            .refusal_hint(StatusCode::NOT_FOUND)
+            .starts_with("check OS_AUTH_URL"));
+        assert!(k
+            .refusal_hint(StatusCode::BAD_GATEWAY)
+            .contains("retry later"));
     }
 
     #[test]

@@ -189,6 +189,7 @@ impl SwiftClient {
                     url: endpoint.clone(),
                     retries,
                     cause: crate::store_cause::transport_cause(&source),
+                    variable: self.credentials.url_variable(),
                     source,
                 },
                 other => other,
@@ -426,6 +427,10 @@ impl SwiftClient {
             (_, StatusCode::FORBIDDEN) => {
                 "; the credentials may not do this on this container (check its ACLs and the \
                  user's roles)"
+            }
+            (Credentials::None, StatusCode::UNAUTHORIZED) => {
+                "; check OS_AUTH_TOKEN (it may have expired; with credentials set, banklease \
+                 renews it itself)"
             }
             (_, StatusCode::UNAUTHORIZED) => "; swift did not accept a fresh token",
             _ => "",

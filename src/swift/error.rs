@@ -51,12 +51,14 @@ pub(crate) enum Error {
 
     #[error(
         "cannot reach the auth service at url=`{url}` after {retries} retries: {cause}; check \
-         OS_AUTH_URL (or ST_AUTH) and that the service runs there"
+         {variable} and that the service runs there"
     )]
     AuthUnreachable {
         url: String,
         retries: usize,
         cause: String,
+        /// `OS_AUTH_URL` or `ST_AUTH`: where the URL came from.
+        variable: &'static str,
         #[source]
         source: HttpError,
     },
@@ -241,7 +243,9 @@ impl From<Error> for object_store::Error {
 pub(crate) fn snippet(body: &[u8]) -> String {
     const MAX: usize = 200;
     let text = String::from_utf8_lossy(body);
-    let text = text.trim();
+    // One line: an HTML error page's lines and indentation become single spaces.
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let text = text.as_str();
     if text.chars().count() <= MAX {
         return text.to_owned();
     }
