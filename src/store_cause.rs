@@ -146,6 +146,24 @@ pub fn classify(error: &object_store::Error) -> StoreCause {
     }
 }
 
+/// An authentication failure a backend (Swift) names in full: its message is the one line an
+/// operator needs, and [`classify`] takes it as it is ([`StoreCause::Auth`]). The backend's own
+/// error stays the source.
+#[derive(Debug)]
+pub(crate) struct AuthFailure(pub(crate) Box<dyn std::error::Error + Send + Sync + 'static>);
+
+impl fmt::Display for AuthFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for AuthFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
 /// What a transport failure (an HTTP client's error chain) means, in a few words, for a message
 /// that already says where the request went: `connection refused`, `TLS failed (...)`.
 pub(crate) fn transport_cause(error: &(dyn std::error::Error + 'static)) -> String {
@@ -170,13 +188,11 @@ fn classify_chain(error: &(dyn std::error::Error + 'static)) -> StoreCause {
         if let Some(io) = c.downcast_ref::<std::io::Error>() {
             io_kind = Some(io.kind());
         }
-        // The Swift backend already says in full what failed in its authentication.
-        if let Some(swift) = c.downcast_ref::<crate::swift::Error>() {
-            if swift.is_auth() {
-                return StoreCause::Auth {
-                    message: swift.to_string(),
-                };
-            }
+        // A backend that already says in full what failed in its authentication.
+        if let Some(auth) = c.downcast_ref::<AuthFailure>() {
+            return StoreCause::Auth {
+                message: auth.to_string(),
+            };
         }
         texts.push(c.to_string());
         cause = c.source();

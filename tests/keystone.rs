@@ -21,14 +21,6 @@ fn windows() -> LeaseWindows {
     .unwrap()
 }
 
-fn lifetime() -> Duration {
-    let secs: u64 = std::env::var("KEYSTONE_SHORT_TOKEN_LIFETIME")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
-    Duration::from_secs(secs.max(4))
-}
-
 /// A fresh bank (unique prefix) on `store`.
 async fn bank_on(ks: &KeystoneEnv, store: &SwiftStore) -> Bank {
     let prefix = format!("ks-{}", uuid::Uuid::new_v4().simple());
@@ -171,13 +163,13 @@ async fn an_owner_renews_through_token_expiries_and_stays_held() {
     let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows(), Arc::new(SystemClock))
         .await
         .unwrap();
-    let run = 3 * lifetime() + Duration::from_secs(2);
+    let run = 3 * ks.short_token_lifetime() + Duration::from_secs(2);
     renew_for(&lease, run, Duration::from_millis(500)).await;
     // A new token about every three quarters of a lifetime: through three expiries, not per
     // request (a fixed 30 s margin renewed a 20 s token before every request).
     let auths = store.authentications();
     // One more than the arithmetic gives: a 401 on a token Swift's cache has just dropped.
-    let most = run.as_secs() / (lifetime().as_secs() * 3 / 4) + 3;
+    let most = run.as_secs() / (ks.short_token_lifetime().as_secs() * 3 / 4) + 3;
     assert!(
         (4..=most).contains(&auths),
         "{auths} authentications over {run:?}"

@@ -5,8 +5,7 @@
 //! `BANKLEASE_TEST_KEYSTONE=1` (`.ci/run`).
 #![allow(clippy::disallowed_methods)] // real processes and real token lifetimes
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,14 +16,6 @@ use banklease::{Bank, Checkpoint, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, GcOptions};
 use banklease_testkit::keystone::{KeystoneEnv, TokenRecorder};
 use object_store::PutPayload;
-
-fn lifetime() -> Duration {
-    let secs: u64 = std::env::var("KEYSTONE_SHORT_TOKEN_LIFETIME")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
-    Duration::from_secs(secs.max(4))
-}
 
 #[tokio::test]
 async fn the_collector_reauthenticates_through_token_expiries_and_collects() {
@@ -73,13 +64,13 @@ async fn the_collector_reauthenticates_through_token_expiries_and_collects() {
     let collector = Collector::new(bank.clone(), Arc::new(SystemClock), options);
     // Passes for three token lifetimes and a little: every one clean, through the expiries and
     // a revocation of the collector's token midway.
-    let run = 3 * lifetime() + Duration::from_secs(5);
+    let run = 3 * ks.short_token_lifetime() + Duration::from_secs(5);
     let started = Instant::now();
     let mut passes = 0;
     let mut collected = 0;
     let mut revoked = false;
     while started.elapsed() < run {
-        if !revoked && started.elapsed() > lifetime() / 2 {
+        if !revoked && started.elapsed() > ks.short_token_lifetime() / 2 {
             let token = recorder.tokens().pop().expect("the collector's token");
             admin.revoke(&token).await;
             revoked = true;
@@ -110,40 +101,19 @@ async fn the_collector_reauthenticates_through_token_expiries_and_collects() {
     // Re-authenticated about once per three quarters of a lifetime (and once for the revoked
     // token), never per request.
     let auths = store.authentications();
-    let most = run.as_secs() / (lifetime().as_secs() * 3 / 4) + 4;
+    let most = run.as_secs() / (ks.short_token_lifetime().as_secs() * 3 / 4) + 4;
     assert!(
         (3..=most).contains(&auths),
         "{auths} authentications in {passes} passes over {run:?} with {:?} tokens",
-        lifetime()
+        ks.short_token_lifetime()
     );
     working.complete(Status::Available).await.unwrap();
     keeper.release().await.unwrap();
 }
 
-/// A minimal HTTP/1.1 GET on 127.0.0.1: the status code and the body.
-fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok((status, body.to_owned()))
-}
-
-fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-}
+#[path = "common/metrics_http.rs"]
+mod metrics_http;
+use metrics_http::{http_get, sample};
 
 #[test]
 fn the_daemon_keeps_its_gc_lease_and_passes_through_token_expiries() {
@@ -205,7 +175,7 @@ fn the_daemon_keeps_its_gc_lease_and_passes_through_token_expiries() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let start_passes = metric("banklease_gc_passes_total{outcome=\"ok\"}").unwrap_or(0.0);
-    let until = Instant::now() + 3 * lifetime() + Duration::from_secs(3);
+    let until = Instant::now() + 3 * ks.short_token_lifetime() + Duration::from_secs(3);
     while Instant::now() < until {
         assert!(child.try_wait().unwrap().is_none(), "exited:\n{}", logs());
         assert_eq!(metric("banklease_gc_active"), Some(1.0), "{}", logs());

@@ -7,6 +7,8 @@
 use http::{Method, StatusCode};
 use object_store::client::HttpError;
 
+use crate::store_cause::AuthFailure;
+
 /// `store` in [`object_store::Error::Generic`].
 pub(crate) const STORE: &str = "Swift";
 
@@ -197,43 +199,38 @@ impl From<Error> for object_store::Error {
             Error::Status { path, .. } => path.clone(),
             _ => String::new(),
         };
-        if let Error::AuthStatus { status, .. } = &err {
+        let status = err.status();
+        let auth_status = match &err {
+            Error::AuthStatus { status, .. } => Some(*status),
+            _ => None,
+        };
+        // An authentication failure says in full what failed: classified as it is.
+        let source: Box<dyn std::error::Error + Send + Sync> = if err.is_auth() {
+            Box::new(AuthFailure(Box::new(err)))
+        } else {
+            Box::new(err)
+        };
+        if let Some(status) = auth_status {
             // Rejected credentials are the caller's to fix; anything else is the server's.
-            return match *status {
-                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Self::Unauthenticated {
-                    path,
-                    source: Box::new(err),
-                },
+            return match status {
+                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                    Self::Unauthenticated { path, source }
+                }
                 _ => Self::Generic {
                     store: STORE,
-                    source: Box::new(err),
+                    source,
                 },
             };
         }
-        match err.status() {
-            Some(StatusCode::NOT_FOUND) => Self::NotFound {
-                path,
-                source: Box::new(err),
-            },
-            Some(StatusCode::PRECONDITION_FAILED) => Self::Precondition {
-                path,
-                source: Box::new(err),
-            },
-            Some(StatusCode::NOT_MODIFIED) => Self::NotModified {
-                path,
-                source: Box::new(err),
-            },
-            Some(StatusCode::UNAUTHORIZED) => Self::Unauthenticated {
-                path,
-                source: Box::new(err),
-            },
-            Some(StatusCode::FORBIDDEN) => Self::PermissionDenied {
-                path,
-                source: Box::new(err),
-            },
+        match status {
+            Some(StatusCode::NOT_FOUND) => Self::NotFound { path, source },
+            Some(StatusCode::PRECONDITION_FAILED) => Self::Precondition { path, source },
+            Some(StatusCode::NOT_MODIFIED) => Self::NotModified { path, source },
+            Some(StatusCode::UNAUTHORIZED) => Self::Unauthenticated { path, source },
+            Some(StatusCode::FORBIDDEN) => Self::PermissionDenied { path, source },
             _ => Self::Generic {
                 store: STORE,
-                source: Box::new(err),
+                source,
             },
         }
     }

@@ -101,7 +101,7 @@ use object_store::{
 pub use builder::{SwiftBuilder, SwiftConfigKey, DEFAULT_LIST_LIMIT};
 
 use client::{Request, SwiftClient, Target};
-pub(crate) use error::Error;
+use error::Error;
 use error::STORE;
 use headers::{X_COPY_FROM, X_DELETE_AFTER, X_DELETE_AT, X_TIMESTAMP};
 

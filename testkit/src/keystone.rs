@@ -64,6 +64,16 @@ impl KeystoneEnv {
         std::env::var("KEYSTONE_SHORT_AUTH_URL").expect("KEYSTONE_SHORT_AUTH_URL is set")
     }
 
+    /// How long the second Keystone's tokens live (`KEYSTONE_SHORT_TOKEN_LIFETIME`, 20 s; at
+    /// least 4 s, so that three quarters of it is a whole number of seconds).
+    pub fn short_token_lifetime(&self) -> std::time::Duration {
+        let secs: u64 = std::env::var("KEYSTONE_SHORT_TOKEN_LIFETIME")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(20);
+        std::time::Duration::from_secs(secs.max(4))
+    }
+
     /// The container made in each project.
     pub fn container(&self) -> String {
         self.get("container")
