@@ -8,7 +8,8 @@ Makes, through Keystone's v3 API (standard library only):
   - project `banklease` with user `tester` (member): what the suites use, by name and by id;
   - domain `ops` with project `ops-bank` and user `ops-tester` (member): domains by name and id;
   - an application credential of `tester` on `banklease` (what services are told to use);
-  - user `watcher` with only the reader role on `banklease` (Swift refuses its token: 403);
+  - user `watcher` with only the reader role on `banklease` (Swift lets it read, not write);
+  - user `auditor` with only the role `auditor`, which Swift does not know (Swift: 403);
   - project `no-swift` (tester is a member) whose catalog is filtered to the identity endpoint;
   - in each project the container SWIFT_CONTAINER, created with the user's token.
 Writes everything as JSON (KEYSTONE_ROOT/test-env.json) and openrc files beside it.
@@ -26,7 +27,8 @@ V3 = KS.rstrip("/") + "/v3"
 REGION = "RegionOne"
 SWIFT_URL = "http://127.0.0.1:%s/v1/AUTH_$(project_id)s" % SWIFT_PORT
 PASSWORDS = {"swift": "swift-secret", "tester": "tester-secret",
-             "ops-tester": "ops-secret", "watcher": "watcher-secret"}
+             "ops-tester": "ops-secret", "watcher": "watcher-secret",
+             "auditor": "auditor-secret"}
 
 
 def call(method, url, body=None, token=None, ok=(200, 201, 202, 204)):
@@ -110,6 +112,8 @@ ops = ensure("domains", "domains", {"name": "ops"}, {"name": "ops", "enabled": T
 ops_bank = project("ops-bank", ops["id"])
 ops_tester = user("ops-tester", ops_bank["id"], "member", ops["id"])
 watcher = user("watcher", bank["id"], "reader")
+ROLES["auditor"] = ensure("roles", "roles", {"name": "auditor"}, {"name": "auditor"})["id"]
+user("auditor", bank["id"], "auditor")
 no_swift = project("no-swift")
 call("PUT", "%s/projects/%s/users/%s/roles/%s" % (V3, no_swift["id"], tester["id"],
                                                  ROLES["member"]), token=ADMIN)
@@ -156,6 +160,8 @@ env = {
     "app_cred": {"id": app_cred["id"], "name": name, "secret": app_cred["secret"],
                  "user_id": tester["id"]},
     "watcher": {"username": "watcher", "password": PASSWORDS["watcher"],
+                "project_name": "banklease"},
+    "auditor": {"username": "auditor", "password": PASSWORDS["auditor"],
                 "project_name": "banklease"},
     "no_swift": {"project_name": "no-swift", "project_id": no_swift["id"]},
 }

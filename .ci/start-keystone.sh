@@ -12,7 +12,7 @@
 #     tokens live $KEYSTONE_SHORT_TOKEN_LIFETIME s (20): the token-expiry tests authenticate
 #     there, Swift validates at the first;
 #   - a Swift proxy on $SWIFT_KEYSTONE_PORT (8081) with authtoken + keystoneauth (operator
-#     roles admin, member), token cache $SWIFT_TOKEN_CACHE_TIME s (2), so that a revoked token
+#     roles admin, member; reader role reader), token cache $SWIFT_TOKEN_CACHE_TIME s (2), so that a revoked token
 #     is refused within seconds;
 #   - .ci/keystone-bootstrap.py: users, projects, a domain, an application credential, the
 #     object-store endpoints (RegionOne); it writes $KEYSTONE_ROOT/test-env.json (what the tests
@@ -152,6 +152,8 @@ include_service_catalog = False
 [filter:keystoneauth]
 use = egg:swift#keystoneauth
 operator_roles = admin, member
+# OpenStack's reader role reads and lists, never writes: banklease's read-only commands.
+project_reader_roles = reader
 
 [filter:cache]
 use = egg:swift#memcache

@@ -27,13 +27,15 @@ use crate::error::{Error, Result};
 use crate::id::OwnerId;
 pub use crate::lease::store_time::{add_saturating, sub_saturating, StoreTime};
 use crate::paths::{Key, Prefix, Prefixed};
+use crate::store_date::DateRecorder;
 
 /// A handle on one bank. Cheap to clone; clones share the capability cache.
 #[derive(Clone)]
 pub struct Bank {
     inner: Arc<BankInner>,
-    /// Whether a refused clock probe may fall back to the host's clock (`file:` only): for the
-    /// read-only admin commands, never for a writer ([`Bank::reading_only`]).
+    /// Whether a refused clock probe may fall back to what the store says without a write (the
+    /// host's clock on `file:`, the `Date` of an answer on an object store): for the read-only
+    /// admin commands, never for a writer ([`Bank::reading_only`]).
     host_clock_if_refused: bool,
 }
 
@@ -175,6 +177,7 @@ impl Bank {
             let store = object_store::aws::AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
                 .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
+                .with_http_connector(DateRecorder::default())
                 .build()
                 .map_err(|e| bad(&format!("cannot configure S3 from AWS_* variables: {e}")))?;
             return Ok(Self::from_store(Arc::new(store), prefix, url));
@@ -186,6 +189,7 @@ impl Bank {
             }
             let store = object_store::azure::MicrosoftAzureBuilder::from_env()
                 .with_container_name(container)
+                .with_http_connector(DateRecorder::default())
                 .build()
                 .map_err(|e| {
                     bad(&format!(
@@ -202,6 +206,7 @@ impl Bank {
             }
             let store = object_store::gcp::GoogleCloudStorageBuilder::from_env()
                 .with_bucket_name(bucket)
+                .with_http_connector(DateRecorder::default())
                 .build()
                 .map_err(|e| {
                     bad(&format!(
@@ -218,6 +223,7 @@ impl Bank {
             }
             let store = crate::swift::SwiftBuilder::from_env()
                 .with_container(container)
+                .with_http_connector(DateRecorder::default())
                 .build()
                 .map_err(|e| {
                     bad(&format!(
@@ -288,9 +294,10 @@ impl Bank {
     }
 
     /// This bank for a command that only reads and judges (listing, showing, `validity-check`):
-    /// on a `file:` bank whose clock probe the store refuses to write (a user who may only
-    /// read), the host's clock — a `file:` bank's clock — serves as the store's time. Owners
-    /// and collectors never get it: they fail on a refused probe as on any refused write.
+    /// when the store refuses to write its clock probe (a user who may only read), the store's
+    /// time is what it says without a write — on a `file:` bank the host's clock (a `file:`
+    /// bank's clock), on an object store the `Date` of an answer, to the second. Owners and
+    /// collectors never get it: they fail on a refused probe as on any refused write.
     pub fn reading_only(&self) -> Self {
         self.reading_only_handle()
     }
@@ -401,7 +408,7 @@ impl Bank {
                 Err(e)
                     if self.host_clock_if_refused && crate::store_cause::is_refused_write(&e) =>
                 {
-                    return self.store_time_read_only(clock, e);
+                    return self.store_time_read_only(clock, e).await;
                 }
                 Err(e) => return Err(Error::store("put", &path, e)),
             };
@@ -440,36 +447,82 @@ impl Bank {
 }
 
 impl Bank {
-    /// The store's time for a user who may only read. A `file:` bank's clock is this host's
-    /// (its writes are stamped with it), so the host's clock is the store's, exactly, and the
-    /// judgement goes on, saying so once. An object store's time is read by writing a probe:
-    /// refused, labelled as a permission to ask for.
-    fn store_time_read_only(
+    /// The store's time for a user who may only read.
+    ///
+    /// A `file:` bank's clock is this host's (its writes are stamped with it), so the host's
+    /// clock is the store's, exactly. An object store stamps every answer with its `Date`, to
+    /// the second ([`store_time_from_date`](Self::store_time_from_date)). Either way the
+    /// judgement goes on, saying once where the time came from; without a `Date`, the refusal
+    /// is labelled as a permission to ask for.
+    async fn store_time_read_only(
         &self,
         clock: &SharedClock,
         refused: object_store::Error,
     ) -> Result<StoreTime> {
-        // Only where every stamp is the host's clock, to the microsecond: a file system that
-        // rounds times would make stamps look older than the host's exact time says.
-        if !self.local().is_some_and(|l| l.keeps_exact_mtime()) {
-            return Err(Error::ReadOnly {
-                bank: self.label().to_owned(),
-                cause: crate::store_cause::classify(&refused).to_string(),
+        let read_only = |cause: String| Error::ReadOnly {
+            bank: self.label().to_owned(),
+            cause,
+        };
+        if let Some(local) = self.local() {
+            // Only where every stamp is the host's clock, to the microsecond: a file system
+            // that rounds times would make stamps look older than the host's exact time says.
+            if !local.keeps_exact_mtime() {
+                return Err(read_only(
+                    crate::store_cause::classify(&refused).to_string(),
+                ));
+            }
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                tracing::warn!(bank = self.label(), path = %self.own_clock_probe(),
+                    "read-only access: the clock probe cannot be written; the store's time is \
+                     this host's clock (a file: bank's clock)");
+            });
+            let now = clock.now();
+            return Ok(StoreTime {
+                at: crate::local::store_clock().into(),
+                sent: now,
+                observed: now,
+                verified: true,
             });
         }
+        let Some(reading) = self.store_time_from_date(clock).await? else {
+            return Err(read_only(format!(
+                "{}; its answers carry no Date header to judge by instead",
+                crate::store_cause::classify(&refused)
+            )));
+        };
         static SAID: std::sync::Once = std::sync::Once::new();
         SAID.call_once(|| {
             tracing::warn!(bank = self.label(), path = %self.own_clock_probe(),
-                "read-only access: the clock probe cannot be written; the store's time is this \
-                 host's clock (a file: bank's clock)");
+                "read-only access: the clock probe cannot be written; the store's time is the \
+                 Date header of its answers, to the second (the second is added to every \
+                 uncertainty)");
         });
-        let now = clock.now();
-        Ok(StoreTime {
-            at: crate::local::store_clock().into(),
-            sent: now,
-            observed: now,
+        Ok(reading)
+    }
+
+    /// The store's time from the `Date` of its answer to one read (a HEAD of the descriptor),
+    /// writing nothing; `None` when the answer carries no `Date`. The stamp was made between
+    /// the read's send and its answer, and the store's true time then was less than
+    /// [`DATE_RESOLUTION`](crate::store_date::DATE_RESOLUTION) above it: the reading is taken
+    /// as sent that much earlier, which keeps both of its bounds true.
+    pub async fn store_time_from_date(&self, clock: &SharedClock) -> Result<Option<StoreTime>> {
+        let path = Key::Descriptor.path(self);
+        let sent = clock.now();
+        let (answer, date) = crate::store_date::dated(self.store().head(&path)).await;
+        let observed = clock.now();
+        match answer {
+            // A bank made before descriptors existed has none: its answer is dated too.
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(Error::store("head", &path, e)),
+        }
+        let sent = sent.checked_sub(crate::store_date::DATE_RESOLUTION);
+        Ok(date.zip(sent).map(|(at, sent)| StoreTime {
+            at,
+            sent,
+            observed,
             verified: true,
-        })
+        }))
     }
 
     /// The resolution of the store's `last_modified` stamps, measured from three clock probes

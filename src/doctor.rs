@@ -181,6 +181,23 @@ pub struct Diagnosis {
     pub clock_offset: ClockOffset,
     /// Request latency.
     pub latency: Latency,
+    /// The `Date` of the store's answers against its stamps; `None` when its answers carry no
+    /// `Date` (an in-process store, a `file:` bank).
+    pub date_header: Option<DateHeader>,
+}
+
+/// The `Date` header of the store's answers against its `last_modified` stamps. Read-only
+/// judging takes the `Date` for the store's time ([`Bank::store_time_from_date`]), which is
+/// sound only when one clock makes both — a front end (a reverse proxy) that dates answers with
+/// its own clock would shift every read-only judgement by its offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DateHeader {
+    /// How far the `Date` of a PUT's answer fell outside what one clock allows (from the stamp
+    /// less the Date's second, up to the stamp plus its resolution and the PUT's duration), in
+    /// milliseconds, at most over the samples: 0 when they agree.
+    pub disagreement_ms: u64,
+    /// `Date` minus stamp of the sample with the largest disagreement, in milliseconds.
+    pub offset_ms: i64,
 }
 
 /// Measure `bank`. Makes a few dozen requests plus `2 × race_rounds × race_writers` racing
@@ -236,7 +253,7 @@ pub async fn diagnose(
         Some(swift) => probe_swift_expiry(swift, &dir, clock, options.expiry_timeout).await?,
         None => (Expiry::NotOffered, None),
     };
-    let (clock_offset, latency) =
+    let (clock_offset, latency, date_header) =
         probe_clock_and_latency(bank.store().as_ref(), &dir, clock, options.latency_samples)
             .await?;
 
@@ -255,6 +272,7 @@ pub async fn diagnose(
         },
         clock_offset,
         latency,
+        date_header,
     };
     tracing::debug!(bank = bank.label(), ?diagnosis, "diagnosed bank");
     Ok(diagnosis)
@@ -388,27 +406,29 @@ struct Sample {
     host_before: DateTime<Utc>,
     host_after: DateTime<Utc>,
     stamped: DateTime<Utc>,
+    /// The `Date` of the PUT's answer, if it had one.
+    dated: Option<DateTime<Utc>>,
 }
 
 /// Sequential PUT + HEAD pairs: their durations, and from the stamp each PUT got, the store's
 /// clock against this host's. The stamp lies between sending the PUT and its answer, so the
-/// sample with the shortest PUT bounds the offset best (as NTP picks its best sample).
+/// sample with the shortest PUT bounds the offset best (as NTP picks its best sample). The
+/// `Date` of each PUT's answer is compared with the stamp it gave.
 async fn probe_clock_and_latency(
     store: &dyn ObjectStore,
     dir: &Path,
     clock: &SharedClock,
     samples: u32,
-) -> Result<(ClockOffset, Latency)> {
+) -> Result<(ClockOffset, Latency, Option<DateHeader>)> {
     let path = dir.clone().join("latency");
     let wall = |clock: &SharedClock| DateTime::<Utc>::from(clock.system_now());
     let mut taken = Vec::new();
     for _ in 0..samples.max(1) {
         let host_before = wall(clock);
         let t0 = clock.now();
-        let put = store
-            .put(&path, PutPayload::from(vec![b'x'; 64]))
-            .await
-            .map_err(|e| Error::store("put", &path, e));
+        let (put, dated) =
+            crate::store_date::dated(store.put(&path, PutPayload::from(vec![b'x'; 64]))).await;
+        let put = put.map_err(|e| Error::store("put", &path, e));
         let t1 = clock.now();
         let host_after = wall(clock);
         let head = match put {
@@ -432,6 +452,7 @@ async fn probe_clock_and_latency(
             host_before,
             host_after,
             stamped: meta.last_modified,
+            dated,
         });
     }
     let _ = store.delete(&path).await;
@@ -457,7 +478,36 @@ async fn probe_clock_and_latency(
         put: LatencyStats::of(taken.iter().map(|s| s.put).collect()),
         head: LatencyStats::of(taken.iter().map(|s| s.head).collect()),
     };
-    Ok((clock_offset, latency))
+    let date_header = date_agreement(&taken, Duration::from_millis(resolution_ms));
+    Ok((clock_offset, latency, date_header))
+}
+
+/// One clock makes the stamp during the PUT and the `Date` as it answers, both truncated (the
+/// `Date` to the second, the stamp to `resolution`): `stamp − 1 s <= Date < stamp + resolution +
+/// PUT duration`. `None` unless every sample's answer had a `Date`.
+fn date_agreement(taken: &[Sample], resolution: Duration) -> Option<DateHeader> {
+    let mut worst: Option<DateHeader> = None;
+    for sample in taken {
+        let dated = sample.dated?;
+        let slack = |d: Duration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+        let low = sample.stamped - slack(crate::store_date::DATE_RESOLUTION);
+        let high = sample.stamped + slack(sample.put + resolution);
+        let outside = if dated < low {
+            low - dated
+        } else if dated > high {
+            dated - high
+        } else {
+            chrono::Duration::zero()
+        };
+        let this = DateHeader {
+            disagreement_ms: u64::try_from(outside.num_milliseconds()).unwrap_or(0),
+            offset_ms: (dated - sample.stamped).num_milliseconds(),
+        };
+        if worst.is_none_or(|w| this.disagreement_ms >= w.disagreement_ms) {
+            worst = Some(this);
+        }
+    }
+    worst
 }
 
 #[cfg(test)]

@@ -111,12 +111,14 @@ pub enum Error {
         reason: String,
     },
 
-    /// A command needs to write (the store-clock probe) with credentials that may only read.
+    /// A command needs the store's time with credentials that may only read, and the store
+    /// gives it no other way: its answers carry no `Date`, or a `file:` bank's file system
+    /// rounds its stamps.
     #[error(
         "read-only access to bank=`{bank}`: this command needs the store's time, which banklease \
          reads by writing a probe under `_banklease/clock/`, and the store refused the write \
-         ({cause}); allow these credentials to write `_banklease/clock/`, or judge from a host \
-         that may (on a `file:` bank, reading is enough)"
+         ({cause}); allow these credentials to write `_banklease/clock/`, or run the command with \
+         credentials that may"
     )]
     ReadOnly {
         /// The bank.

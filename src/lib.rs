@@ -94,6 +94,7 @@ mod observe;
 pub mod paths;
 mod race;
 mod store_cause;
+mod store_date;
 mod swift;
 mod upload;
 mod windows;
@@ -121,6 +122,7 @@ pub mod store {
     pub use crate::counting::{Counters, CountingStore};
     pub use crate::local::{LocalStore, SweepWalk, TemporarySweep};
     pub use crate::store_cause::{classify, StoreCause};
+    pub use crate::store_date::{dated, DateRecorder, DATE_RESOLUTION};
     pub use crate::swift::{
         SwiftBuilder, SwiftConfigKey, SwiftHead, SwiftStore, SwiftWrite, DEFAULT_LIST_LIMIT,
     };

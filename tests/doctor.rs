@@ -80,6 +80,13 @@ fn check_common(d: &Diagnosis, samples: u32) {
     );
 }
 
+/// A real server dates its answers on the clock that stamps its objects: what read-only judging
+/// takes for the store's time (`Bank::store_time_from_date`) agrees with the stamps.
+fn check_dated(d: &Diagnosis) {
+    let h = d.date_header.expect("a server's answers carry a Date");
+    assert_eq!(h.disagreement_ms, 0, "Date minus stamp {} ms", h.offset_ms);
+}
+
 /// Nothing of the doctor's scratch objects is left listed.
 async fn assert_clean(bank: &Bank) {
     use futures::TryStreamExt;
@@ -106,6 +113,10 @@ async fn memory_is_atomic_everywhere() {
     assert_eq!(d.expiry, Expiry::NotOffered);
     assert!(!d.listing.can_show_gone());
     check_common(&d, DiagnoseOptions::default().latency_samples);
+    assert_eq!(
+        d.date_header, None,
+        "an in-process store has no answers to date"
+    );
     assert_eq!(bases(&v), [Basis::Atomic; 3]);
     assert!(v.supports_leasing_and_gc());
     assert_clean(&bank).await;
@@ -167,7 +178,8 @@ async fn swift_rests_on_timing_expires_and_lists_expired_objects() {
         return;
     }
     let url = format!("swift://{}/{}", env("SWIFT_CONTAINER"), fresh_prefix());
-    swift_rests_on_timing(&Bank::open(&url).unwrap()).await;
+    let d = swift_rests_on_timing(&Bank::open(&url).unwrap()).await;
+    check_dated(&d);
 }
 
 #[tokio::test]
@@ -184,7 +196,7 @@ async fn swift_through_keystone_measures_as_swift_through_tempauth() {
     swift_rests_on_timing(&bank).await;
 }
 
-async fn swift_rests_on_timing(bank: &Bank) {
+async fn swift_rests_on_timing(bank: &Bank) -> Diagnosis {
     // Racing is probabilistic (two winners in about one round in four): enough rounds to see it
     // most of the time, and either outcome is accepted below.
     let options = DiagnoseOptions {
@@ -222,6 +234,7 @@ async fn swift_rests_on_timing(bank: &Bank) {
     assert!(v.supports_leasing_and_gc());
     // Even the expired object: deleting it dropped its listing entry.
     assert_clean(bank).await;
+    d
 }
 
 #[tokio::test]
@@ -240,6 +253,7 @@ async fn azurite_enforces_conditions_atomically() {
     assert_eq!(d.expiry, Expiry::NotOffered);
     assert!(!d.listing.shows_deleted);
     check_common(&d, DiagnoseOptions::default().latency_samples);
+    check_dated(&d);
     assert_eq!(bases(&v), [Basis::Atomic; 3]);
     assert_clean(&bank).await;
 }
@@ -297,6 +311,7 @@ async fn moto_enforces_conditions_and_the_verdicts_follow_its_races() {
     // moto stamps whole seconds.
     assert_eq!(d.clock_offset.store_resolution_ms, 1000);
     check_common(&d, DiagnoseOptions::default().latency_samples);
+    check_dated(&d);
     // moto checks a condition and then writes without a lock between (moto/s3/responses.py),
     // so a race can, rarely and under load, see two winners. On an idle server every round had
     // one; either way the verdicts must follow what was measured.
@@ -329,6 +344,7 @@ async fn s3s_conditions_are_flagged_not_atomic() {
         .with_region(env("S3S_REGION"))
         .with_bucket_name(env("S3S_BUCKET"))
         .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
+        .with_http_connector(banklease::store::DateRecorder::default())
         .build()
         .unwrap();
     let bank = Bank::from_store(Arc::new(store), &fresh_prefix(), "s3s-fs");
@@ -358,6 +374,7 @@ async fn s3s_conditions_are_flagged_not_atomic() {
     assert_eq!(v.owner_lease.basis, expected_lease);
     assert!(!d.listing.can_show_gone());
     check_common(&d, options.latency_samples);
+    check_dated(&d);
     assert!(v.supports_leasing_and_gc());
     assert_clean(&bank).await;
 }
@@ -379,6 +396,7 @@ async fn swift_s3api_refuses_or_races_conditions() {
         .with_region("us-east-1")
         .with_bucket_name(env("SWIFT_CONTAINER"))
         .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
+        .with_http_connector(banklease::store::DateRecorder::default())
         .build()
         .unwrap();
     let bank = Bank::from_store(Arc::new(store), &fresh_prefix(), "swift-s3api");
@@ -401,6 +419,7 @@ async fn swift_s3api_refuses_or_races_conditions() {
         Condition::Ignored => panic!("s3api ignored create-if-absent: {d:?}"),
     }
     check_common(&d, DiagnoseOptions::default().latency_samples);
+    check_dated(&d);
     assert_clean(&bank).await;
 }
 

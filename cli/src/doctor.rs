@@ -189,6 +189,23 @@ fn print_human(d: &Diagnosis, v: &Verdicts, supported: bool) -> Result<()> {
                 .map_or_else(|| "-".to_owned(), yes_no),
         ],
         vec!["clock offset".to_owned(), offset],
+        vec![
+            "Date header (read-only judging)".to_owned(),
+            match d.date_header {
+                None => "none: a user who may only read cannot judge on this store".to_owned(),
+                Some(h) if h.disagreement_ms == 0 => format!(
+                    "agrees with the stamps (Date minus stamp {:+}ms): read-only judging is \
+                     sound",
+                    h.offset_ms
+                ),
+                Some(h) => format!(
+                    "DISAGREES with the stamps by {}ms beyond its second (Date minus stamp \
+                     {:+}ms): a front end dates the answers with its own clock; read-only \
+                     judging would be off by as much",
+                    h.disagreement_ms, h.offset_ms
+                ),
+            },
+        ],
         vec!["latency PUT".to_owned(), latency(&d.latency.put)],
         vec!["latency HEAD".to_owned(), latency(&d.latency.head)],
     ];
@@ -271,9 +288,18 @@ pub(super) async fn read_only(ctx: &Ctx) -> Result<Outcome> {
         Some(_) => "this host's clock, but this file system rounds stamps: judging needs the \
                     clock probe (write access to `_banklease/clock/`)"
             .to_owned(),
-        None => "read by writing a clock probe under `_banklease/clock/`: judging needs that \
-                 write access"
-            .to_owned(),
+        None => match bank.store_time_from_date(&ctx.clock).await {
+            Ok(Some(t)) => format!(
+                "the Date header of the store's answers ({}, to the second): judging works \
+                 read-only, a second less certain; `banklease doctor` with write access checks \
+                 that the Date agrees with the store's stamps",
+                t.at.format("%Y-%m-%dT%H:%M:%SZ")
+            ),
+            Ok(None) => "the store's answers carry no Date header: judging needs the clock \
+                         probe (write access to `_banklease/clock/`)"
+                .to_owned(),
+            Err(e) => return Err(e).context("cannot read the store's time from a Date header"),
+        },
     };
     let checked = ctx.config.check()?;
     let report = ReadOnlyReport {

@@ -132,9 +132,9 @@ fn each_refusal_is_one_line_naming_the_cause_and_no_secret() {
         (
             "swift refusing the token (403)",
             set(
-                set(good.clone(), "OS_USERNAME", &ks.get("watcher.username")),
+                set(good.clone(), "OS_USERNAME", &ks.get("auditor.username")),
                 "OS_PASSWORD",
-                &ks.get("watcher.password"),
+                &ks.get("auditor.password"),
             ),
             vec![
                 "status=403".into(),
@@ -157,7 +157,7 @@ fn each_refusal_is_one_line_naming_the_cause_and_no_secret() {
     ];
     let secrets = [
         ks.get("tester.password"),
-        ks.get("watcher.password"),
+        ks.get("auditor.password"),
         ks.get("app_cred.secret"),
         "not-the-password-7d1".to_owned(),
         "not-the-secret-5e2".to_owned(),
@@ -179,4 +179,133 @@ fn each_refusal_is_one_line_naming_the_cause_and_no_secret() {
             assert!(!all.contains(s.as_str()), "{what}: a secret in the output");
         }
     }
+}
+
+/// Every object under the bank's prefix with its ETag, as the bank's writer lists it.
+async fn objects(bank: &banklease::Bank) -> Vec<(String, Option<String>)> {
+    use futures::TryStreamExt;
+    let mut all: Vec<_> = bank
+        .store()
+        .list(Some(bank.prefix()))
+        .map_ok(|m| (m.location.to_string(), m.e_tag))
+        .try_collect()
+        .await
+        .unwrap();
+    all.sort();
+    all
+}
+
+/// A user with OpenStack's reader role (Swift lets it read, never write): listing and showing
+/// leases and checkpoints, `validity-check`, `checkpoint explain` and `doctor --read-only` work,
+/// judged on the `Date` of the store's answers, and write nothing; a live owner is alive and a
+/// dead one expired, as the writer sees them. What must write is refused with Swift's 403.
+#[test]
+fn a_reader_judges_by_the_date_of_the_stores_answers_and_writes_nothing() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use banklease::clock::SystemClock;
+    use banklease::{Bank, Checkpoint, LeaseWindows, OwnerId, OwnerLease};
+
+    let Some(ks) = KeystoneEnv::load() else {
+        return;
+    };
+    let url = url(&ks);
+    let writer = ks.password_vars();
+    let out = cli(&writer, &url, &["init"], "warn");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let prefix = url["swift://".len()..]
+        .split_once('/')
+        .unwrap()
+        .1
+        .to_owned();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let bank = Bank::from_swift(ks.store(&writer, None), &prefix, &url);
+    // A live owner (60 s, not renewed: nothing changes while the reader reads) and a dead one
+    // (1 s), each with a protecting checkpoint.
+    let (live, dead) = runtime.block_on(async {
+        let mut ids = Vec::new();
+        for (expire, cp) in [(60, "cp-live"), (1, "cp-dead")] {
+            let windows = LeaseWindows::new(
+                Duration::from_millis(300),
+                Duration::from_secs(expire),
+                Duration::from_millis(100),
+            )
+            .unwrap();
+            let lease =
+                OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
+                    .await
+                    .unwrap();
+            Checkpoint::create(&lease, cp).await.unwrap();
+            ids.push(lease.owner_id().to_string());
+        }
+        (ids[0].clone(), ids[1].clone())
+    });
+    // The dead owner's 1 s, the default 2 s margin, the Date's second, and slack.
+    std::thread::sleep(Duration::from_secs(5));
+    let before = runtime.block_on(objects(&bank));
+
+    let reader = set(
+        set(writer.clone(), "OS_USERNAME", &ks.get("watcher.username")),
+        "OS_PASSWORD",
+        &ks.get("watcher.password"),
+    );
+    for (args, code, needle) in [
+        (vec!["lease", "list"], 0, "alive"),
+        (vec!["lease", "list"], 0, "expired"),
+        (vec!["lease", "show", &live], 0, "alive"),
+        (vec!["lease", "show", &dead], 0, "expired"),
+        (vec!["validity-check", "--owner", &live], 0, "ok: "),
+        (vec!["validity-check", "--owner", &dead], 1, "not ok: "),
+        (vec!["checkpoint", "list"], 0, "cp-dead"),
+        (
+            vec!["checkpoint", "explain", "cp-live"],
+            0,
+            "its owner is alive",
+        ),
+        (
+            vec!["checkpoint", "explain", "cp-dead"],
+            0,
+            "its owner's lease is gone",
+        ),
+        (
+            vec!["doctor", "--read-only"],
+            0,
+            "the Date header of the store's answers",
+        ),
+    ] {
+        let out = cli(&reader, &url, &args, "warn");
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stdout}{stderr}");
+        assert!(
+            stdout.contains(needle),
+            "{args:?}: wants `{needle}`: {stdout}"
+        );
+        // The read-only note, and for the dead owner's 1 s window (shorter than the 2 s margin)
+        // the warning that no observer can call it valid.
+        for line in stderr.lines() {
+            assert!(
+                line.contains("the store's time is the Date header of its answers")
+                    || line.starts_with("warning: no observer with skew_margin="),
+                "{args:?}: only the read-only note on stderr: {stderr}"
+            );
+        }
+    }
+    // What must write is refused in one line, with Swift's answer.
+    // (`run` exits 125 when it cannot start the job, as `flock` and `env` do.)
+    for (args, code) in [(vec!["gc"], 2), (vec!["run", "--", "true"], 125)] {
+        let out = cli(&reader, &url, &args, "warn");
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
+        assert!(stderr.contains("status=403"), "{args:?}: {stderr}");
+    }
+    assert_eq!(
+        runtime.block_on(objects(&bank)),
+        before,
+        "the reader wrote to the bank"
+    );
 }

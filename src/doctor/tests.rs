@@ -51,6 +51,7 @@ fn diagnosis(create: Condition, overwrite: Condition) -> Diagnosis {
             put: stats,
             head: stats,
         },
+        date_header: None,
     }
 }
 
@@ -214,4 +215,32 @@ fn stamp_resolution_is_the_coarsest_common_one() {
         1
     );
     assert_eq!(stamp_resolution_ms([at(1, 0), at(2, 5_000)].into_iter()), 0);
+}
+
+#[test]
+fn a_date_from_another_clock_than_the_stamps_is_a_disagreement() {
+    let stamp = DateTime::from_timestamp(1_800_000_000, 730_000_000).unwrap();
+    let sample = |dated: Option<DateTime<Utc>>| super::Sample {
+        put: Duration::from_millis(40),
+        head: Duration::from_millis(10),
+        host_before: stamp,
+        host_after: stamp,
+        stamped: stamp,
+        dated,
+    };
+    let at = |secs: i64, millis: u32| DateTime::from_timestamp(secs, millis * 1_000_000);
+    // One clock: the Date is the stamp's second, or the next one when the answer crossed it.
+    let same = [sample(at(1_800_000_000, 0)), sample(at(1_800_000_000, 0))];
+    let h = super::date_agreement(&same, Duration::ZERO).unwrap();
+    assert_eq!((h.disagreement_ms, h.offset_ms), (0, -730));
+    // A front end whose clock is 5 s ahead of the store's.
+    let ahead = [sample(at(1_800_000_000, 0)), sample(at(1_800_000_005, 0))];
+    let h = super::date_agreement(&ahead, Duration::ZERO).unwrap();
+    assert_eq!((h.disagreement_ms, h.offset_ms), (4_230, 4_270));
+    // And 3 s behind.
+    let behind = [sample(at(1_799_999_997, 0))];
+    let h = super::date_agreement(&behind, Duration::ZERO).unwrap();
+    assert_eq!((h.disagreement_ms, h.offset_ms), (2_730, -3_730));
+    // A store whose answers carry no Date (in one of them) is not judged.
+    assert_eq!(super::date_agreement(&[sample(None)], Duration::ZERO), None);
 }

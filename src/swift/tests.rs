@@ -31,6 +31,8 @@ struct FakeState {
     seen_urls: Vec<String>,
     /// Every request after authentication: method, URL path, and its `X-Newest` header.
     seen_newest: Vec<(Method, String, Option<String>)>,
+    /// Answer every PUT 403, as Swift answers a token with only the reader role.
+    refuse_writes: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -67,9 +69,11 @@ impl HttpService for Fake {
                 "catalog": [{"type": "object-store", "endpoints": [
                     {"interface": "public", "region": "r1",
                      "url": "http://swift.invalid/v1/AUTH_p"}]}]}});
+            // Keystone's own clock, years off the store's: never the store's time.
+            let date = ("Date", "Mon, 01 Jan 2035 00:00:00 GMT".to_owned());
             return Ok(respond(
                 StatusCode::CREATED,
-                &[("X-Subject-Token", token)],
+                &[("X-Subject-Token", token), date],
                 catalog.to_string(),
             ));
         }
@@ -101,6 +105,13 @@ impl HttpService for Fake {
             s.valid = None;
         }
         let date = ("Date", "Sun, 22 Nov 2026 14:20:11 GMT".to_owned());
+        if s.refuse_writes && parts.method == Method::PUT {
+            return Ok(respond(
+                StatusCode::FORBIDDEN,
+                &[date],
+                "<html>403</html>".into(),
+            ));
+        }
         Ok(match parts.method {
             Method::PUT => respond(
                 StatusCode::CREATED,
@@ -322,5 +333,57 @@ fn configuration_errors_name_what_is_missing() {
     assert_eq!(
         "os_auth_url".parse::<SwiftConfigKey>().unwrap(),
         SwiftConfigKey::OsAuthUrl
+    );
+}
+
+#[tokio::test]
+async fn a_reader_takes_the_stores_time_from_the_date_of_its_answer_widened_by_a_second() {
+    use crate::clock::{Clock, MockClock, SharedClock};
+    let fake = Fake::default();
+    fake.state().refuse_writes = true;
+    let store = SwiftBuilder::new()
+        .with_config(SwiftConfigKey::OsAuthUrl, "http://keystone.invalid:5000/v3")
+        .with_config(SwiftConfigKey::OsUsername, "alice")
+        .with_config(SwiftConfigKey::OsPassword, PASSWORD)
+        .with_config(SwiftConfigKey::OsProjectName, "proj")
+        .with_config(SwiftConfigKey::OsRegionName, "r1")
+        .with_container("c")
+        .with_http_connector(crate::store_date::DateRecorder::new(Arc::new(
+            FakeConnector(fake.clone()),
+        )))
+        .build()
+        .unwrap();
+    let bank = crate::Bank::from_swift(store, "bank", "swift://c/bank");
+    let mock = Arc::new(MockClock::new());
+    let clock: SharedClock = mock.clone();
+    // A writer (an owner, a collector) never judges by a Date: the refused probe is an error.
+    let err = bank.store_time(&clock).await.unwrap_err();
+    assert!(err.to_string().contains("status=403"), "{err}");
+
+    let before = mock.now();
+    let t = bank.reading_only().store_time(&clock).await.unwrap();
+    // The store's answer (after Keystone's, whose clock is not the store's) gives the stamp.
+    let date = chrono::DateTime::parse_from_rfc2822("Sun, 22 Nov 2026 14:20:11 GMT").unwrap();
+    assert_eq!(t.at, date);
+    assert!(t.verified);
+    // The Date is truncated to the second: the store's time at the answer is below `at + 1 s`,
+    // so the reading is taken as sent a second before the request was.
+    assert_eq!(before.duration_since(t.sent), Duration::from_secs(1));
+    assert_eq!(
+        t.at_instant(t.observed),
+        date,
+        "a lower bound: the Date itself"
+    );
+    assert_eq!(
+        t.upper_at(t.observed).unwrap(),
+        date + chrono::Duration::seconds(1),
+        "an upper bound: the Date and its second"
+    );
+    // The read was of the descriptor, answered 404 here (a bank without one is dated too).
+    let s = fake.state();
+    let last = s.seen_newest.last().unwrap();
+    assert_eq!(
+        (last.0.clone(), last.1.as_str()),
+        (Method::HEAD, "/v1/AUTH_p/c/bank/banklease.json")
     );
 }
