@@ -311,26 +311,35 @@ async fn read_json<T: serde::de::DeserializeOwned>(bank: &Bank, path: &Path) -> 
         .bytes()
         .await
         .map_err(|e| Error::store("get", path, e))?;
-    #[derive(Deserialize)]
-    struct Version {
-        format: u32,
-    }
     let corrupt = |reason: String| Error::Corrupt {
         path: path.to_string(),
         reason,
     };
-    let v: Version =
+    let _: Version =
         serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("not valid JSON: {e}")))?;
-    if v.format > CHECKPOINT_FORMAT {
+    if let Some(format) = newer_format(&bytes) {
         return Err(corrupt(format!(
-            "format `{}` is newer than this banklease understands (`{CHECKPOINT_FORMAT}`); upgrade \
-             banklease",
-            v.format
+            "format `{format}` is newer than this banklease understands (`{CHECKPOINT_FORMAT}`); \
+             upgrade banklease"
         )));
     }
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| corrupt(format!("unexpected content: {e}")))
+}
+
+#[derive(Deserialize)]
+struct Version {
+    format: u32,
+}
+
+/// The format of a record's bytes when it is newer than this release's: a newer release wrote
+/// it, and only it may read or replace it.
+pub(crate) fn newer_format(bytes: &[u8]) -> Option<u32> {
+    serde_json::from_slice::<Version>(bytes)
+        .ok()
+        .map(|v| v.format)
+        .filter(|&f| f > CHECKPOINT_FORMAT)
 }
 
 pub(crate) fn to_payload<T: Serialize>(value: &T) -> PutPayload {

@@ -93,6 +93,8 @@ pub mod lock;
 mod observe;
 pub mod paths;
 mod race;
+#[cfg(feature = "collector")]
+mod repair;
 mod store_cause;
 mod store_date;
 mod swift;
@@ -136,4 +138,7 @@ pub mod collector {
     pub use crate::bank::CLOCK_PROBE_ATTEMPTS;
     pub use crate::checkpoint::Decided;
     pub use crate::decision::{create_tombstone, decide, finish_owner_decision, write_tombstone};
+    pub use crate::repair::{
+        replace_decision, replace_index, set_aside, SetAside, MAX_SET_ASIDE_BYTES,
+    };
 }

@@ -78,6 +78,8 @@ pub enum Key {
     Probe(String),
     /// `_banklease/race/<id>`: a race probe's scratch object.
     Race(String),
+    /// `_banklease/set-aside/<name>`: the bytes of a record an operator's repair replaced.
+    SetAside(String),
     /// `locks/<namespace>/<key>`
     Lock { namespace: String, key: String },
     /// `locks/<namespace>/<key>.queue/<ticket>`
@@ -154,6 +156,7 @@ impl Key {
             Key::ClockProbe(probe) => join(bank, &["_banklease", "clock", probe]),
             Key::Probe(id) => join(bank, &["_banklease", "probe", id]),
             Key::Race(id) => join(bank, &["_banklease", "race", id]),
+            Key::SetAside(name) => join(bank, &["_banklease", "set-aside", name]),
             Key::Lock { namespace, key } => {
                 join(bank, &["locks", namespace, &stored_lock_key(key)])
             }
@@ -197,6 +200,7 @@ impl Key {
             ["_banklease", "clock", p] => Key::ClockProbe(p.to_string()),
             ["_banklease", "probe", p] => Key::Probe(p.to_string()),
             ["_banklease", "race", p] => Key::Race(p.to_string()),
+            ["_banklease", "set-aside", n] => Key::SetAside(n.to_string()),
             ["locks", ns, q, t] => {
                 let key = valid_lock(ns, q.strip_suffix(QUEUE_SUFFIX)?)?;
                 let ticket_ok = t.len() == TICKET_DIGITS && t.bytes().all(|b| b.is_ascii_digit());
@@ -351,6 +355,7 @@ mod tests {
             id().prop_map(Key::ClockProbe),
             id().prop_map(Key::Probe),
             id().prop_map(Key::Race),
+            id().prop_map(Key::SetAside),
             (id(), lock_key()).prop_map(|(namespace, key)| Key::Lock { namespace, key }),
             lock_key()
                 .prop_filter("not a sidecar", |o| !o.ends_with(".fence"))

@@ -174,10 +174,22 @@ fn conclude(
     match decision {
         Err(e) => (
             format!("its decision cannot be read: {}", error_chain(e)),
-            "needs a human: the gc never acts on a decision it cannot read, every pass leaves \
-             this checkpoint and counts an error; look at the decision object, and restore or \
-             remove it"
-                .to_owned(),
+            match index {
+                Ok(Some(r)) if r.status != Status::Protecting => format!(
+                    "needs a human: the gc never acts on a decision it cannot read, every pass \
+                     counts an error; index.json records its outcome `{}`, so `banklease \
+                     checkpoint resolve` rebuilds the decision from it (the unreadable bytes \
+                     are kept under _banklease/set-aside/)",
+                    r.status
+                ),
+                _ => "needs a human: the gc never acts on a decision it cannot read, every pass \
+                      counts an error, and index.json does not say what it was (it may record \
+                      its owner's `available`); restore it from a backup, or if the data is \
+                      known to be garbage, `banklease checkpoint resolve --as deleted` collects \
+                      it once its owner is dead (the unreadable bytes are kept under \
+                      _banklease/set-aside/)"
+                    .to_owned(),
+            },
         ),
         Ok(Some(d)) => {
             let why = match (&d.by, &d.evidence) {
@@ -217,8 +229,9 @@ fn conclude(
             let next = match index {
                 Err(e) => format!(
                     "needs a human: its index.json cannot be read ({}), so the decision cannot \
-                     be finished and every gc pass counts an error; restore index.json, or run \
-                     `banklease checkpoint resolve` to finish the gc's decision",
+                     be finished and every gc pass counts an error; `banklease checkpoint \
+                     resolve` rebuilds it from the decision (the unreadable bytes are kept under \
+                     _banklease/set-aside/)",
                     error_chain(e)
                 ),
                 _ if finished && marker != Some(true) => {
@@ -270,27 +283,79 @@ fn conclude(
 }
 
 /// `banklease checkpoint resolve ID`: exit 0 resolved, 1 refused (the reason on stderr).
-pub(crate) async fn resolve(ctx: &Ctx, id: &str, operator: &str) -> Result<Outcome> {
+pub(crate) async fn resolve(
+    ctx: &Ctx,
+    id: &str,
+    operator: &str,
+    assertion: banklease_gc::resolve::Assertion,
+) -> Result<Outcome> {
     use banklease_gc::resolve::Resolution;
     let options = banklease_gc::GcOptions::from_config(&ctx.config);
-    match banklease_gc::resolve::resolve(&ctx.bank, &ctx.clock, &options, id, operator).await? {
-        Resolution::Collected { owner } => {
-            if ctx.json {
-                out_json(&serde_json::json!({
-                    "checkpoint_id": id, "resolved": true, "owner_id": owner.as_str(),
-                }))?;
-            } else {
-                out_line(&format!(
-                    "resolved: checkpoint `{id}` of owner `{owner}` is decided collected and its \
-                     index.json is a tombstone; the next gc pass deletes its data"
-                ))?;
-            }
-            Ok(Outcome::Yes)
-        }
+    let resolution =
+        banklease_gc::resolve::resolve(&ctx.bank, &ctx.clock, &options, id, operator, assertion)
+            .await?;
+    let (line, json) = match &resolution {
+        Resolution::Collected { owner, kept } => (
+            format!(
+                "resolved: checkpoint `{id}` of owner `{owner}` is decided collected and its \
+                 index.json is a tombstone; the next gc pass deletes its data{}",
+                kept_note(kept)
+            ),
+            serde_json::json!({
+                "checkpoint_id": id, "resolved": "collected", "owner_id": owner.as_str(),
+                "kept": kept,
+            }),
+        ),
+        Resolution::DecisionRestored {
+            owner,
+            by,
+            outcome,
+            kept,
+        } => (
+            format!(
+                "resolved: checkpoint `{id}`: its decision is rebuilt from index.json \
+                 ({outcome}, decided by {by}){}",
+                kept_note(std::slice::from_ref(kept))
+            ),
+            serde_json::json!({
+                "checkpoint_id": id, "resolved": "decision_restored", "owner_id": owner.as_str(),
+                "by": by.to_string(), "outcome": outcome.as_str(), "kept": [kept],
+            }),
+        ),
+        Resolution::OwnerDecisionFinished {
+            owner,
+            outcome,
+            kept,
+        } => (
+            format!(
+                "resolved: checkpoint `{id}`: its index.json is rebuilt from its owner's decision \
+                 ({outcome}){}",
+                kept_note(std::slice::from_ref(kept))
+            ),
+            serde_json::json!({
+                "checkpoint_id": id, "resolved": "owner_decision_finished",
+                "owner_id": owner.as_str(), "outcome": outcome.as_str(), "kept": [kept],
+            }),
+        ),
         Resolution::Refused(why) => {
             eprintln!("not resolved: checkpoint `{id}`: {why}");
-            Ok(Outcome::No)
+            return Ok(Outcome::No);
         }
-        _ => Ok(Outcome::No),
+        _ => return Ok(Outcome::No),
+    };
+    if ctx.json {
+        out_json(&json)?;
+    } else {
+        out_line(&line)?;
     }
+    Ok(Outcome::Yes)
+}
+
+/// "; the unreadable bytes are kept at `…`" for what a resolve replaced.
+fn kept_note(kept: &[String]) -> String {
+    if kept.is_empty() {
+        return String::new();
+    }
+    let paths: Vec<String> = kept.iter().map(|k| format!("`{k}`")).collect();
+    format!("; the unreadable bytes are kept at {}", paths.join(" and "))
 }

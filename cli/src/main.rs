@@ -197,17 +197,26 @@ enum CheckpointCommand {
         /// The checkpoint id.
         id: String,
     },
-    /// Resolve a checkpoint the GC cannot handle: one whose index.json cannot be read, under a
-    /// dead owner. Judges the owner as the GC does, writes the GC's decision (create-if-absent,
-    /// with your name in its evidence) and rewrites index.json as a tombstone; the next pass
-    /// deletes the data. Never a live owner's, never over a decision. Exit 0 resolved, 1
-    /// refused (the one-line reason says what to do), 2 error.
+    /// Resolve a checkpoint the GC cannot handle: one whose index.json or decision cannot be
+    /// read. An unreadable index.json under a dead owner is collected (the owner judged as the GC
+    /// does, the GC's decision written create-if-absent with your name in its evidence,
+    /// index.json a tombstone; the next pass deletes the data); under a decision, it is rebuilt
+    /// from the decision. An unreadable decision is rebuilt from the outcome index.json records;
+    /// when index.json does not say, it is refused unless `--as deleted`. Every unreadable
+    /// record replaced is kept under `_banklease/set-aside/`. Never a live owner's, never over a
+    /// readable decision. Exit 0 resolved, 1 refused (the one-line reason says what to do), 2
+    /// error.
     Resolve {
         /// The checkpoint id.
         id: String,
         /// Who resolves, recorded in the decision [default: $USER].
         #[arg(long, value_name = "NAME", env = "USER")]
         operator: Option<String>,
+        /// Say the data is garbage: an unreadable decision whose outcome no record states is
+        /// replaced by the GC's (it may have recorded the owner's `available`: only if you
+        /// know). The owner must still be dead, as the GC judges.
+        #[arg(long = "as", value_name = "OUTCOME", value_parser = ["deleted"])]
+        as_outcome: Option<String>,
     },
 }
 
@@ -444,8 +453,22 @@ async fn run(cli: Cli) -> Result<Outcome> {
             checkpoint::checkpoint_show(&ctx, &id).await
         }
         Command::Checkpoint(CheckpointCommand::Explain { id }) => explain::explain(&ctx, &id).await,
-        Command::Checkpoint(CheckpointCommand::Resolve { id, operator }) => {
-            explain::resolve(&ctx, &id, operator.as_deref().unwrap_or("unknown")).await
+        Command::Checkpoint(CheckpointCommand::Resolve {
+            id,
+            operator,
+            as_outcome,
+        }) => {
+            let assertion = match as_outcome.as_deref() {
+                Some("deleted") => banklease_gc::resolve::Assertion::Deleted,
+                _ => banklease_gc::resolve::Assertion::None,
+            };
+            explain::resolve(
+                &ctx,
+                &id,
+                operator.as_deref().unwrap_or("unknown"),
+                assertion,
+            )
+            .await
         }
         Command::Gc {
             dry_run,

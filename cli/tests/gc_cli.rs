@@ -3,73 +3,15 @@
 
 #![allow(clippy::disallowed_methods)] // real processes on real files, a real clock
 
-use std::path::Path;
-use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
 use banklease::clock::SystemClock;
-use banklease::{Bank, Checkpoint, LeaseWindows, OwnerId, OwnerLease};
+use banklease::Bank;
 
-const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+mod common;
 
-/// `banklease --bank url args` with short windows, a small margin and grace.
-fn cli(url: &str, args: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("BANKLEASE_") {
-            cmd.env_remove(name);
-        }
-    }
-    cmd.args(["--bank", url])
-        .args(args)
-        .env("BANKLEASE_LEASE__RENEW_WINDOW", "300ms")
-        .env("BANKLEASE_LEASE__EXPIRE_WINDOW", "1s")
-        .env("BANKLEASE_LEASE__VALIDITY_WINDOW", "100ms")
-        .env("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")
-        .env("BANKLEASE_GC__GRACE", "500ms")
-        .env("BANKLEASE_GC__LATE_WRITE_WINDOW", "1s")
-        .env("NO_COLOR", "1")
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// A bank made by `init` in `dir/bank`, and an owner that wrote `checkpoints` protecting ones
-/// and died (never renewed): its lease is expired past grace when this returns.
-fn dead_owner_bank(dir: &Path, checkpoints: &[&str]) -> String {
-    let url = format!("file://{}", dir.join("bank").display());
-    let out = cli(&url, &["init"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let bank = Bank::open(&url).unwrap();
-        let windows = LeaseWindows::new(
-            Duration::from_millis(300),
-            Duration::from_secs(1),
-            Duration::from_millis(100),
-        )
-        .unwrap();
-        let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
-            .await
-            .unwrap();
-        for id in checkpoints {
-            Checkpoint::create(&lease, id).await.unwrap();
-        }
-    });
-    // expire 1 s + margin 100 ms + grace 500 ms, and some slack.
-    if !checkpoints.is_empty() {
-        std::thread::sleep(Duration::from_millis(2_200));
-    }
-    url
-}
+use common::{cli, dead_owner_bank, text};
 
 #[test]
 fn a_pass_that_met_errors_exits_1_and_names_each_object() {
@@ -191,43 +133,6 @@ fn a_pass_that_met_errors_exits_1_and_names_each_object() {
         "{resolved}"
     );
     assert!(!bank.join("checkpoints/cp-a/data").exists());
-}
-
-/// `checkpoint resolve` never takes a live owner's checkpoint, whatever its index.json.
-#[test]
-fn resolve_refuses_a_live_owners_checkpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("file://{}", dir.path().join("bank").display());
-    assert_eq!(cli(&url, &["init"]).status.code(), Some(0));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let _lease = runtime.block_on(async {
-        let bank = Bank::open(&url).unwrap();
-        let windows = LeaseWindows::new(
-            Duration::from_secs(10),
-            Duration::from_secs(60),
-            Duration::from_secs(1),
-        )
-        .unwrap();
-        let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
-            .await
-            .unwrap();
-        Checkpoint::create(&lease, "cp-live").await.unwrap();
-        lease
-    });
-    let index = dir.path().join("bank/checkpoints/cp-live/index.json");
-    std::fs::write(&index, "{garbage").unwrap();
-    let out = cli(&url, &["checkpoint", "resolve", "cp-live"]);
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("is not dead past the grace (its lease is alive)"),
-        "{err}"
-    );
-    assert_eq!(std::fs::read_to_string(&index).unwrap(), "{garbage");
-    assert!(!dir.path().join("bank/decisions/cp-live").exists());
 }
 
 #[test]

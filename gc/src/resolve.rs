@@ -1,18 +1,32 @@
 //! Resolving a checkpoint the GC cannot handle on its own (`banklease checkpoint resolve ID`):
-//! one whose `index.json` cannot be read, under a dead owner. The GC never overwrites what it
-//! cannot read; an operator who has looked at it may, and this does it with the GC's own
-//! fencing: the owner judged dead as a pass judges it (on the store's clock, stamps raised to
-//! the step floor, margin and grace), then the one create-if-absent decision, then the
-//! tombstone. The next pass deletes the data and the marker.
+//! one whose `index.json` or decision cannot be read. The GC never overwrites what it cannot
+//! read; an operator who has looked at it may, and this does it with the GC's own fencing and
+//! without losing a byte (`banklease::collector::set_aside`: the unreadable record is kept under
+//! `_banklease/set-aside/` and replaced only if it is still the version kept):
 //!
-//! Invariant: **resolve never takes a live owner's checkpoint, and never overwrites a
-//! decision.** An owner alive, in grace, unreadable, or missing for less than the grace (as
-//! the GC's missing-since record says) is refused; a decision that cannot be read is refused
-//! (it may record its owner's `available`); a decision someone else won is left as it is.
+//! - an unreadable `index.json` under a dead owner and no decision: the owner judged dead as a
+//!   pass judges it (on the store's clock, stamps raised to the step floor, margin and grace),
+//!   then the one create-if-absent decision, then the tombstone;
+//! - an unreadable `index.json` under a decision: the decision says what it must say — its
+//!   owner's outcome (`available`, `error`), or the GC's tombstone;
+//! - an unreadable decision whose `index.json` records its outcome (the decider writes the
+//!   decision first, then `index.json`): the decision is rebuilt from it;
+//! - an unreadable decision whose `index.json` does not say (`protecting`, missing, unreadable):
+//!   it may record its owner's `available`, so it is refused — unless the operator says the data
+//!   is garbage (`--as deleted`), and then only under a dead owner, fenced as above.
+//!
+//! The next pass deletes a collected checkpoint's data and marker.
+//!
+//! Invariant: **resolve never takes a live owner's checkpoint, never overwrites a readable
+//! decision, and never guesses an outcome.** An owner alive, in grace, unreadable, or missing for
+//! less than the grace (as the GC's missing-since record says) is refused; an outcome is taken
+//! from a record that states it, or from the operator's `--as deleted`, never inferred; a record
+//! a newer release wrote is refused, never replaced.
 
-use banklease::checkpoint::Evidence;
 use banklease::checkpoint::{self, parse_marker, protecting_prefix, Decided, Decider, Decision};
+use banklease::checkpoint::{CheckpointRecord, Evidence, Status, CHECKPOINT_FORMAT};
 use banklease::clock::SharedClock;
+use banklease::collector::SetAside;
 use banklease::paths::Key;
 use banklease::{Bank, LeaseObserver, LeaseView, OwnerId, StoreTime};
 use futures::TryStreamExt;
@@ -30,9 +44,44 @@ pub enum Resolution {
     Collected {
         /// The checkpoint's owner.
         owner: OwnerId,
+        /// Where the unreadable records it replaced are kept.
+        kept: Vec<String>,
+    },
+    /// An unreadable decision was rebuilt from the outcome `index.json` records.
+    DecisionRestored {
+        /// The checkpoint's owner.
+        owner: OwnerId,
+        /// Who had decided, as the outcome says (the owner for `available`/`error`).
+        by: Decider,
+        /// The outcome.
+        outcome: Status,
+        /// Where the unreadable decision is kept.
+        kept: String,
+    },
+    /// An unreadable `index.json` under its owner's decision was rebuilt from the decision and
+    /// the move finished (the marker deleted).
+    OwnerDecisionFinished {
+        /// The checkpoint's owner.
+        owner: OwnerId,
+        /// The owner's outcome.
+        outcome: Status,
+        /// Where the unreadable `index.json` is kept.
+        kept: String,
     },
     /// Nothing was written, for this reason.
     Refused(String),
+}
+
+/// What the operator asserts beyond what the records say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Assertion {
+    /// Nothing: resolve only what the records and the GC's fencing decide.
+    #[default]
+    None,
+    /// The data is garbage: a decision that cannot be read and whose outcome no record states
+    /// may be replaced by the GC's (its owner still judged dead first).
+    Deleted,
 }
 
 /// Resolve checkpoint `id`; `operator` names who, in the decision's evidence.
@@ -42,41 +91,69 @@ pub async fn resolve(
     options: &GcOptions,
     id: &str,
     operator: &str,
+    assertion: Assertion,
 ) -> banklease::Result<Resolution> {
     checkpoint::validate_checkpoint_id(id)?;
     let refused = |why: String| Ok(Resolution::Refused(why));
     let decision = match checkpoint::read_decision(bank, id).await {
         Ok(d) => d,
-        Err(e) => {
-            return refused(format!(
-                "its decision cannot be read ({}); it may record its owner's `available`, so \
-                 resolve never overwrites it: restore it, or remove it if it is known to be \
-                 garbage",
-                banklease::error_chain(&e)
-            ))
+        Err(banklease::Error::Corrupt { reason, .. }) => {
+            let resolver = Resolver {
+                bank,
+                clock,
+                options,
+                id,
+                operator,
+            };
+            return resolver.unreadable_decision(&reason, assertion).await;
         }
+        Err(e) => return Err(e),
     };
-    let index = checkpoint::read_checkpoint(bank, id).await;
-    if index.is_ok() {
+    if assertion == Assertion::Deleted {
         return refused(
-            "its index.json reads: the gc handles it (`checkpoint explain` says when)".to_owned(),
+            "its decision reads: `--as deleted` is only for a decision that cannot be read"
+                .to_owned(),
         );
     }
+    let index_reason = match checkpoint::read_checkpoint(bank, id).await {
+        Ok(_) => {
+            return refused(
+                "its index.json reads: the gc handles it (`checkpoint explain` says when)"
+                    .to_owned(),
+            )
+        }
+        Err(banklease::Error::Corrupt { reason, .. }) => reason,
+        Err(e) => return Err(e),
+    };
+    let now = clock.system_now().into();
+    let keep_index = || banklease::collector::set_aside(bank, Key::Index(id.to_owned()), id, now);
     let owner = match &decision {
         Some(d) if d.by == Decider::Owner => {
-            return refused(format!(
-                "its owner decided it `{}`: restore index.json from a backup; resolve never \
-                 collects what its owner completed",
-                d.outcome
-            ))
+            // The owner decided: index.json only restates the decision. Rebuilt from it
+            // (`created_at`, for humans, is lost with the unreadable bytes: the decision's time).
+            let kept = match refusal(keep_index().await)? {
+                Ok(kept) => kept,
+                Err(why) => return refused(why),
+            };
+            let record = CheckpointRecord::new(id, &d.owner_id, d.outcome, d.decided_at);
+            banklease::collector::replace_index(bank, &kept, &record).await?;
+            banklease::collector::finish_owner_decision(bank, d).await?;
+            tracing::info!(checkpoint_id = id, owner_id = %d.owner_id, operator, outcome = %d.outcome,
+                kept = %kept.kept_at, "resolved: index.json rebuilt from its owner's decision");
+            return Ok(Resolution::OwnerDecisionFinished {
+                owner: d.owner_id.clone(),
+                outcome: d.outcome,
+                kept: kept.kept_at.to_string(),
+            });
         }
         Some(d) => d.owner_id.clone(),
         None => match marker_owner(bank, id).await? {
             Some(owner) => owner,
             None => {
-                return refused(
-                    "no protecting marker names its owner: nothing to judge it by".to_owned(),
-                )
+                return refused(format!(
+                    "its index.json cannot be read ({index_reason}) and no protecting marker \
+                     names its owner: nothing to judge it by; restore index.json"
+                ))
             }
         },
     };
@@ -85,22 +162,177 @@ pub async fn resolve(
             Ok(evidence) => evidence,
             Err(why) => return refused(why),
         };
-        let decision = Decision::collect(id, &owner, clock.system_now().into(), Some(evidence));
+        let decision = Decision::collect(id, &owner, now, Some(evidence));
         match banklease::collector::decide(bank, decision).await? {
             Decided::Won(_) => {}
             Decided::Lost(d) if d.by == Decider::Gc => {}
             Decided::Lost(d) => {
                 return refused(format!(
-                    "its owner decided it `{}` meanwhile: restore index.json",
+                    "its owner decided it `{}` meanwhile: run again",
                     d.outcome
                 ))
             }
         }
     }
-    banklease::collector::write_tombstone(bank, id, &owner, None, clock.system_now().into())
-        .await?;
-    tracing::info!(checkpoint_id = id, owner_id = %owner, operator, "resolved: collected");
-    Ok(Resolution::Collected { owner })
+    let kept = match refusal(keep_index().await)? {
+        Ok(kept) => kept,
+        Err(why) => return refused(why),
+    };
+    let tombstone = CheckpointRecord::new(id, &owner, Status::Deleted, now);
+    banklease::collector::replace_index(bank, &kept, &tombstone).await?;
+    tracing::info!(checkpoint_id = id, owner_id = %owner, operator, kept = %kept.kept_at,
+        "resolved: collected");
+    Ok(Resolution::Collected {
+        owner,
+        kept: vec![kept.kept_at.to_string()],
+    })
+}
+
+/// A refusal of [`banklease::collector::set_aside`] (a newer format, a record that changed or
+/// is too large) as the reason to print; other errors stay errors.
+fn refusal(
+    kept: banklease::Result<SetAside>,
+) -> banklease::Result<std::result::Result<SetAside, String>> {
+    match kept {
+        Ok(kept) => Ok(Ok(kept)),
+        Err(banklease::Error::Corrupt { path, reason }) => Ok(Err(format!("`{path}`: {reason}"))),
+        Err(e) => Err(e),
+    }
+}
+
+/// One `resolve` call's context, for the unreadable-decision cases.
+struct Resolver<'a> {
+    bank: &'a Bank,
+    clock: &'a SharedClock,
+    options: &'a GcOptions,
+    id: &'a str,
+    operator: &'a str,
+}
+
+impl Resolver<'_> {
+    /// The decision cannot be read (`reason`).
+    async fn unreadable_decision(
+        &self,
+        reason: &str,
+        assertion: Assertion,
+    ) -> banklease::Result<Resolution> {
+        let (bank, id) = (self.bank, self.id);
+        let refused = |why: String| Ok(Resolution::Refused(why));
+        let now = self.clock.system_now().into();
+        let index = match checkpoint::read_checkpoint(bank, id).await {
+            Ok(index) => Ok(index),
+            Err(banklease::Error::Corrupt { reason, .. }) => Err(reason),
+            Err(e) => return Err(e),
+        };
+        let keep = |key: Key| async move {
+            refusal(banklease::collector::set_aside(bank, key, id, now).await)
+        };
+        // index.json states the outcome once a decision was carried out: rebuild from it.
+        if let Ok(Some(record)) = &index {
+            if record.status != Status::Protecting {
+                let by = match record.status {
+                    Status::Available | Status::Error => Decider::Owner,
+                    Status::Deleted => Decider::Gc,
+                    other => {
+                        return refused(format!(
+                            "its decision cannot be read ({reason}) and index.json says \
+                             `{other}`, which no decision records: restore the decision"
+                        ))
+                    }
+                };
+                if assertion == Assertion::Deleted && record.status != Status::Deleted {
+                    return refused(format!(
+                        "index.json records its owner's `{}`: the decision is rebuilt from it \
+                         without `--as deleted`; resolve never deletes what its owner completed",
+                        record.status
+                    ));
+                }
+                let kept = match keep(Key::Decision(id.to_owned())).await? {
+                    Ok(kept) => kept,
+                    Err(why) => return refused(why),
+                };
+                let decision = Decision {
+                    format: CHECKPOINT_FORMAT,
+                    checkpoint_id: id.to_owned(),
+                    owner_id: record.owner_id.clone(),
+                    by,
+                    outcome: record.status,
+                    token: uuid::Uuid::new_v4().to_string(),
+                    decided_at: now,
+                    evidence: None,
+                };
+                banklease::collector::replace_decision(bank, &kept, &decision).await?;
+                tracing::info!(checkpoint_id = id, owner_id = %record.owner_id,
+                    operator = self.operator, outcome = %record.status, kept = %kept.kept_at,
+                    "resolved: decision rebuilt from index.json");
+                return Ok(Resolution::DecisionRestored {
+                    owner: record.owner_id.clone(),
+                    by,
+                    outcome: record.status,
+                    kept: kept.kept_at.to_string(),
+                });
+            }
+        }
+        if assertion != Assertion::Deleted {
+            return refused(format!(
+                "its decision cannot be read ({reason}) and index.json does not say what it \
+                 was (the decider writes its decision first): it may record its owner's \
+                 `available`; restore it from a backup, or if its data is known to be garbage, \
+                 run `banklease checkpoint resolve {id} --as deleted` (its owner must be dead, \
+                 as the gc judges)"
+            ));
+        }
+        let owner = match &index {
+            Ok(Some(record)) => Some(record.owner_id.clone()),
+            _ => marker_owner(bank, id).await?,
+        };
+        let Some(owner) = owner else {
+            return refused(
+                "neither index.json nor a protecting marker names its owner: nothing to judge \
+                 it by"
+                    .to_owned(),
+            );
+        };
+        let evidence = match dead(bank, self.clock, self.options, &owner, self.operator).await? {
+            Ok(evidence) => evidence,
+            Err(why) => return refused(why),
+        };
+        let kept_decision = match keep(Key::Decision(id.to_owned())).await? {
+            Ok(kept) => kept,
+            Err(why) => return refused(why),
+        };
+        // An unreadable index.json is kept too before it becomes the tombstone.
+        let kept_index = match &index {
+            Err(_) => match keep(Key::Index(id.to_owned())).await? {
+                Ok(kept) => Some(kept),
+                Err(why) => return refused(why),
+            },
+            Ok(_) => None,
+        };
+        let decision = Decision::collect(id, &owner, now, Some(evidence));
+        banklease::collector::replace_decision(bank, &kept_decision, &decision).await?;
+        let created_at = match &index {
+            Ok(Some(record)) => Some(record.created_at),
+            _ => None,
+        };
+        match &kept_index {
+            Some(kept) => {
+                let tombstone = CheckpointRecord::new(id, &owner, Status::Deleted, now);
+                banklease::collector::replace_index(bank, kept, &tombstone).await?;
+            }
+            None => {
+                banklease::collector::write_tombstone(bank, id, &owner, created_at, now).await?;
+            }
+        }
+        let kept: Vec<String> = [Some(&kept_decision), kept_index.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|k| k.kept_at.to_string())
+            .collect();
+        tracing::info!(checkpoint_id = id, owner_id = %owner, operator = self.operator,
+            kept = ?kept, "resolved: collected (--as deleted)");
+        Ok(Resolution::Collected { owner, kept })
+    }
 }
 
 /// The owner of `id`'s protecting marker, if one is listed.

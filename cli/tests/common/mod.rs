@@ -1,0 +1,72 @@
+//! What the CLI suites on a `file:` bank share: the binary run as an operator runs it, with
+//! short windows, and a bank whose owner died.
+
+#![allow(dead_code)] // each suite uses its part
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use banklease::clock::SystemClock;
+use banklease::{Bank, Checkpoint, LeaseWindows, OwnerId, OwnerLease};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+
+/// `banklease --bank url args` with short windows, a small margin and grace.
+pub fn cli(url: &str, args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("BANKLEASE_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.args(["--bank", url])
+        .args(args)
+        .env("BANKLEASE_LEASE__RENEW_WINDOW", "300ms")
+        .env("BANKLEASE_LEASE__EXPIRE_WINDOW", "1s")
+        .env("BANKLEASE_LEASE__VALIDITY_WINDOW", "100ms")
+        .env("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")
+        .env("BANKLEASE_GC__GRACE", "500ms")
+        .env("BANKLEASE_GC__LATE_WRITE_WINDOW", "1s")
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap()
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A bank made by `init` in `dir/bank`, and an owner that wrote `checkpoints` protecting ones
+/// and died (never renewed): its lease is expired past grace when this returns.
+pub fn dead_owner_bank(dir: &Path, checkpoints: &[&str]) -> String {
+    let url = format!("file://{}", dir.join("bank").display());
+    let out = cli(&url, &["init"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let bank = Bank::open(&url).unwrap();
+        let windows = LeaseWindows::new(
+            Duration::from_millis(300),
+            Duration::from_secs(1),
+            Duration::from_millis(100),
+        )
+        .unwrap();
+        let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        for id in checkpoints {
+            Checkpoint::create(&lease, id).await.unwrap();
+        }
+    });
+    // expire 1 s + margin 100 ms + grace 500 ms, and some slack.
+    if !checkpoints.is_empty() {
+        std::thread::sleep(Duration::from_millis(2_200));
+    }
+    url
+}

@@ -1,0 +1,304 @@
+//! `banklease checkpoint resolve` on what the GC cannot handle (issue 22): an unreadable
+//! decision is rebuilt from the outcome index.json records, or — when no record states it —
+//! collected only on the operator's `--as deleted` and only under a dead owner; an unreadable
+//! index.json under its owner's decision is rebuilt from the decision. Every unreadable record
+//! replaced is kept under `_banklease/set-aside/`; a live owner's checkpoint, a readable decision
+//! and a newer release's record are never touched.
+
+#![allow(clippy::disallowed_methods)] // real processes on real files, a real clock
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use banklease::checkpoint::Status;
+use banklease::clock::SystemClock;
+use banklease::{Bank, Checkpoint, LeaseWindows, OwnerId, OwnerLease};
+
+mod common;
+
+use common::{cli, dead_owner_bank, text};
+
+const GARBAGE: &str = "{\"format\": 1, \"by\": \"gc\", \"outc";
+
+/// The files kept under `_banklease/set-aside/`, with their contents.
+fn kept(bank: &Path) -> Vec<(String, String)> {
+    let dir = bank.join("_banklease/set-aside");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut kept: Vec<(String, String)> = entries
+        .map(|e| {
+            let path = e.unwrap().path();
+            (
+                path.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read_to_string(&path).unwrap(),
+            )
+        })
+        .collect();
+    kept.sort();
+    kept
+}
+
+fn json(path: PathBuf) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// One line on stderr, exit 1, and these words in it.
+fn assert_refused(out: &std::process::Output, needles: &[&str]) {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}{}", text(&out.stdout));
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    for needle in needles {
+        assert!(err.contains(needle), "wants `{needle}`: {err}");
+    }
+}
+
+/// A bank whose owner completed `cp-done` (available, with data) and left `cp-zombie`
+/// protecting, then died.
+fn completed_and_zombie(dir: &Path) -> String {
+    let url = dead_owner_bank(dir, &[]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let bank = Bank::open(&url).unwrap();
+        let windows = LeaseWindows::new(
+            Duration::from_millis(300),
+            Duration::from_secs(1),
+            Duration::from_millis(100),
+        )
+        .unwrap();
+        let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        for id in ["cp-done", "cp-zombie"] {
+            let cp = Checkpoint::create(&lease, id).await.unwrap();
+            cp.put_data("blob", vec![7u8; 4096].into()).await.unwrap();
+            if id == "cp-done" {
+                cp.complete(Status::Available).await.unwrap();
+            }
+        }
+    });
+    // expire 1 s + margin 100 ms + grace 500 ms, and some slack.
+    std::thread::sleep(Duration::from_millis(2_200));
+    url
+}
+
+#[test]
+fn an_unreadable_decision_is_rebuilt_from_the_outcome_index_json_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = completed_and_zombie(dir.path());
+    let bank = dir.path().join("bank");
+    std::fs::write(bank.join("decisions/cp-done"), GARBAGE).unwrap();
+
+    // `--as deleted` never deletes what its owner completed.
+    let out = cli(
+        &url,
+        &["checkpoint", "resolve", "cp-done", "--as", "deleted"],
+    );
+    assert_refused(
+        &out,
+        &["records its owner's `available`", "without `--as deleted`"],
+    );
+    assert!(kept(&bank).is_empty());
+
+    let out = cli(&url, &["checkpoint", "resolve", "cp-done"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with(
+            "resolved: checkpoint `cp-done`: its decision is rebuilt from index.json \
+             (available, decided by owner); the unreadable bytes are kept at `"
+        ),
+        "{stdout}"
+    );
+    let kept = kept(&bank);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(kept[0].0.ends_with(".decision.cp-done"), "{kept:?}");
+    assert_eq!(kept[0].1, GARBAGE, "the unreadable bytes, as they were");
+    let decision = json(bank.join("decisions/cp-done"));
+    assert_eq!(decision["by"], "owner", "{decision}");
+    assert_eq!(decision["outcome"], "available", "{decision}");
+
+    // The gc now passes clean: the zombie collected, the completed checkpoint and its data kept.
+    let out = cli(&url, &["gc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(bank.join("checkpoints/cp-done/data/blob").exists());
+    assert!(!bank.join("checkpoints/cp-zombie/data/blob").exists());
+    // A decision that reads is never replaced.
+    let out = cli(&url, &["checkpoint", "resolve", "cp-done"]);
+    assert_refused(&out, &["its index.json reads"]);
+}
+
+#[test]
+fn an_unreadable_decision_no_record_explains_is_collected_only_as_deleted_under_a_dead_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = dead_owner_bank(dir.path(), &["cp-x"]);
+    let bank = dir.path().join("bank");
+    std::fs::create_dir_all(bank.join("decisions")).unwrap();
+    std::fs::write(bank.join("decisions/cp-x"), GARBAGE).unwrap();
+
+    // index.json says `protecting`: the decision may be its owner's `available`. Refused.
+    let out = cli(&url, &["checkpoint", "resolve", "cp-x"]);
+    assert_refused(
+        &out,
+        &[
+            "its decision cannot be read",
+            "it may record its owner's `available`",
+            "banklease checkpoint resolve cp-x --as deleted",
+        ],
+    );
+    assert_eq!(
+        std::fs::read_to_string(bank.join("decisions/cp-x")).unwrap(),
+        GARBAGE
+    );
+    assert!(kept(&bank).is_empty());
+    let explained = text(&cli(&url, &["checkpoint", "explain", "cp-x"]).stdout);
+    assert!(explained.contains("--as deleted"), "{explained}");
+
+    // The operator says it is garbage: collected with the gc's fencing, the bytes kept.
+    let out = cli(
+        &url,
+        &[
+            "checkpoint",
+            "resolve",
+            "cp-x",
+            "--as",
+            "deleted",
+            "--operator",
+            "alice",
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with("resolved: checkpoint `cp-x` of owner `"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("the unreadable bytes are kept at `"),
+        "{stdout}"
+    );
+    let kept = kept(&bank);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0].1, GARBAGE);
+    let decision = json(bank.join("decisions/cp-x"));
+    assert_eq!(decision["by"], "gc", "{decision}");
+    assert_eq!(decision["outcome"], "deleted", "{decision}");
+    assert_eq!(
+        decision["evidence"]["collector"], "operator alice (checkpoint resolve)",
+        "{decision}"
+    );
+    assert_eq!(
+        json(bank.join("checkpoints/cp-x/index.json"))["status"],
+        "deleted"
+    );
+    let out = cli(&url, &["gc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!bank.join("checkpoints/cp-x/data").exists());
+}
+
+#[test]
+fn an_unreadable_index_under_its_owners_decision_is_rebuilt_from_the_decision() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = completed_and_zombie(dir.path());
+    let bank = dir.path().join("bank");
+    let index = bank.join("checkpoints/cp-done/index.json");
+    std::fs::write(&index, "{torn").unwrap();
+    let out = cli(&url, &["checkpoint", "resolve", "cp-done"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with(
+            "resolved: checkpoint `cp-done`: its index.json is rebuilt from its owner's \
+             decision (available); the unreadable bytes are kept at `"
+        ),
+        "{stdout}"
+    );
+    let record = json(index);
+    assert_eq!(record["status"], "available", "{record}");
+    let kept = kept(&bank);
+    assert_eq!(kept.len(), 1);
+    assert!(kept[0].0.ends_with(".index.cp-done"), "{kept:?}");
+    assert_eq!(kept[0].1, "{torn");
+    let out = cli(&url, &["gc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(bank.join("checkpoints/cp-done/data/blob").exists());
+}
+
+#[test]
+fn a_record_a_newer_release_wrote_is_never_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = dead_owner_bank(dir.path(), &["cp-new"]);
+    let bank = dir.path().join("bank");
+    std::fs::create_dir_all(bank.join("decisions")).unwrap();
+    let newer = r#"{"format": 99, "what": "a newer release's decision"}"#;
+    std::fs::write(bank.join("decisions/cp-new"), newer).unwrap();
+    let out = cli(
+        &url,
+        &["checkpoint", "resolve", "cp-new", "--as", "deleted"],
+    );
+    assert_refused(&out, &["format `99` is newer", "never replace it"]);
+    assert_eq!(
+        std::fs::read_to_string(bank.join("decisions/cp-new")).unwrap(),
+        newer
+    );
+    assert!(kept(&bank).is_empty());
+    assert_eq!(
+        json(bank.join("checkpoints/cp-new/index.json"))["status"],
+        "protecting"
+    );
+}
+
+/// `checkpoint resolve` never takes a live owner's checkpoint, whatever its index.json or
+/// decision, even `--as deleted`.
+#[test]
+fn resolve_refuses_a_live_owners_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("bank").display());
+    assert_eq!(cli(&url, &["init"]).status.code(), Some(0));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _lease = runtime.block_on(async {
+        let bank = Bank::open(&url).unwrap();
+        let windows = LeaseWindows::new(
+            Duration::from_secs(10),
+            Duration::from_secs(60),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        Checkpoint::create(&lease, "cp-live").await.unwrap();
+        lease
+    });
+    let index = dir.path().join("bank/checkpoints/cp-live/index.json");
+    std::fs::write(&index, "{garbage").unwrap();
+    let out = cli(&url, &["checkpoint", "resolve", "cp-live"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("is not dead past the grace (its lease is alive)"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&index).unwrap(), "{garbage");
+    assert!(!dir.path().join("bank/decisions/cp-live").exists());
+
+    let decision = dir.path().join("bank/decisions/cp-live");
+    std::fs::create_dir_all(decision.parent().unwrap()).unwrap();
+    std::fs::write(&decision, GARBAGE).unwrap();
+    let out = cli(
+        &url,
+        &["checkpoint", "resolve", "cp-live", "--as", "deleted"],
+    );
+    assert_refused(&out, &["is not dead past the grace (its lease is alive)"]);
+    assert_eq!(std::fs::read_to_string(&decision).unwrap(), GARBAGE);
+    assert_eq!(std::fs::read_to_string(&index).unwrap(), "{garbage");
+    assert!(kept(&dir.path().join("bank")).is_empty());
+}
