@@ -72,6 +72,8 @@ pub enum Key {
     GcClockFloor,
     /// `gc/missing/<owner>`: when a collector first found `owner`'s lease missing.
     GcMissing(OwnerId),
+    /// `gc/reaped/<owner>`: why a collector deleted `owner`'s lease (the evidence it judged).
+    GcReaped(OwnerId),
     /// `_banklease/clock/<probe>`: one bank handle's store-clock probe.
     ClockProbe(String),
     /// `_banklease/probe/<id>`: a capability probe's scratch object.
@@ -113,6 +115,8 @@ pub enum Prefix<'a> {
     Data(&'a str),
     /// `gc/missing/`
     GcMissing,
+    /// `gc/reaped/`
+    GcReaped,
     /// `_banklease/clock/`
     ClockProbes,
     /// `_banklease/doctor/<run>/`: one `doctor` run's scratch objects.
@@ -153,6 +157,7 @@ impl Key {
             Key::GcActive => join(bank, &["gc", "active"]),
             Key::GcClockFloor => join(bank, &["gc", "clock-floor"]),
             Key::GcMissing(owner) => join(bank, &["gc", "missing", owner.as_str()]),
+            Key::GcReaped(owner) => join(bank, &["gc", "reaped", owner.as_str()]),
             Key::ClockProbe(probe) => join(bank, &["_banklease", "clock", probe]),
             Key::Probe(id) => join(bank, &["_banklease", "probe", id]),
             Key::Race(id) => join(bank, &["_banklease", "race", id]),
@@ -197,6 +202,7 @@ impl Key {
             ["gc", "active"] => Key::GcActive,
             ["gc", "clock-floor"] => Key::GcClockFloor,
             ["gc", "missing", o] => Key::GcMissing(owner(o)?),
+            ["gc", "reaped", o] => Key::GcReaped(owner(o)?),
             ["_banklease", "clock", p] => Key::ClockProbe(p.to_string()),
             ["_banklease", "probe", p] => Key::Probe(p.to_string()),
             ["_banklease", "race", p] => Key::Race(p.to_string()),
@@ -312,6 +318,7 @@ impl Prefix<'_> {
             Prefix::Checkpoint(id) => join(bank, &["checkpoints", id]),
             Prefix::Data(id) => join(bank, &["checkpoints", id, "data"]),
             Prefix::GcMissing => join(bank, &["gc", "missing"]),
+            Prefix::GcReaped => join(bank, &["gc", "reaped"]),
             Prefix::ClockProbes => join(bank, &["_banklease", "clock"]),
             Prefix::Doctor(run) => join(bank, &["_banklease", "doctor", run]),
             Prefix::Locks(namespace) => join(bank, &["locks", namespace]),
@@ -352,6 +359,7 @@ mod tests {
             Just(Key::GcActive),
             Just(Key::GcClockFloor),
             owner().prop_map(Key::GcMissing),
+            owner().prop_map(Key::GcReaped),
             id().prop_map(Key::ClockProbe),
             id().prop_map(Key::Probe),
             id().prop_map(Key::Race),
@@ -394,6 +402,7 @@ mod tests {
             let data = Key::Data { checkpoint: c.clone(), name: k.clone() };
             prop_assert_eq!(inside(data, Prefix::Data(&c)), Some(1));
             prop_assert_eq!(inside(Key::GcMissing(owner.clone()), Prefix::GcMissing), Some(1));
+            prop_assert_eq!(inside(Key::GcReaped(owner.clone()), Prefix::GcReaped), Some(1));
             prop_assert_eq!(inside(Key::ClockProbe(c.clone()), Prefix::ClockProbes), Some(1));
             let lock = Key::Lock { namespace: ns.clone(), key: k.clone() };
             prop_assert_eq!(inside(lock, Prefix::Locks(&ns)), Some(1));

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use banklease::checkpoint::{self, CheckpointRecord, Decider, Decision, Status};
+use banklease::checkpoint::{self, CheckpointRecord, Decider, Decision, Evidence, Status};
 use banklease::{error_chain, LeaseView, OwnerId};
 use object_store::ObjectStoreExt;
 use serde::Serialize;
@@ -68,6 +68,14 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         }
         None => None,
     };
+    // An owner whose lease is gone may have been reaped; a reap record that cannot be read
+    // only leaves that unsaid.
+    let reaped = match (&owner, &owner_now) {
+        (Some(o), Some(LeaseView::Missing)) => {
+            banklease_gc::reaped::read(bank, o).await.ok().flatten()
+        }
+        _ => None,
+    };
     if matches!((&index, &decision), (Ok(None), Ok(None))) {
         let message = format!(
             "checkpoint `{id}` is not in bank=`{}`: no index.json and no decision",
@@ -101,7 +109,14 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         },
         decided: decision.as_ref().ok().and_then(Option::as_ref).cloned(),
         marker,
-        owner_now: owner_now.as_ref().map(|v| lease_now(v, ctx)),
+        owner_now: owner_now.as_ref().map(|v| match (v, &reaped) {
+            (LeaseView::Missing, Some(r)) => format!(
+                "no lease: reaped by the gc at {} (`banklease lease show {}` says why)",
+                to_second(&r.reaped_at.to_rfc3339()),
+                r.owner_id
+            ),
+            _ => lease_now(v, ctx),
+        }),
         why,
         next,
     };
@@ -162,6 +177,27 @@ fn lease_now(view: &LeaseView, ctx: &Ctx) -> String {
     }
 }
 
+/// What a collector judged an owner dead on (a collection's or a reap's evidence), in words.
+pub(crate) fn judged_dead(e: &Evidence) -> String {
+    let ms = |ms: u64| human(Duration::from_millis(ms));
+    let stamp = match (e.lease_stamp, e.expire_window_ms) {
+        (Some(s), Some(w)) => format!(
+            "its lease, last written at {} with an expire window of {}, had expired",
+            to_second(&s.to_rfc3339()),
+            ms(w)
+        ),
+        _ => "its lease was missing".to_owned(),
+    };
+    format!(
+        "{stamp}; judged at {} on the store's clock, the owner had been dead for {} (margin {} \
+         in its favour), past the grace of {}",
+        to_second(&e.judged_at.to_rfc3339()),
+        ms(e.dead_for_ms),
+        ms(e.skew_margin_ms),
+        ms(e.grace_ms)
+    )
+}
+
 /// Why the checkpoint is in its state, and what comes next.
 fn conclude(
     ctx: &Ctx,
@@ -170,7 +206,6 @@ fn conclude(
     owner_now: Option<&LeaseView>,
     marker: Option<bool>,
 ) -> (String, String) {
-    let ms = |ms: u64| human(Duration::from_millis(ms));
     match decision {
         Err(e) => (
             format!("its decision cannot be read: {}", error_chain(e)),
@@ -193,26 +228,7 @@ fn conclude(
         ),
         Ok(Some(d)) => {
             let why = match (&d.by, &d.evidence) {
-                (Decider::Gc, Some(e)) => {
-                    let stamp = match (e.lease_stamp, e.expire_window_ms) {
-                        (Some(s), Some(w)) => format!(
-                            "its lease, last written at {} with an expire window of {}, had \
-                             expired",
-                            to_second(&s.to_rfc3339()),
-                            ms(w)
-                        ),
-                        _ => "its lease was missing".to_owned(),
-                    };
-                    format!(
-                        "the gc collected it: {stamp}; judged at {} on the store's clock, the \
-                         owner had been dead for {} (margin {} in its favour), past the grace \
-                         of {}",
-                        to_second(&e.judged_at.to_rfc3339()),
-                        ms(e.dead_for_ms),
-                        ms(e.skew_margin_ms),
-                        ms(e.grace_ms)
-                    )
-                }
+                (Decider::Gc, Some(e)) => format!("the gc collected it: {}", judged_dead(e)),
                 (Decider::Gc, None) => "the gc collected it (a release that recorded no \
                                         evidence in its decisions)"
                     .to_owned(),

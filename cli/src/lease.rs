@@ -11,7 +11,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectMeta, ObjectStoreExt};
 use serde::Serialize;
 
-use crate::output::short_ids;
+use crate::output::{short_ids, to_second};
 use crate::{human, ms, out_json, out_line, out_table, Ctx, Outcome, LIST_CONCURRENCY};
 
 /// One lease as read and judged: the view, and the object's metadata when it was read.
@@ -276,8 +276,17 @@ pub(crate) async fn lease_show(ctx: &Ctx, owner: &str) -> Result<Outcome> {
     let t = ctx.store_time().await?;
     let lease = judge_lease(ctx, &owner, &t).await;
     let detail = lease.detail(ctx);
+    // A lease that is gone may have been reaped: the collector's reason is kept beside it.
+    let reaped = match lease.view {
+        LeaseView::Missing => banklease_gc::reaped::read(&ctx.bank, &owner)
+            .await
+            .with_context(|| format!("cannot read the reap record of owner_id=`{owner}`"))?,
+        _ => None,
+    };
     if ctx.json {
-        out_json(&detail)?;
+        let mut json = serde_json::to_value(&detail)?;
+        json["reaped"] = serde_json::to_value(&reaped)?;
+        out_json(&json)?;
     } else {
         let mut lines = vec![
             ("owner_id", detail.row.owner_id.clone()),
@@ -300,6 +309,32 @@ pub(crate) async fn lease_show(ctx: &Ctx, owner: &str) -> Result<Outcome> {
         push("renewed_at", detail.renewed_at.clone());
         push("last_modified", detail.last_modified.clone());
         push("error", detail.row.error.clone());
+        if let Some(r) = &reaped {
+            lines.push((
+                "reaped",
+                format!(
+                    "by the gc at {}: {}",
+                    to_second(&r.reaped_at.to_rfc3339()),
+                    crate::explain::judged_dead(&r.evidence)
+                ),
+            ));
+            lines.push((
+                "reaped_by",
+                format!("{} (pass {})", r.evidence.collector, r.evidence.pass),
+            ));
+            if let Some(l) = &r.lease {
+                lines.push((
+                    "reaped_lease",
+                    format!(
+                        "host {}, pid {}, generation {}, acquired at {}",
+                        l.host,
+                        l.pid,
+                        l.generation,
+                        to_second(&l.acquired_at.to_rfc3339())
+                    ),
+                ));
+            }
+        }
         for (key, value) in lines {
             out_line(&format!("{key:<16} {value}"))?;
         }

@@ -213,3 +213,68 @@ fn a_manual_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
     assert_eq!(report["gc_lease"], "held", "{report}");
     assert!(!active.exists(), "the pass released the gc lease");
 }
+
+/// Issue 22, item 6: a reap's evidence outlives the lease it deleted. `lease show` and
+/// `checkpoint explain` print why the owner's lease is gone, from `gc/reaped/<owner>`, which a
+/// pass forgets after 30 days on the store's clock.
+#[test]
+fn a_reaped_lease_keeps_its_reason_for_30_days() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = dead_owner_bank(dir.path(), &["cp-r"]);
+    let bank = dir.path().join("bank");
+    let owner = std::fs::read_dir(bank.join("leases"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .into_owned();
+    let out = cli(&url, &["--json", "gc"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["leases_reaped"], 1, "{report}");
+
+    let out = cli(&url, &["lease", "show", &owner]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "missing: {stdout}");
+    for needle in [
+        "state            missing",
+        "reaped           by the gc at ",
+        ": its lease, last written at ",
+        "with an expire window of 1s, had expired; judged at ",
+        "past the grace of 500ms",
+        "reaped_by        ",
+        "reaped_lease     host ",
+    ] {
+        assert!(stdout.contains(needle), "{needle}\n{stdout}");
+    }
+    let out = cli(&url, &["--json", "lease", "show", &owner]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["reaped"]["evidence"]["lease"], "expired", "{json}");
+    assert_eq!(
+        json["reaped"]["lease"]["owner_id"],
+        owner.as_str(),
+        "{json}"
+    );
+    let explained = text(&cli(&url, &["checkpoint", "explain", "cp-r"]).stdout);
+    assert!(
+        explained.contains("no lease: reaped by the gc at "),
+        "{explained}"
+    );
+
+    // Kept for 30 days on the store's clock (a `file:` bank's is this host's), then forgotten.
+    let record = bank.join("gc/reaped").join(&owner);
+    let old = bank.join("gc/reaped/an-owner-reaped-long-ago");
+    std::fs::copy(&record, &old).unwrap();
+    let month_ago = std::time::SystemTime::now() - Duration::from_secs(31 * 24 * 3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&old)
+        .unwrap()
+        .set_modified(month_ago)
+        .unwrap();
+    let out = cli(&url, &["gc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!old.exists(), "a record 31 days old is forgotten");
+    assert!(record.exists(), "a fresh one is kept");
+}

@@ -21,6 +21,7 @@ pub mod pass;
 pub mod plan;
 mod probe;
 mod reap;
+pub mod reaped;
 mod records;
 pub mod report;
 pub mod resolve;

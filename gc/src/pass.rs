@@ -163,6 +163,7 @@ impl Collector {
             if acting {
                 let sent = self.clock.now();
                 report.failed_all(forget_clock_probes(&ctx, sent).await);
+                report.failed_all(crate::reaped::forget(&ctx, sent).await);
             }
             let (swept, errors) = self.temporaries.sweep(&ctx).await;
             report.temporaries_swept += swept;

@@ -1,17 +1,20 @@
 //! Reaping: the lease objects of owners expired past grace with no protecting checkpoint left
-//! are deleted (`gc.reap_leases`; not in a dry run).
+//! are deleted (`gc.reap_leases`; not in a dry run), each after its evidence is written to
+//! `gc/reaped/<owner>` ([`crate::reaped`]).
 
 use std::collections::HashSet;
 
 use banklease::error_chain;
 use banklease::paths::{Key, Prefix};
-use banklease::OwnerId;
+use banklease::{LeaseView, OwnerId, Read};
 use futures::StreamExt;
 
 use crate::context::PassContext;
 use crate::delete::delete_ok_if_missing;
 use crate::plan::Verdict;
+use crate::reaped::{ReapRecord, REAP_RECORD_FORMAT};
 use crate::report::{PassReport, Problem};
+use crate::zombies::evidence;
 
 /// Delete the lease objects of owners that are expired past grace and have no protecting
 /// checkpoint left: those whose markers this pass removed without a skip or error
@@ -48,61 +51,70 @@ pub(crate) async fn reap_leases(
     drop(listing);
     // Judge every candidate first (the reads), then check the store clock once more, then
     // delete: a step after this pass's first reading would make fresh stamps look old.
-    type Judged = (
-        OwnerId,
-        Verdict,
-        Option<&'static str>,
-        Option<banklease::Read>,
-    );
-    let judged: Vec<Judged> = futures::stream::iter(candidates)
-        .map(|owner| async move {
-            // Cleared owners were judged this pass; the others are judged now. Either way the
-            // lease is re-read, so one renewed since (impossible when expired) is never lost.
-            let (view, read) = ctx.observer.view_read(&owner, &ctx.store_time).await;
-            let counted = (!seen.contains(&owner)).then_some(view.name());
-            let verdict = Verdict::of(&view, ctx.options.grace);
-            (owner, verdict, counted, Some(read))
-        })
-        .buffer_unordered(ctx.options.concurrency)
-        .collect()
-        .await;
+    let judged: Vec<(OwnerId, LeaseView, Option<&'static str>, Read)> =
+        futures::stream::iter(candidates)
+            .map(|owner| async move {
+                // Cleared owners were judged this pass; the others are judged now. Either way
+                // the lease is re-read, so one renewed since (impossible when expired) is never
+                // lost.
+                let (view, read) = ctx.observer.view_read(&owner, &ctx.store_time).await;
+                let counted = (!seen.contains(&owner)).then_some(view.name());
+                (owner, view, counted, read)
+            })
+            .buffer_unordered(ctx.options.concurrency)
+            .collect()
+            .await;
     for state in judged.iter().filter_map(|(_, _, counted, _)| *counted) {
         *report.leases.entry(state.to_owned()).or_default() += 1;
     }
-    let expired: Vec<(OwnerId, Option<banklease::Read>)> = judged
+    let expired: Vec<ReapRecord> = judged
         .into_iter()
-        .filter(|(_, v, _, _)| *v == Verdict::Expired)
-        .map(|(o, _, _, read)| (o, read))
+        .filter(|(_, view, _, _)| Verdict::of(view, ctx.options.grace) == Verdict::Expired)
+        .filter_map(|(owner, view, _, read)| match &view {
+            LeaseView::Expired { since, record } => Some(ReapRecord {
+                format: REAP_RECORD_FORMAT,
+                owner_id: owner,
+                reaped_at: ctx.clock.system_now().into(),
+                lease: Some(record.as_ref().clone()),
+                evidence: evidence(ctx, &view, &read, *since),
+            }),
+            _ => None,
+        })
         .collect();
     if expired.is_empty() {
         return Ok(());
     }
     ctx.check_clock_again().await?;
     let mut reaped = futures::stream::iter(expired)
-        .map(|(owner, read)| async move {
+        .map(|record| async move {
+            let owner = record.owner_id.clone();
+            // The evidence first: no lease disappears without its reason.
+            if let Err(e) = crate::reaped::write(bank, &record).await {
+                return Err((owner, "writing its reap record", e));
+            }
             match delete_ok_if_missing(bank, &bank.lease_path(&owner)).await {
                 Ok(()) => {
-                    // The evidence, as a collection's decision records it.
-                    tracing::info!(owner_id = %owner,
-                        lease_stamp = ?read.and_then(|r| r.stamp),
-                        judged_at = ?read.map(|r| r.judged_at),
-                        skew_margin = ?ctx.options.skew_margin, grace = ?ctx.options.grace,
-                        collector = ctx.options.collector, pass = ctx.pass,
+                    let e = &record.evidence;
+                    tracing::info!(owner_id = %owner, lease_stamp = ?e.lease_stamp,
+                        judged_at = %e.judged_at, dead_for_ms = e.dead_for_ms,
+                        skew_margin_ms = e.skew_margin_ms, grace_ms = e.grace_ms,
+                        collector = %e.collector, pass = %e.pass,
                         "reaped the lease of a dead owner");
                     Ok(())
                 }
-                Err(e) => Err((owner, e)),
+                Err(e) => Err((owner, "reaping it", e)),
             }
         })
         .buffer_unordered(ctx.options.concurrency);
     while let Some(result) = reaped.next().await {
         match result {
             Ok(()) => report.leases_reaped += 1,
-            Err((owner, e)) => {
-                tracing::warn!(owner_id = %owner, error = %error_chain(&e), "reaping a lease failed");
+            Err((owner, what, e)) => {
+                tracing::warn!(owner_id = %owner, error = %error_chain(&e), what,
+                    "reaping a lease failed");
                 report.failed(Problem::new(
                     format!("lease of owner `{owner}`"),
-                    format!("reaping it failed: {}", error_chain(&e)),
+                    format!("{what} failed: {}", error_chain(&e)),
                 ));
             }
         }

@@ -101,7 +101,7 @@ pub(crate) async fn forget_missing(bank: &Bank, keep: impl Fn(&OwnerId) -> bool)
 
 /// Delete the objects under `prefix` that `stale` selects (listed first, then deleted); returns
 /// what failed. For the GC's own bookkeeping, where deleting too much only delays.
-async fn delete_listed(
+pub(crate) async fn delete_listed(
     bank: &Bank,
     prefix: &Path,
     what: &str,

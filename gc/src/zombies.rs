@@ -151,20 +151,9 @@ async fn judge(ctx: &PassContext, owner: OwnerId) -> Judgement {
     }
     tracing::debug!(owner_id = %owner, view = view.name(), ?verdict, "judged owner");
     let evidence = match (&verdict, dead_for) {
-        (Verdict::Expired | Verdict::Missing, Some(dead_for)) => Some(Evidence {
-            lease: view.name().to_owned(),
-            lease_stamp: read.stamp,
-            expire_window_ms: match &view {
-                LeaseView::Expired { record, .. } => Some(millis(record.expire_window())),
-                _ => None,
-            },
-            judged_at: read.judged_at,
-            dead_for_ms: millis(dead_for),
-            skew_margin_ms: millis(ctx.options.skew_margin),
-            grace_ms: millis(ctx.options.grace),
-            collector: ctx.options.collector.clone(),
-            pass: ctx.pass.clone(),
-        }),
+        (Verdict::Expired | Verdict::Missing, Some(dead_for)) => {
+            Some(evidence(ctx, &view, &read, dead_for))
+        }
         _ => None,
     };
     Judgement {
@@ -174,6 +163,29 @@ async fn judge(ctx: &PassContext, owner: OwnerId) -> Judgement {
         owner,
         verdict,
         dead_for,
+    }
+}
+
+/// The evidence an owner was judged dead on, as a decision (or a reap record) records it.
+pub(crate) fn evidence(
+    ctx: &PassContext,
+    view: &LeaseView,
+    read: &banklease::Read,
+    dead_for: Duration,
+) -> Evidence {
+    Evidence {
+        lease: view.name().to_owned(),
+        lease_stamp: read.stamp,
+        expire_window_ms: match view {
+            LeaseView::Expired { record, .. } => Some(millis(record.expire_window())),
+            _ => None,
+        },
+        judged_at: read.judged_at,
+        dead_for_ms: millis(dead_for),
+        skew_margin_ms: millis(ctx.options.skew_margin),
+        grace_ms: millis(ctx.options.grace),
+        collector: ctx.options.collector.clone(),
+        pass: ctx.pass.clone(),
     }
 }
 

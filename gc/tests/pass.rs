@@ -485,7 +485,33 @@ async fn dead_owners_leases_are_reaped_once_nothing_is_left() {
                     .is_none(),
                 "{name}"
             );
+            // Its reason is kept beside it: the lease as read and what it was judged on.
+            let record = banklease_gc::reaped::read(b, gone.owner_id())
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("{name}: no reap record"));
+            let e = &record.evidence;
+            assert_eq!(e.lease, "expired", "{name}");
+            assert_eq!(
+                e.expire_window_ms,
+                Some(f.expire.as_millis() as u64),
+                "{name}"
+            );
+            assert!(e.dead_for_ms >= GRACE.as_millis() as u64, "{name}: {e:?}");
+            assert!(e.lease_stamp.unwrap() < e.judged_at, "{name}: {e:?}");
+            assert_eq!(
+                record.lease.as_ref().map(|l| &l.owner_id),
+                Some(gone.owner_id()),
+                "{name}"
+            );
         }
+        assert!(
+            banklease_gc::reaped::read(b, live.owner_id())
+                .await
+                .unwrap()
+                .is_none(),
+            "{name}: a live owner has no reap record"
+        );
         assert!(live.check_validity(), "{name}: {:?}", live.state());
         assert!(banklease::read_lease(b, live.owner_id())
             .await
