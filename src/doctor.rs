@@ -192,9 +192,9 @@ pub struct Diagnosis {
 /// its own clock would shift every read-only judgement by its offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct DateHeader {
-    /// How far the `Date` of a PUT's answer fell outside what one clock allows (from the stamp
-    /// less the Date's second, up to the stamp plus its resolution and the PUT's duration), in
-    /// milliseconds, at most over the samples: 0 when they agree.
+    /// How far the `Date` of a PUT's answer fell outside what one clock allows (within the
+    /// PUT's duration of the stamp, give or take the Date's second and the stamp's resolution),
+    /// in milliseconds, at most over the samples: 0 when they agree.
     pub disagreement_ms: u64,
     /// `Date` minus stamp of the sample with the largest disagreement, in milliseconds.
     pub offset_ms: i64,
@@ -482,15 +482,16 @@ async fn probe_clock_and_latency(
     Ok((clock_offset, latency, date_header))
 }
 
-/// One clock makes the stamp during the PUT and the `Date` as it answers, both truncated (the
-/// `Date` to the second, the stamp to `resolution`): `stamp − 1 s <= Date < stamp + resolution +
+/// One clock makes the stamp and the `Date` while the PUT is in flight, both truncated (the
+/// `Date` to the second, the stamp to `resolution`), in either order (a front end may date the
+/// answer as the request arrives): `stamp − 1 s − PUT duration <= Date < stamp + resolution +
 /// PUT duration`. `None` unless every sample's answer had a `Date`.
 fn date_agreement(taken: &[Sample], resolution: Duration) -> Option<DateHeader> {
     let mut worst: Option<DateHeader> = None;
     for sample in taken {
         let dated = sample.dated?;
         let slack = |d: Duration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
-        let low = sample.stamped - slack(crate::store_date::DATE_RESOLUTION);
+        let low = sample.stamped - slack(crate::store_date::DATE_RESOLUTION + sample.put);
         let high = sample.stamped + slack(sample.put + resolution);
         let outside = if dated < low {
             low - dated

@@ -139,6 +139,7 @@ pub mod collector {
     pub use crate::checkpoint::Decided;
     pub use crate::decision::{create_tombstone, decide, finish_owner_decision, write_tombstone};
     pub use crate::repair::{
-        replace_decision, replace_index, set_aside, SetAside, MAX_SET_ASIDE_BYTES,
+        check_replaceable, replace_decision, replace_index, set_aside, SetAside,
+        MAX_SET_ASIDE_BYTES,
     };
 }

@@ -4,9 +4,10 @@
 //!
 //! Invariant: **a repair never loses what it replaces, and never replaces what it did not
 //! read.** The bytes are copied aside (create-if-absent, a fresh name) before anything is
-//! written; a record in a newer format than this release knows is refused, never replaced; the
-//! replacement is conditional on the version read (If-Match where the store enforces it,
-//! elsewhere a HEAD just before that must show the same ETag). Which record may replace it, and
+//! written; a record in a newer format than this release knows, or one that reads by now, is
+//! refused, never replaced; the replacement is conditional on the version read (If-Match where
+//! the store enforces it; on Swift, which has none, a HEAD just before must show the same ETag,
+//! which leaves the window between that HEAD and the PUT to another operator's repair). Which record may replace it, and
 //! under what fencing, is the caller's (the GC crate's `resolve`).
 
 use bytes::Bytes;
@@ -35,14 +36,19 @@ pub struct SetAside {
     version: Option<String>,
 }
 
-/// Keep the record at `key` aside: read it, refuse it if a newer release wrote it, and copy its
-/// bytes to `_banklease/set-aside/<UTC time>-<random>.<record>.<checkpoint>`.
-pub async fn set_aside(
+/// Whether the record at `key` may be replaced by a repair, without writing anything: it
+/// exists, is not larger than any record banklease writes, was not written by a newer release,
+/// and still cannot be read (a record that reads now was repaired meanwhile). An
+/// [`Error::Corrupt`] names the reason otherwise.
+pub async fn check_replaceable(bank: &Bank, key: &Key) -> Result<()> {
+    read_unreadable(bank, key).await.map(drop)
+}
+
+/// The unreadable record at `key`: its bytes and version, or why it may not be replaced.
+async fn read_unreadable(
     bank: &Bank,
-    key: Key,
-    checkpoint: &str,
-    now: DateTime<Utc>,
-) -> Result<SetAside> {
+    key: &Key,
+) -> Result<(Bytes, Option<String>, Option<String>)> {
     let path = key.path(bank);
     let corrupt = |reason: String| Error::Corrupt {
         path: path.to_string(),
@@ -75,6 +81,29 @@ pub async fn set_aside(
              it and reads it: upgrade banklease, never replace it"
         )));
     }
+    let reads = match key {
+        Key::Decision(_) => serde_json::from_slice::<Decision>(&bytes).is_ok(),
+        Key::Index(_) => serde_json::from_slice::<CheckpointRecord>(&bytes).is_ok(),
+        _ => false,
+    };
+    if reads {
+        return Err(corrupt(
+            "it reads now (repaired meanwhile?); run again".to_owned(),
+        ));
+    }
+    Ok((bytes, e_tag, version))
+}
+
+/// Keep the unreadable record at `key` aside (see [`check_replaceable`] for what is refused):
+/// copy its bytes to `_banklease/set-aside/<UTC time>-<random>.<record>.<checkpoint>`.
+pub async fn set_aside(
+    bank: &Bank,
+    key: Key,
+    checkpoint: &str,
+    now: DateTime<Utc>,
+) -> Result<SetAside> {
+    let path = key.path(bank);
+    let (bytes, e_tag, version) = read_unreadable(bank, &key).await?;
     let record = match &key {
         Key::Decision(_) => "decision",
         Key::Index(_) => "index",
@@ -128,7 +157,8 @@ async fn replace(bank: &Bank, kept: &SetAside, payload: PutPayload) -> Result<()
         })
     } else {
         // No If-Match here (Swift): nothing but another operator's repair writes a record
-        // that exists and cannot be read, so a HEAD just before is the check.
+        // that exists and cannot be read, so a HEAD just before is the check; a write landing
+        // between that HEAD and this PUT is the one window left (ARCHITECTURE.md).
         let now = bank
             .store()
             .head(path)

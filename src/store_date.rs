@@ -9,8 +9,9 @@
 //! Invariant: **a `Date` is a stamp of the store's clock with a resolution of one second.** It is
 //! truncated (never rounded up), so it is a lower bound of the store's time when the answer was
 //! made, and that time is less than a second above it. It is taken only from the answers to the
-//! request [`dated`] runs (a task-local slot), never from another task's, and the last answer
-//! wins: an authentication request a Swift client makes first is answered before the store's.
+//! request [`dated`] runs (a task-local slot), never from another task's; only the last answer
+//! counts, with or without a `Date` (an authentication server's answer before the store's never
+//! stands for it), and an answer a cache served (`Age`) gives none.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -67,16 +68,20 @@ struct Recording {
 impl HttpService for Recording {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
         let answer = self.inner.execute(req).await?;
-        if let Some(date) = date_of(answer.headers()) {
-            // Outside `dated` there is no slot, and nothing to do.
-            let _ = SLOT.try_with(|slot| *slot.lock().expect("not poisoned") = Some(date));
-        }
+        // Every answer sets the slot, a `Date` or none: an earlier answer's (an authentication
+        // server's) never stands for a later one. Outside `dated` there is no slot.
+        let date = date_of(answer.headers());
+        let _ = SLOT.try_with(|slot| *slot.lock().expect("not poisoned") = date);
         Ok(answer)
     }
 }
 
-/// The `Date` header of an answer (IMF-fixdate, as HTTP servers send it).
+/// The `Date` header of an answer (IMF-fixdate, as HTTP servers send it); none for an answer a
+/// cache served (`Age`), whose `Date` was made before the request was sent.
 fn date_of(headers: &http::HeaderMap) -> Option<DateTime<Utc>> {
+    if headers.contains_key(http::header::AGE) {
+        return None;
+    }
     let value = headers.get(http::header::DATE)?.to_str().ok()?;
     DateTime::parse_from_rfc2822(value)
         .ok()
@@ -97,23 +102,28 @@ mod tests {
     use super::*;
     use object_store::client::HttpResponseBody;
 
-    /// Answers every request with the next `Date` of its list (none once it runs out).
+    /// One answer's headers.
+    type Headers = Vec<(&'static str, &'static str)>;
+
+    /// Answers each request with the next headers of its list (none once it runs out).
     #[derive(Debug, Clone)]
-    struct Dates(Arc<Mutex<Vec<&'static str>>>);
+    struct Answers(Arc<Mutex<Vec<Headers>>>);
 
     #[async_trait]
-    impl HttpService for Dates {
+    impl HttpService for Answers {
         async fn call(&self, _req: HttpRequest) -> Result<HttpResponse, HttpError> {
             let mut b = http::Response::builder().status(200);
-            let mut dates = self.0.lock().unwrap();
-            if !dates.is_empty() {
-                b = b.header("Date", dates.remove(0));
+            let mut answers = self.0.lock().unwrap();
+            if !answers.is_empty() {
+                for (k, v) in answers.remove(0) {
+                    b = b.header(k, v);
+                }
             }
             Ok(b.body(HttpResponseBody::from(String::new())).unwrap())
         }
     }
 
-    impl HttpConnector for Dates {
+    impl HttpConnector for Answers {
         fn connect(&self, _: &ClientOptions) -> object_store::Result<HttpClient> {
             Ok(HttpClient::new(self.clone()))
         }
@@ -127,32 +137,43 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_last_answer_of_the_request_gives_the_date() {
-        let dates = Dates(Arc::new(Mutex::new(vec![
-            "Thu, 26 Nov 2026 00:40:19 GMT",
-            "Thu, 26 Nov 2026 00:40:21 GMT",
-            "not a date",
+    async fn only_the_last_answer_of_the_request_gives_the_date() {
+        const D1: &str = "Thu, 26 Nov 2026 00:40:19 GMT";
+        const D2: &str = "Thu, 26 Nov 2026 00:40:21 GMT";
+        let answers = Answers(Arc::new(Mutex::new(vec![
+            vec![("Date", D1)],
+            vec![("Date", D2)],
+            // An authentication server's dated answer, then the store's without a Date.
+            vec![("Date", D1)],
+            vec![],
+            // A cache's answer: its Date was not made while the request was in flight.
+            vec![("Date", D2), ("Age", "120")],
+            vec![("Date", "not a date")],
         ])));
-        let client = DateRecorder::new(Arc::new(dates))
+        let client = DateRecorder::new(Arc::new(answers))
             .connect(&ClientOptions::new())
             .unwrap();
+        let one = |n: usize| {
+            let client = &client;
+            async move {
+                dated(async {
+                    for _ in 0..n {
+                        client.execute(request()).await.unwrap();
+                    }
+                })
+                .await
+                .1
+            }
+        };
         // Outside `dated`, nothing is kept: the first answer is not seen below.
         client.execute(request()).await.unwrap();
-        let ((), date) = dated(async {
-            client.execute(request()).await.unwrap();
-        })
-        .await;
         assert_eq!(
-            date,
+            one(1).await,
             Some(DateTime::from_timestamp(1_795_653_621, 0).unwrap()),
             "the answer inside `dated`"
         );
-        // An unparsable Date and no Date give none.
-        let ((), date) = dated(async {
-            client.execute(request()).await.unwrap();
-            client.execute(request()).await.unwrap();
-        })
-        .await;
-        assert_eq!(date, None);
+        assert_eq!(one(2).await, None, "the last answer has no Date");
+        assert_eq!(one(1).await, None, "a cached answer (`Age`) is no reading");
+        assert_eq!(one(1).await, None, "an unparsable Date is none");
     }
 }

@@ -230,6 +230,14 @@ fn print_human(d: &Diagnosis, v: &Verdicts, supported: bool) -> Result<()> {
     let timing = [&v.owner_lease, &v.completion_vs_collection]
         .iter()
         .any(|g| g.basis == Basis::Timing);
+    if let Some(h) = d.date_header.filter(|h| h.disagreement_ms > 0) {
+        out_line(&format!(
+            "read-only judging: UNSOUND here: the Date of the store's answers is {}ms off its \
+             stamps; a user who may only read would judge leases that far off (fix the front \
+             end's clock or have it pass the store's Date on)",
+            h.disagreement_ms
+        ))?;
+    }
     out_line(&if !supported {
         "verdict: NOT supported: this bank cannot keep owner leases and the GC safe".to_owned()
     } else if timing {

@@ -88,7 +88,7 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         }
         return Ok(Outcome::No);
     }
-    let (why, next) = conclude(ctx, &index, &decision, owner_now.as_ref(), marker);
+    let (why, next) = conclude(ctx, id, &index, &decision, owner_now.as_ref(), marker);
     let explanation = Explanation {
         checkpoint_id: id.to_owned(),
         index: match &index {
@@ -111,7 +111,7 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         marker,
         owner_now: owner_now.as_ref().map(|v| match (v, &reaped) {
             (LeaseView::Missing, Some(r)) => format!(
-                "no lease: reaped by the gc at {} (`banklease lease show {}` says why)",
+                "no lease: last reaped by the gc at {} (`banklease lease show {}` says why)",
                 to_second(&r.reaped_at.to_rfc3339()),
                 r.owner_id
             ),
@@ -177,6 +177,12 @@ fn lease_now(view: &LeaseView, ctx: &Ctx) -> String {
     }
 }
 
+/// Whether `e` says a newer release wrote the record (src/checkpoint.rs words it so).
+fn newer_format(e: &banklease::Error) -> bool {
+    matches!(e, banklease::Error::Corrupt { reason, .. }
+        if reason.contains("is newer than this banklease understands"))
+}
+
 /// What a collector judged an owner dead on (a collection's or a reap's evidence), in words.
 pub(crate) fn judged_dead(e: &Evidence) -> String {
     let ms = |ms: u64| human(Duration::from_millis(ms));
@@ -201,6 +207,7 @@ pub(crate) fn judged_dead(e: &Evidence) -> String {
 /// Why the checkpoint is in its state, and what comes next.
 fn conclude(
     ctx: &Ctx,
+    id: &str,
     index: &banklease::Result<Option<CheckpointRecord>>,
     decision: &banklease::Result<Option<Decision>>,
     owner_now: Option<&LeaseView>,
@@ -210,20 +217,36 @@ fn conclude(
         Err(e) => (
             format!("its decision cannot be read: {}", error_chain(e)),
             match index {
+                _ if newer_format(e) => "needs a human: a newer banklease wrote this decision; \
+                                         upgrade banklease (resolve never replaces it)"
+                    .to_owned(),
+                Ok(Some(r))
+                    if matches!(
+                        r.status,
+                        Status::Available | Status::Error | Status::Deleted
+                    ) =>
+                {
+                    format!(
+                        "needs a human: the gc never acts on a decision it cannot read, every \
+                         pass counts an error; index.json records its outcome `{}`, so \
+                         `banklease checkpoint resolve {id}` rebuilds the decision from it (the \
+                         unreadable bytes are kept under _banklease/set-aside/)",
+                        r.status
+                    )
+                }
                 Ok(Some(r)) if r.status != Status::Protecting => format!(
-                    "needs a human: the gc never acts on a decision it cannot read, every pass \
-                     counts an error; index.json records its outcome `{}`, so `banklease \
-                     checkpoint resolve` rebuilds the decision from it (the unreadable bytes \
-                     are kept under _banklease/set-aside/)",
+                    "needs a human: the gc never acts on a decision it cannot read, and \
+                     index.json says `{}`, which no decision records: restore the decision",
                     r.status
                 ),
-                _ => "needs a human: the gc never acts on a decision it cannot read, every pass \
-                      counts an error, and index.json does not say what it was (it may record \
-                      its owner's `available`); restore it from a backup, or if the data is \
-                      known to be garbage, `banklease checkpoint resolve --as deleted` collects \
-                      it once its owner is dead (the unreadable bytes are kept under \
-                      _banklease/set-aside/)"
-                    .to_owned(),
+                _ => format!(
+                    "needs a human: the gc never acts on a decision it cannot read, every pass \
+                     counts an error, and index.json does not say what it was (it may record \
+                     its owner's `available`); restore it from a backup, or if the data is \
+                     known to be garbage, `banklease checkpoint resolve {id} --as deleted` \
+                     collects it once its owner is dead (the unreadable bytes are kept under \
+                     _banklease/set-aside/)"
+                ),
             },
         ),
         Ok(Some(d)) => {

@@ -277,10 +277,18 @@ pub(crate) async fn lease_show(ctx: &Ctx, owner: &str) -> Result<Outcome> {
     let lease = judge_lease(ctx, &owner, &t).await;
     let detail = lease.detail(ctx);
     // A lease that is gone may have been reaped: the collector's reason is kept beside it.
+    // A record that cannot be read only leaves the reason unsaid: the lease is still missing.
     let reaped = match lease.view {
-        LeaseView::Missing => banklease_gc::reaped::read(&ctx.bank, &owner)
-            .await
-            .with_context(|| format!("cannot read the reap record of owner_id=`{owner}`"))?,
+        LeaseView::Missing => match banklease_gc::reaped::read(&ctx.bank, &owner).await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!(
+                    "warning: cannot read the reap record of owner_id=`{owner}`: {}",
+                    error_chain(&e)
+                );
+                None
+            }
+        },
         _ => None,
     };
     if ctx.json {
@@ -313,7 +321,7 @@ pub(crate) async fn lease_show(ctx: &Ctx, owner: &str) -> Result<Outcome> {
             lines.push((
                 "reaped",
                 format!(
-                    "by the gc at {}: {}",
+                    "last by the gc at {}: {}",
                     to_second(&r.reaped_at.to_rfc3339()),
                     crate::explain::judged_dead(&r.evidence)
                 ),

@@ -239,7 +239,7 @@ fn a_reaped_lease_keeps_its_reason_for_30_days() {
     assert_eq!(out.status.code(), Some(1), "missing: {stdout}");
     for needle in [
         "state            missing",
-        "reaped           by the gc at ",
+        "reaped           last by the gc at ",
         ": its lease, last written at ",
         "with an expire window of 1s, had expired; judged at ",
         "past the grace of 500ms",
@@ -258,7 +258,7 @@ fn a_reaped_lease_keeps_its_reason_for_30_days() {
     );
     let explained = text(&cli(&url, &["checkpoint", "explain", "cp-r"]).stdout);
     assert!(
-        explained.contains("no lease: reaped by the gc at "),
+        explained.contains("no lease: last reaped by the gc at "),
         "{explained}"
     );
 

@@ -251,6 +251,11 @@ fn a_record_a_newer_release_wrote_is_never_replaced() {
         json(bank.join("checkpoints/cp-new/index.json"))["status"],
         "protecting"
     );
+    let explained = text(&cli(&url, &["checkpoint", "explain", "cp-new"]).stdout);
+    assert!(
+        explained.contains("a newer banklease wrote this decision; upgrade banklease"),
+        "{explained}"
+    );
 }
 
 /// `checkpoint resolve` never takes a live owner's checkpoint, whatever its index.json or

@@ -93,7 +93,11 @@ pub(crate) async fn forget(ctx: &PassContext, sent: Instant) -> Vec<Problem> {
         &Prefix::GcReaped.path(&ctx.bank),
         "reap record",
         |meta| {
-            past(
+            // Only what reads back as a reap record: nothing else under `gc/reaped/` is ours.
+            matches!(
+                Key::parse(&ctx.bank, &meta.location),
+                Some(Key::GcReaped(_))
+            ) && past(
                 StoreTime::between(meta.last_modified, now),
                 REAP_RECORD_MAX_AGE,
                 Duration::ZERO,

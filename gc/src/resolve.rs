@@ -68,7 +68,8 @@ pub enum Resolution {
         /// Where the unreadable `index.json` is kept.
         kept: String,
     },
-    /// Nothing was written, for this reason.
+    /// Nothing was replaced, for this reason (when a copy was already kept under
+    /// `_banklease/set-aside/`, the reason says where).
     Refused(String),
 }
 
@@ -94,67 +95,46 @@ pub async fn resolve(
     assertion: Assertion,
 ) -> banklease::Result<Resolution> {
     checkpoint::validate_checkpoint_id(id)?;
-    let refused = |why: String| Ok(Resolution::Refused(why));
+    let r = Resolver {
+        bank,
+        clock,
+        options,
+        id,
+        operator,
+        now: clock.system_now().into(),
+    };
     let decision = match checkpoint::read_decision(bank, id).await {
         Ok(d) => d,
         Err(banklease::Error::Corrupt { reason, .. }) => {
-            let resolver = Resolver {
-                bank,
-                clock,
-                options,
-                id,
-                operator,
-            };
-            return resolver.unreadable_decision(&reason, assertion).await;
+            return r.unreadable_decision(&reason, assertion).await
         }
         Err(e) => return Err(e),
     };
     if assertion == Assertion::Deleted {
         return refused(
-            "its decision reads: `--as deleted` is only for a decision that cannot be read"
-                .to_owned(),
+            "its decision reads: `--as deleted` is only for a decision that cannot be read",
         );
     }
     let index_reason = match checkpoint::read_checkpoint(bank, id).await {
         Ok(_) => {
             return refused(
-                "its index.json reads: the gc handles it (`checkpoint explain` says when)"
-                    .to_owned(),
+                "its index.json reads: the gc handles it (`checkpoint explain` says when)",
             )
         }
         Err(banklease::Error::Corrupt { reason, .. }) => reason,
         Err(e) => return Err(e),
     };
-    let now = clock.system_now().into();
-    let keep_index = || banklease::collector::set_aside(bank, Key::Index(id.to_owned()), id, now);
+    // A newer release's index.json (or one repaired meanwhile) is refused before anything is
+    // written: no decision is left for a newer GC to act on.
+    if let Err(why) = r.check(Key::Index(id.to_owned())).await? {
+        return refused(why);
+    }
     let owner = match &decision {
-        Some(d) if d.by == Decider::Owner => {
-            // The owner decided: index.json only restates the decision. Rebuilt from it
-            // (`created_at`, for humans, is lost with the unreadable bytes: the decision's time).
-            let kept = match refusal(keep_index().await)? {
-                Ok(kept) => kept,
-                Err(why) => return refused(why),
-            };
-            let record = CheckpointRecord::new(id, &d.owner_id, d.outcome, d.decided_at);
-            banklease::collector::replace_index(bank, &kept, &record).await?;
-            banklease::collector::finish_owner_decision(bank, d).await?;
-            tracing::info!(checkpoint_id = id, owner_id = %d.owner_id, operator, outcome = %d.outcome,
-                kept = %kept.kept_at, "resolved: index.json rebuilt from its owner's decision");
-            return Ok(Resolution::OwnerDecisionFinished {
-                owner: d.owner_id.clone(),
-                outcome: d.outcome,
-                kept: kept.kept_at.to_string(),
-            });
-        }
+        Some(d) if d.by == Decider::Owner => return r.finish_owner_decision(d).await,
         Some(d) => d.owner_id.clone(),
-        None => match marker_owner(bank, id).await? {
-            Some(owner) => owner,
-            None => {
-                return refused(format!(
-                    "its index.json cannot be read ({index_reason}) and no protecting marker \
-                     names its owner: nothing to judge it by; restore index.json"
-                ))
-            }
+        None => match r.sole_marker_owner(&index_reason).await? {
+            Ok(owner) => owner,
+            Err(why) => return refused(why),
         },
     };
     if decision.is_none() {
@@ -162,7 +142,7 @@ pub async fn resolve(
             Ok(evidence) => evidence,
             Err(why) => return refused(why),
         };
-        let decision = Decision::collect(id, &owner, now, Some(evidence));
+        let decision = Decision::collect(id, &owner, r.now, Some(evidence));
         match banklease::collector::decide(bank, decision).await? {
             Decided::Won(_) => {}
             Decided::Lost(d) if d.by == Decider::Gc => {}
@@ -174,11 +154,11 @@ pub async fn resolve(
             }
         }
     }
-    let kept = match refusal(keep_index().await)? {
+    let kept = match r.keep(Key::Index(id.to_owned())).await? {
         Ok(kept) => kept,
         Err(why) => return refused(why),
     };
-    let tombstone = CheckpointRecord::new(id, &owner, Status::Deleted, now);
+    let tombstone = CheckpointRecord::new(id, &owner, Status::Deleted, r.now);
     banklease::collector::replace_index(bank, &kept, &tombstone).await?;
     tracing::info!(checkpoint_id = id, owner_id = %owner, operator, kept = %kept.kept_at,
         "resolved: collected");
@@ -188,89 +168,108 @@ pub async fn resolve(
     })
 }
 
-/// A refusal of [`banklease::collector::set_aside`] (a newer format, a record that changed or
+fn refused(why: impl Into<String>) -> banklease::Result<Resolution> {
+    Ok(Resolution::Refused(why.into()))
+}
+
+/// A refusal of the repair primitives (a newer format, a record that changed, reads by now or
 /// is too large) as the reason to print; other errors stay errors.
-fn refusal(
-    kept: banklease::Result<SetAside>,
-) -> banklease::Result<std::result::Result<SetAside, String>> {
-    match kept {
-        Ok(kept) => Ok(Ok(kept)),
+fn refusal<T>(result: banklease::Result<T>) -> banklease::Result<std::result::Result<T, String>> {
+    match result {
+        Ok(value) => Ok(Ok(value)),
         Err(banklease::Error::Corrupt { path, reason }) => Ok(Err(format!("`{path}`: {reason}"))),
         Err(e) => Err(e),
     }
 }
 
-/// One `resolve` call's context, for the unreadable-decision cases.
+/// One `resolve` call's context.
 struct Resolver<'a> {
     bank: &'a Bank,
     clock: &'a SharedClock,
     options: &'a GcOptions,
     id: &'a str,
     operator: &'a str,
+    now: chrono::DateTime<chrono::Utc>,
 }
 
 impl Resolver<'_> {
+    /// Whether the unreadable record at `key` may be replaced (nothing written).
+    async fn check(&self, key: Key) -> banklease::Result<std::result::Result<(), String>> {
+        refusal(banklease::collector::check_replaceable(self.bank, &key).await)
+    }
+
+    /// Keep the unreadable record at `key` aside, before it is replaced.
+    async fn keep(&self, key: Key) -> banklease::Result<std::result::Result<SetAside, String>> {
+        refusal(banklease::collector::set_aside(self.bank, key, self.id, self.now).await)
+    }
+
+    /// The one owner whose protecting marker names this checkpoint. Markers of two owners (a
+    /// create of the same id that failed leaves its marker, src/writer.rs) leave the owner
+    /// unknown: judging whichever a listing shows first could take a live owner's checkpoint.
+    async fn sole_marker_owner(
+        &self,
+        index_reason: &str,
+    ) -> banklease::Result<std::result::Result<OwnerId, String>> {
+        let owners = marker_owners(self.bank, self.id).await?;
+        Ok(match owners.as_slice() {
+            [owner] => Ok(owner.clone()),
+            [] => Err(format!(
+                "its index.json cannot be read ({index_reason}) and no protecting marker names \
+                 its owner: nothing to judge it by; restore index.json"
+            )),
+            several => Err(format!(
+                "its index.json cannot be read ({index_reason}) and protecting markers of \
+                 several owners name it ({}): which one wrote it is unknown; restore index.json",
+                several
+                    .iter()
+                    .map(|o| format!("`{o}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        })
+    }
+
+    /// An unreadable `index.json` under its owner's decision `d`: index.json only restates the
+    /// decision, so it is rebuilt from it (`created_at`, for humans, is lost with the unreadable
+    /// bytes: the decision's time) and the move finished.
+    async fn finish_owner_decision(&self, d: &Decision) -> banklease::Result<Resolution> {
+        let kept = match self.keep(Key::Index(self.id.to_owned())).await? {
+            Ok(kept) => kept,
+            Err(why) => return refused(why),
+        };
+        let record = CheckpointRecord::new(self.id, &d.owner_id, d.outcome, d.decided_at);
+        banklease::collector::replace_index(self.bank, &kept, &record).await?;
+        banklease::collector::finish_owner_decision(self.bank, d).await?;
+        tracing::info!(checkpoint_id = self.id, owner_id = %d.owner_id, operator = self.operator,
+            outcome = %d.outcome, kept = %kept.kept_at,
+            "resolved: index.json rebuilt from its owner's decision");
+        Ok(Resolution::OwnerDecisionFinished {
+            owner: d.owner_id.clone(),
+            outcome: d.outcome,
+            kept: kept.kept_at.to_string(),
+        })
+    }
+
     /// The decision cannot be read (`reason`).
     async fn unreadable_decision(
         &self,
         reason: &str,
         assertion: Assertion,
     ) -> banklease::Result<Resolution> {
-        let (bank, id) = (self.bank, self.id);
-        let refused = |why: String| Ok(Resolution::Refused(why));
-        let now = self.clock.system_now().into();
+        let (bank, id, now) = (self.bank, self.id, self.now);
+        // A newer release's decision: only it may read or replace it, with or without `--as`.
+        if let Err(why) = self.check(Key::Decision(id.to_owned())).await? {
+            return refused(why);
+        }
         let index = match checkpoint::read_checkpoint(bank, id).await {
             Ok(index) => Ok(index),
             Err(banklease::Error::Corrupt { reason, .. }) => Err(reason),
             Err(e) => return Err(e),
         };
-        let keep = |key: Key| async move {
-            refusal(banklease::collector::set_aside(bank, key, id, now).await)
-        };
         // index.json states the outcome once a decision was carried out: rebuild from it.
         if let Ok(Some(record)) = &index {
             if record.status != Status::Protecting {
-                let by = match record.status {
-                    Status::Available | Status::Error => Decider::Owner,
-                    Status::Deleted => Decider::Gc,
-                    other => {
-                        return refused(format!(
-                            "its decision cannot be read ({reason}) and index.json says \
-                             `{other}`, which no decision records: restore the decision"
-                        ))
-                    }
-                };
-                if assertion == Assertion::Deleted && record.status != Status::Deleted {
-                    return refused(format!(
-                        "index.json records its owner's `{}`: the decision is rebuilt from it \
-                         without `--as deleted`; resolve never deletes what its owner completed",
-                        record.status
-                    ));
-                }
-                let kept = match keep(Key::Decision(id.to_owned())).await? {
-                    Ok(kept) => kept,
-                    Err(why) => return refused(why),
-                };
-                let decision = Decision {
-                    format: CHECKPOINT_FORMAT,
-                    checkpoint_id: id.to_owned(),
-                    owner_id: record.owner_id.clone(),
-                    by,
-                    outcome: record.status,
-                    token: uuid::Uuid::new_v4().to_string(),
-                    decided_at: now,
-                    evidence: None,
-                };
-                banklease::collector::replace_decision(bank, &kept, &decision).await?;
-                tracing::info!(checkpoint_id = id, owner_id = %record.owner_id,
-                    operator = self.operator, outcome = %record.status, kept = %kept.kept_at,
-                    "resolved: decision rebuilt from index.json");
-                return Ok(Resolution::DecisionRestored {
-                    owner: record.owner_id.clone(),
-                    by,
-                    outcome: record.status,
-                    kept: kept.kept_at.to_string(),
-                });
+                return self.restore_decision(reason, record, assertion).await;
             }
         }
         if assertion != Assertion::Deleted {
@@ -283,46 +282,71 @@ impl Resolver<'_> {
             ));
         }
         let owner = match &index {
-            Ok(Some(record)) => Some(record.owner_id.clone()),
-            _ => marker_owner(bank, id).await?,
-        };
-        let Some(owner) = owner else {
-            return refused(
-                "neither index.json nor a protecting marker names its owner: nothing to judge \
-                 it by"
-                    .to_owned(),
-            );
+            Ok(Some(record)) => record.owner_id.clone(),
+            Ok(None) => match self.sole_marker_owner("it is missing").await? {
+                Ok(owner) => owner,
+                Err(why) => return refused(why),
+            },
+            Err(index_reason) => {
+                if let Err(why) = self.check(Key::Index(id.to_owned())).await? {
+                    return refused(why);
+                }
+                match self.sole_marker_owner(index_reason).await? {
+                    Ok(owner) => owner,
+                    Err(why) => return refused(why),
+                }
+            }
         };
         let evidence = match dead(bank, self.clock, self.options, &owner, self.operator).await? {
             Ok(evidence) => evidence,
             Err(why) => return refused(why),
         };
-        let kept_decision = match keep(Key::Decision(id.to_owned())).await? {
+        // No index.json: ours is created first, if absent, so that a checkpoint another owner
+        // creates under this id meanwhile keeps it (its create fails, or ours does and this
+        // stops) — what a pass does for a marker without metadata.
+        if let Ok(None) = &index {
+            if !banklease::collector::create_tombstone(bank, id, &owner, now).await? {
+                match checkpoint::read_checkpoint(bank, id).await {
+                    Ok(Some(r)) if r.owner_id == owner && r.status == Status::Deleted => {}
+                    _ => {
+                        return refused(
+                            "an index.json appeared while it was judged (another owner took \
+                             the id?); nothing was replaced; run `checkpoint explain` and again",
+                        )
+                    }
+                }
+            }
+        }
+        let kept_decision = match self.keep(Key::Decision(id.to_owned())).await? {
             Ok(kept) => kept,
             Err(why) => return refused(why),
         };
-        // An unreadable index.json is kept too before it becomes the tombstone.
         let kept_index = match &index {
-            Err(_) => match keep(Key::Index(id.to_owned())).await? {
+            Err(_) => match self.keep(Key::Index(id.to_owned())).await? {
                 Ok(kept) => Some(kept),
-                Err(why) => return refused(why),
+                Err(why) => {
+                    return refused(format!(
+                        "{why} (the decision's bytes are kept at `{}`)",
+                        kept_decision.kept_at
+                    ))
+                }
             },
             Ok(_) => None,
         };
         let decision = Decision::collect(id, &owner, now, Some(evidence));
         banklease::collector::replace_decision(bank, &kept_decision, &decision).await?;
-        let created_at = match &index {
-            Ok(Some(record)) => Some(record.created_at),
-            _ => None,
-        };
-        match &kept_index {
-            Some(kept) => {
+        match (&index, &kept_index) {
+            (_, Some(kept)) => {
                 let tombstone = CheckpointRecord::new(id, &owner, Status::Deleted, now);
                 banklease::collector::replace_index(bank, kept, &tombstone).await?;
             }
-            None => {
+            // Protecting, its owner dead: nobody else may create the id while it exists.
+            (Ok(Some(record)), None) => {
+                let created_at = Some(record.created_at);
                 banklease::collector::write_tombstone(bank, id, &owner, created_at, now).await?;
             }
+            // Missing: the tombstone was created above.
+            _ => {}
         }
         let kept: Vec<String> = [Some(&kept_decision), kept_index.as_ref()]
             .into_iter()
@@ -333,10 +357,60 @@ impl Resolver<'_> {
             kept = ?kept, "resolved: collected (--as deleted)");
         Ok(Resolution::Collected { owner, kept })
     }
+
+    /// An unreadable decision whose outcome `record` states: rebuilt from it.
+    async fn restore_decision(
+        &self,
+        reason: &str,
+        record: &CheckpointRecord,
+        assertion: Assertion,
+    ) -> banklease::Result<Resolution> {
+        let by = match record.status {
+            Status::Available | Status::Error => Decider::Owner,
+            Status::Deleted => Decider::Gc,
+            other => {
+                return refused(format!(
+                    "its decision cannot be read ({reason}) and index.json says `{other}`, \
+                     which no decision records: restore the decision"
+                ))
+            }
+        };
+        if assertion == Assertion::Deleted && record.status != Status::Deleted {
+            return refused(format!(
+                "index.json records its owner's `{}`: the decision is rebuilt from it without \
+                 `--as deleted`; resolve never deletes what its owner completed",
+                record.status
+            ));
+        }
+        let kept = match self.keep(Key::Decision(self.id.to_owned())).await? {
+            Ok(kept) => kept,
+            Err(why) => return refused(why),
+        };
+        let decision = Decision {
+            format: CHECKPOINT_FORMAT,
+            checkpoint_id: self.id.to_owned(),
+            owner_id: record.owner_id.clone(),
+            by,
+            outcome: record.status,
+            token: uuid::Uuid::new_v4().to_string(),
+            decided_at: self.now,
+            evidence: None,
+        };
+        banklease::collector::replace_decision(self.bank, &kept, &decision).await?;
+        tracing::info!(checkpoint_id = self.id, owner_id = %record.owner_id,
+            operator = self.operator, outcome = %record.status, kept = %kept.kept_at,
+            "resolved: decision rebuilt from index.json");
+        Ok(Resolution::DecisionRestored {
+            owner: record.owner_id.clone(),
+            by,
+            outcome: record.status,
+            kept: kept.kept_at.to_string(),
+        })
+    }
 }
 
-/// The owner of `id`'s protecting marker, if one is listed.
-async fn marker_owner(bank: &Bank, id: &str) -> banklease::Result<Option<OwnerId>> {
+/// The owners whose protecting markers name checkpoint `id`.
+async fn marker_owners(bank: &Bank, id: &str) -> banklease::Result<Vec<OwnerId>> {
     let prefix = protecting_prefix(bank);
     let listed: Vec<_> = bank
         .store()
@@ -344,11 +418,15 @@ async fn marker_owner(bank: &Bank, id: &str) -> banklease::Result<Option<OwnerId
         .try_collect()
         .await
         .map_err(|e| banklease::Error::store("list", &prefix, e))?;
-    Ok(listed
+    let mut owners: Vec<OwnerId> = listed
         .iter()
         .filter_map(|m| parse_marker(bank, &m.location))
-        .find(|(_, checkpoint)| checkpoint == id)
-        .map(|(owner, _)| owner))
+        .filter(|(_, checkpoint)| checkpoint == id)
+        .map(|(owner, _)| owner)
+        .collect();
+    owners.sort();
+    owners.dedup();
+    Ok(owners)
 }
 
 /// The evidence that `owner` is dead as a pass would judge it, or why it is not.

@@ -3,12 +3,17 @@
 //! since it was kept is never replaced — by If-Match where the store enforces it, by a HEAD just
 //! before on Swift (which has no If-Match).
 
+#![allow(clippy::disallowed_methods)] // owners die on the real clock
+
 use banklease::checkpoint::{self, Decider, Decision, Status};
+use banklease::clock::SystemClock;
 use banklease::collector::{replace_decision, set_aside};
 use banklease::paths::Key;
-use banklease::{Error, OwnerId};
+use banklease::{Checkpoint, Error, OwnerId, OwnerLease};
+use banklease_gc::resolve::{resolve, Assertion, Resolution};
+use banklease_gc::GcOptions;
 use futures::TryStreamExt;
-use object_store::ObjectStoreExt;
+use object_store::{ObjectStoreExt, PutPayload};
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -85,4 +90,179 @@ async fn an_unreadable_record_is_kept_then_replaced_only_in_the_version_kept() {
         assert_eq!(kept.len(), 2, "{backend:?}: {kept:?}");
         assert_eq!(read(second.kept_at.clone()).await, "{torn, differently");
     }
+}
+
+/// A short-lived owner on the real clock that never renews: dead past `options()`'s grace
+/// after [`DEAD_AFTER`].
+async fn owner(bank: &banklease::Bank, id: &str, expire: std::time::Duration) -> OwnerLease {
+    let windows = banklease::LeaseWindows::new(
+        std::time::Duration::from_millis(300),
+        expire,
+        std::time::Duration::from_millis(100),
+    )
+    .unwrap();
+    OwnerLease::acquire(
+        bank,
+        OwnerId::parse(id).unwrap(),
+        windows,
+        std::sync::Arc::new(SystemClock),
+    )
+    .await
+    .unwrap()
+}
+
+/// 1 s expire window + 50 ms margin + 200 ms grace, and slack.
+const DEAD_AFTER: std::time::Duration = std::time::Duration::from_millis(1_600);
+
+fn options() -> GcOptions {
+    GcOptions::builder()
+        .grace(std::time::Duration::from_millis(200))
+        .skew_margin(std::time::Duration::from_millis(50))
+        .build()
+}
+
+fn clock() -> banklease::clock::SharedClock {
+    std::sync::Arc::new(SystemClock)
+}
+
+/// A live owner's checkpoint whose index.json is torn, and a dead owner's marker left on the
+/// same id (a create of it that failed, src/writer.rs): whichever marker a listing shows first,
+/// resolve judges neither owner by it. The in-memory store lists in key order, so the dead
+/// owner's `aaa-…` marker comes first.
+#[tokio::test]
+async fn markers_of_two_owners_on_one_id_are_refused_never_judged_by_the_first() {
+    let bank = banklease::Bank::open("memory://").unwrap();
+    let _dead = owner(&bank, "aaa-dead", std::time::Duration::from_secs(1)).await;
+    let live = owner(&bank, "zzz-live", std::time::Duration::from_secs(60)).await;
+    Checkpoint::create(&live, "cp-dup").await.unwrap();
+    let dead_marker =
+        checkpoint::marker_path(&bank, &OwnerId::parse("aaa-dead").unwrap(), "cp-dup");
+    bank.store()
+        .put(&dead_marker, PutPayload::default())
+        .await
+        .unwrap();
+    let index = Key::Index("cp-dup".into()).path(&bank);
+    bank.store().put(&index, "{torn".into()).await.unwrap();
+    tokio::time::sleep(DEAD_AFTER).await;
+
+    let r = resolve(
+        &bank,
+        &clock(),
+        &options(),
+        "cp-dup",
+        "test",
+        Assertion::None,
+    )
+    .await
+    .unwrap();
+    match r {
+        Resolution::Refused(why) => {
+            assert!(
+                why.contains("aaa-dead") && why.contains("zzz-live"),
+                "{why}"
+            )
+        }
+        other => panic!("judged by one marker: {other:?}"),
+    }
+    assert!(checkpoint::read_decision(&bank, "cp-dup")
+        .await
+        .unwrap()
+        .is_none());
+    let got = bank
+        .store()
+        .get(&index)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(&got[..], b"{torn");
+}
+
+/// `--as deleted` on an id whose index.json is missing: a live owner that creates the id while
+/// resolve judges the dead one (every write of resolve's held 300 ms) keeps its checkpoint —
+/// resolve's tombstone is create-if-absent, before the decision is replaced.
+#[tokio::test]
+async fn a_checkpoint_created_while_resolve_judges_is_never_tombstoned() {
+    use banklease_testkit::failing::{FailingStore, Op};
+    let inner = banklease::Bank::open("memory://").unwrap();
+    let dead = owner(&inner, "dead-x", std::time::Duration::from_secs(1)).await;
+    Checkpoint::create(&dead, "cp-reused").await.unwrap();
+    let index = Key::Index("cp-reused".into()).path(&inner);
+    inner.store().delete(&index).await.unwrap();
+    let decision = Key::Decision("cp-reused".into()).path(&inner);
+    inner.store().put(&decision, "{torn".into()).await.unwrap();
+    tokio::time::sleep(DEAD_AFTER).await;
+
+    let failing = std::sync::Arc::new(
+        FailingStore::new(inner.store().clone()).with_sleeping_clock(SystemClock),
+    );
+    failing.set_latency(Op::Put, std::time::Duration::from_millis(300));
+    let bank = inner.with_store(failing.clone());
+    let resolving = tokio::spawn(async move {
+        resolve(
+            &bank,
+            &clock(),
+            &options(),
+            "cp-reused",
+            "test",
+            Assertion::Deleted,
+        )
+        .await
+    });
+    for _ in 0..200 {
+        if failing.calls(Op::Put) > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(failing.calls(Op::Put) > 0, "resolve never wrote");
+    // While resolve's first write is held: a live owner takes the id.
+    let live = owner(&inner, "live-y", std::time::Duration::from_secs(60)).await;
+    Checkpoint::create(&live, "cp-reused").await.unwrap();
+
+    let r = resolving.await.unwrap().unwrap();
+    assert!(matches!(r, Resolution::Refused(_)), "{r:?}");
+    let now = checkpoint::read_checkpoint(&inner, "cp-reused")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (now.owner_id.as_str(), now.status),
+        ("live-y", Status::Protecting),
+        "the live owner's checkpoint"
+    );
+}
+
+/// An index.json a newer release wrote, no decision, a dead owner: refused before anything is
+/// written — no decision for a newer GC to act on.
+#[tokio::test]
+async fn a_newer_releases_index_is_refused_before_anything_is_written() {
+    let bank = banklease::Bank::open("memory://").unwrap();
+    let dead = owner(&bank, "dead-n", std::time::Duration::from_secs(1)).await;
+    Checkpoint::create(&dead, "cp-newer").await.unwrap();
+    let index = Key::Index("cp-newer".into()).path(&bank);
+    bank.store()
+        .put(&index, r#"{"format": 99}"#.into())
+        .await
+        .unwrap();
+    tokio::time::sleep(DEAD_AFTER).await;
+    let r = resolve(
+        &bank,
+        &clock(),
+        &options(),
+        "cp-newer",
+        "test",
+        Assertion::None,
+    )
+    .await
+    .unwrap();
+    match r {
+        Resolution::Refused(why) => assert!(why.contains("upgrade banklease"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(checkpoint::read_decision(&bank, "cp-newer")
+        .await
+        .unwrap()
+        .is_none());
 }

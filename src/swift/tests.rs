@@ -33,6 +33,8 @@ struct FakeState {
     seen_newest: Vec<(Method, String, Option<String>)>,
     /// Answer every PUT 403, as Swift answers a token with only the reader role.
     refuse_writes: bool,
+    /// Swift's answers carry no `Date` (Keystone's still do).
+    undated_store: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -104,7 +106,11 @@ impl HttpService for Fake {
         if s.revoke_after == Some(s.object_requests) {
             s.valid = None;
         }
-        let date = ("Date", "Sun, 22 Nov 2026 14:20:11 GMT".to_owned());
+        let date = if s.undated_store {
+            ("X-No-Date", String::new())
+        } else {
+            ("Date", "Sun, 22 Nov 2026 14:20:11 GMT".to_owned())
+        };
         if s.refuse_writes && parts.method == Method::PUT {
             return Ok(respond(
                 StatusCode::FORBIDDEN,
@@ -385,5 +391,46 @@ async fn a_reader_takes_the_stores_time_from_the_date_of_its_answer_widened_by_a
     assert_eq!(
         (last.0.clone(), last.1.as_str()),
         (Method::HEAD, "/v1/AUTH_p/c/bank/banklease.json")
+    );
+}
+
+/// The reader's HEAD meets a revoked token: the client authenticates again inside the dated
+/// request (Keystone's answer is dated 2035) and repeats the HEAD, whose answer has no `Date`.
+/// Keystone's Date never stands for the store's: no reading, a `ReadOnly` refusal.
+#[tokio::test]
+async fn keystones_date_never_stands_for_an_undated_store_answer() {
+    use crate::clock::{MockClock, SharedClock};
+    let fake = Fake::default();
+    {
+        let mut s = fake.state();
+        s.refuse_writes = true;
+        s.undated_store = true;
+        // Request 1: the reader's refused probe PUT; the token is revoked after it.
+        s.revoke_after = Some(1);
+    }
+    let store = SwiftBuilder::new()
+        .with_config(SwiftConfigKey::OsAuthUrl, "http://keystone.invalid:5000/v3")
+        .with_config(SwiftConfigKey::OsUsername, "alice")
+        .with_config(SwiftConfigKey::OsPassword, PASSWORD)
+        .with_config(SwiftConfigKey::OsProjectName, "proj")
+        .with_config(SwiftConfigKey::OsRegionName, "r1")
+        .with_container("c")
+        .with_http_connector(crate::store_date::DateRecorder::new(Arc::new(
+            FakeConnector(fake.clone()),
+        )))
+        .build()
+        .unwrap();
+    let bank = crate::Bank::from_swift(store, "bank", "swift://c/bank").reading_only();
+    let clock: SharedClock = Arc::new(MockClock::new());
+    let err = bank.store_time(&clock).await.unwrap_err();
+    assert!(
+        matches!(err, crate::Error::ReadOnly { .. }),
+        "judged on Keystone's Date? {err}"
+    );
+    assert!(err.to_string().contains("carry no Date header"), "{err}");
+    assert_eq!(
+        fake.state().issued,
+        2,
+        "authenticated again inside the dated HEAD"
     );
 }
