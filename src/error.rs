@@ -264,7 +264,10 @@ pub enum Error {
     },
 
     /// An object in the bank could not be parsed.
-    #[error("corrupt object: path=`{path}`: {reason}; inspect or remove it by hand")]
+    #[error(
+        "corrupt object: path=`{path}`: {reason}; inspect it (for a checkpoint's index.json or \
+         decision, `banklease checkpoint explain ID` says what to do)"
+    )]
     Corrupt {
         /// The object's path.
         path: String,

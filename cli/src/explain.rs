@@ -94,7 +94,7 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         index: match &index {
             Ok(Some(_)) => "present".to_owned(),
             Ok(None) => "missing".to_owned(),
-            Err(e) => format!("corrupt: {} ({index_path})", error_chain(e)),
+            Err(e) => format!("unreadable: {} ({index_path})", unreadable(e)),
         },
         status: index
             .as_ref()
@@ -105,7 +105,7 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         decision: match &decision {
             Ok(Some(d)) => format!("{} decided {}", decider(d.by), d.outcome),
             Ok(None) => "none".to_owned(),
-            Err(e) => format!("corrupt: {} ({decision_path})", error_chain(e)),
+            Err(e) => format!("unreadable: {} ({decision_path})", unreadable(e)),
         },
         decided: decision.as_ref().ok().and_then(Option::as_ref).cloned(),
         marker,
@@ -177,6 +177,15 @@ fn lease_now(view: &LeaseView, ctx: &Ctx) -> String {
     }
 }
 
+/// Why a record cannot be read, in words: a corrupt record's reason alone (what to do about it
+/// is `next`'s), any other error whole.
+fn unreadable(e: &banklease::Error) -> String {
+    match e {
+        banklease::Error::Corrupt { reason, .. } => reason.clone(),
+        other => error_chain(other),
+    }
+}
+
 /// Whether `e` says a newer release wrote the record (src/checkpoint.rs words it so).
 fn newer_format(e: &banklease::Error) -> bool {
     matches!(e, banklease::Error::Corrupt { reason, .. }
@@ -215,7 +224,7 @@ fn conclude(
 ) -> (String, String) {
     match decision {
         Err(e) => (
-            format!("its decision cannot be read: {}", error_chain(e)),
+            format!("its decision cannot be read: {}", unreadable(e)),
             match index {
                 _ if newer_format(e) => "needs a human: a newer banklease wrote this decision; \
                                          upgrade banklease (resolve never replaces it)"
@@ -271,7 +280,7 @@ fn conclude(
                      be finished and every gc pass counts an error; `banklease checkpoint \
                      resolve` rebuilds it from the decision (the unreadable bytes are kept under \
                      _banklease/set-aside/)",
-                    error_chain(e)
+                    unreadable(e)
                 ),
                 _ if finished && marker != Some(true) => {
                     "nothing: the decision is finished".to_owned()
@@ -282,7 +291,7 @@ fn conclude(
         }
         Ok(None) => match index {
             Err(e) => (
-                format!("its index.json cannot be read: {}", error_chain(e)),
+                format!("its index.json cannot be read: {}", unreadable(e)),
                 "needs a human: the gc never collects a checkpoint it cannot read; restore \
                  index.json, or run `banklease checkpoint resolve` (it collects it if its owner \
                  is dead, as the gc judges)"

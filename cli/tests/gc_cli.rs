@@ -86,7 +86,7 @@ fn a_pass_that_met_errors_exits_1_and_names_each_object() {
     assert!(!evidence["pass"].as_str().unwrap().is_empty(), "{json}");
     let corrupt_index = explain("cp-a");
     assert!(
-        corrupt_index.contains("index.json   corrupt: "),
+        corrupt_index.contains("index.json   unreadable: not valid JSON"),
         "{corrupt_index}"
     );
     assert!(

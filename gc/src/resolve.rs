@@ -132,7 +132,7 @@ pub async fn resolve(
     let owner = match &decision {
         Some(d) if d.by == Decider::Owner => return r.finish_owner_decision(d).await,
         Some(d) => d.owner_id.clone(),
-        None => match r.sole_marker_owner(&index_reason).await? {
+        None => match r.sole_marker_owner(Some(&index_reason)).await? {
             Ok(owner) => owner,
             Err(why) => return refused(why),
         },
@@ -208,18 +208,23 @@ impl Resolver<'_> {
     /// unknown: judging whichever a listing shows first could take a live owner's checkpoint.
     async fn sole_marker_owner(
         &self,
-        index_reason: &str,
+        index_reason: Option<&str>,
     ) -> banklease::Result<std::result::Result<OwnerId, String>> {
         let owners = marker_owners(self.bank, self.id).await?;
+        // `None`: there is no index.json at all.
+        let index = match index_reason {
+            Some(reason) => format!("its index.json cannot be read ({reason})"),
+            None => "it has no index.json".to_owned(),
+        };
         Ok(match owners.as_slice() {
             [owner] => Ok(owner.clone()),
             [] => Err(format!(
-                "its index.json cannot be read ({index_reason}) and no protecting marker names \
-                 its owner: nothing to judge it by; restore index.json"
+                "{index} and no protecting marker names its owner: nothing to judge it by; \
+                 restore index.json"
             )),
             several => Err(format!(
-                "its index.json cannot be read ({index_reason}) and protecting markers of \
-                 several owners name it ({}): which one wrote it is unknown; restore index.json",
+                "{index} and protecting markers of several owners name it ({}): which one wrote \
+                 it is unknown; restore index.json",
                 several
                     .iter()
                     .map(|o| format!("`{o}`"))
@@ -283,7 +288,7 @@ impl Resolver<'_> {
         }
         let owner = match &index {
             Ok(Some(record)) => record.owner_id.clone(),
-            Ok(None) => match self.sole_marker_owner("it is missing").await? {
+            Ok(None) => match self.sole_marker_owner(None).await? {
                 Ok(owner) => owner,
                 Err(why) => return refused(why),
             },
@@ -291,7 +296,7 @@ impl Resolver<'_> {
                 if let Err(why) = self.check(Key::Index(id.to_owned())).await? {
                     return refused(why);
                 }
-                match self.sole_marker_owner(index_reason).await? {
+                match self.sole_marker_owner(Some(index_reason)).await? {
                     Ok(owner) => owner,
                     Err(why) => return refused(why),
                 }

@@ -119,4 +119,5 @@ class ClockStep(BankleaseError):
 
 
 class CorruptObject(BankleaseError):
-    """An object in the bank cannot be parsed (``.path``): inspect or remove it by hand."""
+    """An object in the bank cannot be parsed (``.path``): inspect it (``banklease checkpoint
+    explain ID`` says what to do about a checkpoint's records)."""
