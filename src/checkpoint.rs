@@ -114,6 +114,24 @@ pub struct CheckpointRecord {
     pub status: Status,
     /// When it was created (owner's wall clock, for humans).
     pub created_at: DateTime<Utc>,
+    /// Set when an operator's `checkpoint resolve` rebuilt this record (then `created_at` is
+    /// the decision's time: the original was lost with the unreadable bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuilt: Option<Rebuilt>,
+}
+
+/// Who rebuilt a record that could not be read (`banklease checkpoint resolve`), when, and from
+/// what: the rebuilt record says so itself, and `checkpoint explain` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rebuilt {
+    /// Who ran `checkpoint resolve` (its `--operator`).
+    pub operator: String,
+    /// When (the operator's wall clock).
+    pub at: DateTime<Utc>,
+    /// The record it was rebuilt from: `index.json` or `decision`.
+    pub from: String,
+    /// Where the unreadable bytes it replaced are kept (`_banklease/set-aside/...`).
+    pub kept_at: String,
 }
 
 impl CheckpointRecord {
@@ -121,6 +139,7 @@ impl CheckpointRecord {
     pub fn new(id: &str, owner: &OwnerId, status: Status, created_at: DateTime<Utc>) -> Self {
         Self {
             format: CHECKPOINT_FORMAT,
+            rebuilt: None,
             id: id.to_owned(),
             owner_id: owner.clone(),
             status,
@@ -192,6 +211,10 @@ pub struct Decision {
     /// Why the GC decided (its decisions only; `banklease checkpoint explain` prints it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence: Option<Evidence>,
+    /// Set when an operator's `checkpoint resolve` rebuilt this decision from `index.json`
+    /// (then `decided_at` is when it was rebuilt: the original was lost).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuilt: Option<Rebuilt>,
 }
 
 impl Decision {
@@ -205,6 +228,7 @@ impl Decision {
     ) -> Self {
         Self {
             format: CHECKPOINT_FORMAT,
+            rebuilt: None,
             checkpoint_id: id.to_owned(),
             owner_id: owner.clone(),
             by: Decider::Gc,

@@ -53,7 +53,8 @@ pub async fn finish_owner_decision(bank: &Bank, decision: &Decision) -> Result<(
     let index = index_path(bank, id);
     // Never overwrite what cannot be read (a newer format, garbage, a store error): the error
     // leaves the marker, so the move is retried, and an operator sees why.
-    let created_at = match read_checkpoint(bank, id).await? {
+    let existing = read_checkpoint(bank, id).await?;
+    let created_at = match &existing {
         Some(r) if r.owner_id != decision.owner_id => {
             return Err(Error::Corrupt {
                 path: index.to_string(),
@@ -66,7 +67,9 @@ pub async fn finish_owner_decision(bank: &Bank, decision: &Decision) -> Result<(
         Some(r) => r.created_at,
         None => decision.decided_at,
     };
-    let record = CheckpointRecord::new(id, &decision.owner_id, decision.outcome, created_at);
+    let mut record = CheckpointRecord::new(id, &decision.owner_id, decision.outcome, created_at);
+    // An operator's rebuilt record keeps saying so.
+    record.rebuilt = existing.and_then(|r| r.rebuilt);
     write_index(bank, &record, false).await?;
     let marker = marker_path(bank, &decision.owner_id, id);
     match bank.store().delete(&marker).await {

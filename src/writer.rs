@@ -193,6 +193,7 @@ impl Checkpoint {
         let bank = self.lease.bank();
         let decision = Decision {
             format: CHECKPOINT_FORMAT,
+            rebuilt: None,
             checkpoint_id: self.id.clone(),
             owner_id: self.lease.owner_id().clone(),
             by: Decider::Owner,

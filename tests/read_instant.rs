@@ -227,6 +227,7 @@ async fn an_ambiguous_create_keeps_its_marker() {
     let index = checkpoint::index_path(&bank, "cp1");
     let first = checkpoint::CheckpointRecord {
         format: checkpoint::CHECKPOINT_FORMAT,
+        rebuilt: None,
         id: "cp1".to_owned(),
         owner_id: lease.owner_id().clone(),
         status: Status::Protecting,
@@ -301,6 +302,7 @@ async fn adopt_of_another_owners_checkpoint_removes_our_marker() {
     let marker = checkpoint::marker_path(&w.owner_bank, lease.owner_id(), "cp9");
     let theirs = checkpoint::CheckpointRecord {
         format: checkpoint::CHECKPOINT_FORMAT,
+        rebuilt: None,
         id: "cp9".to_owned(),
         owner_id: OwnerId::parse("them").unwrap(),
         status: Status::Protecting,
@@ -342,6 +344,7 @@ async fn adopt_keeps_the_marker_when_index_json_reads_as_missing() {
     let marker = checkpoint::marker_path(&w.gc_bank, lease.owner_id(), "cpa");
     let ours = checkpoint::CheckpointRecord {
         format: checkpoint::CHECKPOINT_FORMAT,
+        rebuilt: None,
         id: "cpa".to_owned(),
         owner_id: lease.owner_id().clone(),
         status: Status::Protecting,

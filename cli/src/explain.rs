@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use banklease::checkpoint::{self, CheckpointRecord, Decider, Decision, Evidence, Status};
+use banklease::checkpoint::{self, CheckpointRecord, Decider, Decision, Evidence, Rebuilt, Status};
 use banklease::{error_chain, LeaseView, OwnerId};
 use object_store::ObjectStoreExt;
 use serde::Serialize;
@@ -24,6 +24,9 @@ struct Explanation {
     decision: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     decided: Option<Decision>,
+    /// Set when an operator's `checkpoint resolve` rebuilt index.json.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    index_rebuilt: Option<Rebuilt>,
     /// The protecting marker: present, absent, or unknown (no owner known).
     marker: Option<bool>,
     /// The owner's lease now, on the store's clock.
@@ -47,7 +50,11 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
     let owner: Option<OwnerId> = match (&index, &decision) {
         (Ok(Some(r)), _) => Some(r.owner_id.clone()),
         (_, Ok(Some(d))) => Some(d.owner_id.clone()),
-        _ => None,
+        // Neither record names it: the one owner whose protecting marker does, if one does.
+        _ => match banklease_gc::resolve::marker_owners(bank, id).await {
+            Ok(owners) if owners.len() == 1 => owners.into_iter().next(),
+            _ => None,
+        },
     };
     let marker = match &owner {
         Some(o) => match bank
@@ -108,6 +115,11 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
             Err(e) => format!("unreadable: {} ({decision_path})", unreadable(e)),
         },
         decided: decision.as_ref().ok().and_then(Option::as_ref).cloned(),
+        index_rebuilt: index
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .and_then(|r| r.rebuilt.clone()),
         marker,
         owner_now: owner_now.as_ref().map(|v| match (v, &reaped) {
             (LeaseView::Missing, Some(r)) => format!(
@@ -139,6 +151,29 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         {
             lines.push(("decided_at", to_second(&decided_at.to_rfc3339())));
             lines.push(("collector", format!("{} (pass {})", e.collector, e.pass)));
+        }
+        let rebuilt = |what: &str, r: &Rebuilt, lost: &str| {
+            format!(
+                "{what} rebuilt from its {} by {} at {} ({lost} is unknown; the unreadable \
+                 bytes are kept at `{}`)",
+                r.from,
+                r.operator,
+                to_second(&r.at.to_rfc3339()),
+                r.kept_at
+            )
+        };
+        if let Some(r) = explanation
+            .decided
+            .as_ref()
+            .and_then(|d| d.rebuilt.as_ref())
+        {
+            lines.push((
+                "rebuilt",
+                rebuilt("decision", r, "when it was first decided"),
+            ));
+        }
+        if let Some(r) = &explanation.index_rebuilt {
+            lines.push(("rebuilt", rebuilt("index.json", r, "when it was created")));
         }
         lines.push((
             "marker",
@@ -264,6 +299,10 @@ fn conclude(
                 (Decider::Gc, None) => "the gc collected it (a release that recorded no \
                                         evidence in its decisions)"
                     .to_owned(),
+                (Decider::Owner, _) if d.rebuilt.is_some() => format!(
+                    "its owner completed it as {} (when is unknown: its decision was rebuilt)",
+                    d.outcome
+                ),
                 (Decider::Owner, _) => format!(
                     "its owner completed it as {} at {}",
                     d.outcome,
@@ -275,11 +314,16 @@ fn conclude(
                 _ => false,
             };
             let next = match index {
+                Err(e) if newer_format(e) => {
+                    "needs a human: a newer banklease wrote its index.json; upgrade banklease \
+                     (resolve never replaces it)"
+                        .to_owned()
+                }
                 Err(e) => format!(
                     "needs a human: its index.json cannot be read ({}), so the decision cannot \
                      be finished and every gc pass counts an error; `banklease checkpoint \
-                     resolve` rebuilds it from the decision (the unreadable bytes are kept under \
-                     _banklease/set-aside/)",
+                     resolve {id}` rebuilds it from the decision (the unreadable bytes are kept \
+                     under _banklease/set-aside/)",
                     unreadable(e)
                 ),
                 _ if finished && marker != Some(true) => {
@@ -292,10 +336,23 @@ fn conclude(
         Ok(None) => match index {
             Err(e) => (
                 format!("its index.json cannot be read: {}", unreadable(e)),
-                "needs a human: the gc never collects a checkpoint it cannot read; restore \
-                 index.json, or run `banklease checkpoint resolve` (it collects it if its owner \
-                 is dead, as the gc judges)"
-                    .to_owned(),
+                if newer_format(e) {
+                    "needs a human: a newer banklease wrote its index.json; upgrade banklease \
+                     (resolve never replaces it)"
+                        .to_owned()
+                } else if matches!(owner_now, Some(LeaseView::Alive { .. })) {
+                    "needs a human: its owner is alive, and resolve never takes a live owner's \
+                     checkpoint; restore index.json from a backup, or once the owner has been \
+                     dead for the grace, `banklease checkpoint resolve` collects it"
+                        .to_owned()
+                } else {
+                    format!(
+                        "needs a human: the gc never collects a checkpoint it cannot read; \
+                         restore index.json, or run `banklease checkpoint resolve {id}` (it \
+                         collects it once its owner is dead, as the gc judges; the unreadable \
+                         bytes are kept under _banklease/set-aside/)"
+                    )
+                },
             ),
             Ok(Some(r)) if r.status == Status::Protecting => match owner_now {
                 Some(LeaseView::Alive { .. }) => (
@@ -387,6 +444,11 @@ pub(crate) async fn resolve(
         ),
         Resolution::Refused(why) => {
             eprintln!("not resolved: checkpoint `{id}`: {why}");
+            if ctx.json {
+                out_json(&serde_json::json!({
+                    "checkpoint_id": id, "resolved": false, "reason": why,
+                }))?;
+            }
             return Ok(Outcome::No);
         }
         _ => return Ok(Outcome::No),

@@ -85,8 +85,14 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool, beside: bool) -> R
     // The pass completed; say on stderr, one line each, what an operator must look at.
     for problem in &report.problems {
         eprintln!(
-            "error: {}: {} (left for the next pass)",
-            problem.object, problem.error
+            "error: {}: {} ({})",
+            problem.object,
+            problem.error,
+            if problem.needs_human {
+                "every pass meets it until a human acts: `banklease checkpoint explain` says how"
+            } else {
+                "left for the next pass"
+            }
         );
     }
     if report.problems_omitted > 0 {

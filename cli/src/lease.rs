@@ -141,9 +141,10 @@ impl JudgedLease {
 }
 
 /// The owner `given` names: itself when it has a lease, else the one owner with a lease whose
-/// id starts with it (as `lease list` shows ids), else itself (its lease is missing). Two or more
-/// are refused, naming them. For `lease show` only: a judgement (`validity-check`) takes the
-/// full id, so that a dead owner's id never reads as a live one's.
+/// id starts with it (as `lease list` shows ids), else the one owner with a reap record whose id
+/// starts with it, else itself (its lease is missing). Two or more are refused, naming them.
+/// For `lease show` only: a judgement (`validity-check`) takes the full id, so that a dead
+/// owner's id never reads as a live one's.
 async fn resolve_prefix(ctx: &Ctx, given: OwnerId) -> Result<OwnerId> {
     let bank = &ctx.bank;
     let path = bank.lease_path(&given);
@@ -152,32 +153,72 @@ async fn resolve_prefix(ctx: &Ctx, given: OwnerId) -> Result<OwnerId> {
         Err(object_store::Error::NotFound { .. }) => {}
         Err(e) => return Err(banklease::Error::store("head", &path, e).into()),
     }
-    let prefix = Prefix::Leases.path(bank);
-    let listed: Vec<ObjectMeta> = bank
+    for listed in [Listed::Leases, Listed::Reaped] {
+        let mut matches = owners_starting_with(ctx, listed, &given).await?;
+        match matches.len() {
+            0 => continue,
+            1 => return Ok(matches.remove(0)),
+            n => {
+                let names: Vec<&str> = matches.iter().map(OwnerId::as_str).collect();
+                anyhow::bail!(
+                    "owner id prefix `{given}` is ambiguous: {n} {} start with it ({}); give \
+                     more of the id",
+                    listed.what(),
+                    names.join(", ")
+                )
+            }
+        }
+    }
+    Ok(given)
+}
+
+/// Where owner ids are listed from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Listed {
+    /// `leases/`
+    Leases,
+    /// `gc/reaped/`
+    Reaped,
+}
+
+impl Listed {
+    fn what(self) -> &'static str {
+        match self {
+            Listed::Leases => "leases",
+            Listed::Reaped => "reap records",
+        }
+    }
+}
+
+/// The owners listed under `listed` whose id starts with `given` and is longer.
+pub(crate) async fn owners_starting_with(
+    ctx: &Ctx,
+    listed: Listed,
+    given: &OwnerId,
+) -> Result<Vec<OwnerId>> {
+    let bank = &ctx.bank;
+    let prefix = match listed {
+        Listed::Leases => Prefix::Leases.path(bank),
+        Listed::Reaped => Prefix::GcReaped.path(bank),
+    };
+    let metas: Vec<ObjectMeta> = bank
         .store()
         .list(Some(&prefix))
         .try_collect()
         .await
         .with_context(|| format!("cannot list `{prefix}` in bank=`{}`", bank.label()))?;
-    let mut matches: Vec<OwnerId> = listed
+    Ok(metas
         .iter()
-        .filter_map(|meta| match Key::parse(bank, &meta.location) {
-            Some(Key::Lease(owner)) if owner.as_str().starts_with(given.as_str()) => Some(owner),
+        .filter_map(|meta| match (listed, Key::parse(bank, &meta.location)) {
+            (Listed::Leases, Some(Key::Lease(owner)))
+            | (Listed::Reaped, Some(Key::GcReaped(owner)))
+                if owner.as_str().starts_with(given.as_str()) && owner != *given =>
+            {
+                Some(owner)
+            }
             _ => None,
         })
-        .collect();
-    match matches.len() {
-        0 => Ok(given),
-        1 => Ok(matches.remove(0)),
-        n => {
-            let names: Vec<&str> = matches.iter().map(OwnerId::as_str).collect();
-            anyhow::bail!(
-                "owner id prefix `{given}` is ambiguous: {n} leases start with it ({}); give \
-                 more of the id",
-                names.join(", ")
-            )
-        }
-    }
+        .collect())
 }
 
 /// `banklease lease list`

@@ -331,7 +331,10 @@ fn runs_a_command(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
 }
 
 fn init_tracing() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    // A pass's problems are printed from its report, one `error:` line each: not logged twice.
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new(format!("warn,{}=off", banklease_gc::report::PROBLEM_TARGET))
+    });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(banklease_gc::logging::stderr_colour())
@@ -462,13 +465,13 @@ async fn run(cli: Cli) -> Result<Outcome> {
                 Some("deleted") => banklease_gc::resolve::Assertion::Deleted,
                 _ => banklease_gc::resolve::Assertion::None,
             };
-            explain::resolve(
-                &ctx,
-                &id,
-                operator.as_deref().unwrap_or("unknown"),
-                assertion,
-            )
-            .await
+            let Some(operator) = operator.filter(|o| !o.trim().is_empty()) else {
+                anyhow::bail!(
+                    "checkpoint resolve records who resolved it: pass --operator NAME (or set \
+                     USER)"
+                );
+            };
+            explain::resolve(&ctx, &id, &operator, assertion).await
         }
         Command::Gc {
             dry_run,

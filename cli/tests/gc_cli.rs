@@ -22,6 +22,14 @@ fn a_pass_that_met_errors_exits_1_and_names_each_object() {
     std::fs::create_dir_all(bank.join("decisions")).unwrap();
     std::fs::write(bank.join("decisions/cp-b"), "{not json either").unwrap();
 
+    // A dry run names what the pass would meet, and acts on nothing.
+    let out = cli(&url, &["gc", "--dry-run"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains("errors 2"), "{stdout}");
+    assert_eq!(stderr.lines().count(), 2, "{stderr}");
+    assert!(bank.join("checkpoints/cp-c/index.json").exists());
+
     let out = cli(&url, &["gc"]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
@@ -38,7 +46,13 @@ fn a_pass_that_met_errors_exits_1_and_names_each_object() {
             .find(|l| l.starts_with(&format!("error: checkpoint `{id}`: ")))
             .unwrap_or_else(|| panic!("{id} not named: {stderr}"));
         assert!(line.contains(path), "{line}");
-        assert!(line.ends_with("(left for the next pass)"), "{line}");
+        // A record that cannot be read does not heal by itself: the line says who acts.
+        assert!(
+            line.ends_with(
+                "(every pass meets it until a human acts: `banklease checkpoint explain` says how)"
+            ),
+            "{line}"
+        );
     }
 
     // The JSON report names them too, and the next pass meets them again.

@@ -122,6 +122,16 @@ fn an_unreadable_decision_is_rebuilt_from_the_outcome_index_json_records() {
     let decision = json(bank.join("decisions/cp-done"));
     assert_eq!(decision["by"], "owner", "{decision}");
     assert_eq!(decision["outcome"], "available", "{decision}");
+    // It says it was rebuilt, by whom and from what; its first time is not made up.
+    assert_eq!(decision["rebuilt"]["operator"], "ci-operator", "{decision}");
+    assert_eq!(decision["rebuilt"]["from"], "index.json", "{decision}");
+    let explained = text(&cli(&url, &["checkpoint", "explain", "cp-done"]).stdout);
+    for needle in [
+        "its owner completed it as available (when is unknown: its decision was rebuilt)",
+        "rebuilt      decision rebuilt from its index.json by ci-operator at ",
+    ] {
+        assert!(explained.contains(needle), "{needle}\n{explained}");
+    }
 
     // The gc now passes clean: the zombie collected, the completed checkpoint and its data kept.
     let out = cli(&url, &["gc"]);
@@ -130,7 +140,7 @@ fn an_unreadable_decision_is_rebuilt_from_the_outcome_index_json_records() {
     assert!(!bank.join("checkpoints/cp-zombie/data/blob").exists());
     // A decision that reads is never replaced.
     let out = cli(&url, &["checkpoint", "resolve", "cp-done"]);
-    assert_refused(&out, &["its index.json reads"]);
+    assert_refused(&out, &["its index.json and decision read"]);
 }
 
 #[test]
@@ -218,8 +228,9 @@ fn an_unreadable_index_under_its_owners_decision_is_rebuilt_from_the_decision() 
         ),
         "{stdout}"
     );
-    let record = json(index);
+    let record = json(index.clone());
     assert_eq!(record["status"], "available", "{record}");
+    assert_eq!(record["rebuilt"]["from"], "decision", "{record}");
     let kept = kept(&bank);
     assert_eq!(kept.len(), 1);
     assert!(kept[0].0.ends_with(".index.cp-done"), "{kept:?}");
@@ -227,6 +238,45 @@ fn an_unreadable_index_under_its_owners_decision_is_rebuilt_from_the_decision() 
     let out = cli(&url, &["gc"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(bank.join("checkpoints/cp-done/data/blob").exists());
+    assert_eq!(
+        json(index)["rebuilt"]["operator"],
+        "ci-operator",
+        "still says so after the gc finished its owner's move"
+    );
+}
+
+/// What resolve says when there is nothing for it to do, in one line each, and in JSON too;
+/// and that it will not run without knowing who resolves.
+#[test]
+fn resolve_says_what_is_there_and_who_resolves() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = dead_owner_bank(dir.path(), &["cp-ok"]);
+    let out = cli(&url, &["checkpoint", "resolve", "nosuch"]);
+    assert_refused(
+        &out,
+        &["it is not in the bank: no index.json, no decision, no marker"],
+    );
+    let out = cli(
+        &url,
+        &["checkpoint", "resolve", "nosuch", "--as", "deleted"],
+    );
+    assert_refused(&out, &["it has no decision: `--as deleted` is only for"]);
+    let out = cli(&url, &["--json", "checkpoint", "resolve", "cp-ok"]);
+    assert_refused(&out, &["its index.json and decision read"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["resolved"], false, "{json}");
+    assert!(json["reason"].as_str().unwrap().contains("read"), "{json}");
+
+    let mut cmd = std::process::Command::new(common::BIN);
+    let out = cmd
+        .args(["--bank", &url, "checkpoint", "resolve", "cp-ok"])
+        .env_remove("USER")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("pass --operator NAME (or set USER)"), "{err}");
 }
 
 #[test]
@@ -269,7 +319,7 @@ fn resolve_refuses_a_live_owners_checkpoint() {
         .enable_all()
         .build()
         .unwrap();
-    let _lease = runtime.block_on(async {
+    let lease = runtime.block_on(async {
         let bank = Bank::open(&url).unwrap();
         let windows = LeaseWindows::new(
             Duration::from_secs(10),
@@ -294,6 +344,14 @@ fn resolve_refuses_a_live_owners_checkpoint() {
     );
     assert_eq!(std::fs::read_to_string(&index).unwrap(), "{garbage");
     assert!(!dir.path().join("bank/decisions/cp-live").exists());
+    // explain finds the owner by its marker and says it is alive.
+    let explained = text(&cli(&url, &["checkpoint", "explain", "cp-live"]).stdout);
+    let owner = lease.owner_id().to_string();
+    assert!(
+        explained.contains(&format!("owner        {owner}")),
+        "{explained}"
+    );
+    assert!(explained.contains("its owner is alive"), "{explained}");
 
     let decision = dir.path().join("bank/decisions/cp-live");
     std::fs::create_dir_all(decision.parent().unwrap()).unwrap();

@@ -157,7 +157,7 @@ impl Batch {
                 break;
             };
             if w.failed {
-                tracing::warn!(checkpoint_id = w.listed.id, owner_id = %w.listed.owner,
+                tracing::warn!(target: crate::report::PROBLEM_TARGET, checkpoint_id = w.listed.id, owner_id = %w.listed.owner,
                     "deleting a collected checkpoint's data failed; the next pass resumes it");
                 report.failed(Problem::new(
                     format!("checkpoint `{}`", w.listed.id),
@@ -193,7 +193,7 @@ impl Batch {
                     self.tombstoned.push((listed.owner, marker));
                 }
                 Err(e) => {
-                    tracing::warn!(checkpoint_id = listed.id, owner_id = %listed.owner,
+                    tracing::warn!(target: crate::report::PROBLEM_TARGET, checkpoint_id = listed.id, owner_id = %listed.owner,
                         error = %error_chain(&e),
                         "writing a collected checkpoint's tombstone failed; the next pass resumes it");
                     report.failed(Problem::new(

@@ -110,7 +110,12 @@ impl Collecting<'_> {
                     return Ok(Outcome::Skipped);
                 }
                 if ctx.options.dry_run {
-                    return Ok(Outcome::Collected);
+                    // What a pass would meet, read but not acted on: a record that cannot be
+                    // read is a problem a dry run names too.
+                    return self
+                        .dry_run_one(&owner, &id)
+                        .await
+                        .map_err(|e| (format!("checkpoint `{id}`"), e));
                 }
                 self.collect_one(&owner, &id, tally.evidence.as_ref())
                     .await
@@ -131,9 +136,9 @@ impl Collecting<'_> {
                     clean = false;
                 }
                 Err((object, e)) => {
-                    tracing::warn!(owner_id = %tally.owner, object, error = %error_chain(&e),
+                    tracing::warn!(target: crate::report::PROBLEM_TARGET, owner_id = %tally.owner, object, error = %error_chain(&e),
                         "collecting a checkpoint failed; the next pass resumes it");
-                    report.failed(Problem::new(object, error_chain(&e)));
+                    report.failed(Problem::of(object, &e));
                     clean = false;
                 }
             }
@@ -165,6 +170,18 @@ impl Collecting<'_> {
 
     /// Collect one checkpoint: check its owner and status, win the decision, mark it for the
     /// late sweep, delete data, metadata, marker — in that order.
+    /// What [`collect_one`](Self::collect_one) would do, by reading only: the records it
+    /// would read must read, and `index.json` must name the marker's owner.
+    async fn dry_run_one(&self, owner: &OwnerId, id: &str) -> banklease::Result<Outcome> {
+        let bank = &self.ctx.bank;
+        let index = checkpoint::read_checkpoint(bank, id).await?;
+        read_decision(bank, id).await?;
+        Ok(match index {
+            Some(record) if record.owner_id != *owner => Outcome::Skipped,
+            _ => Outcome::Collected,
+        })
+    }
+
     async fn collect_one(
         &self,
         owner: &OwnerId,

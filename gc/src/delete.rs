@@ -41,7 +41,7 @@ pub(crate) async fn delete_markers(
         match result {
             Ok(_) | Err(object_store::Error::NotFound { .. }) => done += 1,
             Err(e) => {
-                tracing::warn!(error = %e, "deleting {what} failed; a later pass finds it again");
+                tracing::warn!(target: crate::report::PROBLEM_TARGET, error = %e, "deleting {what} failed; a later pass finds it again");
                 let object = error_path(&e).unwrap_or_else(|| what.to_owned());
                 failed.push(Problem::new(object, banklease::error_chain(&e)));
             }

@@ -36,7 +36,7 @@ pub(crate) async fn reap_leases(
         let meta = match item {
             Ok(meta) => meta,
             Err(e) => {
-                tracing::warn!(error = %error_chain(&e), "listing leases failed");
+                tracing::warn!(target: crate::report::PROBLEM_TARGET, error = %error_chain(&e), "listing leases failed");
                 report.failed(Problem::new(format!("listing `{prefix}`"), error_chain(&e)));
                 break;
             }
@@ -110,7 +110,7 @@ pub(crate) async fn reap_leases(
         match result {
             Ok(()) => report.leases_reaped += 1,
             Err((owner, what, e)) => {
-                tracing::warn!(owner_id = %owner, error = %error_chain(&e), what,
+                tracing::warn!(target: crate::report::PROBLEM_TARGET, owner_id = %owner, error = %error_chain(&e), what,
                     "reaping a lease failed");
                 report.failed(Problem::new(
                     format!("lease of owner `{owner}`"),

@@ -116,7 +116,7 @@ pub(crate) async fn delete_listed(
             Ok(meta) if stale(&meta) => found.push(meta.location),
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(error = %banklease::error_chain(&e), what, "listing failed");
+                tracing::warn!(target: crate::report::PROBLEM_TARGET, error = %banklease::error_chain(&e), what, "listing failed");
                 errors.push(Problem::new(
                     format!("listing `{prefix}`"),
                     banklease::error_chain(&e),
@@ -130,7 +130,7 @@ pub(crate) async fn delete_listed(
         match bank.store().delete(&path).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => {
-                tracing::warn!(path = %path, error = %banklease::error_chain(&e), what,
+                tracing::warn!(target: crate::report::PROBLEM_TARGET, path = %path, error = %banklease::error_chain(&e), what,
                     "removing failed");
                 errors.push(Problem::new(
                     format!("{what} `{path}`"),

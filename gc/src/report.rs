@@ -8,6 +8,11 @@ use serde::Serialize;
 /// Errors a report names one by one; the rest are counted (`problems_omitted`).
 pub const MAX_PROBLEMS: usize = 100;
 
+/// The tracing target of the log line each [`Problem`] also gets: a daemon's log names every
+/// problem there; `banklease gc` prints the report's instead and filters this target out, so
+/// that each problem is said once.
+pub const PROBLEM_TARGET: &str = "banklease_gc::problem";
+
 /// One thing a pass could not handle; it is left for the next pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
@@ -15,6 +20,9 @@ pub struct Problem {
     pub object: String,
     /// Why, with its causes (a corrupt object's path and what is wrong with it).
     pub error: String,
+    /// Whether only a human can clear it (a record that cannot be read): a later pass meets it
+    /// again, unlike a store error that may pass.
+    pub needs_human: bool,
 }
 
 impl Problem {
@@ -22,6 +30,15 @@ impl Problem {
         Self {
             object: object.into(),
             error: error.to_string(),
+            needs_human: false,
+        }
+    }
+
+    /// A problem from a library error: a corrupt record needs a human.
+    pub(crate) fn of(object: impl Into<String>, error: &banklease::Error) -> Self {
+        Self {
+            needs_human: matches!(error, banklease::Error::Corrupt { .. }),
+            ..Self::new(object, banklease::error_chain(error))
         }
     }
 }

@@ -24,7 +24,7 @@
 //! a newer release wrote is refused, never replaced.
 
 use banklease::checkpoint::{self, parse_marker, protecting_prefix, Decided, Decider, Decision};
-use banklease::checkpoint::{CheckpointRecord, Evidence, Status, CHECKPOINT_FORMAT};
+use banklease::checkpoint::{CheckpointRecord, Evidence, Rebuilt, Status, CHECKPOINT_FORMAT};
 use banklease::clock::SharedClock;
 use banklease::collector::SetAside;
 use banklease::paths::Key;
@@ -111,19 +111,38 @@ pub async fn resolve(
         Err(e) => return Err(e),
     };
     if assertion == Assertion::Deleted {
-        return refused(
-            "its decision reads: `--as deleted` is only for a decision that cannot be read",
-        );
+        return refused(match decision {
+            Some(_) => {
+                "its decision reads: `--as deleted` is only for a decision that cannot be \
+                        read"
+            }
+            None => {
+                "it has no decision: `--as deleted` is only for a decision that cannot be \
+                     read"
+            }
+        });
     }
-    let index_reason = match checkpoint::read_checkpoint(bank, id).await {
-        Ok(_) => {
-            return refused(
-                "its index.json reads: the gc handles it (`checkpoint explain` says when)",
-            )
-        }
-        Err(banklease::Error::Corrupt { reason, .. }) => reason,
-        Err(e) => return Err(e),
-    };
+    let index_reason =
+        match checkpoint::read_checkpoint(bank, id).await {
+            Ok(Some(_)) => return refused(
+                "its index.json and decision read: the gc handles it (`checkpoint explain` says \
+                 when)",
+            ),
+            Ok(None) if decision.is_some() => {
+                return refused("it has no index.json, and the next gc pass finishes its decision")
+            }
+            Ok(None) if marker_owners(bank, id).await?.is_empty() => {
+                return refused("it is not in the bank: no index.json, no decision, no marker")
+            }
+            Ok(None) => {
+                return refused(
+                    "it has a protecting marker but no index.json: the gc collects it once its \
+                 owner is dead (`checkpoint explain` says when)",
+                )
+            }
+            Err(banklease::Error::Corrupt { reason, .. }) => reason,
+            Err(e) => return Err(e),
+        };
     // A newer release's index.json (or one repaired meanwhile) is refused before anything is
     // written: no decision is left for a newer GC to act on.
     if let Err(why) = r.check(Key::Index(id.to_owned())).await? {
@@ -158,7 +177,8 @@ pub async fn resolve(
         Ok(kept) => kept,
         Err(why) => return refused(why),
     };
-    let tombstone = CheckpointRecord::new(id, &owner, Status::Deleted, r.now);
+    let mut tombstone = CheckpointRecord::new(id, &owner, Status::Deleted, r.now);
+    tombstone.rebuilt = Some(r.rebuilt("decision", &kept));
     banklease::collector::replace_index(bank, &kept, &tombstone).await?;
     tracing::info!(checkpoint_id = id, owner_id = %owner, operator, kept = %kept.kept_at,
         "resolved: collected");
@@ -193,6 +213,16 @@ struct Resolver<'a> {
 }
 
 impl Resolver<'_> {
+    /// What a record this call rebuilds says of itself.
+    fn rebuilt(&self, from: &str, kept: &SetAside) -> Rebuilt {
+        Rebuilt {
+            operator: self.operator.to_owned(),
+            at: self.now,
+            from: from.to_owned(),
+            kept_at: kept.kept_at.to_string(),
+        }
+    }
+
     /// Whether the unreadable record at `key` may be replaced (nothing written).
     async fn check(&self, key: Key) -> banklease::Result<std::result::Result<(), String>> {
         refusal(banklease::collector::check_replaceable(self.bank, &key).await)
@@ -242,7 +272,8 @@ impl Resolver<'_> {
             Ok(kept) => kept,
             Err(why) => return refused(why),
         };
-        let record = CheckpointRecord::new(self.id, &d.owner_id, d.outcome, d.decided_at);
+        let mut record = CheckpointRecord::new(self.id, &d.owner_id, d.outcome, d.decided_at);
+        record.rebuilt = Some(self.rebuilt("decision", &kept));
         banklease::collector::replace_index(self.bank, &kept, &record).await?;
         banklease::collector::finish_owner_decision(self.bank, d).await?;
         tracing::info!(checkpoint_id = self.id, owner_id = %d.owner_id, operator = self.operator,
@@ -310,7 +341,10 @@ impl Resolver<'_> {
         // creates under this id meanwhile keeps it (its create fails, or ours does and this
         // stops) — what a pass does for a marker without metadata.
         if let Ok(None) = &index {
-            if !banklease::collector::create_tombstone(bank, id, &owner, now).await? {
+            // Read back whether ours was created or not: on a store whose create-if-absent is
+            // not atomic (Swift) a racing create may have won too.
+            banklease::collector::create_tombstone(bank, id, &owner, now).await?;
+            {
                 match checkpoint::read_checkpoint(bank, id).await {
                     Ok(Some(r)) if r.owner_id == owner && r.status == Status::Deleted => {}
                     _ => {
@@ -342,7 +376,8 @@ impl Resolver<'_> {
         banklease::collector::replace_decision(bank, &kept_decision, &decision).await?;
         match (&index, &kept_index) {
             (_, Some(kept)) => {
-                let tombstone = CheckpointRecord::new(id, &owner, Status::Deleted, now);
+                let mut tombstone = CheckpointRecord::new(id, &owner, Status::Deleted, now);
+                tombstone.rebuilt = Some(self.rebuilt("decision", kept));
                 banklease::collector::replace_index(bank, kept, &tombstone).await?;
             }
             // Protecting, its owner dead: nobody else may create the id while it exists.
@@ -393,6 +428,7 @@ impl Resolver<'_> {
         };
         let decision = Decision {
             format: CHECKPOINT_FORMAT,
+            rebuilt: Some(self.rebuilt("index.json", &kept)),
             checkpoint_id: self.id.to_owned(),
             owner_id: record.owner_id.clone(),
             by,
@@ -414,8 +450,8 @@ impl Resolver<'_> {
     }
 }
 
-/// The owners whose protecting markers name checkpoint `id`.
-async fn marker_owners(bank: &Bank, id: &str) -> banklease::Result<Vec<OwnerId>> {
+/// The owners whose protecting markers name checkpoint `id`, sorted.
+pub async fn marker_owners(bank: &Bank, id: &str) -> banklease::Result<Vec<OwnerId>> {
     let prefix = protecting_prefix(bank);
     let listed: Vec<_> = bank
         .store()
@@ -484,7 +520,8 @@ async fn dead(
         other => {
             return Ok(Err(format!(
                 "its owner `{owner}` is not dead past the grace (its lease is {}): resolve never \
-                 takes a live owner's checkpoint",
+                 takes a live owner's checkpoint; restore the record from a backup, or run again \
+                 once the owner has been dead for the grace (stop its job if it hangs)",
                 other.name()
             )))
         }

@@ -89,7 +89,7 @@ pub(crate) async fn sweep_due(ctx: &PassContext) -> Swept {
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %error_chain(&e), "listing the sweep markers failed");
+                tracing::warn!(target: crate::report::PROBLEM_TARGET, error = %error_chain(&e), "listing the sweep markers failed");
                 swept
                     .problems
                     .push(Problem::new(format!("listing `{prefix}`"), error_chain(&e)));
@@ -116,7 +116,7 @@ pub(crate) async fn sweep_due(ctx: &PassContext) -> Swept {
                 }
             }
             Err((id, e)) => {
-                tracing::warn!(checkpoint_id = %id, error = %error_chain(&e),
+                tracing::warn!(target: crate::report::PROBLEM_TARGET, checkpoint_id = %id, error = %error_chain(&e),
                     "sweeping late data failed; next pass retries");
                 swept.problems.push(Problem::new(
                     format!("checkpoint `{id}`"),

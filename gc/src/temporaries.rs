@@ -78,7 +78,7 @@ impl TemporarySweep {
             Err(e) => {
                 // Start over next time: the walk may be stuck on what failed.
                 *self.walk.lock().expect("not poisoned") = SweepWalk::default();
-                tracing::warn!(bank = bank.label(), error = %e,
+                tracing::warn!(target: crate::report::PROBLEM_TARGET, bank = bank.label(), error = %e,
                     "cannot sweep stale temporaries; will retry next pass");
                 let problem = Problem::new(
                     "`_banklease/staging/`",

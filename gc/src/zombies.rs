@@ -66,7 +66,7 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
             },
             Err(e) => {
                 // Judge what was seen; the rest waits for the next pass.
-                tracing::warn!(error = %error_chain(&e), "listing the protecting index failed");
+                tracing::warn!(target: crate::report::PROBLEM_TARGET, error = %error_chain(&e), "listing the protecting index failed");
                 report.failed(Problem::new(
                     "listing the protecting index",
                     error_chain(&e),

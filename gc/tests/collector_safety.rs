@@ -256,6 +256,7 @@ async fn an_unreadable_index_json_is_never_overwritten() {
     let _cp = Checkpoint::create(&lease, "cp-e").await.unwrap();
     let decision = checkpoint::Decision {
         format: checkpoint::CHECKPOINT_FORMAT,
+        rebuilt: None,
         checkpoint_id: "cp-e".to_owned(),
         owner_id: lease.owner_id().clone(),
         by: checkpoint::Decider::Owner,
@@ -457,6 +458,7 @@ async fn a_gc_decision_over_an_available_checkpoint_deletes_nothing() {
     w.sim.delete(&decision_path).await.unwrap();
     let gc_decision = checkpoint::Decision {
         format: checkpoint::CHECKPOINT_FORMAT,
+        rebuilt: None,
         checkpoint_id: "cp-k".to_owned(),
         owner_id: lease.owner_id().clone(),
         by: checkpoint::Decider::Gc,

@@ -328,6 +328,7 @@ async fn owner_decision_interrupted_is_finished_not_collected() {
             b,
             Decision {
                 format: checkpoint::CHECKPOINT_FORMAT,
+                rebuilt: None,
                 checkpoint_id: cps[0].id().to_owned(),
                 owner_id: dead.owner_id().clone(),
                 by: Decider::Owner,

@@ -34,6 +34,7 @@ async fn an_unreadable_record_is_kept_then_replaced_only_in_the_version_kept() {
         bank.store().put(&path, "{torn".into()).await.unwrap();
         let decision = Decision {
             format: checkpoint::CHECKPOINT_FORMAT,
+            rebuilt: None,
             checkpoint_id: id.to_owned(),
             owner_id: OwnerId::random(),
             by: Decider::Owner,

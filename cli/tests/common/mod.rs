@@ -30,6 +30,7 @@ pub fn cli(url: &str, args: &[&str]) -> Output {
         .env("BANKLEASE_GC__GRACE", "500ms")
         .env("BANKLEASE_GC__LATE_WRITE_WINDOW", "1s")
         .env("NO_COLOR", "1")
+        .env("USER", "ci-operator")
         .env("RUST_LOG", "error")
         .output()
         .unwrap()

@@ -146,6 +146,7 @@ fn checkpoint_objects(
         index_path(bank, &id),
         json(&CheckpointRecord {
             format: CHECKPOINT_FORMAT,
+            rebuilt: None,
             id: id.clone(),
             owner_id: owner,
             status: Status::Protecting,

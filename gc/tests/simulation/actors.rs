@@ -384,6 +384,7 @@ impl Broken {
                 if self.kind != GcKind::BrokenNoDecision {
                     let decision = Decision {
                         format: CHECKPOINT_FORMAT,
+                        rebuilt: None,
                         checkpoint_id: id.clone(),
                         owner_id: owner.clone(),
                         by: Decider::Gc,
