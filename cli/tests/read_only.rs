@@ -178,5 +178,15 @@ fn a_reader_lists_shows_and_judges_without_writing_and_is_refused_writes_as_a_pe
             "{args:?}: {stderr}"
         );
     }
+    // `gc` in one line that says so first, not as a bank that cannot keep leases.
+    let out = as_reader(&url, &["gc"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!("permission denied on bank=`{url}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("cannot keep owner leases"), "{stderr}");
     assert_eq!(snapshot(&bank_dir), before, "a reader changed the bank");
 }

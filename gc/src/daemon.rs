@@ -208,7 +208,7 @@ impl Daemon {
             () = cancel.cancelled() => return Ok(None),
             probed = self.bank.capabilities() => probed.with_context(|| {
                 format!(
-                    "refusing to start: cannot keep owner leases on bank=`{}`",
+                    "refusing to start: cannot probe what bank=`{}` supports",
                     self.bank.label()
                 )
             })?,

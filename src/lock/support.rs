@@ -155,6 +155,8 @@ pub async fn ensure_supported(bank: &Bank) -> Result<()> {
 /// still be read (only a writer on a store that keeps locks could have made them).
 pub(crate) async fn ensure_readable(bank: &Bank) -> Result<()> {
     match ensure_supported(bank).await {
+        // The capability probe's refused write (a user who may only read): reading goes on.
+        Err(Error::Permission { .. }) => Ok(()),
         Err(Error::Store { source, .. }) if crate::store_cause::is_refused_write(&source) => Ok(()),
         checked => checked,
     }
