@@ -17,7 +17,7 @@ use banklease::{Bank, Checkpoint, LeaseWindows, OwnerId, OwnerLease};
 
 mod common;
 
-use common::{cli, dead_owner_bank, text};
+use common::{cli, dead_owner_bank, dying_owner, text};
 
 const GARBAGE: &str = "{\"format\": 1, \"by\": \"gc\", \"outc";
 
@@ -59,31 +59,15 @@ fn assert_refused(out: &std::process::Output, needles: &[&str]) {
 /// protecting, then died.
 fn completed_and_zombie(dir: &Path) -> String {
     let url = dead_owner_bank(dir, &[]);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let bank = Bank::open(&url).unwrap();
-        let windows = LeaseWindows::new(
-            Duration::from_millis(300),
-            Duration::from_secs(1),
-            Duration::from_millis(100),
-        )
-        .unwrap();
-        let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
-            .await
-            .unwrap();
+    dying_owner(&url, async |lease| {
         for id in ["cp-done", "cp-zombie"] {
-            let cp = Checkpoint::create(&lease, id).await.unwrap();
+            let cp = Checkpoint::create(lease, id).await.unwrap();
             cp.put_data("blob", vec![7u8; 4096].into()).await.unwrap();
             if id == "cp-done" {
                 cp.complete(Status::Available).await.unwrap();
             }
         }
     });
-    // expire 1 s + margin 100 ms + grace 500 ms, and some slack.
-    std::thread::sleep(Duration::from_millis(2_200));
     url
 }
 

@@ -342,11 +342,11 @@ fn configuration_errors_name_what_is_missing() {
     );
 }
 
-#[tokio::test]
-async fn a_reader_takes_the_stores_time_from_the_date_of_its_answer_widened_by_a_second() {
-    use crate::clock::{Clock, MockClock, SharedClock};
-    let fake = Fake::default();
-    fake.state().refuse_writes = true;
+/// A bank on the fake through Keystone, its answers going through a [`DateRecorder`] as a bank
+/// opened from a URL does.
+///
+/// [`DateRecorder`]: crate::store_date::DateRecorder
+fn dated_bank(fake: &Fake) -> crate::Bank {
     let store = SwiftBuilder::new()
         .with_config(SwiftConfigKey::OsAuthUrl, "http://keystone.invalid:5000/v3")
         .with_config(SwiftConfigKey::OsUsername, "alice")
@@ -359,7 +359,15 @@ async fn a_reader_takes_the_stores_time_from_the_date_of_its_answer_widened_by_a
         )))
         .build()
         .unwrap();
-    let bank = crate::Bank::from_swift(store, "bank", "swift://c/bank");
+    crate::Bank::from_swift(store, "bank", "swift://c/bank")
+}
+
+#[tokio::test]
+async fn a_reader_takes_the_stores_time_from_the_date_of_its_answer_widened_by_a_second() {
+    use crate::clock::{Clock, MockClock, SharedClock};
+    let fake = Fake::default();
+    fake.state().refuse_writes = true;
+    let bank = dated_bank(&fake);
     let mock = Arc::new(MockClock::new());
     let clock: SharedClock = mock.clone();
     // A writer (an owner, a collector) never judges by a Date: the refused probe is an error.
@@ -408,19 +416,7 @@ async fn keystones_date_never_stands_for_an_undated_store_answer() {
         // Request 1: the reader's refused probe PUT; the token is revoked after it.
         s.revoke_after = Some(1);
     }
-    let store = SwiftBuilder::new()
-        .with_config(SwiftConfigKey::OsAuthUrl, "http://keystone.invalid:5000/v3")
-        .with_config(SwiftConfigKey::OsUsername, "alice")
-        .with_config(SwiftConfigKey::OsPassword, PASSWORD)
-        .with_config(SwiftConfigKey::OsProjectName, "proj")
-        .with_config(SwiftConfigKey::OsRegionName, "r1")
-        .with_container("c")
-        .with_http_connector(crate::store_date::DateRecorder::new(Arc::new(
-            FakeConnector(fake.clone()),
-        )))
-        .build()
-        .unwrap();
-    let bank = crate::Bank::from_swift(store, "bank", "swift://c/bank").reading_only();
+    let bank = dated_bank(&fake).reading_only();
     let clock: SharedClock = Arc::new(MockClock::new());
     let err = bank.store_time(&clock).await.unwrap_err();
     assert!(

@@ -46,12 +46,25 @@ pub fn dead_owner_bank(dir: &Path, checkpoints: &[&str]) -> String {
     let url = format!("file://{}", dir.join("bank").display());
     let out = cli(&url, &["init"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    if !checkpoints.is_empty() {
+        dying_owner(&url, async |lease| {
+            for id in checkpoints {
+                Checkpoint::create(lease, id).await.unwrap();
+            }
+        });
+    }
+    url
+}
+
+/// An owner on `url` (windows 300 ms / 1 s / 100 ms, never renewed) that does `work`, then
+/// dies: its lease is expired past the grace of [`cli`]'s configuration when this returns.
+pub fn dying_owner(url: &str, work: impl AsyncFnOnce(&OwnerLease)) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async {
-        let bank = Bank::open(&url).unwrap();
+        let bank = Bank::open(url).unwrap();
         let windows = LeaseWindows::new(
             Duration::from_millis(300),
             Duration::from_secs(1),
@@ -61,13 +74,8 @@ pub fn dead_owner_bank(dir: &Path, checkpoints: &[&str]) -> String {
         let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
             .await
             .unwrap();
-        for id in checkpoints {
-            Checkpoint::create(&lease, id).await.unwrap();
-        }
+        work(&lease).await;
     });
     // expire 1 s + margin 100 ms + grace 500 ms, and some slack.
-    if !checkpoints.is_empty() {
-        std::thread::sleep(Duration::from_millis(2_200));
-    }
-    url
+    std::thread::sleep(Duration::from_millis(2_200));
 }
