@@ -153,6 +153,12 @@ enum Command {
         /// The supervisor's pid.
         #[arg(long)]
         parent: i32,
+        /// The first deadline, in ns on CLOCK_BOOTTIME; later ones come on stdin.
+        #[arg(long)]
+        deadline_ns: u64,
+        /// Time between SIGTERM and SIGKILL when the deadline passes.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        kill_after: Duration,
     },
     /// Owner operations for a command started by `banklease run`, sent to its agent (the Unix
     /// socket in `BANKLEASE_AGENT`). Exit 0 done, 1 refused (lease not valid or lost, checkpoint
@@ -408,9 +414,13 @@ async fn run(cli: Cli) -> Result<Outcome> {
     let ctx = match command {
         // The agent's client needs no configuration: it talks to the agent only.
         Command::Agent(args) => return agent::client::run(args, json).await,
-        Command::Guard { parent } => {
+        Command::Guard {
+            parent,
+            deadline_ns,
+            kill_after,
+        } => {
             let clock: SharedClock = Arc::new(SystemClock);
-            return Ok(child::guard(parent, &clock).await);
+            return Ok(child::guard(parent, deadline_ns, kill_after, &clock).await);
         }
         Command::Run(args) => {
             return Ok(match load() {

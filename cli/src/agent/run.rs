@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::api::{AGENT_ENV, BANK_ENV, OWNER_ENV};
 use super::server::{self, Agent};
-use crate::child::{self, describe, exit_code, Ended, Signals};
+use crate::child::{self, describe, exit_code, Ended, Proof, Signals};
 use crate::lock::hold::{self, validity_margin, Kept};
 use crate::lock::{LockNamespace, Who};
 use crate::{human, Ctx, Outcome};
@@ -163,7 +163,13 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         release_lock(&mut lock).await;
         return Ok(exit_code(ExitStatus::from_raw(signal)));
     }
-    let started = start(ctx, &args, &lease, lock_env).await;
+    // What COMMAND runs under: the lease, and the lock with --lock (then guarded, see child).
+    let mut proof = Proof::default().lease(&lease, windows.validity_window);
+    if let Some(kept) = &lock {
+        proof = proof.lock(kept.lock(), lock_margin);
+    }
+    let guarded = lock.is_some().then_some((&proof, kill_after));
+    let started = start(ctx, &args, &lease, lock_env, guarded).await;
     let (socket_dir, agent, server, cancel, child) = match started {
         Ok(s) => s,
         Err((code, e)) => {
@@ -189,7 +195,15 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
             reason = lock_ended => reason,
         }
     };
-    let ended = child::watch(child, hold_ended, &ctx.clock, &mut signals, kill_after).await;
+    let ended = child::watch(
+        child,
+        hold_ended,
+        &proof,
+        &ctx.clock,
+        &mut signals,
+        kill_after,
+    )
+    .await;
 
     // No write starts from here on; those in flight (a background process of COMMAND may still
     // be uploading) may finish, for at most the validity window. Only then are COMMAND's
@@ -302,6 +316,7 @@ async fn start(
     args: &RunArgs,
     lease: &OwnerLease,
     lock_env: Vec<(&'static str, OsString)>,
+    guarded: Option<(&Proof, Duration)>,
 ) -> Result<Started, (u8, anyhow::Error)> {
     let failed = |e: anyhow::Error| (EXIT_RUN_FAILED, e);
     let dir = socket_dir().map_err(failed)?;
@@ -330,7 +345,7 @@ async fn start(
     env.extend(lock_env);
     // With --lock, COMMAND must not outlive `run` (nothing else keeps it from running on
     // without the lock); without it, the agent's refusals fence COMMAND's writes.
-    match child::spawn(&args.command, &env, args.lock.is_some()) {
+    match child::spawn(&args.command, &env, guarded) {
         Ok(child) => Ok((dir, agent, server, cancel, child)),
         Err(failed) => {
             cancel.cancel();

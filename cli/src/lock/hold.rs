@@ -215,6 +215,11 @@ impl Kept {
         }
     }
 
+    /// The lock being kept.
+    pub fn lock(&self) -> &Lock {
+        self.heartbeat.lock()
+    }
+
     /// Stop the heartbeat and release the lock; a failure is logged (the lock then runs out on
     /// its own). A lock already lost is not ours to release: the heartbeat is only stopped.
     pub async fn release(self) {

@@ -22,7 +22,9 @@ use banklease::lock::Wait;
 
 use super::hold::{self, validity_margin};
 use super::{Namespace, Waiting, Who};
-use crate::child::{self, describe, exit_code, Ended, Signals, EXIT_HOLD_LOST, EXIT_RUN_FAILED};
+use crate::child::{
+    self, describe, exit_code, Ended, Proof, Signals, EXIT_HOLD_LOST, EXIT_RUN_FAILED,
+};
 use crate::{human, ms, out_json, Ctx, Outcome};
 
 /// `banklease lock run`
@@ -104,9 +106,10 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     tracing::info!(key = %full_key, owner = held.lock().owner(), token = held.token(), "lock acquired");
     let mut env = held.env();
     env.push((crate::agent::api::BANK_ENV, ctx.bank.label().into()));
+    let proof = Proof::default().lock(held.lock(), margin);
     let mut kept = held.keep(ctx);
 
-    let child = match child::spawn(&args.command, &env, true) {
+    let child = match child::spawn(&args.command, &env, Some((&proof, kill_after))) {
         Ok(child) => child,
         Err((code, e)) => {
             eprintln!("error: {}", banklease_gc::logging::error_line(&e));
@@ -114,7 +117,15 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
             return Ok(code);
         }
     };
-    let ended = child::watch(child, kept.ended(), &ctx.clock, &mut signals, kill_after).await;
+    let ended = child::watch(
+        child,
+        kept.ended(),
+        &proof,
+        &ctx.clock,
+        &mut signals,
+        kill_after,
+    )
+    .await;
     kept.release().await;
     match ended {
         Ok(Ended::Exited(status)) => Ok(exit_code(status)),

@@ -1,0 +1,239 @@
+//! The guard: a dead-man's switch in COMMAND's process group.
+//!
+//! `lock run` and `run --lock` start it (`banklease __guard`, this binary) in COMMAND's group,
+//! armed with the first proved deadline, and send it each new deadline on its stdin as the holds
+//! are renewed. The guard stops COMMAND's group — SIGTERM, then SIGKILL after `--kill-after` —
+//! when the deadline passes, whatever the supervisor is doing (stopped, frozen in a cgroup,
+//! held by a debugger), and SIGKILLs the group at once when the supervisor dies. It tells the
+//! supervisor on its stdout that it fired.
+//!
+//! Invariant: **a paused supervisor cannot outlive its lock.** A deadline is the instant up to
+//! which every hold is proved (send-time expiry on the holder's clock) less the stop margin the
+//! supervisor itself keeps, so SIGKILL lands before any hold can lapse. Deadlines are on
+//! `CLOCK_BOOTTIME`: one clock for both processes, and it counts time the host spent
+//! suspended. The guard only ever acts on the last deadline it was sent: a supervisor that
+//! stops renewing stops moving it.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use banklease::clock::SharedClock;
+use rustix::process::{Pid, Signal};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout};
+use tokio::sync::watch;
+
+use super::{send, Signals, EXIT_HOLD_LOST};
+
+/// How often the guard reads the clock and looks whether its supervisor is still there.
+const GUARD_POLL: Duration = Duration::from_millis(50);
+/// What the guard prints when it stops COMMAND at the deadline.
+const FIRED: &str = "fired";
+
+/// The host's `CLOCK_BOOTTIME`: the same in every process, and it counts suspended time.
+pub fn boottime() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    Duration::new(
+        t.tv_sec.max(0) as u64,
+        t.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
+}
+
+/// The deadline `left()` from now, on [`boottime`]. The clock is read first: a pause between
+/// the two reads makes the deadline earlier, never later.
+fn deadline(left: impl FnOnce() -> Duration) -> Duration {
+    let now = boottime();
+    now + left()
+}
+
+/// The supervisor's end of a guard.
+#[derive(Debug)]
+pub struct Guard {
+    child: Child,
+    /// The latest deadline, written to the guard's stdin by a task of its own (a stopped guard
+    /// must never block the supervisor; only the newest deadline matters).
+    deadline: watch::Sender<Duration>,
+    feeder: tokio::task::JoinHandle<()>,
+    said: Lines<BufReader<ChildStdout>>,
+    fired: bool,
+}
+
+/// What the guard said, or that it is gone.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Heard {
+    /// It stopped COMMAND at the deadline.
+    Fired,
+    /// It exited (or was killed) without firing: COMMAND is unguarded.
+    Gone,
+}
+
+impl Guard {
+    /// Start the guard in process group `group` (COMMAND's), armed with the proved time `left()`
+    /// gives; `kill_after` between its SIGTERM and SIGKILL.
+    pub fn spawn(
+        group: u32,
+        left: impl FnOnce() -> Duration,
+        kill_after: Duration,
+    ) -> Result<Self> {
+        let me = std::env::current_exe().context("cannot find this binary to start its guard")?;
+        let first = deadline(left);
+        let mut child = tokio::process::Command::new(me)
+            .args(["__guard", "--parent"])
+            .arg(std::process::id().to_string())
+            .arg("--deadline-ns")
+            .arg(first.as_nanos().to_string())
+            .arg("--kill-after")
+            .arg(humantime::format_duration(kill_after).to_string())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .process_group(i32::try_from(group).context("pid out of range")?)
+            .kill_on_drop(true)
+            .spawn()
+            .context("cannot start the guard of COMMAND's process group")?;
+        let mut stdin = child.stdin.take().context("the guard has no stdin")?;
+        let stdout = child.stdout.take().context("the guard has no stdout")?;
+        let (deadline, mut latest) = watch::channel(first);
+        let feeder = tokio::spawn(async move {
+            while latest.changed().await.is_ok() {
+                let line = format!("{}\n", latest.borrow_and_update().as_nanos());
+                if stdin.write_all(line.as_bytes()).await.is_err() {
+                    // The guard is gone: the supervisor hears it from its exit.
+                    return;
+                }
+            }
+        });
+        Ok(Self {
+            child,
+            deadline,
+            feeder,
+            said: BufReader::new(stdout).lines(),
+            fired: false,
+        })
+    }
+
+    /// Move the deadline: the holds are proved for `left()` more before COMMAND must be stopped.
+    pub fn prove(&self, left: impl FnOnce() -> Duration) {
+        let next = deadline(left);
+        self.deadline.send_if_modified(|d| {
+            // Unchanged to the millisecond: nothing worth a write.
+            let moved = d.abs_diff(next) >= Duration::from_millis(1);
+            if moved {
+                *d = next;
+            }
+            moved
+        });
+    }
+
+    /// The next thing the guard says (cancel-safe). Once it is gone, pending forever.
+    pub async fn heard(&mut self) -> Heard {
+        loop {
+            match self.said.next_line().await {
+                Ok(Some(line)) if line.trim() == FIRED => {
+                    self.fired = true;
+                    return Heard::Fired;
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => return Heard::Gone,
+            }
+        }
+    }
+
+    /// After COMMAND exited: whether the guard fired, reading what it may still have to say.
+    pub async fn settle(&mut self) -> bool {
+        if !self.fired {
+            // It prints before it signals: a firing guard's line is already in the pipe.
+            let _ = tokio::time::timeout(Duration::from_millis(100), self.heard()).await;
+        }
+        self.fired
+    }
+
+    /// Stop the guard (COMMAND is gone): killed before its stdin closes, which it would take for
+    /// its supervisor's death.
+    pub async fn stop(mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+        self.feeder.abort();
+    }
+}
+
+/// `banklease __guard --parent PID --deadline-ns NS --kill-after D` (hidden), in COMMAND's
+/// process group: stop the group at the deadline (the last one read from stdin), kill it at once
+/// when PID is no longer this process's parent or stdin closes (the supervisor died).
+pub async fn run(
+    parent: i32,
+    deadline_ns: u64,
+    kill_after: Duration,
+    clock: &SharedClock,
+) -> crate::Outcome {
+    // The group's forwarded signals are COMMAND's, not ours; nor is a ^Z the supervisor
+    // forwards: the switch must keep counting while COMMAND is stopped.
+    let _ignored = (Signals::new(), ignore_job_control());
+    let group = rustix::process::getpgrp();
+    let mut deadline = Duration::from_nanos(deadline_ns);
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let armed = deadline_armed();
+    loop {
+        let parent_now = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
+        if parent_now != parent {
+            send(group, Signal::KILL);
+            return crate::Outcome::Exit(EXIT_HOLD_LOST);
+        }
+        if armed && boottime() >= deadline {
+            return fire(group, kill_after, clock).await;
+        }
+        tokio::select! {
+            line = lines.next_line() => match line {
+                Ok(Some(line)) => {
+                    if let Ok(ns) = line.trim().parse::<u64>() {
+                        deadline = Duration::from_nanos(ns);
+                    }
+                }
+                // The supervisor is gone (its end of the pipe closed with it).
+                Ok(None) | Err(_) => {
+                    send(group, Signal::KILL);
+                    return crate::Outcome::Exit(EXIT_HOLD_LOST);
+                }
+            },
+            () = clock.sleep(GUARD_POLL) => {}
+        }
+    }
+}
+
+/// The deadline passed: say so, SIGTERM the group, SIGKILL it `kill_after` later (this guard
+/// goes with it). A stopped COMMAND is not continued: SIGKILL ends it where it stands.
+async fn fire(group: Pid, kill_after: Duration, clock: &SharedClock) -> crate::Outcome {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{FIRED}").and_then(|()| out.flush());
+    drop(out);
+    send(group, Signal::TERM);
+    let kill_at = boottime() + kill_after;
+    while boottime() < kill_at {
+        clock
+            .sleep(GUARD_POLL.min(kill_at.saturating_sub(boottime())))
+            .await;
+    }
+    send(group, Signal::KILL);
+    crate::Outcome::Exit(EXIT_HOLD_LOST)
+}
+
+/// SIGTSTP, SIGTTIN and SIGTTOU taken over (their default stops the process).
+fn ignore_job_control() -> std::io::Result<[tokio::signal::unix::Signal; 3]> {
+    use tokio::signal::unix::{signal, SignalKind};
+    Ok([
+        signal(SignalKind::from_raw(Signal::TSTP.as_raw()))?,
+        signal(SignalKind::from_raw(Signal::TTIN.as_raw()))?,
+        signal(SignalKind::from_raw(Signal::TTOU.as_raw()))?,
+    ])
+}
+
+/// Whether the guard acts on its deadline: always, except in a build with the `chaos` feature
+/// and `BANKLEASE_CHAOS_NO_DEADLINE=1`, which the process-level adversary uses to show what the
+/// switch prevents.
+fn deadline_armed() -> bool {
+    #[cfg(feature = "chaos")]
+    if std::env::var_os("BANKLEASE_CHAOS_NO_DEADLINE").is_some_and(|v| v == "1") {
+        return false;
+    }
+    true
+}

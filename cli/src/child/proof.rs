@@ -1,0 +1,119 @@
+//! What COMMAND runs under, as the guard and a continued supervisor need it: the holds (a
+//! named lock, an owner lease), each with the margin before its end at which COMMAND must be
+//! stopped.
+
+use std::time::Duration;
+
+use banklease::clock::SharedClock;
+use banklease::lock::Lock;
+use banklease::{error_chain, Error, OwnerLease};
+
+use crate::human;
+
+/// Retry pause while re-proving after a transient store error.
+const RETRY: Duration = Duration::from_millis(200);
+
+#[derive(Debug, Clone)]
+enum Hold {
+    Lock { lock: Lock, margin: Duration },
+    Lease { lease: OwnerLease, margin: Duration },
+}
+
+impl Hold {
+    fn left(&self) -> Duration {
+        match self {
+            Hold::Lock { lock, margin } => lock.remaining().saturating_sub(*margin),
+            Hold::Lease { lease, margin } => lease.remaining().saturating_sub(*margin),
+        }
+    }
+
+    fn margin(&self) -> Duration {
+        match self {
+            Hold::Lock { margin, .. } | Hold::Lease { margin, .. } => *margin,
+        }
+    }
+
+    fn what(&self) -> String {
+        match self {
+            Hold::Lock { lock, .. } => format!("the lock key=`{}`", lock.full_key()),
+            Hold::Lease { lease, .. } => format!("the lease of owner_id=`{}`", lease.owner_id()),
+        }
+    }
+
+    /// One renewal, sent now.
+    async fn renew(&self) -> banklease::Result<()> {
+        match self {
+            Hold::Lock { lock, .. } => lock.heartbeat().await.map(drop),
+            Hold::Lease { lease, .. } => lease.renew().await.map(drop),
+        }
+    }
+}
+
+/// The holds COMMAND runs under.
+#[derive(Debug, Clone, Default)]
+pub struct Proof {
+    holds: Vec<Hold>,
+}
+
+impl Proof {
+    /// Add a named lock, COMMAND to be stopped once less than `margin` of it is left.
+    pub fn lock(mut self, lock: &Lock, margin: Duration) -> Self {
+        self.holds.push(Hold::Lock {
+            lock: lock.clone(),
+            margin,
+        });
+        self
+    }
+
+    /// Add an owner lease, COMMAND to be stopped once less than `margin` of it is left.
+    pub fn lease(mut self, lease: &OwnerLease, margin: Duration) -> Self {
+        self.holds.push(Hold::Lease {
+            lease: lease.clone(),
+            margin,
+        });
+        self
+    }
+
+    /// Proved time left before COMMAND must be stopped: the least over the holds of the time
+    /// left (send-time expiry on the holder's clock) less its margin. Sends no request.
+    pub fn left(&self) -> Duration {
+        self.holds
+            .iter()
+            .map(Hold::left)
+            .min()
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// Renew every hold with a request sent now (after the supervisor was stopped): `Ok` once
+    /// each is proved anew, `Err(reason)` when one is lost or cannot be renewed before less than
+    /// its margin is left. Transient store errors are retried while time remains.
+    pub async fn reprove(&self, clock: &SharedClock) -> Result<(), String> {
+        for hold in &self.holds {
+            loop {
+                let left = hold.left();
+                if left.is_zero() {
+                    return Err(format!(
+                        "{} had less than {} left",
+                        hold.what(),
+                        human(hold.margin())
+                    ));
+                }
+                let renewed = tokio::select! {
+                    renewed = hold.renew() => renewed,
+                    () = clock.sleep(left) => continue,
+                };
+                match renewed {
+                    Ok(()) => break,
+                    Err(e) if matches!(e, Error::LockLost { .. } | Error::LeaseLost { .. }) => {
+                        return Err(format!("{} was lost: {}", hold.what(), error_chain(&e)))
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %error_chain(&e), "renewal after a stop failed; retrying");
+                        clock.sleep(RETRY.min(hold.left())).await;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

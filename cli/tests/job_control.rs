@@ -1,0 +1,279 @@
+//! A supervisor (`lock run`, `run --lock`) that stops running — `kill -STOP`, a debugger, a
+//! cgroup freeze of that one process, or Ctrl-Z (SIGTSTP) — must not leave COMMAND running
+//! without the lock: the guard in COMMAND's group is a dead-man's switch that stops COMMAND at
+//! the last deadline the supervisor proved, and job control stops and continues COMMAND with
+//! its supervisor, re-proving the lock first.
+//!
+//! Each test runs the binary on a `file:` bank as an operator would; COMMAND ticks into a file
+//! with the host's time, so "COMMAND ran after the next holder took the lock" is read off the
+//! ticks.
+
+#![allow(clippy::disallowed_methods)] // real processes on real time
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rustix::process::{kill_process, Pid, Signal};
+
+const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+/// Every wait of these tests is bounded by this.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// A job that ignores SIGTERM (so only the SIGKILL after --kill-after ends it) and appends the
+/// host's time in ns to `$WORK/<name>.ticks` every 50 ms, for `secs` seconds at most.
+fn ticking_job(name: &str, secs: u32) -> String {
+    let rounds = secs * 20;
+    format!(
+        r#"trap '' TERM INT HUP; i=0; while [ $i -lt {rounds} ]; do date +%s%N >> "$WORK/{name}.ticks"; sleep 0.05; i=$((i+1)); done"#
+    )
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+impl Env {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().join("bank").display());
+        let env = Self { dir, url };
+        let out = env.run(&["init"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        env
+    }
+
+    fn work(&self) -> PathBuf {
+        self.dir.path().to_owned()
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("BANKLEASE_") {
+                cmd.env_remove(name);
+            }
+        }
+        cmd.current_dir(self.work())
+            .args(["--bank", &self.url])
+            .args(args)
+            .env("RUST_LOG", "error")
+            .env("NO_COLOR", "1")
+            .env("WORK", self.work());
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run the CLI")
+    }
+
+    fn spawn(&self, args: &[&str], name: &str) -> Child {
+        let file = |suffix: &str| {
+            Stdio::from(
+                std::fs::File::create(self.work().join(format!("{name}.{suffix}"))).unwrap(),
+            )
+        };
+        self.command(args)
+            .stdout(file("out"))
+            .stderr(file("err"))
+            .spawn()
+            .unwrap()
+    }
+
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.work().join(name)).unwrap_or_default()
+    }
+
+    /// The times (ns since the epoch) COMMAND `name` ticked at.
+    fn ticks(&self, name: &str) -> Vec<u128> {
+        self.read(&format!("{name}.ticks"))
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+
+    /// `lock acquire KEY` for 10 s, waiting up to 30 s; the host's time (ns) when it returned.
+    fn take_over(&self, key: &str) -> u128 {
+        let out = self.run(&["lock", "acquire", key, "--duration", "10s", "-w", "30"]);
+        let at = now_ns();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "the next holder: {}",
+            text(&out)
+        );
+        at
+    }
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "rc={:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < LIMIT, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_child(child: &mut Child) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > LIMIT {
+            let _ = child.kill();
+            panic!("a child did not exit within {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(child: &Child, signal: Signal) {
+    kill_process(Pid::from_raw(child.id() as i32).unwrap(), signal).unwrap();
+}
+
+/// The state letter of process `pid` (`T` stopped, `S` sleeping, ...), `None` once it is gone.
+fn state(pid: u32) -> Option<char> {
+    let stat =
+        std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat")).ok()?;
+    // `pid (comm) S ...`: comm may hold spaces and parentheses; the state follows the last ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// The two supervisors that run COMMAND under a lock.
+const SUPERVISORS: [&str; 2] = ["lock-run", "run-lock"];
+
+/// `name`'s command line (`lock run` or `run --lock`) on KEY with a 2 s lock, running `job`.
+fn supervisor(name: &str, key: &str, job: &str) -> Vec<String> {
+    let head: &[&str] = match name {
+        "lock-run" => &["lock", "run", "--duration", "2s", key],
+        _ => &["run", "--lock", key, "--lock-duration", "2s"],
+    };
+    let mut args: Vec<String> = head.iter().map(|s| s.to_string()).collect();
+    args.extend(["--", "sh", "-c", job].map(String::from));
+    args
+}
+
+/// Stopped outright (SIGSTOP: no handler runs), the supervisor renews nothing; its guard stops
+/// COMMAND before the lock can lapse, so the next holder never runs beside it; continued, the
+/// supervisor exits 75 and says why in one line. (Before, COMMAND ran on beside the next
+/// holder until the supervisor was continued.)
+#[test]
+fn a_stopped_supervisor_cannot_outlive_its_lock() {
+    let env = Env::new();
+    for name in SUPERVISORS {
+        let ticks = format!("stop-{name}");
+        let key = format!("stop/{name}");
+        let args = supervisor(name, &key, &ticking_job(&ticks, 30));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut supervisor = env.spawn(&args, name);
+        wait_for("COMMAND's first ticks", || env.ticks(&ticks).len() >= 3);
+        signal(&supervisor, Signal::STOP);
+        let taken_at = env.take_over(&key);
+        // Ticks land within 50 ms of their stamp; give the last one time to be seen.
+        std::thread::sleep(Duration::from_millis(300));
+        let last = *env.ticks(&ticks).last().unwrap();
+        assert!(
+            last < taken_at,
+            "{name}: COMMAND ticked {} ms after the next holder took the lock",
+            (last - taken_at) / 1_000_000
+        );
+        signal(&supervisor, Signal::CONT);
+        let status = wait_child(&mut supervisor);
+        let err = env.read(&format!("{name}.err"));
+        assert_eq!(status.code(), Some(75), "{name}: {err}");
+        let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+        assert_eq!(lines.len(), 1, "{name}: one error line: {err}");
+        assert!(lines[0].contains("COMMAND was stopped"), "{name}: {err}");
+    }
+}
+
+/// Ctrl-Z (SIGTSTP to the supervisor, the terminal's foreground job) stops COMMAND's group
+/// with it; `fg` (SIGCONT) re-proves the lock and continues COMMAND, which then finishes and
+/// its status is passed on. (Before, the supervisor stopped and COMMAND ran on alone.)
+#[test]
+fn ctrl_z_stops_the_command_with_its_supervisor_and_fg_continues_both() {
+    let env = Env::new();
+    for name in SUPERVISORS {
+        let ticks = format!("tstp-{name}");
+        let key = format!("tstp/{name}");
+        let args = supervisor(name, &key, &ticking_job(&ticks, 2));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut supervisor = env.spawn(&args, name);
+        wait_for("COMMAND's first ticks", || env.ticks(&ticks).len() >= 3);
+        signal(&supervisor, Signal::TSTP);
+        wait_for("the supervisor stopped", || {
+            state(supervisor.id()) == Some('T')
+        });
+        // Within the lock's proved time (2 s lock, 0.5 s margin): COMMAND must not tick.
+        std::thread::sleep(Duration::from_millis(150));
+        let stopped_at = env.ticks(&ticks).len();
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(
+            env.ticks(&ticks).len(),
+            stopped_at,
+            "{name}: COMMAND ticked while its supervisor was stopped by ^Z"
+        );
+        signal(&supervisor, Signal::CONT);
+        let status = wait_child(&mut supervisor);
+        let err = env.read(&format!("{name}.err"));
+        assert_eq!(status.code(), Some(0), "{name}: COMMAND finished: {err}");
+        assert_eq!(env.ticks(&ticks).len(), 40, "{name}: every tick, after fg");
+    }
+}
+
+/// Ctrl-Z held past the lock: the next holder takes it; COMMAND, stopped, never runs again
+/// (the guard kills it at the deadline), and `fg` ends the supervisor with 75.
+#[test]
+fn ctrl_z_past_the_lock_kills_the_command_and_fg_exits_75() {
+    let env = Env::new();
+    for name in SUPERVISORS {
+        let ticks = format!("long-{name}");
+        let key = format!("long/{name}");
+        let args = supervisor(name, &key, &ticking_job(&ticks, 30));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut supervisor = env.spawn(&args, name);
+        wait_for("COMMAND's first ticks", || env.ticks(&ticks).len() >= 3);
+        signal(&supervisor, Signal::TSTP);
+        let stopped = Instant::now();
+        wait_for("the supervisor stopped", || {
+            state(supervisor.id()) == Some('T')
+        });
+        let taken_at = env.take_over(&key);
+        assert!(
+            stopped.elapsed() >= Duration::from_millis(1_500),
+            "the lock outlived no ^Z"
+        );
+        signal(&supervisor, Signal::CONT);
+        let status = wait_child(&mut supervisor);
+        std::thread::sleep(Duration::from_millis(300));
+        let last = *env.ticks(&ticks).last().unwrap();
+        assert!(
+            last < taken_at,
+            "{name}: COMMAND ticked {} ms after the next holder took the lock",
+            (last - taken_at) / 1_000_000
+        );
+        let err = env.read(&format!("{name}.err"));
+        assert_eq!(status.code(), Some(75), "{name}: {err}");
+        let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+        assert_eq!(lines.len(), 1, "{name}: one error line: {err}");
+        assert!(lines[0].contains("COMMAND was stopped"), "{name}: {err}");
+    }
+}
