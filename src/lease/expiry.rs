@@ -7,6 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::store_time::{add_saturating, sub_saturating, StoreTime};
+use crate::config::clock_drift_over;
 
 /// Where a holding stands on the store's clock, the skew margin deducted in the holder's favour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +27,14 @@ pub enum Expiry {
 /// Judge a holding from what the store said. Pure.
 ///
 /// `Held.remaining = (last_modified + length − margin) − store_now` (floored at zero) and
-/// `Expired.since = store_now − (last_modified + length + margin)`: both err on the side of the
-/// holder being alive.
+/// `Expired.since = store_now − (last_modified + length + drift(length) + margin)`: both err on
+/// the side of the holder being alive.
+///
+/// Invariant: **each holding is given the drift of its own length.** Its holder times it on its
+/// own clock, which may count [`MAX_CLOCK_DRIFT_PPM`](crate::config::MAX_CLOCK_DRIFT_PPM) less
+/// than passed ([`clock_drift_over`]): it is dead only that much past its declared length, on
+/// top of the margin — the length the holder declared (up to 30 days), not the observer's
+/// configured window.
 pub fn judge_expiry(
     last_modified: DateTime<Utc>,
     length: Duration,
@@ -40,7 +47,7 @@ pub fn judge_expiry(
     // Saturating arithmetic: absurd margins, lengths or stamps only ever make the holder look
     // alive.
     let expires_at = add_saturating(last_modified, length);
-    let dead_from = add_saturating(expires_at, margin);
+    let dead_from = add_saturating(add_saturating(expires_at, clock_drift_over(length)), margin);
     if store_now >= dead_from && dead_from < DateTime::<Utc>::MAX_UTC {
         Expiry::Expired {
             since: StoreTime::between(dead_from, store_now),
@@ -66,15 +73,39 @@ mod tests {
         let held = |s: u64| Expiry::Held {
             remaining: Duration::from_secs(s),
         };
+        // 10 ms short of whole seconds: the holder's drift.
         let expired = |s: u64| Expiry::Expired {
-            since: Duration::from_secs(s),
+            since: Duration::from_secs(s) + Duration::from_millis(990),
         };
         assert_eq!(judge_expiry(t(0), ten, t(5), m), held(3));
         assert_eq!(judge_expiry(t(0), ten, t(11), m), held(0));
-        assert_eq!(judge_expiry(t(0), ten, t(12), m), expired(0));
-        assert_eq!(judge_expiry(t(0), ten, t(20), m), expired(8));
+        // Dead from 12.01 s: 10 s, 0.1 % of it, the margin.
+        assert_eq!(judge_expiry(t(0), ten, t(12), m), held(0));
+        assert_eq!(judge_expiry(t(0), ten, t(21), m), expired(8));
         // A read judged before the stamp it returned: the store's time was at least the stamp.
         assert_eq!(judge_expiry(t(0), ten, t(-5), m), held(8));
+    }
+
+    /// A holder times its holding on its own clock, which may count 0.1 % less time than
+    /// passed: a 30-day lease is judged dead only 0.1 % of 30 days (43m 12s) past its end and the
+    /// margin, whatever window the observer itself is configured with. (Before, only the margin
+    /// was added: a holder whose clock ran 500 ppm slow was judged dead while it still held.)
+    #[test]
+    fn a_holding_is_dead_only_past_the_drift_of_its_own_length() {
+        let month = Duration::from_secs(30 * 24 * 3600);
+        let m = Duration::from_secs(2);
+        let end = month.as_secs() as i64 + 2;
+        let drift = 43 * 60 + 12;
+        assert!(matches!(
+            judge_expiry(t(0), month, t(end + drift - 1), m),
+            Expiry::Held { .. }
+        ));
+        assert_eq!(
+            judge_expiry(t(0), month, t(end + drift + 5), m),
+            Expiry::Expired {
+                since: Duration::from_secs(5)
+            }
+        );
     }
 
     /// A huge margin or stamp must not overflow the date arithmetic (it once panicked in the

@@ -292,10 +292,11 @@ mod tests {
                 remaining: Duration::ZERO
             }
         );
+        // Dead from 12.01 s: the holder's 10 s, 0.1 % of it, the margin.
         assert_eq!(
-            judge(&r, t(0), t(12), m),
+            judge(&r, t(0), t(13), m),
             Judged::Expired {
-                since: Duration::ZERO
+                since: Duration::from_millis(990)
             }
         );
         assert_eq!(judge(&record(None, 0), t(0), t(99), m), Judged::Free);
