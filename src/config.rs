@@ -39,6 +39,8 @@ use crate::windows::LeaseWindows;
 
 /// The environment variable that names the configuration file.
 pub const CONFIG_ENV: &str = "BANKLEASE_CONFIG";
+/// The environment variable that gives the bank's URL (as `--bank` does), over `[bank] url`.
+pub const BANK_ENV: &str = "BANKLEASE_BANK";
 /// The prefix of environment overrides: `BANKLEASE_<SECTION>__<KEY>`.
 pub const ENV_PREFIX: &str = "BANKLEASE_";
 
@@ -335,18 +337,42 @@ impl Config {
     }
 
     /// Load from `file` (or the file named by `BANKLEASE_CONFIG`, or defaults when neither is
-    /// set), then apply `BANKLEASE_<SECTION>__<KEY>` overrides from the process environment.
+    /// set), then apply `BANKLEASE_<SECTION>__<KEY>` overrides and `BANKLEASE_BANK` from the
+    /// process environment; validated once everything is applied ([`Config::gate`]).
     pub fn load(file: Option<&Path>) -> Result<Self> {
+        Self::load_with(file, |_| {})
+    }
+
+    /// [`Config::load`], then the command line's overrides (`apply`, e.g. `--bank`), and only
+    /// then validated: the one gate every entry point goes through.
+    pub fn load_with(file: Option<&Path>, apply: impl FnOnce(&mut Config)) -> Result<Self> {
         let file: Option<PathBuf> = file
             .map(Path::to_path_buf)
             .or_else(|| std::env::var_os(CONFIG_ENV).map(PathBuf::from));
-        Self::load_from(file.as_deref(), std::env::vars())
+        Self::gate(file.as_deref(), std::env::vars(), apply)
     }
 
     /// Load from an optional file and an explicit environment (for tests and embedding).
     pub fn load_from(
         file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self> {
+        Self::gate(file, env, |_| {})
+    }
+
+    /// The one configuration gate. Sources, each over the one before: the file, the
+    /// `BANKLEASE_<SECTION>__<KEY>` variables of `env`, `BANKLEASE_BANK` (a whole bank URL, as
+    /// `--bank` takes it), then `apply` (a command line's overrides). Only then validated, with
+    /// [`Config::refusals`] judged on the bank actually used: a refusal never depends on which
+    /// way the URL was given.
+    ///
+    /// Invariant: **one configuration gate.** Every binary, subcommand, the GC daemon and the
+    /// Python package load their configuration here; none validates a configuration it then
+    /// changes.
+    pub fn gate(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        apply: impl FnOnce(&mut Config),
     ) -> Result<Self> {
         let mut builder = config::Config::builder();
         let source = match file {
@@ -366,10 +392,18 @@ impl Config {
             None => "no config file".to_owned(),
         };
         let mut env_keys = Vec::new();
+        let mut bank_variable = None;
         for (name, value) in env {
             let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
                 continue;
             };
+            if name == BANK_ENV {
+                bank_variable = Some(value).filter(|v| !v.trim().is_empty());
+                if bank_variable.is_some() {
+                    env_keys.push(name);
+                }
+                continue;
+            }
             // Only SECTION__KEY names are overrides; BANKLEASE_CONFIG and the like are not.
             if !rest.contains("__") {
                 if let Some(warning) = env::unknown_variable(&name) {
@@ -391,9 +425,19 @@ impl Config {
         let built = builder
             .build()
             .map_err(|e| Error::config(format!("{e} ({origin})")))?;
-        let config: Config = built
+        let mut config: Config = built
             .try_deserialize()
             .map_err(|e| Error::config(format!("{e} ({origin})")))?;
+        if let Some(url) = bank_variable {
+            config.bank.url = url;
+        }
+        let before = config.bank.url.clone();
+        apply(&mut config);
+        let origin = if config.bank.url != before {
+            format!("{origin}, command line: --bank")
+        } else {
+            origin
+        };
         let warnings = config.validate().map_err(|e| match e {
             Error::Config { message } => Error::config(format!("{message} ({origin})")),
             other => other,

@@ -284,7 +284,12 @@ fn main() -> ExitCode {
         Err(e) if e.chain().any(|c| c.is::<output::StdoutClosed>()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", banklease_gc::logging::error_line(&e));
-            ExitCode::from(2)
+            // A supervisor's failure before COMMAND ran must not look like COMMAND's exit 2.
+            if runs_a_command(std::env::args_os().skip(1)) {
+                ExitCode::from(child::EXIT_RUN_FAILED)
+            } else {
+                ExitCode::from(2)
+            }
         }
     }
 }
@@ -364,11 +369,13 @@ impl Ctx {
         json: bool,
         create: bool,
     ) -> Result<Self> {
-        // The library's errors already name the file, key or URL at fault.
-        let mut config = Config::load(file)?;
-        if let Some(url) = bank {
-            config.bank.url = url.to_owned();
-        }
+        // The one gate: `--bank` is applied before the configuration is validated. The
+        // library's errors already name the file, key or URL at fault.
+        let config = Config::load_with(file, |config| {
+            if let Some(url) = bank {
+                config.bank.url = url.to_owned();
+            }
+        })?;
         let url = config.bank_url()?;
         let bank = if create {
             Bank::open_or_create(url)?

@@ -17,7 +17,7 @@ use banklease::Config;
 use banklease_gc::{ActiveElsewhere, Daemon, PassLease};
 use clap::{Parser, ValueEnum};
 use tokio::signal::unix::{signal, SignalKind};
-use tracing::{info, warn};
+use tracing::info;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::EnvFilter;
 
@@ -29,8 +29,9 @@ struct Cli {
     /// Configuration file (TOML); `BANKLEASE_<SECTION>__<KEY>` variables override it.
     #[arg(long, value_name = "FILE", env = banklease::config::CONFIG_ENV)]
     config: Option<PathBuf>,
-    /// Bank URL, overriding `bank.url`.
-    #[arg(long, value_name = "URL")]
+    /// Bank URL, overriding `bank.url` (file:///path, s3://bucket/prefix, az://, gs://,
+    /// swift://).
+    #[arg(long, value_name = "URL", env = banklease::config::BANK_ENV)]
     bank: Option<String>,
     /// Run a single pass with the GC lease (taken at once, released after), print its report
     /// as one JSON line and exit: 0 clean, 1 the pass met errors (each in `problems`) or the
@@ -132,16 +133,12 @@ fn blocking_threads(concurrency: usize) -> usize {
 }
 
 fn load_config(cli: &Cli) -> anyhow::Result<Config> {
-    let mut config =
-        Config::load(cli.config.as_deref()).context("cannot load the configuration")?;
-    cli.apply(&mut config);
-    let warnings = config
-        .validate()
-        .context("invalid configuration after command-line overrides")?;
-    for warning in warnings {
-        warn!("{warning}");
-    }
-    Ok(config)
+    // The one gate: the command line's overrides are applied before validation (its warnings
+    // are logged there).
+    // Its refusal is the library's one line, as every entry point prints it.
+    Ok(Config::load_with(cli.config.as_deref(), |config| {
+        cli.apply(config)
+    })?)
 }
 
 async fn run(cli: Cli, config: Config) -> anyhow::Result<ExitCode> {

@@ -35,38 +35,43 @@ pub(crate) struct PassArgs<'py> {
 }
 
 impl PassArgs<'_> {
-    /// The pass's options: the configuration file's (or the defaults), then the arguments.
-    fn options(self) -> PyResult<GcOptions> {
-        let config = match self.config_file {
-            Some(path) => Config::load(Some(&path)).map_err(to_py)?,
-            None => Config::default(),
-        };
-        let mut o = GcOptions::from_config(&config);
-        o.dry_run |= self.dry_run;
-        o.force = self.force;
-        if let Some(d) = opt_duration("grace", self.grace.as_ref())? {
-            o.grace = d;
+    /// The pass's options for `bank`: the configuration file's (or the defaults), the
+    /// `BANKLEASE_*` variables, then the arguments, with the bank given — validated by the one
+    /// gate every entry point uses, so an argument can never make a pass the daemon refuses.
+    fn options(self, bank: &banklease::Bank) -> PyResult<GcOptions> {
+        let grace = opt_duration("grace", self.grace.as_ref())?;
+        let skew_margin = opt_duration("skew_margin", self.skew_margin.as_ref())?;
+        let read_staleness = opt_duration("read_staleness", self.read_staleness.as_ref())?;
+        if self.concurrency == Some(0) {
+            return Err(crate::errors::config_error(
+                "concurrency=`0` cannot make progress; give at least 1".into(),
+            ));
         }
-        if let Some(d) = opt_duration("skew_margin", self.skew_margin.as_ref())? {
-            o.skew_margin = d;
-        }
-        if let Some(d) = opt_duration("read_staleness", self.read_staleness.as_ref())? {
-            o.read_staleness = d;
-        }
-        if let Some(n) = self.concurrency {
-            if n == 0 {
-                return Err(crate::errors::config_error(
-                    "concurrency=`0` cannot make progress; give at least 1".into(),
-                ));
+        let config = Config::gate(self.config_file.as_deref(), std::env::vars(), |c| {
+            c.bank.url = bank.label().to_owned();
+            c.gc.dry_run |= self.dry_run;
+            if let Some(d) = grace {
+                c.gc.grace = d;
             }
-            o.concurrency = n;
-        }
-        if let Some(n) = self.max_deletions {
-            o.max_deletions = n;
-        }
-        if let Some(b) = self.reap_leases {
-            o.reap_leases = b;
-        }
+            if let Some(d) = skew_margin {
+                c.lease.skew_margin = d;
+            }
+            if let Some(d) = read_staleness {
+                c.gc.read_staleness = d;
+            }
+            if let Some(n) = self.concurrency {
+                c.gc.concurrency = n;
+            }
+            if let Some(n) = self.max_deletions {
+                c.gc.max_deletions = n;
+            }
+            if let Some(b) = self.reap_leases {
+                c.gc.reap_leases = b;
+            }
+        })
+        .map_err(to_py)?;
+        let mut o = GcOptions::from_config(&config);
+        o.force = self.force;
         Ok(o)
     }
 }
@@ -92,8 +97,9 @@ pub(crate) fn run_pass(
     bank: &Bound<'_, Bank>,
     args: PassArgs<'_>,
 ) -> PyResult<String> {
-    let options = args.options()?;
-    block_on(py, pass(bank.get().inner.clone(), options))
+    let bank = bank.get().inner.clone();
+    let options = args.options(&bank)?;
+    block_on(py, pass(bank, options))
 }
 
 /// `run_pass`, awaitable.
@@ -103,8 +109,9 @@ pub(crate) fn run_pass_async<'py>(
     bank: &Bound<'_, Bank>,
     args: PassArgs<'_>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let options = args.options()?;
-    awaitable(py, pass(bank.get().inner.clone(), options))
+    let bank = bank.get().inner.clone();
+    let options = args.options(&bank)?;
+    awaitable(py, pass(bank, options))
 }
 
 async fn diagnose(bank: banklease::Bank, race_rounds: Option<u32>) -> PyResult<String> {

@@ -95,10 +95,10 @@ def test_an_owner_whose_checkpoint_the_gc_collected_is_fenced(shared_backend):
     cp.put_data("disk0", b"data")
     b.delete_object(f"leases/{lease.owner_id}")
 
-    first = banklease.run_pass(b.bank, grace=GRACE, skew_margin=b.margin)
+    first = b.run_pass()
     assert (first.scanned, first.collected, first.in_grace) == (1, 0, 1), first
     time.sleep(GRACE + b.margin + (1.0 if b.is_server else 0.0) + 0.2)
-    second = banklease.run_pass(b.bank, grace=GRACE, skew_margin=b.margin)
+    second = b.run_pass()
     assert second.collected == 1, second
     assert banklease.read_checkpoint(b.bank, "victim").status == "deleted"
 

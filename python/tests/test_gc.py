@@ -10,7 +10,7 @@ import time
 import pytest
 
 import banklease
-from conftest import GRACE, eventually, make_backend
+from conftest import eventually, make_backend
 
 
 LIVE_WINDOWS = banklease.LeaseWindows(renew_window=1, expire_window=30, validity_window=0.5)
@@ -47,15 +47,15 @@ def test_one_pass_collects_a_python_owners_zombies_and_nothing_else(backend):
     b = backend
     dead, live, keeper = zombies_and_a_live_owner(b)
 
-    early = banklease.run_pass(b.bank, grace=GRACE, skew_margin=b.margin)
+    early = b.run_pass()
     assert (early.scanned, early.collected, early.alive) == (3, 0, 2), early
 
     time.sleep(b.past_expiry())
-    dry = banklease.run_pass(b.bank, grace=GRACE, skew_margin=b.margin, dry_run=True)
+    dry = b.run_pass(dry_run=True)
     assert dry.dry_run and dry.collected == 2 and dry.dead == 1, dry
     assert banklease.read_checkpoint(b.bank, "zombie-0").status == "protecting"
 
-    report = banklease.run_pass(b.bank, grace=GRACE, skew_margin=b.margin)
+    report = b.run_pass()
     assert isinstance(report, banklease.PassReport)
     assert (report.scanned, report.collected, report.dead, report.alive) == (3, 2, 1, 1), report
     assert report.errors == 0 and report.braked is None
@@ -70,7 +70,7 @@ def test_one_pass_collects_a_python_owners_zombies_and_nothing_else(backend):
 
 def test_run_pass_asyncio(backend):
     async def main():
-        return await banklease.run_pass_async(backend.bank, grace=GRACE, skew_margin=backend.margin)
+        return await banklease.run_pass_async(backend.bank, **backend.pass_args())
 
     report = asyncio.run(main())
     assert report.scanned == 0 and report.errors == 0
@@ -102,6 +102,30 @@ def test_the_brake_holds_a_mass_collection_unless_forced(file_backend, tmp_path)
     assert forced.braked is None and forced.collected == 3, forced
     with pytest.raises(banklease.ConfigError, match="missing.toml"):
         banklease.run_pass(b.bank, config_file=str(tmp_path / "missing.toml"))
+
+
+def test_arguments_are_held_to_the_rules_every_entry_point_uses(file_backend):
+    """``grace`` and ``skew_margin`` pass the configuration gate as ``banklease gc`` and the
+    daemon would: with the default 10 m expire window, 0.1 % of it (600 ms) must fit in them."""
+    with pytest.raises(banklease.ConfigError, match="raise gc.grace to at least") as err:
+        banklease.run_pass(file_backend.bank, grace=0.2, skew_margin=0.05)
+    assert "gc.grace=`200ms`" in str(err.value), err.value
+
+
+@pytest.mark.skipif(os.environ.get("BANKLEASE_TEST_S3") != "1", reason="needs S3 (moto)")
+def test_the_configuration_is_judged_on_the_bank_given_not_the_files_own_url(tmp_path):
+    """A configuration file written for a ``file:`` bank (no store client, no retry budget) is
+    refused for an S3 bank whose client may land an owner's write 3m 45s after it was sent."""
+    b = make_backend("s3", tmp_path)
+    config = tmp_path / "for-a-file-bank.toml"
+    config.write_text(
+        f'[bank]\nurl = "file://{tmp_path}/elsewhere"\n'
+        + b.collector_config.read_text()
+        + '[gc]\nlate_write_window = "1m"\n'
+    )
+    with pytest.raises(banklease.ConfigError, match="gc.late_write_window=`1m` needs") as err:
+        banklease.run_pass(b.bank, config_file=str(config), grace=0.5, skew_margin=1.1)
+    assert "s3://" in str(err.value), err.value
 
 
 @pytest.mark.skipif(os.environ.get("BANKLEASE_TEST_S3") != "1", reason="needs S3 (moto)")

@@ -12,7 +12,7 @@ use banklease::{error_chain, Error, LeaseState};
 use rustix::process::Signal;
 use tokio::sync::mpsc;
 
-use super::{locks_in, Holder, Who};
+use super::{writer_locks_in, Holder, Who};
 use crate::child::Signals;
 use crate::{human, Ctx};
 
@@ -76,7 +76,7 @@ pub async fn acquire(ctx: &Ctx, wanted: &Wanted<'_>, signals: &mut Signals) -> R
         payload,
         wait,
     } = *wanted;
-    let locks = locks_in(ctx, ns)?;
+    let locks = writer_locks_in(ctx, ns).await?;
     let holder = who.resolve()?;
     let lock = locks.lock(key, &holder.name)?;
     let mut signalled = None;

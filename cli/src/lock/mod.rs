@@ -269,6 +269,16 @@ fn locks(ctx: &Ctx, ns: &Namespace) -> Result<Locks> {
     locks_in(ctx, &ns.namespace)
 }
 
+/// [`locks_in`] for a command that acquires, releases or writes: its skew margin is first held
+/// to the store's timestamp resolution, as the GC's is (a taker with a smaller margin could
+/// judge a holder expired before the holder's own `valid_until`).
+async fn writer_locks_in(ctx: &Ctx, ns: &str) -> Result<Locks> {
+    let locks = locks_in(ctx, ns)?;
+    banklease_gc::timing::check_skew_margin(&ctx.bank, &ctx.clock, ctx.config.lease.skew_margin)
+        .await?;
+    Ok(locks)
+}
+
 /// [`locks`] of the namespace named `ns`.
 fn locks_in(ctx: &Ctx, ns: &str) -> Result<Locks> {
     if ctx.bank.label().starts_with("memory:") {
@@ -393,7 +403,7 @@ struct ReleaseReport<'a> {
 }
 
 async fn release(ctx: &Ctx, ns: &Namespace, key: &str, owner: &str) -> Result<Outcome> {
-    let locks = locks(ctx, ns)?;
+    let locks = writer_locks_in(ctx, &ns.namespace).await?;
     let full = locks.full_key(key);
     let (outcome, holder, remaining, exit) = match locks.release(key, owner).await {
         Ok(Release::Released) => ("released", None, Duration::ZERO, Outcome::Yes),

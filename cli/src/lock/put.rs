@@ -9,7 +9,7 @@ use banklease::Error;
 use object_store::PutPayload;
 use serde::Serialize;
 
-use super::{locks, Namespace};
+use super::{writer_locks_in, Namespace};
 use crate::{out_json, out_line, Ctx, Outcome};
 
 /// The largest body `lock put` takes (it is held in memory and written in one request).
@@ -45,7 +45,7 @@ struct PutReport<'a> {
 
 /// Exit 0 written, 1 refused (a newer token exists), 2 error.
 pub(crate) async fn put(ctx: &Ctx, args: PutArgs) -> Result<Outcome> {
-    let locks = locks(ctx, &args.ns)?;
+    let locks = writer_locks_in(ctx, &args.ns.namespace).await?;
     banklease::paths::validate_fenced_object(&args.object)?;
     let path = banklease::paths::Key::Fenced(args.object.clone()).path(&ctx.bank);
     let body = read_body(&args.file)?;

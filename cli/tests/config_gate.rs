@@ -1,0 +1,217 @@
+//! One configuration gate: the same unsafe configuration is refused with the same line whichever
+//! way the bank is given (`[bank] url`, `BANKLEASE_BANK__URL`, `BANKLEASE_BANK`, `--bank`) and
+//! by whichever binary (`banklease`, `banklease-gc`); `banklease-gc` takes `BANKLEASE_BANK`.
+
+#![allow(clippy::disallowed_methods)] // real processes
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+
+/// `banklease-gc`, built next to `banklease` (a narrower `cargo test` builds only this
+/// package's binary; a stale one would test old code).
+fn gc_bin() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let bin = Path::new(BIN).with_file_name("banklease-gc");
+    BUILT.call_once(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+        let profile_dir = Path::new(BIN).parent().unwrap();
+        let mut cmd = Command::new(cargo);
+        cmd.args([
+            "build",
+            "--quiet",
+            "-p",
+            "banklease-gc",
+            "--bin",
+            "banklease-gc",
+        ])
+        .arg("--manifest-path")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
+        .arg("--target-dir")
+        .arg(profile_dir.parent().unwrap());
+        if profile_dir.ends_with("release") {
+            cmd.arg("--release");
+        }
+        let out = cmd.output().expect("run cargo");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    bin
+}
+
+/// `program args` with nothing from the caller's `BANKLEASE_*` but `env`.
+fn run(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(program);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("BANKLEASE_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "error")
+        // No store is ever reached: a refusal comes before the bank is opened.
+        .env("AWS_ENDPOINT", "http://127.0.0.1:9")
+        .env("AWS_ACCESS_KEY_ID", "x")
+        .env("AWS_SECRET_ACCESS_KEY", "x")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ALLOW_HTTP", "true")
+        .output()
+        .expect("run the binary")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "rc={:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The refusal of rule (b), without the sources it names in parentheses at the end.
+fn refusal(how: &str, out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.contains("gc.late_write_window=`1m` needs"))
+        .unwrap_or_else(|| panic!("{how}: no refusal of gc.late_write_window: {}", text(out)));
+    let from = line.find("gc.late_write_window=`1m` needs").unwrap();
+    let line = &line[from..];
+    line.rsplit_once(" (")
+        .map_or(line, |(rule, _)| rule)
+        .to_owned()
+}
+
+#[test]
+fn every_way_of_giving_the_bank_meets_the_same_refusal() {
+    let late = ("BANKLEASE_GC__LATE_WRITE_WINDOW", "1m");
+    let url = "s3://bucket/prefix";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("banklease.toml");
+    std::fs::write(&file, format!("[bank]\nurl = \"{url}\"\n")).unwrap();
+    let file = file.to_str().unwrap();
+    let gc = gc_bin();
+    let cases: Vec<(&str, Output)> = vec![
+        (
+            "banklease, [bank] url",
+            run(Path::new(BIN), &["--config", file, "gc"], &[late]),
+        ),
+        (
+            "banklease, BANKLEASE_BANK__URL",
+            run(
+                Path::new(BIN),
+                &["gc"],
+                &[late, ("BANKLEASE_BANK__URL", url)],
+            ),
+        ),
+        (
+            "banklease, BANKLEASE_BANK",
+            run(Path::new(BIN), &["gc"], &[late, ("BANKLEASE_BANK", url)]),
+        ),
+        (
+            "banklease --bank",
+            run(Path::new(BIN), &["--bank", url, "gc"], &[late]),
+        ),
+        (
+            "banklease --bank, lock list",
+            run(Path::new(BIN), &["--bank", url, "lock", "list"], &[late]),
+        ),
+        (
+            "banklease-gc --bank",
+            run(&gc, &["--bank", url, "--once"], &[late]),
+        ),
+        (
+            "banklease-gc, BANKLEASE_BANK",
+            run(&gc, &["--once"], &[late, ("BANKLEASE_BANK", url)]),
+        ),
+    ];
+    let expected = refusal(cases[0].0, &cases[0].1);
+    for (how, out) in &cases {
+        assert_eq!(out.status.code(), Some(2), "{how}: {}", text(out));
+        assert_eq!(refusal(how, out), expected, "{how}");
+    }
+    // `run` and `lock run` refuse before anything runs, with their own status (125).
+    let out = run(
+        Path::new(BIN),
+        &["--bank", url, "lock", "run", "k", "--", "touch", "ran"],
+        &[late],
+    );
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out));
+    assert_eq!(refusal("lock run", &out), expected);
+    assert!(!Path::new("ran").exists());
+}
+
+#[test]
+fn banklease_gc_takes_the_bank_from_banklease_bank() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("bank").display());
+    let out = run(Path::new(BIN), &["--bank", &url, "init"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = run(&gc_bin(), &["--once"], &[("BANKLEASE_BANK", &url)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["collected"], 0, "{report}");
+}
+
+/// Lock commands hold the skew margin to the store's timestamp resolution as the GC does: on S3
+/// (`Last-Modified` to the second) a taker with a smaller margin could judge a holder expired
+/// before the holder's own `valid_until`. (Before, only the daemon and Python checked.)
+#[test]
+fn lock_commands_refuse_a_skew_margin_below_the_stores_stamp_resolution() {
+    use banklease_testkit::backends::Backend;
+    if !Backend::S3.available() {
+        eprintln!("skipped: set BANKLEASE_TEST_S3=1 (moto) to run");
+        return;
+    }
+    let bank = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(Backend::S3.open_in("cli-gate"));
+    let url = bank.bank.label().to_owned();
+    let margin = [("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")];
+    let s3: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("AWS_"))
+        .collect();
+    let with_s3 = |args: &[&str]| {
+        let mut cmd = Command::new(BIN);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("BANKLEASE_") {
+                cmd.env_remove(name);
+            }
+        }
+        cmd.args(["--bank", &url])
+            .args(args)
+            .envs(margin)
+            .envs(s3.iter().map(|(k, v)| (k, v)))
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "error")
+            .output()
+            .unwrap()
+    };
+    for (args, code) in [
+        (&["lock", "acquire", "k", "--duration", "30s"][..], 2),
+        (&["lock", "run", "k", "--", "true"][..], 125),
+        (&["run", "--lock", "k", "--", "true"][..], 125),
+    ] {
+        let out = with_s3(args);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(
+                "lease.skew_margin=`100ms` is below the store's timestamp resolution=`1s`"
+            ),
+            "{args:?}: {err}"
+        );
+    }
+    let out = with_s3(&["--json", "lock", "show", "k"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\"state\":\"missing\""),
+        "nothing was acquired: {}",
+        text(&out)
+    );
+}
