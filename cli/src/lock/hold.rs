@@ -220,18 +220,45 @@ impl Kept {
         self.heartbeat.lock()
     }
 
-    /// Stop the heartbeat and release the lock; a failure is logged (the lock then runs out on
-    /// its own). A lock already lost is not ours to release: the heartbeat is only stopped.
+    /// Stop the heartbeat and release the lock, giving up when the lock runs out on its own
+    /// (its `valid_until`, on the holder's clock), as an owner lease's release does: a store
+    /// that does not answer must not keep the supervisor (and COMMAND's status) for the client's
+    /// whole retry budget. A failure or giving up is said in one line; the lock then lapses. A
+    /// lock already lost is not ours to release: the heartbeat is only stopped.
     pub async fn release(self) {
-        let key = self.heartbeat.lock().full_key();
-        if let LeaseState::Lost { reason } = self.heartbeat.lock().subscribe().borrow().clone() {
-            tracing::debug!(key = %key, reason = %reason, "the lock was lost; nothing to release");
-            self.heartbeat.stop().await;
-            return;
-        }
-        if let Err(e) = self.heartbeat.release().await {
-            tracing::warn!(key = %key, error = %error_chain(&e),
-                "releasing the lock failed; it runs out on its own");
+        let lock = self.heartbeat.lock().clone();
+        let key = lock.full_key();
+        let lost = matches!(*lock.subscribe().borrow(), LeaseState::Lost { .. });
+        let release = async {
+            if lost {
+                tracing::debug!(key = %key, "the lock was lost; nothing to release");
+                self.heartbeat.stop().await;
+                return;
+            }
+            if let Err(e) = self.heartbeat.release().await {
+                eprintln!(
+                    "warning: releasing the lock key=`{key}` failed ({}); it lapses on its own",
+                    error_chain(&e)
+                );
+            }
+        };
+        let clock = lock.locks().clock().clone();
+        // On the holder's clock, which counts suspended time: looked at least once a second.
+        let ran_out = async {
+            loop {
+                let left = lock.remaining();
+                if left.is_zero() {
+                    return;
+                }
+                clock.sleep(left.min(Duration::from_secs(1))).await;
+            }
+        };
+        tokio::select! {
+            () = release => {}
+            () = ran_out => eprintln!(
+                "warning: the lock key=`{key}` was not released before it ran out (the store \
+                 did not answer in time); it has lapsed on its own"
+            ),
         }
     }
 }
