@@ -19,10 +19,11 @@ use std::time::Duration;
 
 use object_store::memory::InMemory;
 use object_store::path::{Path, PathPart};
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ClientConfigKey, ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::capability::Capabilities;
 use crate::clock::SharedClock;
+use crate::config::{BankConfig, ClientLimits};
 use crate::error::{Error, Result};
 use crate::id::OwnerId;
 pub use crate::lease::store_time::{add_saturating, sub_saturating, StoreTime};
@@ -54,6 +55,8 @@ struct BankInner {
     probe_key: String,
     /// An in-process store made by [`Bank::open`] (`memory://`): a bank from the start.
     made_at_open: bool,
+    /// The limits the store client was opened with (`[bank] request_timeout`, `retry_timeout`).
+    limits: crate::config::ClientLimits,
 }
 
 impl fmt::Debug for Bank {
@@ -90,17 +93,41 @@ impl Bank {
     /// # Ok(()) }
     /// ```
     pub fn open(url: &str) -> Result<Self> {
-        Self::open_with(url, false)
+        Self::open_with(url, false, ClientLimits::default())
     }
 
     /// [`open`](Self::open), creating a `file:` bank's directory when it is missing (what
     /// `banklease init` does). `open` never creates it: a mistyped path is refused
     /// ([`Error::NoBank`]) instead of becoming an empty bank.
     pub fn open_or_create(url: &str) -> Result<Self> {
-        Self::open_with(url, true)
+        Self::open_with(url, true, ClientLimits::default())
     }
 
-    fn open_with(url: &str, create: bool) -> Result<Self> {
+    /// The bank a `[bank]` section names, its store client opened with the section's limits
+    /// (`request_timeout`, `retry_timeout`); `create` as [`open_or_create`](Self::open_or_create).
+    pub fn open_configured(config: &BankConfig, create: bool) -> Result<Self> {
+        let url = match config.url.trim() {
+            "" => return Err(Error::NoBankGiven),
+            url => url,
+        };
+        let mut bank = Self::open_with(url, create, config.limits())?;
+        Arc::get_mut(&mut bank.inner)
+            .expect("a bank just built is not shared")
+            .limits = config.limits();
+        Ok(bank)
+    }
+
+    /// The limits its store client was opened with.
+    pub fn client_limits(&self) -> ClientLimits {
+        self.inner.limits
+    }
+
+    /// The retry budget of its store client ([`ClientLimits::budget`]).
+    pub fn retry_budget(&self) -> Duration {
+        self.inner.limits.budget(&self.inner.label)
+    }
+
+    fn open_with(url: &str, create: bool, limits: ClientLimits) -> Result<Self> {
         let bad = |reason: &str| Error::InvalidUrl {
             url: url.to_owned(),
             reason: reason.to_owned(),
@@ -174,7 +201,15 @@ impl Bank {
             if bucket.is_empty() {
                 return Err(bad("no bucket; use s3://bucket/prefix"));
             }
-            let store = object_store::aws::AmazonS3Builder::from_env()
+            let mut builder = object_store::aws::AmazonS3Builder::from_env();
+            if let Some(timeout) = limits.request_timeout {
+                builder = builder.with_config(
+                    object_store::aws::AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
+                    humantime::format_duration(timeout).to_string(),
+                );
+            }
+            let store = builder
+                .with_retry(limits.retry_config())
                 .with_bucket_name(bucket)
                 .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
                 .with_http_connector(DateRecorder::default())
@@ -187,7 +222,15 @@ impl Bank {
             if container.is_empty() {
                 return Err(bad("no container; use az://container/prefix"));
             }
-            let store = object_store::azure::MicrosoftAzureBuilder::from_env()
+            let mut builder = object_store::azure::MicrosoftAzureBuilder::from_env();
+            if let Some(timeout) = limits.request_timeout {
+                builder = builder.with_config(
+                    object_store::azure::AzureConfigKey::Client(ClientConfigKey::Timeout),
+                    humantime::format_duration(timeout).to_string(),
+                );
+            }
+            let store = builder
+                .with_retry(limits.retry_config())
                 .with_container_name(container)
                 .with_http_connector(DateRecorder::default())
                 .build()
@@ -204,7 +247,15 @@ impl Bank {
             if bucket.is_empty() {
                 return Err(bad("no bucket; use gs://bucket/prefix"));
             }
-            let store = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+            let mut builder = object_store::gcp::GoogleCloudStorageBuilder::from_env();
+            if let Some(timeout) = limits.request_timeout {
+                builder = builder.with_config(
+                    object_store::gcp::GoogleConfigKey::Client(ClientConfigKey::Timeout),
+                    humantime::format_duration(timeout).to_string(),
+                );
+            }
+            let store = builder
+                .with_retry(limits.retry_config())
                 .with_bucket_name(bucket)
                 .with_http_connector(DateRecorder::default())
                 .build()
@@ -221,7 +272,16 @@ impl Bank {
             if container.is_empty() {
                 return Err(bad("no container; use swift://container/prefix"));
             }
-            let store = crate::swift::SwiftBuilder::from_env()
+            let mut builder = crate::swift::SwiftBuilder::from_env();
+            if let Some(timeout) = limits.request_timeout {
+                builder = builder.with_request_timeout(timeout);
+            }
+            if limits.retry_timeout.is_some() {
+                builder = builder
+                    .with_retry(limits.retry_config())
+                    .with_one_retry_cutoff();
+            }
+            let store = builder
                 .with_container(container)
                 .with_http_connector(DateRecorder::default())
                 .build()
@@ -288,6 +348,7 @@ impl Bank {
                 local,
                 probe_key: uuid::Uuid::new_v4().simple().to_string(),
                 made_at_open: false,
+                limits: crate::config::ClientLimits::default(),
             }),
             host_clock_if_refused: false,
         }

@@ -32,8 +32,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use object_store::{ClientConfigKey, ClientOptions, RetryConfig};
-
 use crate::error::{Error, Result};
 use crate::windows::LeaseWindows;
 
@@ -69,64 +67,6 @@ fn nanos_to_duration(nanos: u128) -> Duration {
     Duration::new(secs, (nanos % NANOS_PER_SEC) as u32)
 }
 
-/// The store client's retry budget for the bank at `url`: the longest time after a write was
-/// sent that the client [`Bank::open`](crate::Bank::open) makes for that URL may still send it
-/// again, and so the longest time after which it can land. Zero for `file:` and `memory://`
-/// banks (no client, no retries).
-///
-/// Derived from the clients as they are (object_store 0.14 and `crate::swift`), not configured
-/// by banklease: every HTTP attempt ends within the request timeout (`ClientOptions`, 30s by
-/// default); after a failed attempt the client backs off for at most `max_backoff` (15s) and
-/// tries again while fewer than `max_retries` (10) retries were made and at most `retry_timeout`
-/// (3m) has passed since the first attempt. The last attempt therefore starts within
-/// `min(retry_timeout + max_backoff, max_retries × (timeout + max_backoff))` and ends one timeout
-/// later: 3m 45s with the defaults, for S3, Azure and GCS (whose request timeout `AWS_TIMEOUT`,
-/// `AZURE_TIMEOUT` or `GOOGLE_TIMEOUT` can change, as their builders read it; this function
-/// reads the same variables). The Swift client (`SwiftBuilder::from_env`, the same defaults) may
-/// run that loop three times for one write: a 401 ends the first, it re-authenticates (one more
-/// loop) and sends the write again (the third), so 11m 15s. Not counted: an authentication
-/// *before* the first attempt, which delays sending like any pause between the owner's validity
-/// check and its send (see ARCHITECTURE.md, "no late write outlives the sweep").
-pub fn store_client_retry_budget(url: &str) -> Duration {
-    retry_budget(url, |name| std::env::var(name).ok())
-}
-
-/// [`store_client_retry_budget`] with the environment read through `env`.
-fn retry_budget(url: &str, env: impl Fn(&str) -> Option<String>) -> Duration {
-    let url = url.trim();
-    let (timeout_variable, loops) = if url.starts_with("s3://") {
-        (Some("AWS_TIMEOUT"), 1)
-    } else if url.starts_with("az://") {
-        (Some("AZURE_TIMEOUT"), 1)
-    } else if url.starts_with("gs://") {
-        (Some("GOOGLE_TIMEOUT"), 1)
-    } else if url.starts_with("swift://") {
-        (None, 3)
-    } else {
-        // file:, memory:// (and anything Bank::open refuses anyway).
-        return Duration::ZERO;
-    };
-    let parse = |v: &str| humantime::parse_duration(v.trim()).ok();
-    let default_timeout = ClientOptions::default()
-        .get_config_value(&ClientConfigKey::Timeout)
-        .and_then(|v| parse(&v));
-    // An unparsable variable makes Bank::open fail; then no write is ever sent.
-    let timeout = timeout_variable
-        .and_then(&env)
-        .and_then(|v| parse(&v))
-        .or(default_timeout)
-        // No request timeout at all: nothing bounds a write.
-        .unwrap_or(Duration::MAX);
-    let retry = RetryConfig::default();
-    let backoff = retry.backoff.max_backoff;
-    let per_attempt = timeout.saturating_add(backoff);
-    let last_start = retry
-        .retry_timeout
-        .saturating_add(backoff)
-        .min(per_attempt.saturating_mul(u32::try_from(retry.max_retries).unwrap_or(u32::MAX)));
-    last_start.saturating_add(timeout).saturating_mul(loops)
-}
-
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -140,19 +80,37 @@ pub struct Config {
 }
 
 /// `[bank]`
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BankConfig {
     /// `file:///abs/path`, `file:relative/path`, `memory://`, `s3://bucket/prefix` or
-    /// `swift://container/prefix`.
+    /// `swift://container/prefix`. Empty by default: a command without one names the three ways
+    /// to give it, instead of making a bank wherever it runs.
     pub url: String,
+    /// How long one HTTP request to the store may take [default: the client's, 30s, or the
+    /// `AWS_TIMEOUT` / `AZURE_TIMEOUT` / `GOOGLE_TIMEOUT` variable].
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Option<Duration>,
+    /// How long after a request's first attempt the client may start another (retries,
+    /// and on Swift a re-authentication and the resend) [default: the client's, 3m, and on
+    /// Swift three such loops]. With [`request_timeout`](Self::request_timeout) it gives the
+    /// retry budget the timing rules use ([`ClientLimits::budget`]).
+    #[serde(with = "humantime_serde")]
+    pub retry_timeout: Option<Duration>,
 }
 
-/// No bank by default: a command without one names the three ways to give it, instead of
-/// making a bank wherever it runs.
-impl Default for BankConfig {
-    fn default() -> Self {
-        Self { url: String::new() }
+impl BankConfig {
+    /// The store client's limits this section sets.
+    pub fn limits(&self) -> ClientLimits {
+        ClientLimits {
+            request_timeout: self.request_timeout,
+            retry_timeout: self.retry_timeout,
+        }
+    }
+
+    /// The retry budget of the store client opened for this section ([`ClientLimits::budget`]).
+    pub fn retry_budget(&self) -> Duration {
+        self.limits().budget(&self.url)
     }
 }
 
@@ -374,6 +332,28 @@ impl Config {
         env: impl IntoIterator<Item = (String, String)>,
         apply: impl FnOnce(&mut Config),
     ) -> Result<Self> {
+        Self::gate_with(file, env, apply, true)
+    }
+
+    /// [`Config::load_with`] for `banklease doctor`, which reports the refusals of
+    /// [`Config::refusals`] instead of failing on them ([`Config::check`]); values out of range
+    /// still fail.
+    pub fn load_for_diagnosis(
+        file: Option<&Path>,
+        apply: impl FnOnce(&mut Config),
+    ) -> Result<Self> {
+        let file: Option<PathBuf> = file
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::var_os(CONFIG_ENV).map(PathBuf::from));
+        Self::gate_with(file.as_deref(), std::env::vars(), apply, false)
+    }
+
+    fn gate_with(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        apply: impl FnOnce(&mut Config),
+        refuse: bool,
+    ) -> Result<Self> {
         let mut builder = config::Config::builder();
         let source = match file {
             Some(path) => {
@@ -438,7 +418,12 @@ impl Config {
         } else {
             origin
         };
-        let warnings = config.validate().map_err(|e| match e {
+        let checked = if refuse {
+            config.validate()
+        } else {
+            config.check().map(|c| c.warnings)
+        };
+        let warnings = checked.map_err(|e| match e {
             Error::Config { message } => Error::config(format!("{message} ({origin})")),
             other => other,
         })?;
@@ -498,7 +483,44 @@ impl Config {
     ///   renewal on the store's clock. (Other stores whose create-if-absent races are not atomic
     ///   are found by `banklease doctor`, not by their URL.)
     pub fn refusals(&self) -> Vec<String> {
-        self.refusals_with_budget(store_client_retry_budget(&self.bank.url))
+        self.refusals_with_budget(self.bank.retry_budget())
+    }
+
+    /// The knobs behind the budget, as a refusal names them.
+    fn budget_words(&self) -> String {
+        let d = |v: Option<Duration>| {
+            v.map_or_else(
+                || "the client's default".to_owned(),
+                |v| format!("`{}`", humantime::format_duration(v)),
+            )
+        };
+        format!(
+            "bank.retry_timeout={} and bank.request_timeout={} give {}",
+            d(self.bank.retry_timeout),
+            d(self.bank.request_timeout),
+            humantime::format_duration(self.bank.retry_budget())
+        )
+    }
+
+    /// The shortest `gc.grace` rule (c) allows on this bank with these windows and budget
+    /// (zero when every grace does, or the bank is not on Swift), for `banklease doctor`.
+    pub fn shortest_grace(&self) -> Duration {
+        if !self.bank.url.trim().starts_with("swift://") {
+            return Duration::ZERO;
+        }
+        let lease = &self.lease;
+        let budget = self.bank.retry_budget();
+        let counted = lease
+            .expire_window
+            .saturating_sub(lease.validity_window)
+            .saturating_add(budget);
+        let landed = budget.saturating_add(clock_drift_over(counted));
+        round_up_to_ms(
+            landed
+                .saturating_sub(lease.validity_window)
+                .saturating_sub(lease.skew_margin)
+                .saturating_add(Duration::from_nanos(1)),
+        )
     }
 
     fn refusals_with_budget(&self, budget: Duration) -> Vec<String> {
@@ -531,7 +553,8 @@ impl Config {
                 "gc.late_write_window=`{}` needs gc.late_write_window >= the store client's retry \
                  budget on bank.url=`{}` + 0.1 % of it, the longest a write sent before an \
                  owner's lease ran out can take to land ({} < {} + {} = {}): raise \
-                 gc.late_write_window to at least {}",
+                 gc.late_write_window to at least {}, or shorten the budget with \
+                 [bank] retry_timeout and request_timeout ({})",
                 d(gc.late_write_window),
                 self.bank.url.trim(),
                 d(gc.late_write_window),
@@ -539,6 +562,7 @@ impl Config {
                 d(clock_drift_over(budget)),
                 d(landed),
                 d(landed),
+                self.budget_words(),
             ));
         }
         // (c)
@@ -562,7 +586,8 @@ impl Config {
                      decisions/<id> from landing beside the GC's ({} + 0.1 % of \
                      (lease.expire_window=`{}` − lease.validity_window=`{}` + {}) = {} >= \
                      lease.validity_window=`{}` + lease.skew_margin=`{}` + gc.grace=`{}` = {}): \
-                     raise gc.grace to at least {}",
+                     raise gc.grace to at least {}, or shorten the budget with [bank] \
+                     retry_timeout and request_timeout ({})",
                     self.bank.url.trim(),
                     d(budget),
                     d(lease.expire_window),
@@ -574,6 +599,7 @@ impl Config {
                     d(gc.grace),
                     d(fence),
                     d(round_up_to_ms(grace)),
+                    self.budget_words(),
                 ));
             }
         }
@@ -665,6 +691,9 @@ impl Config {
     }
 }
 
+mod budget;
 mod env;
 #[cfg(test)]
 mod tests;
+
+pub use budget::{store_client_retry_budget, ClientLimits};

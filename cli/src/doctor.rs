@@ -22,10 +22,49 @@ struct Report<'a> {
     supported: bool,
     /// What the configuration in use gets wrong without being invalid.
     config_warnings: &'a [String],
-    /// Why the configuration in use would be refused (`banklease::config::Config::refusals`):
-    /// the arithmetic behind a guarantee fails for its windows. Only a `--bank` given after the
-    /// configuration was loaded can bring one here; the exit code is then 1.
+    /// Why the configuration in use is refused (`banklease::config::Config::refusals`): the
+    /// arithmetic behind a guarantee fails for its windows; every other command refuses to run
+    /// with it, and the exit code is 1.
     config_refusals: &'a [String],
+    /// The store client's retry budget (`[bank] retry_timeout`, `request_timeout`) and the
+    /// shortest `gc.grace` it allows.
+    budget: Budget,
+}
+
+/// The budget in force, for the report.
+#[derive(Debug, Serialize)]
+struct Budget {
+    retry_budget_ms: u64,
+    /// Zero when any grace will do (no store client, or not on Swift).
+    shortest_grace_ms: u64,
+}
+
+impl Budget {
+    fn of(ctx: &Ctx) -> Self {
+        Self {
+            retry_budget_ms: crate::ms(ctx.bank.retry_budget()),
+            shortest_grace_ms: crate::ms(ctx.config.shortest_grace()),
+        }
+    }
+
+    fn line(&self, ctx: &Ctx) -> String {
+        let grace = match self.shortest_grace_ms {
+            0 => "any gc.grace".to_owned(),
+            _ => format!(
+                "gc.grace of at least {}",
+                crate::human(ctx.config.shortest_grace())
+            ),
+        };
+        let set =
+            |v: Option<std::time::Duration>| v.map_or_else(|| "default".to_owned(), crate::human);
+        format!(
+            "store client retry budget: {} (bank.retry_timeout={}, bank.request_timeout={}); \
+             it allows {grace}",
+            crate::human(ctx.bank.retry_budget()),
+            set(ctx.config.bank.retry_timeout),
+            set(ctx.config.bank.request_timeout),
+        )
+    }
 }
 
 /// `banklease doctor`
@@ -50,9 +89,11 @@ pub(super) async fn run(ctx: &Ctx, race_rounds: u32) -> Result<Outcome> {
             supported,
             config_warnings: &checked.warnings,
             config_refusals: &checked.refusals,
+            budget: Budget::of(ctx),
         })?;
     } else {
         print_human(&diagnosis, &verdicts, supported)?;
+        out_line(&Budget::of(ctx).line(ctx))?;
         for warning in &checked.warnings {
             out_line(&format!("configuration warning: {warning}"))?;
         }

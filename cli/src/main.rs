@@ -362,26 +362,29 @@ struct Ctx {
 }
 
 impl Ctx {
-    /// `create`: a `file:` bank's directory is made when missing (`init` only).
+    /// `create`: a `file:` bank's directory is made when missing (`init` only). `diagnosis`:
+    /// the configuration's refusals are reported by `doctor`, not failed on.
     fn load(
         file: Option<&std::path::Path>,
         bank: Option<&str>,
         json: bool,
         create: bool,
+        diagnosis: bool,
     ) -> Result<Self> {
         // The one gate: `--bank` is applied before the configuration is validated. The
         // library's errors already name the file, key or URL at fault.
-        let config = Config::load_with(file, |config| {
+        let apply = |config: &mut Config| {
             if let Some(url) = bank {
                 config.bank.url = url.to_owned();
             }
-        })?;
-        let url = config.bank_url()?;
-        let bank = if create {
-            Bank::open_or_create(url)?
-        } else {
-            Bank::open(url)?
         };
+        let config = if diagnosis {
+            Config::load_for_diagnosis(file, apply)?
+        } else {
+            Config::load_with(file, apply)?
+        };
+        // The store client with `[bank]`'s limits: the budget the gate judged.
+        let bank = Bank::open_configured(&config.bank, create)?;
         Ok(Self {
             config,
             bank,
@@ -417,7 +420,8 @@ async fn run(cli: Cli) -> Result<Outcome> {
         json,
         command,
     } = cli;
-    let load = || Ctx::load(config.as_deref(), bank.as_deref(), json, false);
+    let diagnosis = matches!(command, Command::Doctor { .. });
+    let load = || Ctx::load(config.as_deref(), bank.as_deref(), json, false, diagnosis);
     let ctx = match command {
         // The agent's client needs no configuration: it talks to the agent only.
         Command::Agent(args) => return agent::client::run(args, json).await,
@@ -439,7 +443,7 @@ async fn run(cli: Cli) -> Result<Outcome> {
             })
         }
         Command::Init { create_container } => {
-            let ctx = Ctx::load(config.as_deref(), bank.as_deref(), json, true)?;
+            let ctx = Ctx::load(config.as_deref(), bank.as_deref(), json, true, false)?;
             return init::init(&ctx, create_container).await;
         }
         _ => load()?,

@@ -6,57 +6,12 @@
 #![allow(clippy::disallowed_methods)] // real processes on real time
 
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use banklease_testkit::backends::Backend;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use banklease_testkit::stall::StallingProxy;
 
 const BIN: &str = env!("CARGO_BIN_EXE_banklease");
-
-/// A loopback TCP proxy to `upstream` that, while `stalled`, forwards nothing (the store seems
-/// to hang: connections open, no answer).
-async fn stalling_proxy(upstream: String, stalled: Arc<AtomicBool>) -> std::net::SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let (upstream, stalled) = (upstream.clone(), stalled.clone());
-            tokio::spawn(async move {
-                let Ok(server) = TcpStream::connect(&upstream).await else {
-                    return;
-                };
-                let (cr, cw) = client.into_split();
-                let (sr, sw) = server.into_split();
-                tokio::join!(pipe(cr, sw, stalled.clone()), pipe(sr, cw, stalled.clone()));
-            });
-        }
-    });
-    addr
-}
-
-async fn pipe(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    stalled: Arc<AtomicBool>,
-) {
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        // Held, not dropped: bounded by the test's own limit (the process exits).
-        while stalled.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
-}
 
 #[test]
 fn release_gives_up_at_the_locks_end_when_the_store_hangs() {
@@ -67,12 +22,8 @@ fn release_gives_up_at_the_locks_end_when_the_store_hangs() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let bank = runtime.block_on(Backend::S3.open_in("cli-release"));
     let url = bank.bank.label().to_owned();
-    let upstream = std::env::var("AWS_ENDPOINT")
-        .expect("AWS_ENDPOINT")
-        .trim_start_matches("http://")
-        .to_owned();
-    let stalled = Arc::new(AtomicBool::new(false));
-    let proxy = runtime.block_on(stalling_proxy(upstream, stalled.clone()));
+    let upstream = std::env::var("AWS_ENDPOINT").expect("AWS_ENDPOINT");
+    let proxy = runtime.block_on(StallingProxy::start(upstream.trim_start_matches("http://")));
     let work = tempfile::tempdir().unwrap();
     let flag = work.path().join("done");
 
@@ -86,7 +37,7 @@ fn release_gives_up_at_the_locks_end_when_the_store_hangs() {
             vec!["run", "--lock", "rel/b", "--lock-duration", "4s", "--"],
         ),
     ] {
-        stalled.store(false, Ordering::SeqCst);
+        proxy.resume();
         let _ = std::fs::remove_file(&flag);
         let job = format!("touch '{}'; sleep 0.3; exit 7", flag.display());
         let mut cmd = Command::new(BIN);
@@ -99,7 +50,7 @@ fn release_gives_up_at_the_locks_end_when_the_store_hangs() {
             .args(["--bank", &url])
             .args(&head)
             .args(["sh", "-c", &job])
-            .env("AWS_ENDPOINT", format!("http://{proxy}"))
+            .env("AWS_ENDPOINT", proxy.url())
             .env("BANKLEASE_LEASE__SKEW_MARGIN", "1100ms")
             // `run`'s owner lease gives up releasing at its own end: a short one.
             .env("BANKLEASE_LEASE__RENEW_WINDOW", "1s")
@@ -120,7 +71,7 @@ fn release_gives_up_at_the_locks_end_when_the_store_hangs() {
             std::thread::sleep(Duration::from_millis(10));
         }
         // COMMAND runs: from now on the store answers nothing.
-        stalled.store(true, Ordering::SeqCst);
+        proxy.stall();
         let stalled_at = Instant::now();
         let status = loop {
             if let Some(status) = child.try_wait().unwrap() {

@@ -86,6 +86,25 @@ impl Env {
         env
     }
 
+    /// Grace, late-write window and the store client's limits that pass the configuration
+    /// gate: on a server, a budget of 5.5 s (2 s of retries, a backoff of 0.5 s, a 3 s request)
+    /// that rule (c) lets land before the GC's decision with a 5 s grace.
+    fn budget(&self) -> Vec<(&'static str, &'static str)> {
+        if self.url.starts_with("file:") {
+            vec![
+                ("BANKLEASE_GC__GRACE", "500ms"),
+                ("BANKLEASE_GC__LATE_WRITE_WINDOW", "1s"),
+            ]
+        } else {
+            vec![
+                ("BANKLEASE_GC__GRACE", "5s"),
+                ("BANKLEASE_GC__LATE_WRITE_WINDOW", "6s"),
+                ("BANKLEASE_BANK__RETRY_TIMEOUT", "2s"),
+                ("BANKLEASE_BANK__REQUEST_TIMEOUT", "3s"),
+            ]
+        }
+    }
+
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
@@ -116,8 +135,7 @@ impl Env {
                 "BANKLEASE_LEASE__SKEW_MARGIN",
                 format!("{}ms", self.margin.as_millis()),
             )
-            .env("BANKLEASE_GC__GRACE", "500ms")
-            .env("BANKLEASE_GC__LATE_WRITE_WINDOW", "1s")
+            .envs(self.budget())
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "warn")
             // The job finds the CLI as `banklease` and talks to the test through files.

@@ -48,7 +48,11 @@ impl PassArgs<'_> {
             ));
         }
         let config = Config::gate(self.config_file.as_deref(), std::env::vars(), |c| {
+            // The bank given, and the limits its client was opened with: what is judged.
             c.bank.url = bank.label().to_owned();
+            let limits = bank.client_limits();
+            c.bank.request_timeout = limits.request_timeout;
+            c.bank.retry_timeout = limits.retry_timeout;
             c.gc.dry_run |= self.dry_run;
             if let Some(d) = grace {
                 c.gc.grace = d;

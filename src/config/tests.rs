@@ -151,35 +151,6 @@ fn margins_and_windows_that_break_the_arithmetic_are_refused() {
 }
 
 #[test]
-fn retry_budgets_follow_the_clients_and_their_timeout_variables() {
-    let none = |_: &str| None;
-    let s = Duration::from_secs;
-    // retry_timeout 3m + one backoff of at most 15s, then the last attempt's 30s timeout.
-    assert_eq!(retry_budget("s3://b/p", none), s(225));
-    assert_eq!(retry_budget(" az://c/p", none), s(225));
-    assert_eq!(retry_budget("gs://b/p", none), s(225));
-    // Three such loops: a 401 ends the first, re-authentication, the write sent again.
-    assert_eq!(retry_budget("swift://c/p", none), s(675));
-    for url in ["file:./bank", "file:///tmp/x", "memory://", "nope://x"] {
-        assert_eq!(retry_budget(url, none), Duration::ZERO, "{url}");
-    }
-    // The request timeout the builders read from the environment.
-    let env = |name: &str| (name == "AWS_TIMEOUT").then(|| "5s".to_owned());
-    assert_eq!(retry_budget("s3://b/p", env), s(200));
-    assert_eq!(
-        retry_budget("az://c/p", env),
-        s(225),
-        "AZURE_TIMEOUT, not AWS_TIMEOUT"
-    );
-    // Ten retries of a 1s timeout and 15s backoffs start within 2m 40s, under 3m + 15s.
-    let env = |name: &str| (name == "GOOGLE_TIMEOUT").then(|| "1s".to_owned());
-    assert_eq!(retry_budget("gs://b/p", env), s(161));
-    // Swift's builder reads no timeout variable.
-    let env = |_: &str| Some("5s".to_owned());
-    assert_eq!(retry_budget("swift://c/p", env), s(675));
-}
-
-#[test]
 fn check_hands_back_refusals_that_validate_fails_on() {
     // As `banklease --bank swift://c/p doctor` sees it: the URL set after loading.
     let mut c = Config::default();

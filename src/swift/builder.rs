@@ -198,6 +198,7 @@ pub struct SwiftBuilder {
     container: Option<String>,
     client_options: ClientOptions,
     retry_config: RetryConfig,
+    one_cutoff: bool,
     http_connector: Option<Arc<dyn HttpConnector>>,
     clock: Option<SharedClock>,
     list_limit: Option<usize>,
@@ -226,6 +227,7 @@ impl fmt::Debug for SwiftBuilder {
             .field("token", &self.token)
             .field("container", &self.container)
             .field("retry_config", &self.retry_config)
+            .field("one_cutoff", &self.one_cutoff)
             .field("list_limit", &self.list_limit)
             .finish_non_exhaustive()
     }
@@ -328,6 +330,21 @@ impl SwiftBuilder {
         self
     }
 
+    /// How long one HTTP request may take (the other client options kept).
+    pub fn with_request_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.client_options = self.client_options.with_timeout(timeout);
+        self
+    }
+
+    /// Count a re-authentication after a 401, and the request sent again, against the retry
+    /// budget of the request that met the 401: no attempt of any of them starts later than
+    /// `retry_timeout + max_backoff` after the request's first ([`crate::config::ClientLimits`]).
+    /// Without it each of the three runs its own retry loop.
+    pub fn with_one_retry_cutoff(mut self) -> Self {
+        self.one_cutoff = true;
+        self
+    }
+
     /// The [`HttpConnector`] (default: reqwest), e.g. to add middleware.
     pub fn with_http_connector<C: HttpConnector>(mut self, connector: C) -> Self {
         self.http_connector = Some(Arc::new(connector));
@@ -421,6 +438,7 @@ impl SwiftBuilder {
                 client_options,
                 session: tokio::sync::Mutex::new(preauth),
                 authentications: AtomicU64::new(0),
+                one_cutoff: self.one_cutoff,
             }),
         })
     }

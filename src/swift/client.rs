@@ -22,7 +22,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
@@ -125,6 +125,9 @@ pub(crate) struct SwiftClient {
     pub(crate) session: tokio::sync::Mutex<Option<Arc<Session>>>,
     /// How many authentications this client has made.
     pub(crate) authentications: AtomicU64,
+    /// A re-authentication and the resend count against the request's own retry budget
+    /// ([`super::SwiftBuilder::with_one_retry_cutoff`]).
+    pub(crate) one_cutoff: bool,
 }
 
 impl fmt::Debug for SwiftClient {
@@ -153,14 +156,18 @@ impl SwiftClient {
                 return Ok(Arc::clone(s));
             }
         }
-        let fresh = Arc::new(self.authenticate().await?);
+        let fresh = Arc::new(self.authenticate(None).await?);
         *guard = Some(Arc::clone(&fresh));
         Ok(fresh)
     }
 
     /// Replace `stale` (which Swift refused) with a new session, unless another request has
-    /// already done so.
-    async fn reauthenticate(&self, stale: &Session) -> Result<Arc<Session>, Error> {
+    /// already done so; within the cutoff of the request that met the 401, if it has one.
+    async fn reauthenticate(
+        &self,
+        stale: &Session,
+        cutoff: Option<Instant>,
+    ) -> Result<Arc<Session>, Error> {
         let mut guard = self.session.lock().await;
         if let Some(s) = guard.as_ref() {
             if s.generation != stale.generation {
@@ -168,19 +175,22 @@ impl SwiftClient {
             }
         }
         tracing::debug!(container = %self.container, "swift answered 401; re-authenticating");
-        let fresh = Arc::new(self.authenticate().await?);
+        let fresh = Arc::new(self.authenticate(cutoff).await?);
         *guard = Some(Arc::clone(&fresh));
         Ok(fresh)
     }
 
-    async fn authenticate(&self) -> Result<Session, Error> {
+    async fn authenticate(&self, cutoff: Option<Instant>) -> Result<Session, Error> {
         let endpoint = self.credentials.endpoint();
         // The token's lifetime counts from here: before the request, never after the answer.
         let sent = self.now_utc();
         let response = self
-            .execute(&self.credentials.method(), &endpoint, || {
-                self.credentials.request()
-            })
+            .execute(
+                &self.credentials.method(),
+                &endpoint,
+                || self.credentials.request(),
+                cutoff,
+            )
             .await
             .map_err(|e| match e {
                 Error::Request {
@@ -212,55 +222,74 @@ impl SwiftClient {
         DateTime::<Utc>::from(self.clock.system_now())
     }
 
-    /// Send `req` with the session's token; re-authenticate once on 401.
+    /// Send `req` with the session's token; re-authenticate once on 401. With one retry cutoff
+    /// (`[bank] retry_timeout`), no attempt of the request, the re-authentication or the resend
+    /// starts past it: the retry budget the timing rules use covers all three.
     pub(crate) async fn send(&self, req: &Request<'_>) -> Result<HttpResponse, Error> {
         let mut session = self.session().await?;
+        let cutoff = self
+            .one_cutoff
+            .then(|| self.clock.now() + self.retry.retry_timeout + self.retry.backoff.max_backoff);
+        let past_cutoff = || cutoff.is_some_and(|c| self.clock.now() >= c);
         let mut reauthenticated = false;
         loop {
             let url = self.url(&session.storage_url, req);
             let token = session.token.header_value()?;
             let path = req.path();
             let response = self
-                .execute(&req.method, &path, || {
-                    let mut b = http::Request::builder()
-                        .method(req.method.clone())
-                        .uri(url.as_str());
-                    if let Some(h) = b.headers_mut() {
-                        h.extend(req.headers.clone());
-                        h.insert(AUTH_TOKEN, token.clone());
-                        if req.reads_object() {
-                            h.insert(X_NEWEST, HeaderValue::from_static("true"));
+                .execute(
+                    &req.method,
+                    &path,
+                    || {
+                        let mut b = http::Request::builder()
+                            .method(req.method.clone())
+                            .uri(url.as_str());
+                        if let Some(h) = b.headers_mut() {
+                            h.extend(req.headers.clone());
+                            h.insert(AUTH_TOKEN, token.clone());
+                            if req.reads_object() {
+                                h.insert(X_NEWEST, HeaderValue::from_static("true"));
+                            }
                         }
-                    }
-                    let body = match &req.body {
-                        Some(p) => HttpRequestBody::from(p.clone()),
-                        None => HttpRequestBody::empty(),
-                    };
-                    b.body(body).map_err(|source| Error::BuildRequest {
-                        method: req.method.clone(),
-                        path: path.clone(),
-                        source,
-                    })
-                })
+                        let body = match &req.body {
+                            Some(p) => HttpRequestBody::from(p.clone()),
+                            None => HttpRequestBody::empty(),
+                        };
+                        b.body(body).map_err(|source| Error::BuildRequest {
+                            method: req.method.clone(),
+                            path: path.clone(),
+                            source,
+                        })
+                    },
+                    cutoff,
+                )
                 .await?;
             if response.status() == StatusCode::UNAUTHORIZED
                 && !reauthenticated
                 && self.credentials.can_authenticate()
+                && !past_cutoff()
             {
                 reauthenticated = true;
-                session = self.reauthenticate(&session).await?;
+                session = self.reauthenticate(&session, cutoff).await?;
+                if past_cutoff() {
+                    // The resend would start past the budget: Swift's refusal is the answer.
+                    return Ok(response);
+                }
                 continue;
             }
             return Ok(response);
         }
     }
 
-    /// Execute a request built by `make`, retrying transport errors, 5xx and 429.
+    /// Execute a request built by `make`, retrying transport errors, 5xx and 429: while fewer
+    /// than `max_retries` retries were made and `retry_timeout` has not passed since the first
+    /// attempt — or, with a `cutoff`, while a retry after the backoff would start before it.
     async fn execute(
         &self,
         method: &Method,
         path: &str,
         make: impl Fn() -> Result<http::Request<HttpRequestBody>, Error>,
+        cutoff: Option<Instant>,
     ) -> Result<HttpResponse, Error> {
         let started = self.clock.now();
         let mut retries = 0;
@@ -276,11 +305,14 @@ impl SwiftClient {
                         | HttpErrorKind::Interrupted
                 ),
             };
-            let elapsed = self.clock.now().saturating_duration_since(started);
-            if !retryable
-                || retries >= self.retry.max_retries
-                || elapsed >= self.retry.retry_timeout
-            {
+            let now = self.clock.now();
+            let elapsed = now.saturating_duration_since(started);
+            let wait = self.backoff(retries);
+            let out_of_time = match cutoff {
+                Some(cutoff) => now + wait >= cutoff,
+                None => elapsed >= self.retry.retry_timeout,
+            };
+            if !retryable || retries >= self.retry.max_retries || out_of_time {
                 return outcome.map_err(|source| Error::Request {
                     method: method.clone(),
                     path: path.to_owned(),
@@ -288,7 +320,6 @@ impl SwiftClient {
                     source,
                 });
             }
-            let wait = self.backoff(retries);
             match &outcome {
                 Ok(r) => {
                     tracing::debug!(%method, path, status = %r.status(), ?wait, "swift: retrying")
@@ -347,17 +378,22 @@ impl SwiftClient {
         url.set_query(None);
         let method = Method::GET;
         let response = self
-            .execute(&method, "/info", || {
-                http::Request::builder()
-                    .method(Method::GET)
-                    .uri(url.as_str())
-                    .body(HttpRequestBody::empty())
-                    .map_err(|source| Error::BuildRequest {
-                        method: Method::GET,
-                        path: "/info".to_owned(),
-                        source,
-                    })
-            })
+            .execute(
+                &method,
+                "/info",
+                || {
+                    http::Request::builder()
+                        .method(Method::GET)
+                        .uri(url.as_str())
+                        .body(HttpRequestBody::empty())
+                        .map_err(|source| Error::BuildRequest {
+                            method: Method::GET,
+                            path: "/info".to_owned(),
+                            source,
+                        })
+                },
+                None,
+            )
             .await?;
         match response.status() {
             s if s.is_success() => {}

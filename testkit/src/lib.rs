@@ -16,6 +16,7 @@ pub mod backends;
 pub mod failing;
 pub mod keystone;
 pub mod sim_store;
+pub mod stall;
 
 use banklease::Bank;
 
