@@ -100,7 +100,10 @@ impl Daemon {
     /// A daemon on the bank named by `config.bank.url`, on the system clock.
     pub fn open(config: Config) -> anyhow::Result<Self> {
         let url = config.bank_url()?;
-        let bank = Bank::open(url).with_context(|| format!("cannot open the bank: url=`{url}`"))?;
+        // Its store client with the configured limits: the budget the configuration was
+        // judged on.
+        let bank = Bank::open_configured(&config.bank, false)
+            .with_context(|| format!("cannot open the bank: url=`{url}`"))?;
         Ok(Self::new(bank, Arc::new(SystemClock), config))
     }
 
