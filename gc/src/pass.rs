@@ -22,7 +22,8 @@
 //! - **only a protecting checkpoint is collected**: a marker beside a checkpoint in any other
 //!   status without a decision is a stray marker, removed and nothing else;
 //! - **never trust a listing for absence**: an owner is judged by reading its lease object, not by
-//!   whether a listing shows it;
+//!   whether a listing shows it; the reaper counts an owner absent from the protecting index as
+//!   having no checkpoint only when that listing ran to its end;
 //! - **never delete on doubt**: an unreadable lease, a store error, or an `index.json` naming
 //!   another owner skips the checkpoint;
 //! - **fencing before collecting**: nothing of a checkpoint is deleted before the GC has won (or
@@ -155,7 +156,9 @@ impl Collector {
                     .collect();
                 report.failed_all(forget_missing(&ctx.bank, |o| keep.contains(o)).await);
             }
-            if self.options.reap_leases && acting {
+            // Only after a complete listing: the reaper takes an owner the listing did not show
+            // for one with no protecting checkpoint (the failed listing is a problem already).
+            if self.options.reap_leases && acting && judged.listed_all {
                 let seen: HashSet<OwnerId> =
                     judged.tallies.iter().map(|t| t.owner.clone()).collect();
                 reap_leases(&ctx, &seen, &cleared, &mut report).await?;

@@ -19,6 +19,8 @@ use crate::zombies::evidence;
 /// Delete the lease objects of owners that are expired past grace and have no protecting
 /// checkpoint left: those whose markers this pass removed without a skip or error
 /// (`cleared`), and those with no marker in the listing at all (judged here, once each).
+/// `seen` must come from a listing of the protecting index that ran to its end: absence from
+/// a listing cut short says nothing (the pass does not call this after one).
 ///
 /// Safe: an owner expired on the store clock (plus margin and grace) has long judged its own
 /// lease Lost, never renews it, and cannot create checkpoints.
@@ -36,8 +38,14 @@ pub(crate) async fn reap_leases(
         let meta = match item {
             Ok(meta) => meta,
             Err(e) => {
-                tracing::warn!(target: crate::report::PROBLEM_TARGET, error = %error_chain(&e), "listing leases failed");
-                report.failed(Problem::new(format!("listing `{prefix}`"), error_chain(&e)));
+                // Those listed are judged each by its own read; those not listed are left
+                // alone, nothing inferred from their absence.
+                let error = format!(
+                    "{}; the leases it did not list wait for the next pass",
+                    error_chain(&e)
+                );
+                tracing::warn!(target: crate::report::PROBLEM_TARGET, %error, "listing leases failed");
+                report.failed(Problem::new(format!("listing `{prefix}`"), error));
                 break;
             }
         };

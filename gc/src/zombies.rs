@@ -22,6 +22,9 @@ pub(crate) struct Judged {
     pub(crate) tallies: Vec<OwnerTally>,
     /// When the listing was sent: a missing lease's markers are judged at that instant.
     pub(crate) listed_at: Instant,
+    /// Whether the listing ran to its end: only then does an owner it did not show have no
+    /// protecting checkpoint (the reaper's premise).
+    pub(crate) listed_all: bool,
     /// Owners whose missing-since record is kept: their lease reads as missing (or cannot be
     /// read). A record left from an earlier episode would start a later episode's grace long
     /// before it began.
@@ -47,7 +50,9 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
     let listed_at = ctx.clock.now();
     let mut markers: HashMap<OwnerId, u64> = HashMap::new();
     let mut order: Vec<OwnerId> = Vec::new();
-    let mut listing = bank.store().list(Some(&protecting_prefix(bank)));
+    let mut listed_all = true;
+    let prefix = protecting_prefix(bank);
+    let mut listing = bank.store().list(Some(&prefix));
     while let Some(item) = listing.next().await {
         match item {
             Ok(meta) => match parse_marker(bank, &meta.location) {
@@ -65,11 +70,24 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
                 }
             },
             Err(e) => {
-                // Judge what was seen; the rest waits for the next pass.
-                tracing::warn!(target: crate::report::PROBLEM_TARGET, error = %error_chain(&e), "listing the protecting index failed");
-                report.failed(Problem::new(
-                    "listing the protecting index",
+                // Judge what was seen (each owner by its lease); the rest waits for the next
+                // pass. An owner not seen may have markers, so nothing is reaped.
+                listed_all = false;
+                let reaping = ctx.options.reap_leases && !ctx.options.dry_run;
+                let error = format!(
+                    "{}{}",
                     error_chain(&e),
+                    if reaping {
+                        "; no lease is reaped this pass (an owner it did not list may still \
+                         have protecting checkpoints)"
+                    } else {
+                        ""
+                    }
+                );
+                tracing::warn!(target: crate::report::PROBLEM_TARGET, %error, "listing the protecting index failed");
+                report.failed(Problem::new(
+                    format!("listing the protecting index `{prefix}`"),
+                    error,
                 ));
                 break;
             }
@@ -129,6 +147,7 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
     Judged {
         tallies,
         listed_at,
+        listed_all,
         keep_records,
         dead_for,
     }

@@ -1,6 +1,7 @@
 //! Regression tests for issue 11, collector side: GC passes on a store whose clock the test drives
 //! (`SimStore` on a `MockClock`), with answers delivered late, store-clock steps, Swift-style
-//! backstop deletions, stray markers, unreadable metadata and late data.
+//! backstop deletions, stray markers, unreadable metadata and late data; and later findings
+//! (listings that fail partway).
 //!
 //! Each test here failed on the code before its fix (see the session note of issue 11).
 
@@ -15,6 +16,7 @@ use banklease::clock::{Clock, MockClock, SharedClock};
 use banklease::Checkpoint;
 use banklease::{Bank, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, GcOptions, PassReport};
+use banklease_testkit::failing::{FailingStore, Op, Strike};
 use banklease_testkit::made;
 use banklease_testkit::sim_store::{SimStore, StoreClock};
 use gate::GateStore;
@@ -69,6 +71,8 @@ struct World {
     sim: SimStore,
     owner_bank: Bank,
     gate: GateStore<SimStore>,
+    /// Faults on the GC's requests only (behind the gate).
+    faults: FailingStore<GateStore<SimStore>>,
     gc_bank: Bank,
 }
 
@@ -80,14 +84,16 @@ fn world() -> World {
     };
     let sim = SimStore::new(StoreClock::new(wall.clone()));
     let gate = GateStore::new(sim.clone());
+    let faults = FailingStore::new(gate.clone());
     World {
         wall,
         shared: Arc::new(clock.clone()),
         owner_bank: made(Bank::from_store(Arc::new(sim.clone()), "", "sim")),
-        gc_bank: Bank::from_store(Arc::new(gate.clone()), "", "sim"),
+        gc_bank: Bank::from_store(Arc::new(faults.clone()), "", "sim"),
         clock,
         sim,
         gate,
+        faults,
     }
 }
 
@@ -541,4 +547,47 @@ async fn a_step_before_a_daemons_first_reading_collects_nothing() {
         .await
         .expect("the live owner's lease is intact");
     cp.complete(Status::Available).await.unwrap();
+}
+
+/// The listing of the protecting index fails after its first entry (owner-o's marker): the pass
+/// judged what it had seen, and the reaper took every owner it had not seen for one with no
+/// checkpoint left, deleting owner-p's lease while owner-p's protecting checkpoint was still
+/// there. An owner a failed listing did not show is unknown, not empty: nothing is reaped, and
+/// the report says why.
+#[tokio::test]
+async fn a_pass_that_could_not_list_the_protecting_index_reaps_nothing() {
+    let w = world();
+    for name in ["owner-o", "owner-p"] {
+        let lease = w.owner(name).await;
+        let id = format!("cp-{}", &name[6..]);
+        Checkpoint::create(&lease, &id).await.unwrap();
+    }
+    w.clock
+        .advance(EXPIRE + MARGIN + GRACE + Duration::from_secs(1));
+    let gc = w.collector(GRACE);
+    // The pass's first listing is the protecting index's.
+    w.faults.fail_next(Op::List, Strike::After, 1);
+    let r = pass(&gc).await;
+    assert_eq!((r.scanned, r.leases_reaped), (1, 0), "{r:?}");
+    assert!(
+        w.exists(&Path::from("leases/owner-p")).await,
+        "an owner the listing did not show keeps its lease: {r:?}"
+    );
+    assert!(!w.exists(&Path::from("gc/reaped/owner-p")).await);
+    assert!(w.exists(&Path::from("index/protecting/owner-p/cp-p")).await);
+    let named: Vec<_> = r
+        .problems
+        .iter()
+        .filter(|p| p.object.contains("index/protecting"))
+        .collect();
+    assert_eq!(named.len(), 1, "{:?}", r.problems);
+    assert!(
+        named[0].error.contains("no lease is reaped this pass"),
+        "{:?}",
+        named[0]
+    );
+    // Listed in full, both owners' checkpoints are gone and then their leases.
+    let r = pass(&gc).await;
+    assert_eq!((r.collected, r.leases_reaped, r.errors), (1, 2, 0), "{r:?}");
+    assert!(!w.exists(&Path::from("leases/owner-p")).await);
 }
