@@ -26,8 +26,10 @@
 //! decision object stays as a tombstone so that a paused owner that wakes up later is fenced.
 
 use std::fmt;
+use std::future::Future;
 use std::str::FromStr;
 
+use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
@@ -319,26 +321,49 @@ pub fn parse_marker(bank: &Bank, path: &Path) -> Option<(OwnerId, String)> {
     }
 }
 
-async fn read_json<T: serde::de::DeserializeOwned>(bank: &Bank, path: &Path) -> Result<Option<T>> {
-    let got = match bank.store().get(path).await {
-        Ok(g) => g,
-        Err(object_store::Error::NotFound { .. }) => return Ok(None),
-        Err(e) => return Err(Error::store("get", path, e)),
-    };
-    if got.meta.size > MAX_META_BYTES {
-        return Err(Error::Corrupt {
-            path: path.to_string(),
-            reason: format!("size `{}` exceeds {MAX_META_BYTES} bytes", got.meta.size),
-        });
+/// A record stored under its checkpoint's id: `index.json` or the decision.
+pub(crate) trait Record: serde::de::DeserializeOwned {
+    /// Its field naming the checkpoint, as a refusal names it.
+    const ID_FIELD: &'static str;
+    /// The checkpoint it names.
+    fn checkpoint(&self) -> &str;
+}
+
+impl Record for CheckpointRecord {
+    const ID_FIELD: &'static str = "id";
+    fn checkpoint(&self) -> &str {
+        &self.id
     }
-    let bytes = got
-        .bytes()
-        .await
-        .map_err(|e| Error::store("get", path, e))?;
+}
+
+impl Record for Decision {
+    const ID_FIELD: &'static str = "checkpoint_id";
+    fn checkpoint(&self) -> &str {
+        &self.checkpoint_id
+    }
+}
+
+/// The one rule by which a checkpoint record reads, for the GC and owners ([`read_checkpoint`],
+/// [`read_decision`]) and for `checkpoint resolve`, which replaces only a record that fails it
+/// (`crate::repair`): at most [`MAX_META_BYTES`] (`body` is not fetched past that), JSON in a
+/// format this release knows, the record's fields, and naming checkpoint `id`, the one it is
+/// stored under — another's would make the reader act on that other checkpoint.
+pub(crate) async fn parse_record<T: Record>(
+    path: &Path,
+    id: &str,
+    size: u64,
+    body: impl Future<Output = Result<Bytes>>,
+) -> Result<T> {
     let corrupt = |reason: String| Error::Corrupt {
         path: path.to_string(),
         reason,
     };
+    if size > MAX_META_BYTES {
+        return Err(corrupt(format!(
+            "size `{size}` exceeds {MAX_META_BYTES} bytes"
+        )));
+    }
+    let bytes = body.await?;
     let _: Version =
         serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("not valid JSON: {e}")))?;
     if let Some(format) = newer_format(&bytes) {
@@ -347,9 +372,28 @@ async fn read_json<T: serde::de::DeserializeOwned>(bank: &Bank, path: &Path) -> 
              upgrade banklease"
         )));
     }
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| corrupt(format!("unexpected content: {e}")))
+    let record: T =
+        serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("unexpected content: {e}")))?;
+    if record.checkpoint() != id {
+        return Err(corrupt(format!(
+            "it names {}=`{}`, another checkpoint",
+            T::ID_FIELD,
+            record.checkpoint()
+        )));
+    }
+    Ok(record)
+}
+
+/// Read the record of checkpoint `id` at `path` by [`parse_record`].
+async fn read_record<T: Record>(bank: &Bank, id: &str, path: &Path) -> Result<Option<T>> {
+    let got = match bank.store().get(path).await {
+        Ok(g) => g,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(Error::store("get", path, e)),
+    };
+    let size = got.meta.size;
+    let body = async { got.bytes().await.map_err(|e| Error::store("get", path, e)) };
+    parse_record(path, id, size, body).await.map(Some)
 }
 
 #[derive(Deserialize)]
@@ -370,25 +414,16 @@ pub(crate) fn to_payload<T: Serialize>(value: &T) -> PutPayload {
     PutPayload::from(serde_json::to_vec(value).expect("records always serialise"))
 }
 
-/// Read `checkpoints/<id>/index.json`.
+/// Read `checkpoints/<id>/index.json` ([`parse_record`]'s rule).
 pub async fn read_checkpoint(bank: &Bank, id: &str) -> Result<Option<CheckpointRecord>> {
     validate_checkpoint_id(id)?;
-    let record: Option<CheckpointRecord> = read_json(bank, &index_path(bank, id)).await?;
-    if let Some(r) = &record {
-        if r.id != id {
-            return Err(Error::Corrupt {
-                path: index_path(bank, id).to_string(),
-                reason: format!("it names id=`{}`", r.id),
-            });
-        }
-    }
-    Ok(record)
+    read_record(bank, id, &index_path(bank, id)).await
 }
 
-/// Read `decisions/<id>`.
+/// Read `decisions/<id>` ([`parse_record`]'s rule).
 pub async fn read_decision(bank: &Bank, id: &str) -> Result<Option<Decision>> {
     validate_checkpoint_id(id)?;
-    read_json(bank, &decision_path(bank, id)).await
+    read_record(bank, id, &decision_path(bank, id)).await
 }
 
 #[cfg(test)]
@@ -412,6 +447,43 @@ mod tests {
             );
         }
         assert!("zombie".parse::<Status>().is_err());
+    }
+
+    /// The rule refuses a record naming another checkpoint, whichever record it is, and one
+    /// over the size limit without fetching its body.
+    #[tokio::test]
+    async fn a_record_reads_only_under_its_own_id_and_size() {
+        let path = Path::from("x");
+        let owner = OwnerId::parse("o1").unwrap();
+        let now = Utc::now();
+        let index = serde_json::to_vec(&CheckpointRecord::new("cp1", &owner, Status::Error, now));
+        let decision = serde_json::to_vec(&Decision::collect("cp1", &owner, now, None));
+        let (index, decision) = (Bytes::from(index.unwrap()), Bytes::from(decision.unwrap()));
+        let body = |b: &Bytes| std::future::ready(Ok(b.clone()));
+        let size = |b: &Bytes| b.len() as u64;
+        assert!(
+            parse_record::<CheckpointRecord>(&path, "cp1", size(&index), body(&index))
+                .await
+                .is_ok()
+        );
+        assert!(
+            parse_record::<Decision>(&path, "cp1", size(&decision), body(&decision))
+                .await
+                .is_ok()
+        );
+        let other = parse_record::<CheckpointRecord>(&path, "cp2", size(&index), body(&index));
+        assert!(
+            matches!(other.await, Err(Error::Corrupt { reason, .. }) if reason == "it names id=`cp1`, another checkpoint")
+        );
+        let other = parse_record::<Decision>(&path, "cp2", size(&decision), body(&decision));
+        assert!(
+            matches!(other.await, Err(Error::Corrupt { reason, .. }) if reason.starts_with("it names checkpoint_id=`cp1`"))
+        );
+        let unfetched = async { panic!("a body over the limit is never fetched") };
+        let big = parse_record::<Decision>(&path, "cp1", MAX_META_BYTES + 1, unfetched);
+        assert!(
+            matches!(big.await, Err(Error::Corrupt { reason, .. }) if reason.contains("exceeds"))
+        );
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //!
 //! Invariant: **a repair never loses what it replaces, and never replaces what it did not
 //! read.** The bytes are copied aside (create-if-absent, a fresh name) before anything is
-//! written; a record in a newer format than this release knows, or one that reads by now, is
-//! refused, never replaced; the replacement is conditional on the version read (If-Match where
+//! written; a record in a newer format than this release knows, or one that reads by now (by
+//! the rule the GC reads by, `checkpoint::parse_record`), is refused, never replaced; the replacement is conditional on the version read (If-Match where
 //! the store enforces it; on Swift, which has none, a HEAD just before must show the same ETag,
 //! which leaves the window between that HEAD and the PUT to another operator's repair). Which record may replace it, and
 //! under what fencing, is the caller's (the GC crate's `resolve`).
@@ -17,7 +17,7 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersio
 
 use crate::bank::Bank;
 use crate::capability::Condition;
-use crate::checkpoint::{newer_format, to_payload, CheckpointRecord, Decision};
+use crate::checkpoint::{newer_format, parse_record, to_payload, CheckpointRecord, Decision};
 use crate::error::{Error, Result};
 use crate::paths::Key;
 
@@ -37,9 +37,9 @@ pub struct SetAside {
 }
 
 /// Whether the record at `key` may be replaced by a repair, without writing anything: it
-/// exists, is not larger than any record banklease writes, was not written by a newer release,
-/// and still cannot be read (a record that reads now was repaired meanwhile). An
-/// [`Error::Corrupt`] names the reason otherwise.
+/// exists, is not larger than [`MAX_SET_ASIDE_BYTES`], was not written by a newer release, and
+/// still cannot be read by the GC's rule (`checkpoint::parse_record`; a record that reads now
+/// was repaired meanwhile). An [`Error::Corrupt`] names the reason otherwise.
 pub async fn check_replaceable(bank: &Bank, key: &Key) -> Result<()> {
     read_unreadable(bank, key).await.map(drop)
 }
@@ -70,7 +70,11 @@ async fn read_unreadable(
             got.meta.size
         )));
     }
-    let (e_tag, version) = (got.meta.e_tag.clone(), got.meta.version.clone());
+    let (e_tag, version, size) = (
+        got.meta.e_tag.clone(),
+        got.meta.version.clone(),
+        got.meta.size,
+    );
     let bytes: Bytes = got
         .bytes()
         .await
@@ -81,9 +85,15 @@ async fn read_unreadable(
              it and reads it: upgrade banklease, never replace it"
         )));
     }
+    // Readable exactly as the GC reads it: what the GC refuses, and only that, is replaced.
+    let body = || std::future::ready(Ok(bytes.clone()));
     let reads = match key {
-        Key::Decision(_) => serde_json::from_slice::<Decision>(&bytes).is_ok(),
-        Key::Index(_) => serde_json::from_slice::<CheckpointRecord>(&bytes).is_ok(),
+        Key::Decision(id) => parse_record::<Decision>(&path, id, size, body())
+            .await
+            .is_ok(),
+        Key::Index(id) => parse_record::<CheckpointRecord>(&path, id, size, body())
+            .await
+            .is_ok(),
         _ => false,
     };
     if reads {

@@ -349,3 +349,129 @@ fn resolve_refuses_a_live_owners_checkpoint() {
     assert_eq!(std::fs::read_to_string(&index).unwrap(), "{garbage");
     assert!(kept(&dir.path().join("bank")).is_empty());
 }
+
+/// A dead owner's checkpoints `ids` (a small data object each), the first `complete` of them
+/// available; returns the bank's URL and the owner's id.
+fn dead_owner_with(dir: &Path, ids: &[&str], complete: usize) -> (String, String) {
+    let url = dead_owner_bank(dir, &[]);
+    let owner = std::sync::Mutex::new(String::new());
+    dying_owner(&url, async |lease| {
+        *owner.lock().unwrap() = lease.owner_id().to_string();
+        for (i, id) in ids.iter().enumerate() {
+            let cp = Checkpoint::create(lease, id).await.unwrap();
+            cp.put_data("blob", vec![7u8; 16].into()).await.unwrap();
+            if i < complete {
+                cp.complete(Status::Available).await.unwrap();
+            }
+        }
+    });
+    (url, owner.into_inner().unwrap())
+}
+
+/// An index.json that parses but names another checkpoint, and one larger than any record
+/// banklease writes: the gc will not read either and says a human must act; resolve judged them
+/// readable and refused ("it reads now"). It judges by the gc's rule, collects both zombies, and
+/// the next gc passes clean.
+#[test]
+fn an_index_json_the_gc_will_not_read_is_resolved_never_refused_as_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _) = dead_owner_with(dir.path(), &["cp-named", "cp-big"], 0);
+    let bank = dir.path().join("bank");
+    let index = |id: &str| bank.join(format!("checkpoints/{id}/index.json"));
+    let mut named = json(index("cp-named"));
+    named["id"] = "cp-elsewhere".into();
+    let named = serde_json::to_string(&named).unwrap();
+    std::fs::write(index("cp-named"), &named).unwrap();
+    let mut big = std::fs::read_to_string(index("cp-big")).unwrap();
+    big.push_str(&" ".repeat(70 * 1024));
+    std::fs::write(index("cp-big"), &big).unwrap();
+
+    let out = cli(&url, &["gc"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for needle in ["it names id=`cp-elsewhere`", "exceeds 65536 bytes"] {
+        let line = err.lines().find(|l| l.contains(needle));
+        assert!(
+            line.is_some_and(|l| l.contains("until a human acts")),
+            "{needle}: {err}"
+        );
+    }
+
+    for (id, bytes) in [("cp-named", &named), ("cp-big", &big)] {
+        let out = cli(&url, &["checkpoint", "resolve", id]);
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{id}: {stdout}{}",
+            text(&out.stderr)
+        );
+        assert!(
+            stdout.starts_with(&format!("resolved: checkpoint `{id}` of owner `")),
+            "{stdout}"
+        );
+        let kept = kept(&bank);
+        assert!(
+            kept.iter()
+                .any(|(name, body)| name.ends_with(&format!(".index.{id}")) && body == bytes),
+            "{id}: the bytes as they were: {:?}",
+            kept.iter().map(|(name, _)| name).collect::<Vec<_>>()
+        );
+        assert_eq!(json(index(id))["status"], "deleted");
+    }
+    let out = cli(&url, &["gc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    for id in ["cp-named", "cp-big"] {
+        assert!(!bank.join(format!("checkpoints/{id}/data/blob")).exists());
+    }
+    assert!(!bank.join("checkpoints/cp-elsewhere").exists());
+}
+
+/// A completed checkpoint's decision that names another checkpoint, its marker still there (the
+/// owner crashed before deleting it): the gc finished that other checkpoint's move instead,
+/// writing an index.json for an id nobody created. Now it will not read the decision, says a
+/// human must act, and resolve rebuilds it from index.json; the next gc finishes the move.
+#[test]
+fn a_decision_naming_another_checkpoint_is_never_acted_on_and_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, owner) = dead_owner_with(dir.path(), &["cp-done"], 1);
+    let bank = dir.path().join("bank");
+    let decision = bank.join("decisions/cp-done");
+    let mut named = json(decision.clone());
+    named["checkpoint_id"] = "cp-elsewhere".into();
+    let named = serde_json::to_string(&named).unwrap();
+    std::fs::write(&decision, &named).unwrap();
+    let marker = bank.join(format!("index/protecting/{owner}/cp-done"));
+    std::fs::create_dir_all(marker.parent().unwrap()).unwrap();
+    std::fs::write(&marker, "").unwrap();
+
+    let out = cli(&url, &["gc"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.lines().any(|l| l.contains("checkpoint `cp-done`")
+            && l.contains("it names checkpoint_id=`cp-elsewhere`")
+            && l.contains("until a human acts")),
+        "{err}"
+    );
+    assert!(!bank.join("checkpoints/cp-elsewhere").exists());
+    assert!(marker.exists());
+
+    let out = cli(&url, &["checkpoint", "resolve", "cp-done"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with(
+            "resolved: checkpoint `cp-done`: its decision is rebuilt from index.json \
+             (available, decided by owner)"
+        ),
+        "{stdout}"
+    );
+    assert_eq!(json(decision)["checkpoint_id"], "cp-done");
+    assert_eq!(kept(&bank)[0].1, named);
+    let out = cli(&url, &["gc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!marker.exists(), "the gc finished the owner's move");
+    assert!(bank.join("checkpoints/cp-done/data/blob").exists());
+    assert!(!bank.join("checkpoints/cp-elsewhere").exists());
+}

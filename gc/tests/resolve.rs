@@ -267,3 +267,74 @@ async fn a_newer_releases_index_is_refused_before_anything_is_written() {
         .unwrap()
         .is_none());
 }
+
+/// What `checkpoint resolve` may replace is exactly what the GC will not read, for `index.json`
+/// and decisions alike: torn, naming another checkpoint, larger than any record banklease
+/// writes. A record the GC reads is never replaced ("it reads now"); one it cannot read was
+/// refused as readable by resolve, stuck between the two.
+#[tokio::test]
+async fn resolve_calls_unreadable_exactly_what_the_gc_will_not_read() {
+    use banklease::checkpoint::{CheckpointRecord, MAX_META_BYTES};
+    let bank = banklease::Bank::open("memory://").unwrap();
+    let owner = OwnerId::parse("owner-r").unwrap();
+    let now = chrono::Utc::now();
+    let index =
+        |id: &str| serde_json::to_vec(&CheckpointRecord::new(id, &owner, Status::Protecting, now));
+    let decision = |id: &str| serde_json::to_vec(&Decision::collect(id, &owner, now, None));
+    // Valid JSON still: whitespace after the record.
+    let padded = |mut body: Vec<u8>| {
+        body.resize(MAX_META_BYTES as usize + 1, b' ');
+        body
+    };
+    let id = "cp-1";
+    let cases = [
+        ("its own", index(id).unwrap(), decision(id).unwrap(), true),
+        ("torn", b"{torn".to_vec(), b"{torn".to_vec(), false),
+        (
+            "another checkpoint's",
+            index("cp-2").unwrap(),
+            decision("cp-2").unwrap(),
+            false,
+        ),
+        (
+            "over 64 KiB",
+            padded(index(id).unwrap()),
+            padded(decision(id).unwrap()),
+            false,
+        ),
+    ];
+    for (what, index_body, decision_body, reads) in cases {
+        let (index_key, decision_key) = (Key::Index(id.into()), Key::Decision(id.into()));
+        let store = bank.store();
+        store
+            .put(&index_key.path(&bank), index_body.into())
+            .await
+            .unwrap();
+        store
+            .put(&decision_key.path(&bank), decision_body.into())
+            .await
+            .unwrap();
+        let gc = [
+            checkpoint::read_checkpoint(&bank, id).await.map(drop),
+            checkpoint::read_decision(&bank, id).await.map(drop),
+        ];
+        for (key, gc) in [index_key, decision_key].into_iter().zip(gc) {
+            let resolve = banklease::collector::check_replaceable(&bank, &key).await;
+            assert!(
+                gc.as_ref()
+                    .map_or_else(|e| matches!(e, Error::Corrupt { .. }), |_| true),
+                "{what} {key:?}: {gc:?}"
+            );
+            assert_eq!(
+                gc.is_ok(),
+                reads,
+                "{what} {key:?}: the gc's reading: {gc:?}"
+            );
+            assert_eq!(
+                resolve.is_err(),
+                reads,
+                "{what} {key:?}: resolve's reading must be the gc's: {resolve:?}"
+            );
+        }
+    }
+}
