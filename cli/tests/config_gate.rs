@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::Arc;
 
 const BIN: &str = env!("CARGO_BIN_EXE_banklease");
 
@@ -214,4 +215,103 @@ fn lock_commands_refuse_a_skew_margin_below_the_stores_stamp_resolution() {
         "nothing was acquired: {}",
         text(&out)
     );
+}
+
+/// A GC daemon on Swift with 2 s owner windows and a 5 s grace starts and collects when its
+/// store client's retry budget lets an owner's retried decision land before the GC's (2 s
+/// requests, 2 s of retries: 4.5 s), and is refused, naming both knobs, when it does not (10 s
+/// of retries: 14.5 s). Before `[bank] retry_timeout` existed the budget was 11m 15s and no grace
+/// of seconds could run on Swift.
+#[test]
+fn a_gc_daemon_on_swift_runs_with_short_windows_under_a_budget_that_fits() {
+    use banklease::checkpoint::Status;
+    use banklease::clock::SystemClock;
+    use banklease::{Checkpoint, LeaseWindows, OwnerId, OwnerLease};
+    use banklease_testkit::backends::Backend;
+    use std::time::{Duration, Instant};
+
+    if !Backend::Swift.available() {
+        eprintln!("skipped: set BANKLEASE_TEST_SWIFT=1 to run");
+        return;
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let bank = runtime
+        .block_on(Backend::Swift.open_in("cli-gate-daemon"))
+        .bank;
+    let url = bank.label().to_owned();
+    let windows = LeaseWindows::new(
+        Duration::from_secs(1),
+        Duration::from_secs(2),
+        Duration::from_millis(500),
+    )
+    .unwrap();
+    // An owner that writes one checkpoint and dies (never renews).
+    runtime.block_on(async {
+        let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        Checkpoint::create(&lease, "zombie").await.unwrap();
+    });
+    let daemon = |retry: &str| {
+        let mut cmd = Command::new(gc_bin());
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("BANKLEASE_") {
+                cmd.env_remove(name);
+            }
+        }
+        cmd.envs([
+            ("BANKLEASE_BANK", url.as_str()),
+            ("BANKLEASE_LEASE__RENEW_WINDOW", "1s"),
+            ("BANKLEASE_LEASE__EXPIRE_WINDOW", "2s"),
+            ("BANKLEASE_LEASE__VALIDITY_WINDOW", "500ms"),
+            ("BANKLEASE_LEASE__SKEW_MARGIN", "100ms"),
+            ("BANKLEASE_GC__GRACE", "5s"),
+            ("BANKLEASE_GC__LATE_WRITE_WINDOW", "20s"),
+            ("BANKLEASE_GC__INTERVAL", "300ms"),
+            ("BANKLEASE_GC__LEASE_RENEW_WINDOW", "200ms"),
+            ("BANKLEASE_GC__LEASE_EXPIRE_WINDOW", "3s"),
+            ("BANKLEASE_GC__LEASE_VALIDITY_WINDOW", "100ms"),
+            ("BANKLEASE_BANK__REQUEST_TIMEOUT", "2s"),
+            ("BANKLEASE_BANK__RETRY_TIMEOUT", retry),
+            ("NO_COLOR", "1"),
+            ("RUST_LOG", "warn"),
+        ]);
+        cmd
+    };
+
+    let refused = daemon("10s").output().unwrap();
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("raise gc.grace to at least") && err.contains("bank.retry_timeout=`10s`"),
+        "both knobs named: {err}"
+    );
+
+    let mut running = daemon("2s")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let collected = loop {
+        let status = runtime
+            .block_on(banklease::checkpoint::read_checkpoint(&bank, "zombie"))
+            .ok()
+            .flatten()
+            .map(|r| r.status);
+        if status == Some(Status::Deleted) {
+            break true;
+        }
+        if start.elapsed() > Duration::from_secs(60) || running.try_wait().unwrap().is_some() {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_raw(running.id() as i32).unwrap(),
+        rustix::process::Signal::TERM,
+    );
+    let out = running.wait_with_output().unwrap();
+    assert!(collected, "the daemon did not collect: {}", text(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
