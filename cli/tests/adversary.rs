@@ -204,7 +204,13 @@ impl Run {
             .unwrap_or_else(|| wall_ns() ^ (u64::from(std::process::id()) << 32));
         let secs = env_u64("ADVERSARY_SECS").unwrap_or(40);
         let all = MOVES.map(|m| m.1).join(",");
-        let moves_var = std::env::var("ADVERSARY_MOVES").unwrap_or_else(|_| all.clone());
+        // Finding mode pauses supervisors outright: the one move only the guard's deadline
+        // answers (^Z is job control's, which the chaos build keeps).
+        let default_moves = match mode {
+            Mode::Finding => "stop".to_owned(),
+            Mode::Safe => all.clone(),
+        };
+        let moves_var = std::env::var("ADVERSARY_MOVES").unwrap_or(default_moves);
         let moves: Vec<String> = moves_var.split(',').map(|m| m.trim().to_owned()).collect();
         if let Some(bad) = moves.iter().find(|m| !MOVES.iter().any(|k| k.1 == *m)) {
             panic!("ADVERSARY_MOVES: unknown move `{bad}`; the moves are {all}");

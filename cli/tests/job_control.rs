@@ -277,3 +277,44 @@ fn ctrl_z_past_the_lock_kills_the_command_and_fg_exits_75() {
         assert!(lines[0].contains("COMMAND was stopped"), "{name}: {err}");
     }
 }
+
+/// A supervisor whose binary is replaced on disk while it waits (an upgrade) still starts its
+/// guard from the program it runs, and so runs COMMAND. (Before, it started the guard from the
+/// binary's path, and exited 125 "cannot start the guard": No such file or directory.)
+#[test]
+fn a_supervisor_whose_binary_was_replaced_while_it_waited_still_guards_its_command() {
+    let env = Env::new();
+    let copy = env.work().join("banklease-old");
+    std::fs::copy(BIN, &copy).unwrap();
+    let holder = env.run(&["lock", "acquire", "upgrade/k", "--duration", "2s"]);
+    assert_eq!(holder.status.code(), Some(0), "{}", text(&holder));
+    let mut cmd = env.command(&[
+        "lock",
+        "run",
+        "-w",
+        "30",
+        "upgrade/k",
+        "--",
+        "sh",
+        "-c",
+        "echo ran > \"$WORK/ran\"",
+    ]);
+    let cmd = cmd.get_args().map(|a| a.to_owned()).collect::<Vec<_>>();
+    let mut waiter = Command::new(&copy)
+        .args(&cmd)
+        .current_dir(env.work())
+        .env("WORK", env.work())
+        .env("RUST_LOG", "error")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The upgrade: the old file is gone, a new one stands in its place.
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::remove_file(&copy).unwrap();
+    std::fs::copy(BIN, &copy).unwrap();
+    let status = wait_child(&mut waiter);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut waiter.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert_eq!(env.read("ran").trim(), "ran", "{err}");
+}

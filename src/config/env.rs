@@ -19,6 +19,7 @@ const KNOWN: &[&str] = &[
 /// Prefixes of the variables this repository's own tests and tools use.
 const KNOWN_PREFIXES: &[&str] = &[
     "BANKLEASE_TEST_",
+    "BANKLEASE_CHAOS_",
     "BANKLEASE_E2E_",
     "BANKLEASE_LOCAL_",
     "BANKLEASE_GC_BIN",

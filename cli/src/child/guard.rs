@@ -75,7 +75,14 @@ impl Guard {
         left: impl FnOnce() -> Duration,
         kill_after: Duration,
     ) -> Result<Self> {
-        let me = std::env::current_exe().context("cannot find this binary to start its guard")?;
+        // The program this process runs, even if its file was replaced or removed since (an
+        // upgrade while `lock run` waited): `/proc/self/exe`, resolved in the forked child.
+        let proc_exe = std::path::Path::new("/proc/self/exe");
+        let me = if proc_exe.exists() {
+            proc_exe.to_owned()
+        } else {
+            std::env::current_exe().context("cannot find this binary to start its guard")?
+        };
         let first = deadline(left);
         let mut child = tokio::process::Command::new(me)
             .args(["__guard", "--parent"])
