@@ -765,6 +765,17 @@ fn adversary(store: Store, mode: Mode) {
             _ => None,
         }
     };
+    // CI keeps every run's report (seed, moves, exits) where it prints it after the tests:
+    // libtest shows a passing test's output to nobody.
+    if let Some(path) = std::env::var_os("ADVERSARY_REPORT") {
+        use std::io::Write as _;
+        let verdict = failure.as_deref().unwrap_or("passed");
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| writeln!(f, "{verdict}\n{report}"));
+    }
     match failure {
         Some(why) => panic!("{why}\n{report}"),
         None => eprint!("{report}"),
