@@ -155,22 +155,36 @@ pub async fn check(bank: &Bank) -> Result<()> {
 /// `Ok(false)` when only a bank's own objects (some of them leases, checkpoints, locks...), [`Error::NotABank`] naming the first foreign one otherwise.
 async fn top_level(bank: &Bank) -> Result<bool> {
     let prefix = bank.prefix();
-    let listed = bank
-        .store()
-        .list_with_delimiter(Some(prefix))
-        .await
-        .map_err(|e| Error::store("list", prefix, e))?;
-    let names = listed
-        .objects
-        .iter()
-        .map(|o| &o.location)
-        .chain(&listed.common_prefixes)
-        .filter_map(|p| p.filename().map(str::to_owned));
+    let names: Vec<String> = match bank.local() {
+        // The directory itself: a listing hides names ending in `#<digits>` (`photo#1`), and a
+        // directory of such files would pass for an empty one.
+        Some(local) => local
+            .root_entries()
+            .await
+            .map_err(|e| Error::store("list", prefix, e))?,
+        None => {
+            let listed = bank
+                .store()
+                .list_with_delimiter(Some(prefix))
+                .await
+                .map_err(|e| Error::store("list", prefix, e))?;
+            listed
+                .objects
+                .iter()
+                .map(|o| &o.location)
+                .chain(&listed.common_prefixes)
+                .filter_map(|p| p.filename().map(str::to_owned))
+                .collect()
+        }
+    };
     let mut empty = true;
     for name in names {
-        // Housekeeping (the clock probe, staging, `file:` lock stripes) is what any command of
-        // an older release left in a mistyped prefix: it does not make a bank.
-        let housekeeping = name == HOUSEKEEPING || name.starts_with(".banklease-lock");
+        // Housekeeping (the clock probe, staging, `file:` lock stripes, an older release's
+        // timestamp check) is what a command of an older release left in a mistyped prefix: it
+        // does not make a bank.
+        let housekeeping = name == HOUSEKEEPING
+            || name.starts_with(".banklease-lock#")
+            || name.starts_with(".banklease-mtime-check#");
         if !housekeeping && !BANK_ENTRIES.contains(&name.as_str()) {
             return Err(Error::NotABank {
                 bank: bank.label().to_owned(),

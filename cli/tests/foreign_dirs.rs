@@ -145,3 +145,115 @@ fn an_owner_cannot_acquire_a_lease_in_a_directory_that_is_not_a_bank() {
     assert!(matches!(err, banklease::Error::NotABank { .. }), "{err}");
     assert_eq!(snapshot(&root), before);
 }
+
+/// Every entry under `root`, `root` itself included (as ""), with its contents (none for a
+/// directory) and its modification time: a file created and removed again still changes the
+/// mtime of its directory.
+fn exact_snapshot(root: &Path) -> BTreeMap<String, (Option<Vec<u8>>, SystemTime)> {
+    let mut out = BTreeMap::new();
+    let mtime = |p: &Path| std::fs::symlink_metadata(p).unwrap().modified().unwrap();
+    out.insert(String::new(), (None, mtime(root)));
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.strip_prefix(root).unwrap().display().to_string();
+            if path.is_dir() {
+                out.insert(name, (None, mtime(&path)));
+                dirs.push(path);
+            } else {
+                out.insert(name, (Some(std::fs::read(&path).unwrap()), mtime(&path)));
+            }
+        }
+    }
+    out
+}
+
+/// Every command an operator points at a bank, each with an argument where it needs one.
+const EVERY_COMMAND: &[&[&str]] = &[
+    &["lease", "list"],
+    &["lease", "show", "owner-1"],
+    &["validity-check", "--owner", "owner-1"],
+    &["checkpoint", "list"],
+    &["checkpoint", "show", "cp-1"],
+    &["checkpoint", "explain", "cp-1"],
+    &["lock", "list"],
+    &["lock", "show", "jobs/nightly"],
+    &["lock", "acquire", "jobs/nightly", "--duration", "1m"],
+    &["lock", "run", "-n", "jobs/nightly", "--", "true"],
+    &["gc"],
+    &["gc", "--dry-run"],
+    &["doctor", "--race-rounds", "1"],
+    &["doctor", "--read-only"],
+    &["run", "--", "true"],
+    &["init"],
+];
+
+/// Runs every command on `root` and says what went wrong: a command not refused as a
+/// directory that is not a bank's (in one line), or anything changed — a byte, a name, or the
+/// modification time of any file or directory, `root`'s own included.
+fn every_command_refuses_and_changes_nothing(root: &Path) -> Vec<String> {
+    let url = format!("file://{}", root.display());
+    let mut before = exact_snapshot(root);
+    let mut wrong = Vec::new();
+    for args in EVERY_COMMAND {
+        // Two stamps apart by more than any file system's rounding would be told apart.
+        std::thread::sleep(Duration::from_millis(20));
+        let out = cli(&url, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let refused = err.lines().count() == 1
+            && err.starts_with("error: ")
+            && err.contains("which is not a bank's");
+        if out.status.success() || !refused {
+            wrong.push(format!(
+                "{args:?} was not refused: exit {:?}, stderr `{err}`, stdout `{}`",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout)
+            ));
+        }
+        let after = exact_snapshot(root);
+        if after != before {
+            let changed: Vec<_> = before
+                .iter()
+                .filter(|(k, v)| after.get(*k) != Some(*v))
+                .map(|(k, _)| if k.is_empty() { "." } else { k.as_str() })
+                .collect();
+            let made: Vec<_> = after.keys().filter(|k| !before.contains_key(*k)).collect();
+            wrong.push(format!(
+                "{args:?} changed the directory: changed or removed {changed:?}, created {made:?}"
+            ));
+            // Each command's own changes are named: the next is compared with this state.
+            before = after;
+        }
+    }
+    wrong
+}
+
+/// A user's directory named as a bank: every command refuses it, and afterwards every name,
+/// byte and modification time in it is as it was (the directory's own mtime too: a scratch
+/// file made and removed at open changed it).
+#[test]
+fn every_command_leaves_a_directory_that_is_not_a_bank_as_it_was_to_the_mtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("home");
+    plant(&root);
+    std::fs::write(root.join("photo#1"), "a photo").unwrap();
+    let wrong = every_command_refuses_and_changes_nothing(&root);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Files whose names end in `#<digits>` are hidden from object_store's listings: a directory
+/// holding only such files looked empty, `init` made it a bank and `lease list` called it one
+/// with "no lease, checkpoint or lock".
+#[test]
+fn a_directory_of_files_named_with_hash_is_not_a_bank_and_init_refuses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("photos");
+    std::fs::create_dir(&root).unwrap();
+    for (name, body) in [("photo#1", "a photo"), ("invoice#2024", "an invoice")] {
+        std::fs::write(root.join(name), body).unwrap();
+    }
+    let wrong = every_command_refuses_and_changes_nothing(&root);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert!(!root.join("banklease.json").exists());
+}

@@ -11,7 +11,10 @@ use sha2::{Digest, Sha256};
 
 /// Lock files sit in the store's root as `.banklease-lock#<k>`: object_store's local store
 /// hides every name ending in `#<digits>` from listings (its own temporaries look like that), so
-/// no listing, GC pass or user ever sees them.
+/// no listing or GC pass ever sees them. Made by the first write of a key of their stripe, so
+/// only in a bank (every command checks the layout first). Where they sit is part of the
+/// on-disk protocol, as the stripes are: a release that locked elsewhere would not exclude
+/// this one.
 pub(super) const LOCK_PREFIX: &str = ".banklease-lock#";
 
 /// Protocol constant: every process that writes the same directory must map a key to the same
@@ -126,8 +129,9 @@ pub(super) type BeforePublish = Option<std::sync::Arc<dyn Fn() + Send + Sync>>;
 /// write either way: the temporary is created while the replaced version is still linked, so
 /// their inodes differ.
 ///
-/// `exact_mtime` is false on a file system that rounds timestamps (see `LocalStore::new`): there
-/// an older version's ETag could come back, so conditional overwrites are refused.
+/// `exact_mtime` is false on a file system that rounds timestamps (see
+/// `LocalStore::keeps_exact_mtime`): there an older version's ETag could come back, so
+/// conditional overwrites are refused.
 pub(super) fn put(
     root: &FsPath,
     key: &str,
@@ -137,23 +141,26 @@ pub(super) fn put(
     exact_mtime: bool,
     before_publish: &BeforePublish,
 ) -> Result<PutResult, WriteError> {
+    if matches!(mode, PutMode::Update(_)) && !exact_mtime {
+        return Err(WriteError::NotImplemented);
+    }
     let fill = |file: &mut File| payload.iter().try_for_each(|chunk| file.write_all(chunk));
-    put_with(root, key, path, fill, mode, exact_mtime, before_publish)
+    put_with(root, key, path, fill, mode, before_publish)
 }
 
 /// Copy the file at `from` to the key `key` at `path` as a new version (stamped, published
-/// under the lock like a put). The source is read whole before the lock is taken.
+/// under the lock like a put). The source is read whole before the lock is taken. `mode` is
+/// create or overwrite (a copy has no conditional overwrite).
 pub(super) fn copy(
     root: &FsPath,
     key: &str,
     path: &FsPath,
     from: &FsPath,
     mode: &PutMode,
-    exact_mtime: bool,
 ) -> Result<PutResult, WriteError> {
     let mut source = File::open(from).map_err(|e| WriteError::Io(context(e, "open", from)))?;
     let fill = |file: &mut File| io::copy(&mut source, file).map(|_| ());
-    put_with(root, key, path, fill, mode, exact_mtime, &None)
+    put_with(root, key, path, fill, mode, &None)
 }
 
 /// Move the file of `from_key` to `to_key` under both keys' locks: the same object (same
@@ -180,19 +187,14 @@ pub(super) fn rename(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
 fn put_with(
     root: &FsPath,
     key: &str,
     path: &FsPath,
     fill: impl FnOnce(&mut File) -> io::Result<()>,
     mode: &PutMode,
-    exact_mtime: bool,
     before_publish: &BeforePublish,
 ) -> Result<PutResult, WriteError> {
-    if matches!(mode, PutMode::Update(_)) && !exact_mtime {
-        return Err(WriteError::NotImplemented);
-    }
     let mut staged = Staged::new(root).map_err(WriteError::Io)?;
     let result = fill(&mut staged.file)
         .map_err(|e| WriteError::Io(context(e, "write", &staged.path)))
@@ -355,26 +357,18 @@ fn is_ours(path: &FsPath, _: &Metadata) -> bool {
 /// Whether the file system under `root` keeps modification times to the microsecond (the
 /// ETag's unit): an odd stamp is written to a scratch file and read back. ext3, ext4 with small
 /// inodes, HFS+, FAT and exFAT round them, and there an older version's ETag could match again.
+/// The scratch file is a staged write's (`_banklease/staging/`, never the store's root): one left
+/// by a crash is swept like any other.
 pub(super) fn keeps_exact_mtime(root: &FsPath) -> io::Result<bool> {
-    let scratch = root.join(format!(
-        ".banklease-mtime-check#{}",
-        uuid::Uuid::new_v4().as_u64_pair().0
-    ));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&scratch)
-        .map_err(|e| context(e, "create", &scratch))?;
+    let staged = Staged::new(root)?;
     let result = (|| {
         let odd = Duration::from_secs(1_700_000_000) + Duration::from_micros(123_457);
-        file.set_modified(UNIX_EPOCH + odd)?;
-        let back = file.metadata()?.modified()?;
+        staged.file.set_modified(UNIX_EPOCH + odd)?;
+        let back = staged.file.metadata()?.modified()?;
         Ok(back.duration_since(UNIX_EPOCH).ok() == Some(odd))
     })();
-    drop(file);
-    let _ = std::fs::remove_file(&scratch);
-    result
+    staged.discard();
+    result.map_err(|e| context(e, "set and read back the mtime of", &staged.path))
 }
 
 fn check(mode: &PutMode, current: Option<&Metadata>) -> Result<(), WriteError> {
@@ -578,23 +572,17 @@ pub(crate) fn store_clock() -> SystemTime {
     SystemTime::now()
 }
 
-/// For a directory this user may not write: whether the stamps already there (the bank's
-/// descriptor, the directory itself) have a sub-second part, which a file system that rounds
-/// times would not keep.
+/// Whether the stamps already in `root` (the bank's descriptor, the root and two of the bank's
+/// directories) show sub-millisecond parts, which a file system that rounds times would not
+/// keep: read, never written. A µs-exact stamp is a whole millisecond once in a thousand, so
+/// an exact file system is taken for a rounding one only when every stamp is (then judging
+/// writes a clock probe rather than trusting this host's clock).
 pub(super) fn existing_stamps_are_exact(root: &FsPath) -> bool {
-    [root.join("banklease.json"), root.to_path_buf()]
+    ["banklease.json", "", "_banklease", "leases"]
         .iter()
-        .filter_map(|p| std::fs::metadata(p).ok()?.modified().ok())
+        .filter_map(|p| std::fs::metadata(root.join(p)).ok()?.modified().ok())
         .filter_map(|t| t.duration_since(UNIX_EPOCH).ok())
-        .any(|d| d.subsec_micros() != 0)
-}
-
-/// Whether `e` says this user may not write here (permissions, a read-only mount).
-pub(super) fn is_read_only(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem
-    )
+        .any(|d| d.subsec_nanos() % 1_000_000 != 0)
 }
 
 pub(super) fn context(e: io::Error, what: &str, path: &FsPath) -> io::Error {

@@ -17,9 +17,10 @@
 //!   inode differs; the writer stamps it with the store's wall clock (µs), just after the
 //!   replaced version's stamp only when the clock has not moved since. A file system that rounds
 //!   timestamps (ext3, ext4 with small inodes, HFS+, FAT, exFAT: an older version's ETag could
-//!   come back there) is detected when the store is opened, and conditional overwrites are then
-//!   refused (`NotImplemented`), which makes owners renew by verify-then-overwrite and refuses
-//!   named locks, as on a store without If-Match.
+//!   come back there) is detected at the first conditional overwrite (never at open: nothing
+//!   is written until a write is asked for), and conditional overwrites are then refused
+//!   (`NotImplemented`), which makes owners renew by verify-then-overwrite and refuses named
+//!   locks, as on a store without If-Match.
 //! - **Stamps follow the store's clock**, also back after a step: the GC reads `last_modified`
 //!   as the store's time (`Bank::store_time`), so a stamp held ahead of the clock would make
 //!   later writes of other keys look older than they are.
@@ -75,7 +76,7 @@ mod fs;
 use std::fmt;
 use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -100,8 +101,9 @@ use fs::{WriteError, STORE};
 pub struct LocalStore {
     inner: Arc<LocalFileSystem>,
     root: Arc<PathBuf>,
-    /// The file system keeps mtimes to the µs; without it conditional overwrites are refused.
-    exact_mtime: bool,
+    /// Whether the file system keeps mtimes to the µs, measured at the first conditional
+    /// overwrite; without it conditional overwrites are refused.
+    exact_mtime: Arc<OnceLock<bool>>,
     before_publish: fs::BeforePublish,
 }
 
@@ -120,40 +122,67 @@ impl fmt::Display for LocalStore {
 }
 
 impl LocalStore {
-    /// A store rooted at the existing directory `root`.
+    /// A store rooted at the existing directory `root`. Nothing is written: a directory opened
+    /// by mistake (no bank, a user's) is left as it was, to its modification time.
     pub fn new(root: impl Into<PathBuf>) -> Result<Self> {
         let root = root.into();
         let root = std::fs::canonicalize(&root)
             .map_err(|e| generic(fs::context(e, "resolve the store root", &root)))?;
-        let exact_mtime = match fs::keeps_exact_mtime(&root) {
-            Ok(exact) => exact,
-            // A directory this user may not write: measured instead from what is there (a
-            // stamp with a sub-second part was kept exactly); nothing there to read: not exact.
-            Err(e) if fs::is_read_only(&e) => {
-                let exact = fs::existing_stamps_are_exact(&root);
-                tracing::debug!(root = %root.display(), exact, "read-only directory: opened for reading");
-                exact
-            }
-            Err(e) => return Err(generic(fs::context(e, "check the timestamps of", &root))),
-        };
-        if !exact_mtime {
-            tracing::warn!(root = %root.display(),
-                "this file system rounds modification times: conditional overwrites (If-Match) \
-                 are refused on it, so owners renew by verify-then-overwrite and named locks are \
-                 unavailable");
-        }
         Ok(Self {
             inner: Arc::new(LocalFileSystem::new_with_prefix(&root)?),
             root: Arc::new(root),
-            exact_mtime,
+            exact_mtime: Arc::default(),
             before_publish: None,
         })
     }
 
-    /// Whether the file system keeps modification times to the microsecond (measured when the
-    /// store was opened): conditional overwrites are refused when it does not.
+    /// Whether the file system keeps modification times to the microsecond: as measured by
+    /// this store's first conditional overwrite (a scratch file in `_banklease/staging/`), or,
+    /// before one, as the stamps already there say, without writing (a stamp with a part finer
+    /// than a millisecond was kept exactly). Conditional overwrites are refused when it does not.
     pub fn keeps_exact_mtime(&self) -> bool {
-        self.exact_mtime
+        match self.exact_mtime.get() {
+            Some(&exact) => exact,
+            None => fs::existing_stamps_are_exact(&self.root),
+        }
+    }
+
+    /// [`keeps_exact_mtime`](Self::keeps_exact_mtime), measured by writing if it was not yet:
+    /// what a conditional overwrite rests on. Measured in the bank's staging directory, so only
+    /// a write into a bank ever measures it.
+    async fn measured_exact_mtime(&self) -> Result<bool> {
+        if let Some(&exact) = self.exact_mtime.get() {
+            return Ok(exact);
+        }
+        let root = Arc::clone(&self.root);
+        let exact = blocking(move || {
+            fs::keeps_exact_mtime(&root)
+                .map_err(|e| generic(fs::context(e, "check the timestamps of", &root)))
+        })
+        .await?;
+        if self.exact_mtime.set(exact).is_ok() && !exact {
+            tracing::warn!(root = %self.root.display(),
+                "this file system rounds modification times: conditional overwrites (If-Match) \
+                 are refused on it, so owners renew by verify-then-overwrite and named locks are \
+                 unavailable");
+        }
+        Ok(exact)
+    }
+
+    /// The name of every entry in the store's root, read from the directory itself:
+    /// object_store's listings hide every name ending in `#<digits>` (`photo#1`), which a check
+    /// of what a directory holds must see.
+    pub async fn root_entries(&self) -> Result<Vec<String>> {
+        let root = Arc::clone(&self.root);
+        blocking(move || {
+            let read = || -> std::io::Result<Vec<String>> {
+                std::fs::read_dir(&*root)?
+                    .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+                    .collect()
+            };
+            read().map_err(|e| generic(fs::context(e, "read directory", &root)))
+        })
+        .await
     }
 
     /// The directory the store is rooted at.
@@ -286,7 +315,11 @@ impl ObjectStore for LocalStore {
         let root = Arc::clone(&self.root);
         let hook = self.before_publish.clone();
         let location = location.clone();
-        let exact = self.exact_mtime;
+        // Only a conditional overwrite rests on exact stamps (and it is measured only then).
+        let exact = match opts.mode {
+            PutMode::Update(_) => self.measured_exact_mtime().await?,
+            PutMode::Overwrite | PutMode::Create => true,
+        };
         let implementer = self.to_string();
         blocking(move || {
             fs::put(&root, &key, &path, &payload, &opts.mode, exact, &hook)
@@ -396,11 +429,10 @@ impl ObjectStore for LocalStore {
             object_store::CopyMode::Overwrite => PutMode::Overwrite,
             object_store::CopyMode::Create => PutMode::Create,
         };
-        let (root, exact, implementer) =
-            (Arc::clone(&self.root), self.exact_mtime, self.to_string());
+        let (root, implementer) = (Arc::clone(&self.root), self.to_string());
         let (from, to) = (from.clone(), to.clone());
         blocking(move || {
-            fs::copy(&root, &key, &path, &from_path, &mode, exact)
+            fs::copy(&root, &key, &path, &from_path, &mode)
                 .map(|_| ())
                 .map_err(|e| transfer_error(e, &from, &to, &implementer))
         })
