@@ -8,7 +8,7 @@
 //! checkpoints/<id>/data/...             checkpoint data objects
 //! index/protecting/<owner_id>/<id>      one marker per protecting checkpoint
 //! decisions/<id>                        who moved the checkpoint out of `protecting` (create-if-absent)
-//! _banklease/clock                      store-clock probe
+//! _banklease/clock/<name>               store-clock probe (one per handle; one per host for reads)
 //! _banklease/probe/<uuid>               capability probe (deleted after use)
 //! ```
 
@@ -34,10 +34,10 @@ use crate::store_date::DateRecorder;
 #[derive(Clone)]
 pub struct Bank {
     inner: Arc<BankInner>,
-    /// Whether a refused clock probe may fall back to what the store says without a write (the
-    /// host's clock on `file:`, the `Date` of an answer on an object store): for the read-only
-    /// admin commands, never for a writer ([`Bank::reading_only`]).
-    host_clock_if_refused: bool,
+    /// A handle for a command that only reads and judges ([`Bank::reading_only`]): it leaves
+    /// nothing new in the bank, and a refused clock probe falls back to what the store says
+    /// without a write. Never for a writer.
+    reading_only: bool,
 }
 
 struct BankInner {
@@ -316,7 +316,8 @@ impl Bank {
     }
 
     /// A view of this bank through another store that wraps the same objects (a counting or
-    /// fault-injecting wrapper); the Swift handle, if any, is kept.
+    /// fault-injecting wrapper); the Swift handle, if any, is kept, and a
+    /// [`reading_only`](Self::reading_only) handle stays one.
     pub fn with_store(&self, store: Arc<dyn ObjectStore>) -> Self {
         let mut bank = Self::build(
             store,
@@ -328,6 +329,7 @@ impl Bank {
         let inner = Arc::get_mut(&mut bank.inner).expect("a bank just built is not shared");
         inner.probe_key.clone_from(&self.inner.probe_key);
         inner.made_at_open = self.inner.made_at_open;
+        bank.reading_only = self.reading_only;
         bank
     }
 
@@ -350,17 +352,25 @@ impl Bank {
                 made_at_open: false,
                 limits: crate::config::ClientLimits::default(),
             }),
-            host_clock_if_refused: false,
+            reading_only: false,
         }
     }
 
-    /// This bank for a command that only reads and judges (listing, showing, `validity-check`):
-    /// when the store refuses to write its clock probe (a user who may only read), the store's
-    /// time is what it says without a write — on a `file:` bank the host's clock (a `file:`
-    /// bank's clock), on an object store the `Date` of an answer, to the second. Owners and
-    /// collectors never get it: they fail on a refused probe as on any refused write.
+    /// This bank for a command that only reads and judges (listing, showing, `validity-check`,
+    /// a dry run): it leaves nothing new in the bank. Its store-clock reading writes no probe
+    /// on a `file:` bank whose file system keeps exact stamps (the host's clock is that bank's
+    /// clock: every write there is stamped with it), and elsewhere rewrites this host's one
+    /// probe (`_banklease/clock/host-…`, [`own_clock_probe`](Self::own_clock_probe)) instead of
+    /// adding one per command. When the store refuses that write (a user who may only read),
+    /// the store's time is what it says without a write: on a `file:` bank the host's clock, on
+    /// an object store the `Date` of an answer, to the second. It never adopts a bank without a
+    /// descriptor. Owners and collectors never get it: they fail on a refused probe as on any
+    /// refused write.
     pub fn reading_only(&self) -> Self {
-        self.reading_only_handle()
+        Self {
+            inner: Arc::clone(&self.inner),
+            reading_only: true,
+        }
     }
 
     /// Whether this bank's store was made by [`Bank::open`] itself (`memory://`): nothing else
@@ -371,14 +381,7 @@ impl Bank {
 
     /// Whether this is a [`reading_only`](Self::reading_only) handle.
     pub fn is_reading_only(&self) -> bool {
-        self.host_clock_if_refused
-    }
-
-    fn reading_only_handle(&self) -> Self {
-        Self {
-            inner: Arc::clone(&self.inner),
-            host_clock_if_refused: true,
-        }
+        self.reading_only
     }
 
     /// The native Swift store, when the bank is on Swift.
@@ -449,9 +452,15 @@ impl Bank {
         clock: &SharedClock,
         lag: Duration,
     ) -> Result<StoreTime> {
-        // One key per bank handle: a concurrent prober's write cannot be read back as ours, so a
-        // read-back of another version means a lagging replica (an older version, which only
-        // ever understates the store's time). The GC removes keys a day old (`clock_probe_prefix`).
+        if self.reading_only {
+            if let Some(reading) = self.store_time_without_probe(clock) {
+                return Ok(reading);
+            }
+        }
+        // One key per bank handle (per host for reading-only handles): a read-back of another
+        // version is a lagging replica's (an older version, which only ever understates the
+        // store's time) or another prober's on this host, and is never taken as ours (its
+        // ETag differs). The GC removes keys a day old (`clock_probe_prefix`).
         let path = self.own_clock_probe();
         // The HEAD must read back this PUT's version: a lagging replica may answer with an
         // older one, whose stamp (still a lower bound) would look like a clock step to the GC's
@@ -466,9 +475,7 @@ impl Bank {
                 .await
             {
                 Ok(put) => put,
-                Err(e)
-                    if self.host_clock_if_refused && crate::store_cause::is_refused_write(&e) =>
-                {
+                Err(e) if self.reading_only && crate::store_cause::is_refused_write(&e) => {
                     return self.store_time_read_only(clock, e).await;
                 }
                 Err(e) => return Err(Error::store("put", &path, e)),
@@ -480,6 +487,13 @@ impl Bank {
             // that too is waited out, like another version.
             let meta = match head().await {
                 Ok(meta) if ours(&meta) || lag.is_zero() => meta,
+                // Gone at once: a pass forgot the key as a day old just as this wrote it
+                // (a host's key is written only when one of its reads runs). Written afresh.
+                Err(object_store::Error::NotFound { .. })
+                    if lag.is_zero() && attempt < CLOCK_PROBE_ATTEMPTS =>
+                {
+                    continue
+                }
                 Err(e) if lag.is_zero() || !matches!(e, object_store::Error::NotFound { .. }) => {
                     return Err(Error::store("head", &path, e))
                 }
@@ -508,13 +522,32 @@ impl Bank {
 }
 
 impl Bank {
-    /// The store's time for a user who may only read.
+    /// The store's time read without a write, where that is exact: a `file:` bank's clock is
+    /// this host's (every write there is stamped with it), so a reading is the host's clock
+    /// taken between two instants, as a probe's stamp would be. Not where the file system
+    /// rounds stamps, which a probe's stamp would share with the leases it is compared with.
+    fn store_time_without_probe(&self, clock: &SharedClock) -> Option<StoreTime> {
+        if !self.local()?.keeps_exact_mtime() {
+            return None;
+        }
+        let sent = clock.now();
+        let at = crate::local::store_clock().into();
+        Some(StoreTime {
+            at,
+            sent,
+            observed: clock.now(),
+            verified: true,
+        })
+    }
+
+    /// The store's time for a user who may only read, after the probe's write was refused.
     ///
-    /// A `file:` bank's clock is this host's (its writes are stamped with it), so the host's
-    /// clock is the store's, exactly. An object store stamps every answer with its `Date`, to
-    /// the second ([`store_time_from_date`](Self::store_time_from_date)). Either way the
-    /// judgement goes on, saying once where the time came from; without a `Date`, the refusal
-    /// is labelled as a permission to ask for.
+    /// An object store stamps every answer with its `Date`, to the second
+    /// ([`store_time_from_date`](Self::store_time_from_date)): the judgement goes on, saying
+    /// once where the time came from. Without a `Date`, and on a `file:` bank (reached only
+    /// where its file system rounds stamps: elsewhere the host's clock served without a probe,
+    /// [`store_time_without_probe`](Self::store_time_without_probe)), the refusal is labelled
+    /// as a permission to ask for.
     async fn store_time_read_only(
         &self,
         clock: &SharedClock,
@@ -524,27 +557,13 @@ impl Bank {
             bank: self.label().to_owned(),
             cause,
         };
-        if let Some(local) = self.local() {
-            // Only where every stamp is the host's clock, to the microsecond: a file system
-            // that rounds times would make stamps look older than the host's exact time says.
-            if !local.keeps_exact_mtime() {
-                return Err(read_only(
-                    crate::store_cause::classify(&refused).to_string(),
-                ));
-            }
-            static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| {
-                tracing::warn!(bank = self.label(), path = %self.own_clock_probe(),
-                    "read-only access: the clock probe cannot be written; the store's time is \
-                     this host's clock (a file: bank's clock)");
-            });
-            let now = clock.now();
-            return Ok(StoreTime {
-                at: crate::local::store_clock().into(),
-                sent: now,
-                observed: now,
-                verified: true,
-            });
+        if self.local().is_some() {
+            // The host's exact clock would make stamps the file system rounded look older.
+            return Err(read_only(format!(
+                "{}; this file system rounds modification times, so this host's clock cannot \
+                 stand for its stamps",
+                crate::store_cause::classify(&refused)
+            )));
         }
         let Some(reading) = self.store_time_from_date(clock).await? else {
             return Err(read_only(format!(
@@ -611,14 +630,24 @@ impl Prefixed for Bank {
 pub const CLOCK_PROBE_ATTEMPTS: usize = 3;
 
 impl Bank {
-    /// `_banklease/clock/`: the store-clock probes, one key per bank handle that read the clock.
+    /// `_banklease/clock/`: the store-clock probes, one key per bank handle that read the clock
+    /// and one per host whose read commands did.
     pub fn clock_probe_prefix(&self) -> Path {
         Prefix::ClockProbes.path(self)
     }
 
-    /// This bank handle's own store-clock probe key (never removed by a cleanup).
+    /// This handle's store-clock probe key (never removed by its own cleanup): a writer's
+    /// handle has its own, so no other prober's write is ever read back in its place; a
+    /// [`reading_only`](Self::reading_only) handle shares this host's (`host-<16 hex digits>`,
+    /// a hash of its hostname and machine id) with every read command on the host, rewriting it
+    /// in place.
     pub fn own_clock_probe(&self) -> Path {
-        Key::ClockProbe(self.inner.probe_key.clone()).path(self)
+        let name = if self.reading_only {
+            crate::id::host_probe_name().to_owned()
+        } else {
+            self.inner.probe_key.clone()
+        };
+        Key::ClockProbe(name).path(self)
     }
 }
 

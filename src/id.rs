@@ -129,6 +129,35 @@ pub fn local_hostname() -> String {
         .unwrap_or_else(|| "unknown-host".to_owned())
 }
 
+/// The name of this host's store-clock probe, `host-<16 hex digits>`: the same in every
+/// process on the host, so its read commands rewrite one object in place instead of adding
+/// one each (`Bank::reading_only`). A hash of the hostname and the machine id: either one
+/// tells two hosts apart (containers of one image often share a machine id, but not a
+/// hostname; cloned machines may share a hostname, but not a machine id), both stay the same
+/// across runs and reboots, and the bank names no host. Two hosts that share both share a
+/// probe, which makes some of their readings unverified (their ETags differ), never wrong.
+pub(crate) fn host_probe_name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        let machine_id = ["/etc/machine-id", "/var/lib/dbus/machine-id"]
+            .iter()
+            .find_map(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
+        host_probe_name_of(&local_hostname(), machine_id.trim())
+    })
+}
+
+fn host_probe_name_of(hostname: &str, machine_id: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"banklease clock probe\0");
+    hasher.update(hostname.as_bytes());
+    hasher.update(b"\0");
+    hasher.update(machine_id.as_bytes());
+    let digest = hasher.finalize();
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("host-{hex}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +224,21 @@ mod tests {
             serde_json::from_str::<OwnerId>("\"ab\"").unwrap().as_str(),
             "ab"
         );
+    }
+
+    #[test]
+    fn a_hosts_probe_name_is_stable_and_tells_hosts_apart_by_either_name() {
+        let name = host_probe_name_of("node-1", "0123abcd");
+        assert_eq!(name, host_probe_name_of("node-1", "0123abcd"));
+        assert!(name.starts_with("host-") && name.len() == 21, "{name}");
+        assert!(validate_id("probe", &name).is_ok());
+        assert_ne!(name, host_probe_name_of("node-2", "0123abcd"));
+        assert_ne!(name, host_probe_name_of("node-1", "0123abce"));
+        // The separator keeps the two parts apart.
+        assert_ne!(
+            host_probe_name_of("node-1", "0"),
+            host_probe_name_of("node-10", "")
+        );
+        assert_eq!(host_probe_name(), host_probe_name());
     }
 }

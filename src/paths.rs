@@ -74,7 +74,8 @@ pub enum Key {
     GcMissing(OwnerId),
     /// `gc/reaped/<owner>`: why a collector deleted `owner`'s lease (the evidence it judged).
     GcReaped(OwnerId),
-    /// `_banklease/clock/<probe>`: one bank handle's store-clock probe.
+    /// `_banklease/clock/<probe>`: a store-clock probe: one writer's bank handle's, or one
+    /// host's read commands' (`host-<16 hex digits>`).
     ClockProbe(String),
     /// `_banklease/probe/<id>`: a capability probe's scratch object.
     Probe(String),

@@ -18,7 +18,7 @@ use banklease_testkit::made;
 use banklease_testkit::sim_store::{SimStore, StoreClock};
 use gate::GateStore;
 use object_store::path::Path;
-use object_store::ObjectStoreExt;
+use object_store::{ObjectStore, ObjectStoreExt};
 
 const MARGIN: Duration = Duration::from_secs(1);
 
@@ -422,4 +422,68 @@ async fn a_lagging_replica_is_waited_out_before_the_clock_reading_is_judged() {
     assert!(reading.verified, "{reading:?}");
     // Wider, never wrong: the answer came at least the lag after the write was sent.
     assert!(reading.observed.duration_since(reading.sent) >= lag);
+}
+
+/// Read commands on one host share one store-clock probe (`Bank::reading_only`), rewritten in
+/// place: a hundred of them leave one object, not a hundred. A reader whose read-back shows
+/// another reader's write in its place never takes that stamp as its own (its ETag differs): it
+/// writes again.
+#[tokio::test]
+async fn readers_on_one_host_share_one_probe_and_never_take_anothers_write_for_theirs() {
+    let w = world();
+    let reader_a = w.gc_bank.reading_only();
+    // Another process on this host: a handle of its own.
+    let reader_b = Bank::from_store(Arc::new(w.sim.clone()), "", "sim").reading_only();
+    let probe = reader_a.own_clock_probe();
+    assert_eq!(probe, reader_b.own_clock_probe());
+    assert!(
+        probe.as_ref().starts_with("_banklease/clock/host-"),
+        "{probe}"
+    );
+    // A writer's handle keeps its own: no other prober's write is read back in its place.
+    assert_ne!(w.gc_bank.own_clock_probe(), probe);
+
+    // A's write lands, and B writes over it before A reads it back.
+    let held = w.gate.hold_next_write(probe.as_ref());
+    let shared = w.shared.clone();
+    let a = tokio::spawn(async move { reader_a.store_time(&shared).await });
+    held.served.await.unwrap();
+    w.clock.advance(Duration::from_secs(2));
+    let b = reader_b.store_time(&w.shared).await.unwrap();
+    assert!(b.verified, "{b:?}");
+    held.release.send(()).unwrap();
+    let a = a.await.unwrap().unwrap();
+    assert!(a.verified, "{a:?}");
+    assert!(a.sent <= a.observed && a.at >= b.at, "{a:?} {b:?}");
+
+    for _ in 0..100 {
+        let reader = Bank::from_store(Arc::new(w.sim.clone()), "", "sim").reading_only();
+        assert!(reader.store_time(&w.shared).await.unwrap().verified);
+    }
+    let probes: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(
+        w.sim.list(Some(&w.gc_bank.clock_probe_prefix())),
+    )
+    .await
+    .unwrap();
+    let names: Vec<_> = probes.iter().map(|m| m.location.to_string()).collect();
+    assert_eq!(names, [probe.to_string()]);
+}
+
+/// A pass forgets a probe a day old (`_banklease/clock/`); a read command that writes its host's
+/// probe just then finds it gone when it reads it back, and writes it again rather than failing.
+#[tokio::test]
+async fn a_probe_forgotten_while_it_is_written_is_written_again() {
+    let w = world();
+    let reader = w.gc_bank.reading_only();
+    let probe = reader.own_clock_probe();
+    let held = w.gate.hold_next_write(probe.as_ref());
+    let shared = w.shared.clone();
+    let reading = tokio::spawn(async move { reader.store_time(&shared).await });
+    held.served.await.unwrap();
+    // The pass's deletion, between the write and its read-back.
+    w.sim.delete(&probe).await.unwrap();
+    held.release.send(()).unwrap();
+    let reading = reading.await.unwrap().unwrap();
+    assert!(reading.verified, "{reading:?}");
+    w.sim.head(&probe).await.unwrap();
 }

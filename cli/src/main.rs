@@ -9,8 +9,10 @@
 //!   missing; a listing met unreadable entries, which it names on stderr);
 //! - `2`: error (bad configuration or arguments, invalid id, unreachable store, failed pass).
 //!
-//! **API boundary:** the CLI only reads the bank, except `gc` (which collects) and the store-clock
-//! probe every lease judgement makes (`_banklease/clock`, see [`banklease::Bank::store_time`]).
+//! **API boundary:** the CLI only reads the bank, except the commands that write (`gc`, `init`,
+//! `run`, `lock` but `lock list`/`show`, `checkpoint resolve`, `doctor` but `--read-only`) and
+//! the store-clock reading of the read commands, which rewrites one probe per host at most
+//! (`_banklease/clock/host-…`, none on a `file:` bank; see [`banklease::Bank::reading_only`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -294,8 +296,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// Whether `command` only reads the bank (and may judge on the host's clock when it cannot
-/// write the clock probe).
+/// Whether `command` only reads the bank: it leaves nothing new there (at most this host's
+/// clock probe, rewritten in place) and works for a user who may only read.
 fn reads_only(command: &Command) -> bool {
     use lock::LockCommand as L;
     matches!(
@@ -312,6 +314,7 @@ fn reads_only(command: &Command) -> bool {
                 read_only: true,
                 ..
             }
+            | Command::Gc { dry_run: true, .. }
     )
 }
 
@@ -448,8 +451,8 @@ async fn run(cli: Cli) -> Result<Outcome> {
         }
         _ => load()?,
     };
-    // Commands that only read and judge work for a user who may only read (issue 22): on a
-    // `file:` bank the host's clock then serves as the store's. Never for a writer.
+    // Commands that only read and judge leave nothing new in the bank and work for a user who
+    // may only read. Never for a writer.
     let mut ctx = ctx;
     if reads_only(&command) {
         ctx.bank = ctx.bank.reading_only();

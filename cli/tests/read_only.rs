@@ -96,18 +96,15 @@ fn root_user() -> bool {
     root()
 }
 
-#[test]
-fn a_reader_lists_shows_and_judges_without_writing_and_is_refused_writes_as_a_permission() {
-    let dir = tempfile::tempdir().unwrap();
-    let bank_dir = dir.path().join("bank");
-    let url = banklease_testkit::file_bank(&bank_dir);
-    // A live owner with a protecting checkpoint, and a held lock, made by the bank's writer.
+/// On `url`, made by the bank's writer: a live owner (30 s) with a protecting checkpoint `cp-1`
+/// and, with `lock`, the lock `jobs/nightly` held for 10 minutes. Returns the owner's id.
+fn live_owner_and_lock(url: &str, lock: bool) -> String {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let owner = runtime.block_on(async {
-        let bank = Bank::open(&url).unwrap();
+        let bank = Bank::open(url).unwrap();
         let windows = LeaseWindows::new(
             Duration::from_secs(10),
             Duration::from_secs(30),
@@ -118,27 +115,30 @@ fn a_reader_lists_shows_and_judges_without_writing_and_is_refused_writes_as_a_pe
             .await
             .unwrap();
         Checkpoint::create(&lease, "cp-1").await.unwrap();
-        lease.owner_id().clone()
+        lease.owner_id().to_string()
     });
-    let out = Command::new(BIN)
-        .args([
-            "--bank",
-            &url,
-            "lock",
-            "acquire",
-            "jobs/nightly",
-            "--duration",
-            "10m",
-        ])
-        .env("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    if lock {
+        let out = Command::new(BIN)
+            .args(["--bank", url])
+            .args(["lock", "acquire", "jobs/nightly", "--duration", "10m"])
+            .env("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    owner
+}
+
+#[test]
+fn a_reader_lists_shows_and_judges_without_writing_and_is_refused_writes_as_a_permission() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank_dir = dir.path().join("bank");
+    let url = banklease_testkit::file_bank(&bank_dir);
+    let owner = live_owner_and_lock(&url, true);
     // The tempdir is private to its creator: let the reader in, read-only.
     read_only_for_others(dir.path());
     let before = snapshot(&bank_dir);
 
-    let owner = owner.to_string();
     for (args, code, needle) in [
         (&["lease", "list"][..], 0, "alive"),
         (&["lease", "show", owner.as_str()][..], 0, "alive"),
@@ -153,6 +153,8 @@ fn a_reader_lists_shows_and_judges_without_writing_and_is_refused_writes_as_a_pe
         (&["lock", "list"][..], 0, "nightly"),
         (&["lock", "show", "jobs/nightly"][..], 0, "held"),
         (&["doctor", "--read-only"][..], 0, "judging works read-only"),
+        // A dry run deletes nothing, so it needs no write either.
+        (&["gc", "--dry-run"][..], 0, "gc pass (dry run)"),
     ] {
         let out = as_reader(&url, args);
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
@@ -189,4 +191,121 @@ fn a_reader_lists_shows_and_judges_without_writing_and_is_refused_writes_as_a_pe
     );
     assert!(!stderr.contains("cannot keep owner leases"), "{stderr}");
     assert_eq!(snapshot(&bank_dir), before, "a reader changed the bank");
+}
+
+/// Every object of the bank at `url` with its bytes, as the store lists them.
+fn objects(url: &str) -> BTreeMap<String, Option<Vec<u8>>> {
+    use futures::TryStreamExt as _;
+    use object_store::ObjectStoreExt as _;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let bank = Bank::open(url).unwrap();
+        let listed: Vec<_> = bank
+            .store()
+            .list(Some(bank.prefix()))
+            .try_collect()
+            .await
+            .unwrap();
+        let mut out = BTreeMap::new();
+        for meta in listed {
+            let bytes = bank.store().get(&meta.location).await.unwrap().bytes();
+            out.insert(
+                meta.location.to_string(),
+                Some(bytes.await.unwrap().to_vec()),
+            );
+        }
+        out
+    })
+}
+
+/// The banks this suite runs on: `file:` always (every file, hidden ones included), S3 (moto)
+/// with `BANKLEASE_TEST_S3=1` (every object listed).
+fn banks(dir: &Path) -> Vec<(String, Option<std::path::PathBuf>)> {
+    let mut out = vec![];
+    let bank_dir = dir.join("bank");
+    out.push((banklease_testkit::file_bank(&bank_dir), Some(bank_dir)));
+    if std::env::var("BANKLEASE_TEST_S3").as_deref() == Ok("1") {
+        let bucket = std::env::var("S3_BUCKET").unwrap_or_else(|_| "banklease-test".into());
+        let url = format!("s3://{bucket}/reads-{}", uuid::Uuid::new_v4().simple());
+        let out_init = Command::new(BIN)
+            .args(["--bank", &url, "init"])
+            .output()
+            .unwrap();
+        assert!(out_init.status.success(), "{}", text(&out_init.stderr));
+        out.push((url, None));
+    } else {
+        eprintln!("note: S3 skipped: set BANKLEASE_TEST_S3=1 (.ci/run does)");
+    }
+    out
+}
+
+/// Read commands leave nothing new in the bank: a hundred of them, by a user who may write,
+/// leave at most one store-clock probe for this host, rewritten in place. Before, each wrote
+/// `_banklease/clock/<random>` (21 in an afternoon) and, on `file:`, the lock file of its
+/// stripe; `gc --dry-run` probed the bank's conditional writes too.
+#[test]
+fn a_hundred_read_commands_leave_at_most_one_clock_probe_per_host() {
+    let dir = tempfile::tempdir().unwrap();
+    for (url, bank_dir) in banks(dir.path()) {
+        let owner = live_owner_and_lock(&url, bank_dir.is_some());
+        let contents = || match &bank_dir {
+            Some(d) => snapshot(d),
+            None => objects(&url),
+        };
+        let before = contents();
+        let reads: [&[&str]; 10] = [
+            &["lease", "list"],
+            &["lease", "show", &owner],
+            &["checkpoint", "list"],
+            &["checkpoint", "show", "cp-1"],
+            &["checkpoint", "explain", "cp-1"],
+            &["validity-check", "--owner", &owner],
+            &["lock", "list"],
+            &["lock", "show", "jobs/nightly"],
+            &["doctor", "--read-only"],
+            &["gc", "--dry-run"],
+        ];
+        for round in 0..10 {
+            for args in reads {
+                let out = Command::new(BIN)
+                    .args(["--bank", &url])
+                    .args(args)
+                    .env("BANKLEASE_LEASE__SKEW_MARGIN", "1100ms")
+                    .env("NO_COLOR", "1")
+                    .output()
+                    .unwrap();
+                assert!(
+                    matches!(out.status.code(), Some(0 | 1)),
+                    "{url} {args:?} (round {round}): {}",
+                    text(&out.stderr)
+                );
+            }
+        }
+        let after = contents();
+        let new: Vec<_> = after.keys().filter(|k| !before.contains_key(*k)).collect();
+        let gone: Vec<_> = before.keys().filter(|k| !after.contains_key(*k)).collect();
+        let changed: Vec<_> = before
+            .iter()
+            .filter(|(k, v)| after.get(*k).is_some_and(|a| a != *v))
+            .map(|(k, _)| k)
+            .collect();
+        let probes = new
+            .iter()
+            .chain(&changed)
+            .filter(|k| k.contains("_banklease/clock/"))
+            .count();
+        let others: Vec<_> = new
+            .iter()
+            .chain(&changed)
+            .filter(|k| !k.contains("_banklease/clock/") && !k.ends_with("_banklease/clock"))
+            .collect();
+        assert!(
+            probes <= 1 && others.is_empty() && gone.is_empty(),
+            "{url}: 100 read commands wrote {probes} clock probe(s); also new or changed: \
+             {others:?}; removed: {gone:?}"
+        );
+    }
 }

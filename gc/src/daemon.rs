@@ -165,10 +165,16 @@ impl Daemon {
     /// releases it after, or refuses with [`ActiveElsewhere`] while another daemon holds it
     /// (unless [`beside_daemon`](Self::beside_daemon)); a dry run takes no lease. Serves no metrics.
     /// `Ok(None)` when `shutdown` came first.
+    ///
+    /// A dry run reads only: it goes through a [`reading_only`](Bank::reading_only) handle,
+    /// so it leaves nothing new in the bank and works for a user who may only read.
     pub async fn run_single(
-        self,
+        mut self,
         shutdown: impl Future<Output = ()>,
     ) -> anyhow::Result<Option<Single>> {
+        if self.config.gc.dry_run {
+            self.bank = self.bank.reading_only();
+        }
         self.execute(true, shutdown).await
     }
 
@@ -205,27 +211,35 @@ impl Daemon {
                 format!("refusing to start on bank=`{}`", self.bank.label())
             })?,
         }
-        // Aborting the probe on shutdown is harmless: at worst it leaves its probe key behind.
-        let capabilities = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Ok(None),
-            probed = self.bank.capabilities() => probed.with_context(|| {
-                format!(
-                    "refusing to start: cannot probe what bank=`{}` supports",
-                    self.bank.label()
-                )
-            })?,
+        // A dry run (a reading-only handle) probes nothing: the probe writes, and a bank that
+        // fails it holds no owner to judge (an owner's acquire runs the same probe and refuses
+        // such a bank), so the pass finds what a collecting pass would.
+        let probed = if self.bank.is_reading_only() {
+            None
+        } else {
+            // Aborting the probe on shutdown is harmless: at worst it leaves its probe key.
+            let capabilities = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Ok(None),
+                probed = self.bank.capabilities() => probed.with_context(|| {
+                    format!(
+                        "refusing to start: cannot probe what bank=`{}` supports",
+                        self.bank.label()
+                    )
+                })?,
+            };
+            // Cheap: from the probe alone; `banklease doctor` runs the races.
+            let lease = banklease::doctor::owner_lease_verdict(capabilities);
+            if lease.basis == banklease::doctor::Basis::NotAtAll {
+                return Err(anyhow!(
+                    "refusing to start: owner leases cannot be kept on bank=`{}`: {}; run \
+                     `banklease doctor` for the full capability table",
+                    self.bank.label(),
+                    lease.why
+                ));
+            }
+            Some((capabilities.renewal, lease.basis))
         };
-        // Cheap: from the probe alone; `banklease doctor` runs the races.
-        let lease = banklease::doctor::owner_lease_verdict(capabilities);
-        if lease.basis == banklease::doctor::Basis::NotAtAll {
-            return Err(anyhow!(
-                "refusing to start: owner leases cannot be kept on bank=`{}`: {}; run \
-                 `banklease doctor` for the full capability table",
-                self.bank.label(),
-                lease.why
-            ));
-        }
         tokio::select! {
             biased;
             () = cancel.cancelled() => return Ok(None),
@@ -235,10 +249,16 @@ impl Daemon {
                 format!("refusing to start on bank=`{}`", self.bank.label())
             })?,
         }
-        info!(bank = self.bank.label(), renewal = ?capabilities.renewal,
-            owner_lease = %lease.basis,
-            interval = %humantime::format_duration(self.config.gc.interval),
-            dry_run = self.config.gc.dry_run, "bank probed; starting as standby");
+        match probed {
+            Some((renewal, basis)) => info!(bank = self.bank.label(), ?renewal,
+                owner_lease = %basis,
+                interval = %humantime::format_duration(self.config.gc.interval),
+                dry_run = self.config.gc.dry_run, "bank probed; starting as standby"),
+            None => info!(
+                bank = self.bank.label(),
+                "dry run: reading only, nothing probed"
+            ),
+        }
 
         // A single pass serves no metrics: the port is the running daemon's.
         let server = match &self.config.gc.metrics_addr {

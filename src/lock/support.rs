@@ -32,6 +32,11 @@ use crate::race::{probe_create_race, probe_update_race};
 const RACE_WRITERS: u32 = 16;
 const RACE_ROUNDS: u32 = 4;
 
+/// Why a store that refuses If-Match cannot keep named locks.
+const IF_MATCH_REFUSED: &str = "conditional overwrite (If-Match) is refused by the store; named \
+     locks need it for takeovers, heartbeats, releases and fencing tokens, and are not faked \
+     with read-then-overwrite; use memory:// or S3 with conditional writes";
+
 /// What the bank is to be used for, in refusals.
 const USAGE: &str = "named locks";
 const FENCING_USAGE: &str = "fenced writes";
@@ -150,10 +155,22 @@ pub async fn ensure_supported(bank: &Bank) -> Result<()> {
     verdict.or_refuse(bank, USAGE)
 }
 
-/// [`ensure_supported`] for reading only (`lock show`, `lock list`): with credentials that may
-/// not write, the probe's writes are refused and the bank cannot be measured, yet its locks can
-/// still be read (only a writer on a store that keeps locks could have made them).
+/// [`ensure_supported`] for reading only (`lock show`, `lock list`): only a writer on a store
+/// that keeps locks could have made them, so they can be read without measuring the store. A
+/// [`reading_only`](Bank::reading_only) handle does not measure it (the probe races writers on
+/// fresh keys, which a read must not leave behind): it takes a verdict already made in this
+/// process, refuses Swift (whose backend refuses If-Match, so the probe could only refuse it),
+/// and reads. Any other handle measures, and reads on when the probe's writes are refused.
 pub(crate) async fn ensure_readable(bank: &Bank) -> Result<()> {
+    if bank.is_reading_only() {
+        if let Some(verdict) = cell_for(bank).get() {
+            return verdict.or_refuse(bank, USAGE);
+        }
+        if bank.swift().is_some() {
+            return Verdict::Refused(IF_MATCH_REFUSED.to_owned()).or_refuse(bank, USAGE);
+        }
+        return Ok(());
+    }
     match ensure_supported(bank).await {
         // The capability probe's refused write (a user who may only read): reading goes on.
         Err(Error::Permission { .. }) => Ok(()),
@@ -184,14 +201,7 @@ async fn probe(bank: &Bank) -> Result<Verdict> {
     }
     match caps.conditional_overwrite {
         Condition::Enforced => {}
-        Condition::Refused => {
-            return Ok(Verdict::Refused(
-                "conditional overwrite (If-Match) is refused by the store; named locks need it \
-                 for takeovers, heartbeats, releases and fencing tokens, and are not faked with \
-                 read-then-overwrite; use memory:// or S3 with conditional writes"
-                    .to_owned(),
-            ))
-        }
+        Condition::Refused => return Ok(Verdict::Refused(IF_MATCH_REFUSED.to_owned())),
         Condition::Ignored => {
             return Ok(Verdict::Refused(
                 "conditional overwrite (If-Match) is silently ignored by the store; named locks \

@@ -430,3 +430,29 @@ async fn keystones_date_never_stands_for_an_undated_store_answer() {
         "authenticated again inside the dated HEAD"
     );
 }
+
+/// `lock list` and `lock show` on Swift, reading only: refused as a writer's probe would refuse
+/// the bank (Swift ignores If-Match), without the probe's writes (a read leaves nothing new).
+#[tokio::test]
+async fn a_reader_of_locks_on_swift_is_refused_as_the_probe_would_refuse_it_writing_nothing() {
+    use crate::clock::{MockClock, SharedClock};
+    let fake = Fake::default();
+    let bank = dated_bank(&fake).reading_only();
+    let clock: SharedClock = Arc::new(MockClock::new());
+    let locks = crate::lock::Locks::new(&bank, "default", clock).unwrap();
+    let err = locks.snapshot().await.unwrap_err();
+    match &err {
+        crate::Error::Unsupported { usage, detail, .. } => {
+            assert_eq!(*usage, "named locks");
+            assert!(detail.contains("If-Match) is refused"), "{err}");
+        }
+        other => panic!("expected Unsupported, got {other}"),
+    }
+    assert!(locks.inspect("jobs/nightly").await.is_err());
+    let s = fake.state();
+    assert!(
+        s.seen_newest.iter().all(|(m, ..)| *m != Method::PUT),
+        "a reader wrote: {:?}",
+        s.seen_newest
+    );
+}
