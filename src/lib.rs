@@ -135,7 +135,7 @@ pub mod store {
 /// collected checkpoint. Built on [`paths`] and the records of [`checkpoint`].
 #[cfg(feature = "collector")]
 pub mod collector {
-    pub use crate::bank::CLOCK_PROBE_ATTEMPTS;
+    pub use crate::bank::clock::CLOCK_PROBE_ATTEMPTS;
     pub use crate::checkpoint::Decided;
     pub use crate::decision::{create_tombstone, decide, finish_owner_decision, write_tombstone};
     pub use crate::repair::{

@@ -1,0 +1,240 @@
+//! Reading the store's clock: a probe written and read back, or, for a reading-only handle,
+//! what leaves nothing new in the bank (see [`Bank::reading_only`]).
+
+use std::time::Duration;
+
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutPayload};
+
+use super::Bank;
+use crate::clock::SharedClock;
+use crate::error::{Error, Result};
+use crate::lease::store_time::StoreTime;
+use crate::paths::{Key, Prefix};
+
+impl Bank {
+    /// The store's current time, read by writing a small probe object and reading back its
+    /// `last_modified`. See [`StoreTime`].
+    pub async fn store_time(&self, clock: &SharedClock) -> Result<StoreTime> {
+        self.store_time_with_lag(clock, Duration::ZERO).await
+    }
+
+    /// [`store_time`](Self::store_time) on a store whose replicas may lag by up to `lag`: when a
+    /// read-back shows another version, it is read back once more after waiting `lag`, by when
+    /// every replica holds this write. The reading keeps the write's send instant and takes the
+    /// late answer's as `observed`, so it is only wider (a lower bound lower, an upper bound as
+    /// before) — never wrong. Without this, a replica that lags every immediate read-back left
+    /// every reading unverified, and a collector judged nothing for as long as the lag lasted.
+    pub async fn store_time_with_lag(
+        &self,
+        clock: &SharedClock,
+        lag: Duration,
+    ) -> Result<StoreTime> {
+        if self.reading_only {
+            if let Some(reading) = self.store_time_without_probe(clock) {
+                return Ok(reading);
+            }
+        }
+        // One key per bank handle (per host for reading-only handles): a read-back of another
+        // version is a lagging replica's (an older version, which only ever understates the
+        // store's time) or another prober's on this host, and is never taken as ours (its
+        // ETag differs). The GC removes keys a day old (`clock_probe_prefix`).
+        let path = self.own_clock_probe();
+        // The HEAD must read back this PUT's version: a lagging replica may answer with an
+        // older one, whose stamp (still a lower bound) would look like a clock step to the GC's
+        // step detection. Bounded: a few fresh attempts, then an error.
+        let mut last = None;
+        for attempt in 1..=CLOCK_PROBE_ATTEMPTS {
+            let body = uuid::Uuid::new_v4().to_string();
+            let sent = clock.now();
+            let put = match self
+                .store()
+                .put(&path, PutPayload::from(body.into_bytes()))
+                .await
+            {
+                Ok(put) => put,
+                Err(e) if self.reading_only && crate::store_cause::is_refused_write(&e) => {
+                    return self.store_time_read_only(clock, e).await;
+                }
+                Err(e) => return Err(Error::store("put", &path, e)),
+            };
+            let head = || self.store().head(&path);
+            let ours =
+                |meta: &object_store::ObjectMeta| put.e_tag.is_none() || meta.e_tag == put.e_tag;
+            // A lagging replica may not hold the probe at all yet (a new handle's first write):
+            // that too is waited out, like another version.
+            let meta = match head().await {
+                Ok(meta) if ours(&meta) || lag.is_zero() => meta,
+                // Gone at once: a pass forgot the key as a day old just as this wrote it
+                // (a host's key is written only when one of its reads runs). Written afresh.
+                Err(object_store::Error::NotFound { .. })
+                    if lag.is_zero() && attempt < CLOCK_PROBE_ATTEMPTS =>
+                {
+                    continue
+                }
+                Err(e) if lag.is_zero() || !matches!(e, object_store::Error::NotFound { .. }) => {
+                    return Err(Error::store("head", &path, e))
+                }
+                _ => {
+                    clock.sleep(lag).await;
+                    head().await.map_err(|e| Error::store("head", &path, e))?
+                }
+            };
+            let observed = clock.now();
+            let verified = ours(&meta);
+            let reading = StoreTime {
+                at: meta.last_modified,
+                sent,
+                observed,
+                verified,
+            };
+            if verified || attempt == CLOCK_PROBE_ATTEMPTS {
+                // Another version's stamp is still a lower bound on the store's time (fine for
+                // judging); it is only unfit for step detection, which skips it.
+                return Ok(reading);
+            }
+            last = Some(reading);
+        }
+        Ok(last.expect("at least one attempt"))
+    }
+}
+
+impl Bank {
+    /// The store's time read without a write, where that is exact: a `file:` bank's clock is
+    /// this host's (every write there is stamped with it), so a reading is the host's clock
+    /// taken between two instants, as a probe's stamp would be. Not where the file system
+    /// rounds stamps, which a probe's stamp would share with the leases it is compared with.
+    fn store_time_without_probe(&self, clock: &SharedClock) -> Option<StoreTime> {
+        if !self.local()?.keeps_exact_mtime() {
+            return None;
+        }
+        let sent = clock.now();
+        let at = crate::local::store_clock().into();
+        Some(StoreTime {
+            at,
+            sent,
+            observed: clock.now(),
+            verified: true,
+        })
+    }
+
+    /// The store's time for a user who may only read, after the probe's write was refused.
+    ///
+    /// An object store stamps every answer with its `Date`, to the second
+    /// ([`store_time_from_date`](Self::store_time_from_date)): the judgement goes on, saying
+    /// once where the time came from. Without a `Date`, and on a `file:` bank (reached only
+    /// where its file system rounds stamps: elsewhere the host's clock served without a probe,
+    /// [`store_time_without_probe`](Self::store_time_without_probe)), the refusal is labelled
+    /// as a permission to ask for.
+    async fn store_time_read_only(
+        &self,
+        clock: &SharedClock,
+        refused: object_store::Error,
+    ) -> Result<StoreTime> {
+        let read_only = |cause: String| Error::ReadOnly {
+            bank: self.label().to_owned(),
+            cause,
+        };
+        if self.local().is_some() {
+            // The host's exact clock would make stamps the file system rounded look older.
+            return Err(read_only(format!(
+                "{}; this file system rounds modification times, so this host's clock cannot \
+                 stand for its stamps",
+                crate::store_cause::classify(&refused)
+            )));
+        }
+        let Some(reading) = self.store_time_from_date(clock).await? else {
+            return Err(read_only(format!(
+                "{}; its answers carry no Date header to judge by instead",
+                crate::store_cause::classify(&refused)
+            )));
+        };
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::warn!(bank = self.label(), path = %self.own_clock_probe(),
+                "read-only access: the clock probe cannot be written; the store's time is the \
+                 Date header of its answers, to the second (the second is added to every \
+                 uncertainty)");
+        });
+        Ok(reading)
+    }
+
+    /// The store's time from the `Date` of its answer to one read (a HEAD of the descriptor),
+    /// writing nothing; `None` when the answer carries no `Date`. The stamp was made between
+    /// the read's send and its answer, and the store's true time then was less than
+    /// [`DATE_RESOLUTION`](crate::store_date::DATE_RESOLUTION) above it: the reading is taken
+    /// as sent that much earlier, which keeps both of its bounds true.
+    pub async fn store_time_from_date(&self, clock: &SharedClock) -> Result<Option<StoreTime>> {
+        let path = Key::Descriptor.path(self);
+        let sent = clock.now();
+        let (answer, date) = crate::store_date::dated(self.store().head(&path)).await;
+        let observed = clock.now();
+        match answer {
+            // A bank made before descriptors existed has none: its answer is dated too.
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(Error::store("head", &path, e)),
+        }
+        let sent = sent.checked_sub(crate::store_date::DATE_RESOLUTION);
+        Ok(date.zip(sent).map(|(at, sent)| StoreTime {
+            at,
+            sent,
+            observed,
+            verified: true,
+        }))
+    }
+
+    /// The resolution of the store's `last_modified` stamps, measured from three clock probes
+    /// (six requests): 1 s, 1 ms, or zero when finer. A skew margin below it cannot absorb the
+    /// truncation of every stamp.
+    pub async fn stamp_resolution(&self, clock: &SharedClock) -> Result<Duration> {
+        let mut stamps = Vec::with_capacity(3);
+        for _ in 0..3 {
+            stamps.push(self.store_time(clock).await?.at);
+        }
+        Ok(Duration::from_millis(
+            crate::lease::store_time::stamp_resolution_ms(stamps.into_iter()),
+        ))
+    }
+}
+
+/// Fresh attempts of the store-clock probe whose read-back shows another version (see
+/// [`Error::ClockUnverified`] for what a collector does when all of them do).
+pub const CLOCK_PROBE_ATTEMPTS: usize = 3;
+
+impl Bank {
+    /// `_banklease/clock/`: the store-clock probes, one key per bank handle that read the clock
+    /// and one per host whose read commands did.
+    pub fn clock_probe_prefix(&self) -> Path {
+        Prefix::ClockProbes.path(self)
+    }
+
+    /// This handle's store-clock probe key (never removed by its own cleanup): a writer's
+    /// handle has its own, so no other prober's write is ever read back in its place; a
+    /// [`reading_only`](Self::reading_only) handle shares this host's (`host-<16 hex digits>`,
+    /// a hash of its hostname and machine id) with every read command on the host, rewriting it
+    /// in place.
+    pub fn own_clock_probe(&self) -> Path {
+        let name = if self.reading_only {
+            crate::id::host_probe_name().to_owned()
+        } else {
+            self.inner.probe_key.clone()
+        };
+        Key::ClockProbe(name).path(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn store_time_reads_last_modified() {
+        let bank = Bank::open("memory://").unwrap();
+        let clock: SharedClock = Arc::new(crate::clock::SystemClock);
+        let t = bank.store_time(&clock).await.unwrap();
+        let later = t.at_instant(t.observed + Duration::from_secs(3));
+        assert_eq!(StoreTime::between(t.at, later), Duration::from_secs(3));
+    }
+}
