@@ -288,7 +288,7 @@ fn a_supervisor_whose_binary_was_replaced_while_it_waited_still_guards_its_comma
     std::fs::copy(BIN, &copy).unwrap();
     let holder = env.run(&["lock", "acquire", "upgrade/k", "--duration", "2s"]);
     assert_eq!(holder.status.code(), Some(0), "{}", text(&holder));
-    let mut cmd = env.command(&[
+    let cmd = env.command(&[
         "lock",
         "run",
         "-w",
