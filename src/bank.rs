@@ -107,11 +107,7 @@ impl Bank {
     /// The bank a `[bank]` section names, its store client opened with the section's limits
     /// (`request_timeout`, `retry_timeout`); `create` as [`open_or_create`](Self::open_or_create).
     pub fn open_configured(config: &BankConfig, create: bool) -> Result<Self> {
-        let url = match config.url.trim() {
-            "" => return Err(Error::NoBankGiven),
-            url => url,
-        };
-        let mut bank = Self::open_with(url, create, config.limits())?;
+        let mut bank = Self::open_with(&config.url, create, config.limits())?;
         Arc::get_mut(&mut bank.inner)
             .expect("a bank just built is not shared")
             .limits = config.limits();

@@ -386,7 +386,9 @@ impl Ctx {
         } else {
             Config::load_with(file, apply)?
         };
-        // The store client with `[bank]`'s limits: the budget the gate judged.
+        // No bank given is said as such; the store client gets `[bank]`'s limits: the budget
+        // the gate judged.
+        config.bank_url()?;
         let bank = Bank::open_configured(&config.bank, create)?;
         Ok(Self {
             config,

@@ -17,10 +17,18 @@ class Bank:
     """A bank: the object-store prefix holding a protection service's checkpoints and leases."""
 
     @staticmethod
-    def open(url: str, *, create: bool = False) -> Bank:
+    def open(
+        url: str,
+        *,
+        create: bool = False,
+        request_timeout: Optional[Seconds] = None,
+        retry_timeout: Optional[Seconds] = None,
+    ) -> Bank:
         """Open the bank at ``url`` (``memory://``, ``file:///path``, ``s3://bucket/prefix``,
         ``swift://container/prefix``, ``az://...``, ``gs://...``); sends no request. A
-        ``file:`` bank's directory must exist unless ``create`` is true."""
+        ``file:`` bank's directory must exist unless ``create`` is true. ``request_timeout``
+        and ``retry_timeout`` bound the store client as ``[bank]`` does; a GC pass judges its
+        timing rules on the retry budget they give."""
     def init(self) -> str:
         """Make this bank a bank (``banklease init``): ``"created"``, ``"adopted"`` or
         ``"already"``. Owners, GC passes and doctor refuse a prefix that holds no bank."""

@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 
 use crate::errors::to_py;
-use crate::runtime::{awaitable, block_on};
+use crate::runtime::{awaitable, block_on, opt_duration};
 
 /// A bank: the object-store prefix that holds a protection service's checkpoints and leases.
 ///
@@ -22,15 +22,25 @@ pub(crate) struct Bank {
 impl Bank {
     /// Open the bank at `url` (no request is sent). A `file:` bank's directory must exist
     /// (`LayoutError` otherwise) unless `create` is true, for a bank about to be `init`ed.
+    /// `request_timeout` and `retry_timeout` (seconds) bound its store client as `[bank]
+    /// request_timeout` and `retry_timeout` do; a GC pass judges its timing rules on the budget
+    /// they give.
     #[staticmethod]
-    #[pyo3(signature = (url, *, create = false))]
-    fn open(url: &str, create: bool) -> PyResult<Self> {
-        let opened = if create {
-            banklease::Bank::open_or_create(url)
-        } else {
-            banklease::Bank::open(url)
+    #[pyo3(signature = (url, *, create = false, request_timeout = None, retry_timeout = None))]
+    fn open(
+        url: &str,
+        create: bool,
+        request_timeout: Option<Bound<'_, PyAny>>,
+        retry_timeout: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let config = banklease::config::BankConfig {
+            url: url.to_owned(),
+            request_timeout: opt_duration("request_timeout", request_timeout.as_ref())?,
+            retry_timeout: opt_duration("retry_timeout", retry_timeout.as_ref())?,
         };
-        opened.map(|inner| Bank { inner }).map_err(to_py)
+        banklease::Bank::open_configured(&config, create)
+            .map(|inner| Bank { inner })
+            .map_err(to_py)
     }
 
     /// Make this bank a bank, as `banklease init` does: write its descriptor unless it has one.

@@ -54,20 +54,25 @@ class Backend:
         return self.name in ("swift", "s3")
 
     def past_expiry(self) -> float:
-        """Seconds after which an owner that stopped renewing is dead with grace ``GRACE``:
+        """Seconds after which an owner that stopped renewing is dead with the backend's grace:
         its expire window, the margin, the grace, one timestamp resolution and some slack."""
         resolution = 1.0 if self.is_server else 0.0
-        return self.windows.expire_window + self.margin + GRACE + resolution + 0.3
+        return self.windows.expire_window + self.margin + self.grace + resolution + 0.3
+
+    @property
+    def grace(self) -> float:
+        """The collectors' grace: ``GRACE``, and on Swift one that covers its store client's
+        retry budget (rule (c) of the configuration gate: the test banks' 4.5 s budget must
+        land before the GC's decision, validity + margin + grace after an owner's last renewal)."""
+        return SWIFT_GRACE if self.name == "swift" else GRACE
 
     def pass_args(self, **kwargs) -> dict:
         """``run_pass`` arguments for a collector configured for these test owners: their lease
         windows (the configuration gate holds ``skew_margin + grace`` to 0.1 % of that expire
         window), the margin and ``GRACE``; ``kwargs`` added."""
-        if self.name == "swift":
-            # The gate's rule (c): the Swift client's fixed retry budget (11m 15s) needs a grace
-            # of minutes; these tests' owners live seconds.
-            pytest.skip("a short grace on Swift is refused until its retry budget can be set")
-        args = dict(grace=GRACE, skew_margin=self.margin, config_file=str(self.collector_config))
+        args = dict(
+            grace=self.grace, skew_margin=self.margin, config_file=str(self.collector_config)
+        )
         args.update(kwargs)
         return args
 
@@ -88,6 +93,10 @@ class Backend:
 
 
 GRACE = 0.2
+# Server banks are opened with a 2 s request timeout and 2 s of retries: a 4.5 s retry budget
+# (2 s + a backoff of 0.5 s + 2 s), which on Swift needs a grace above 3 s (see Backend.grace).
+CLIENT_LIMITS = dict(request_timeout=2.0, retry_timeout=2.0)
+SWIFT_GRACE = 3.5
 
 # A keeper must miss renewals for over a second before a lease is lost: loaded runners stall.
 SHORT = dict(renew_window=0.3, expire_window=2.0, validity_window=0.2)
@@ -131,7 +140,7 @@ def make_backend(name: str, tmp_path: pathlib.Path) -> Backend:
     else:
         raise AssertionError(name)
     server = name in ("swift", "s3")
-    bank = banklease.Bank.open(url, create=True)
+    bank = banklease.Bank.open(url, create=True, **(CLIENT_LIMITS if server else {}))
     bank.init()  # as `banklease init`: every owner and pass refuses a URL holding no bank
     windows = SERVER if server else SHORT
     collector_config = tmp_path / f"collector-{unique}.toml"
@@ -389,7 +398,7 @@ def spawn_gc(gc_bin, tmp_path) -> Iterator[Callable[..., subprocess.Popen]]:
     """Start ``banklease-gc`` on a bank; every daemon still running at the end is killed."""
     started: List[subprocess.Popen] = []
 
-    def spawn(url: str, margin: float, **env: str) -> subprocess.Popen:
+    def spawn(url: str, margin: float, grace: float = GRACE, **env: str) -> subprocess.Popen:
         clean = {k: v for k, v in os.environ.items() if not k.startswith("BANKLEASE_")}
         clean.update(
             {
@@ -398,7 +407,10 @@ def spawn_gc(gc_bin, tmp_path) -> Iterator[Callable[..., subprocess.Popen]]:
                 "BANKLEASE_GC__LEASE_EXPIRE_WINDOW": "3s",
                 "BANKLEASE_GC__LEASE_VALIDITY_WINDOW": "100ms",
                 "BANKLEASE_GC__INTERVAL": "300ms",
-                "BANKLEASE_GC__GRACE": f"{int(GRACE * 1000)}ms",
+                "BANKLEASE_GC__GRACE": f"{int(grace * 1000)}ms",
+                # The server banks' client limits (a 4.5 s retry budget; no effect on file:).
+                "BANKLEASE_BANK__REQUEST_TIMEOUT": "2s",
+                "BANKLEASE_BANK__RETRY_TIMEOUT": "2s",
                 "BANKLEASE_LEASE__SKEW_MARGIN": f"{int(margin * 1000)}ms",
                 "BANKLEASE_LEASE__OWNER_ID_SCHEME": "uuid",
                 "RUST_LOG": "info",

@@ -8,7 +8,6 @@ import time
 import pytest
 
 import banklease
-from conftest import GRACE
 
 
 def test_create_put_complete(backend):
@@ -97,7 +96,7 @@ def test_an_owner_whose_checkpoint_the_gc_collected_is_fenced(shared_backend):
 
     first = b.run_pass()
     assert (first.scanned, first.collected, first.in_grace) == (1, 0, 1), first
-    time.sleep(GRACE + b.margin + (1.0 if b.is_server else 0.0) + 0.2)
+    time.sleep(b.grace + b.margin + (1.0 if b.is_server else 0.0) + 0.2)
     second = b.run_pass()
     assert second.collected == 1, second
     assert banklease.read_checkpoint(b.bank, "victim").status == "deleted"
