@@ -670,6 +670,14 @@ impl Config {
             Duration::from_secs(1),
             DAY,
         )?;
+        for (key, value) in [
+            ("bank.request_timeout", self.bank.request_timeout),
+            ("bank.retry_timeout", self.bank.retry_timeout),
+        ] {
+            if let Some(v) = value {
+                bounded(key, v, Duration::from_millis(1), DAY)?;
+            }
+        }
         let windows = self.lease.windows();
         let slack = windows
             .expire_window

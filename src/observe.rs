@@ -56,7 +56,8 @@ impl LeaseView {
 ///
 /// The lease's expire window judged by [`judge_expiry`]: `Alive.remaining = (last_modified +
 /// expire − margin) − store_now` (floored at zero) and `Expired.since = store_now −
-/// (last_modified + expire + margin)`: both err on the side of the owner being alive.
+/// (last_modified + expire + drift(expire) + margin)`: both err on the side of the owner being
+/// alive.
 pub fn judge(
     record: LeaseRecord,
     last_modified: DateTime<Utc>,

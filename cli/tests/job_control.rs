@@ -318,3 +318,59 @@ fn a_supervisor_whose_binary_was_replaced_while_it_waited_still_guards_its_comma
     assert_eq!(status.code(), Some(0), "{err}");
     assert_eq!(env.read("ran").trim(), "ran", "{err}");
 }
+
+/// The guard fired while its supervisor was stopped (COMMAND ignores SIGTERM), and is itself
+/// stopped before its SIGKILL: the continued supervisor, hearing that the deadline passed,
+/// kills COMMAND's group itself. (Before, it only noted the reason, and COMMAND ran on.)
+#[test]
+fn a_supervisor_that_hears_its_guard_fired_kills_the_command_itself() {
+    let env = Env::new();
+    let job = r#"trap 'echo TERM >> "$WORK/fired.term"' TERM; i=0; while [ $i -lt 600 ]; do date +%s%N >> "$WORK/fired.ticks"; sleep 0.05; i=$((i+1)); done"#;
+    let mut supervisor = env.spawn(
+        &[
+            "lock",
+            "run",
+            "--duration",
+            "8s",
+            "--kill-after",
+            "1500ms",
+            "fired/k",
+            "--",
+            "sh",
+            "-c",
+            job,
+        ],
+        "fired",
+    );
+    wait_for("COMMAND's first ticks", || env.ticks("fired").len() >= 3);
+    let guard = guard_of(supervisor.id()).expect("a guard");
+    signal(&supervisor, Signal::STOP);
+    // The guard fires at the deadline (at most 6 s on): SIGTERM, which COMMAND notes.
+    wait_for("the guard's SIGTERM", || !env.read("fired.term").is_empty());
+    kill_process(Pid::from_raw(guard as i32).unwrap(), Signal::STOP).unwrap();
+    signal(&supervisor, Signal::CONT);
+    let status = wait_child(&mut supervisor);
+    let err = env.read("fired.err");
+    assert_eq!(status.code(), Some(75), "{err}");
+    std::thread::sleep(Duration::from_millis(300));
+    let after = env.ticks("fired").len();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(env.ticks("fired").len(), after, "COMMAND still runs: {err}");
+    let _ = kill_process(Pid::from_raw(guard as i32).unwrap(), Signal::KILL);
+}
+
+/// The pid of `supervisor`'s guard (`banklease __guard`), from /proc.
+fn guard_of(supervisor: u32) -> Option<u32> {
+    let children = std::fs::read_dir(format!("/proc/{supervisor}/task")).ok()?;
+    children
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("__guard"))
+        })
+}

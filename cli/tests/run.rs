@@ -38,6 +38,8 @@ struct Env {
     dir: tempfile::TempDir,
     url: String,
     margin: Duration,
+    /// Requests that outlast a pause of `run` (see [`Env::budget`]).
+    long_requests: bool,
 }
 
 fn stores() -> Vec<Store> {
@@ -79,7 +81,12 @@ impl Env {
                 (format!("s3://{b}/{unique}"), Duration::from_millis(1100))
             }
         };
-        let env = Self { dir, url, margin };
+        let env = Self {
+            dir,
+            url,
+            margin,
+            long_requests: false,
+        };
         // As an operator starts: the bank is made first; every command refuses a URL without one.
         let init = env.command(&["init"]).output().unwrap();
         assert!(init.status.success(), "banklease init: {init:?}");
@@ -94,6 +101,15 @@ impl Env {
             vec![
                 ("BANKLEASE_GC__GRACE", "500ms"),
                 ("BANKLEASE_GC__LATE_WRITE_WINDOW", "1s"),
+            ]
+        } else if self.long_requests {
+            // A request in flight when `run` is paused for seconds must still be answered, not
+            // time out: 20 s requests (a 22.5 s budget), and a grace that covers it.
+            vec![
+                ("BANKLEASE_GC__GRACE", "30s"),
+                ("BANKLEASE_GC__LATE_WRITE_WINDOW", "30s"),
+                ("BANKLEASE_BANK__RETRY_TIMEOUT", "2s"),
+                ("BANKLEASE_BANK__REQUEST_TIMEOUT", "20s"),
             ]
         } else {
             vec![
@@ -438,7 +454,8 @@ fn signals_are_forwarded_and_run_exits_with_the_jobs_status() {
 #[test]
 fn a_lease_lost_while_the_job_writes_stops_the_job_and_refuses_its_writes() {
     for store in stores() {
-        let env = Env::new(store, "lost");
+        let mut env = Env::new(store, "lost");
+        env.long_requests = true;
         // The job ignores SIGTERM, so only SIGKILL after --kill-after ends it.
         let mut run = env.start(
             &["--kill-after", "1500ms"],

@@ -149,8 +149,13 @@ impl Locks {
                     wrote: false,
                 });
             }
-            // Held for at most this long more: the new record must not end before it.
-            let left_at_most = (ends + margin - sc_now.at_instant(now))
+            // Held for at most this long more: the new record must not end before it, the old
+            // length's drift (`judge_expiry`) counted: a short extension of a long record would
+            // otherwise bring the instant others may take it forward.
+            let old_drift =
+                chrono::Duration::from_std(crate::config::clock_drift_over(rec.duration()))
+                    .unwrap_or(chrono::Duration::MAX);
+            let left_at_most = (ends + old_drift + margin - sc_now.at_instant(now))
                 .to_std()
                 .unwrap_or(Duration::ZERO);
             let new_duration = duration.max(left_at_most);

@@ -326,8 +326,17 @@ impl SwiftClient {
                 }
                 Err(e) => tracing::debug!(%method, path, error = %e, ?wait, "swift: retrying"),
             }
-            drop(outcome);
             self.clock.sleep(wait).await;
+            // A backoff that overran (a busy or paused process) sends nothing past the cutoff.
+            if cutoff.is_some_and(|c| self.clock.now() >= c) {
+                return outcome.map_err(|source| Error::Request {
+                    method: method.clone(),
+                    path: path.to_owned(),
+                    retries,
+                    source,
+                });
+            }
+            drop(outcome);
             retries += 1;
         }
     }

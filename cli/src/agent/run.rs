@@ -170,7 +170,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     }
     let guarded = lock.is_some().then_some((&proof, kill_after));
     let started = start(ctx, &args, &lease, lock_env, guarded).await;
-    let (socket_dir, agent, server, cancel, child) = match started {
+    let (socket_dir, agent, server, cancel, mut child) = match started {
         Ok(s) => s,
         Err((code, e)) => {
             eprintln!("error: {}", banklease_gc::logging::error_line(&e));
@@ -196,7 +196,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         }
     };
     let ended = child::watch(
-        child,
+        &mut child,
         hold_ended,
         &proof,
         &ctx.clock,
@@ -219,8 +219,10 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     }
     drop(socket_dir);
     // The lock goes with the lease, once COMMAND's writes in flight are done: a second
-    // `run --lock` job must not start while they may still land.
+    // `run --lock` job must not start while they may still land. Until it is released, the
+    // guard keeps what COMMAND left in the background from outliving it.
     release_lock(&mut lock).await;
+    child.finish().await;
 
     match ended {
         Ok(Ended::Exited(status)) => {
@@ -345,7 +347,7 @@ async fn start(
     env.extend(lock_env);
     // With --lock, COMMAND must not outlive `run` (nothing else keeps it from running on
     // without the lock); without it, the agent's refusals fence COMMAND's writes.
-    match child::spawn(&args.command, &env, guarded) {
+    match child::spawn(&args.command, &env, guarded).await {
         Ok(child) => Ok((dir, agent, server, cancel, child)),
         Err(failed) => {
             cancel.cancel();

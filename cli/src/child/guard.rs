@@ -29,6 +29,10 @@ use super::{send, Signals, EXIT_HOLD_LOST};
 const GUARD_POLL: Duration = Duration::from_millis(50);
 /// What the guard prints when it stops COMMAND at the deadline.
 const FIRED: &str = "fired";
+/// What the guard prints once its handlers are installed.
+const ARMED: &str = "armed";
+/// How long a supervisor waits for its guard to arm.
+const ARMING: Duration = Duration::from_secs(10);
 
 /// The host's `CLOCK_BOOTTIME`: the same in every process, and it counts suspended time.
 pub fn boottime() -> Duration {
@@ -68,13 +72,10 @@ pub enum Heard {
 }
 
 impl Guard {
-    /// Start the guard in process group `group` (COMMAND's), armed with the proved time `left()`
-    /// gives; `kill_after` between its SIGTERM and SIGKILL.
-    pub fn spawn(
-        group: u32,
-        left: impl FnOnce() -> Duration,
-        kill_after: Duration,
-    ) -> Result<Self> {
+    /// Start the guard leading a new process group (COMMAND joins it once the guard is
+    /// [`armed`](Self::armed)), armed with the proved time `left()` gives; `kill_after` between
+    /// its SIGTERM and SIGKILL.
+    pub fn spawn(left: impl FnOnce() -> Duration, kill_after: Duration) -> Result<Self> {
         // The program this process runs, even if its file was replaced or removed since (an
         // upgrade while `lock run` waited): `/proc/self/exe`, resolved in the forked child.
         let proc_exe = std::path::Path::new("/proc/self/exe");
@@ -84,6 +85,8 @@ impl Guard {
             std::env::current_exe().context("cannot find this binary to start its guard")?
         };
         let first = deadline(left);
+        // Not killed when dropped: a supervisor that unwinds without stopping it closes its
+        // stdin, and the guard then kills the group, as for a supervisor that died.
         let mut child = tokio::process::Command::new(me)
             .args(["__guard", "--parent"])
             .arg(std::process::id().to_string())
@@ -93,8 +96,7 @@ impl Guard {
             .arg(humantime::format_duration(kill_after).to_string())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
-            .process_group(i32::try_from(group).context("pid out of range")?)
-            .kill_on_drop(true)
+            .process_group(0)
             .spawn()
             .context("cannot start the guard of COMMAND's process group")?;
         let mut stdin = child.stdin.take().context("the guard has no stdin")?;
@@ -129,6 +131,29 @@ impl Guard {
             }
             moved
         });
+    }
+
+    /// COMMAND's process group: the guard leads it.
+    pub fn group(&self) -> Pid {
+        self.child
+            .id()
+            .and_then(|p| Pid::from_raw(i32::try_from(p).ok()?))
+            .expect("a guard not yet waited for has a pid")
+    }
+
+    /// Wait (at most `ARMING`) until the guard says it is armed: its handlers are installed and
+    /// its deadline running. Only then may COMMAND join its group.
+    pub async fn armed(&mut self) -> Result<()> {
+        let said = tokio::time::timeout(ARMING, self.said.next_line()).await;
+        match said {
+            Ok(Ok(Some(line))) if line.trim() == ARMED => Ok(()),
+            Ok(Ok(Some(line))) => anyhow::bail!("the guard said `{line}` instead of arming"),
+            Ok(_) => anyhow::bail!("the guard exited before it was armed"),
+            Err(_) => anyhow::bail!(
+                "the guard was not armed within {}",
+                humantime::format_duration(ARMING)
+            ),
+        }
     }
 
     /// The next thing the guard says (cancel-safe). Once it is gone, pending forever.
@@ -173,12 +198,19 @@ pub async fn run(
     clock: &SharedClock,
 ) -> crate::Outcome {
     // The group's forwarded signals are COMMAND's, not ours; nor is a ^Z the supervisor
-    // forwards: the switch must keep counting while COMMAND is stopped.
-    let _ignored = (Signals::new(), ignore_job_control());
+    // forwards (the switch must keep counting while COMMAND is stopped), nor what a script
+    // sends its own group (`kill -USR1 0`).
+    let (Ok(_signals), Ok(_ignored)) = (Signals::new(), ignore_others()) else {
+        // Unarmed: the supervisor does not start COMMAND.
+        return crate::Outcome::Exit(EXIT_HOLD_LOST);
+    };
     let group = rustix::process::getpgrp();
     let mut deadline = Duration::from_nanos(deadline_ns);
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let armed = deadline_armed();
+    if say(ARMED).is_err() {
+        return crate::Outcome::Exit(EXIT_HOLD_LOST);
+    }
     loop {
         let parent_now = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
         if parent_now != parent {
@@ -186,7 +218,7 @@ pub async fn run(
             return crate::Outcome::Exit(EXIT_HOLD_LOST);
         }
         if armed && boottime() >= deadline {
-            return fire(group, kill_after, clock).await;
+            return fire(group, deadline, kill_after, clock).await;
         }
         tokio::select! {
             line = lines.next_line() => match line {
@@ -206,32 +238,53 @@ pub async fn run(
     }
 }
 
-/// The deadline passed: say so, SIGTERM the group, SIGKILL it `kill_after` later (this guard
-/// goes with it). A stopped COMMAND is not continued: SIGKILL ends it where it stands.
-async fn fire(group: Pid, kill_after: Duration, clock: &SharedClock) -> crate::Outcome {
+/// One line to the supervisor.
+fn say(what: &str) -> std::io::Result<()> {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{FIRED}").and_then(|()| out.flush());
-    drop(out);
-    send(group, Signal::TERM);
-    let kill_at = boottime() + kill_after;
-    while boottime() < kill_at {
-        clock
-            .sleep(GUARD_POLL.min(kill_at.saturating_sub(boottime())))
-            .await;
+    writeln!(out, "{what}").and_then(|()| out.flush())
+}
+
+/// The deadline passed: say so, SIGTERM the group, SIGKILL it `kill_after` after the deadline
+/// (this guard goes with it) — at once when that is past already (this guard ran late: it was
+/// stopped with the group, or the host was busy). A stopped COMMAND is not continued: SIGKILL
+/// ends it where it stands.
+async fn fire(
+    group: Pid,
+    deadline: Duration,
+    kill_after: Duration,
+    clock: &SharedClock,
+) -> crate::Outcome {
+    let _ = say(FIRED);
+    let kill_at = deadline + kill_after;
+    if boottime() < kill_at {
+        send(group, Signal::TERM);
+        while boottime() < kill_at {
+            clock
+                .sleep(GUARD_POLL.min(kill_at.saturating_sub(boottime())))
+                .await;
+        }
     }
     send(group, Signal::KILL);
     crate::Outcome::Exit(EXIT_HOLD_LOST)
 }
 
-/// SIGTSTP, SIGTTIN and SIGTTOU taken over (their default stops the process).
-fn ignore_job_control() -> std::io::Result<[tokio::signal::unix::Signal; 3]> {
+/// The signals taken over besides [`Signals`]': job control's (their default stops the
+/// process) and those a script may send its own group.
+fn ignore_others() -> std::io::Result<Vec<tokio::signal::unix::Signal>> {
     use tokio::signal::unix::{signal, SignalKind};
-    Ok([
-        signal(SignalKind::from_raw(Signal::TSTP.as_raw()))?,
-        signal(SignalKind::from_raw(Signal::TTIN.as_raw()))?,
-        signal(SignalKind::from_raw(Signal::TTOU.as_raw()))?,
-    ])
+    [
+        Signal::TSTP,
+        Signal::TTIN,
+        Signal::TTOU,
+        Signal::QUIT,
+        Signal::USR1,
+        Signal::USR2,
+        Signal::ALARM,
+    ]
+    .into_iter()
+    .map(|s| signal(SignalKind::from_raw(s.as_raw())))
+    .collect()
 }
 
 /// Whether the guard acts on its deadline: always, except in a build with the `chaos` feature

@@ -93,57 +93,94 @@ impl Signals {
 pub struct Running {
     child: tokio::process::Child,
     guard: Option<guard::Guard>,
+    /// COMMAND's process group: the guard's pid when guarded (it leads the group), else
+    /// COMMAND's.
+    group: Pid,
 }
 
-/// Start COMMAND (`argv`) with `env` added, in a process group of its own; on failure, the exit
-/// status to use (127 not found, 126 cannot be executed, 125 otherwise) and why.
-///
-/// With `guarded` (the proof COMMAND runs under, and `kill_after`), a guard (`banklease
-/// __guard`, this binary) joins COMMAND's group as a dead-man's switch (see [`guard`]): it stops
-/// the group at the last deadline the supervisor proved, and kills it at once if the supervisor
-/// dies. It ignores the signals forwarded to the group, and is killed when COMMAND exits.
-pub fn spawn(
-    argv: &[OsString],
-    env: &[(&str, OsString)],
-    guarded: Option<(&Proof, Duration)>,
-) -> Result<Running, (u8, anyhow::Error)> {
-    let child = spawn_command(argv, env)?;
-    let Some((proof, kill_after)) = guarded else {
-        return Ok(Running { child, guard: None });
-    };
-    let started = child
-        .id()
-        .context("COMMAND exited before it could be guarded")
-        .and_then(|group| guard::Guard::spawn(group, || proof.left(), kill_after));
-    match started {
-        Ok(guard) => Ok(Running {
-            child,
-            guard: Some(guard),
-        }),
-        Err(e) => {
-            let mut child = child;
-            // Not run unguarded: stopped at once (it has barely started).
-            if let Some(group) = child.id().and_then(|p| Pid::from_raw(p as i32)) {
-                send(group, Signal::KILL);
-            }
-            let _ = child.start_kill();
-            Err((EXIT_RUN_FAILED, e))
+impl Running {
+    /// After COMMAND's hold was released: stop the guard. Until then it has kept its last
+    /// deadline for what COMMAND left running in the background (the group outlives its leader);
+    /// dropped without this, it sees its stdin close and kills the whole group.
+    pub async fn finish(mut self) {
+        if let Some(guard) = self.guard.take() {
+            guard.stop().await;
         }
     }
 }
 
+/// Start COMMAND (`argv`) with `env` added, in a process group of its own; on failure, the exit
+/// status to use (127 not found, 126 cannot be executed, 75 nothing left of the hold, 125
+/// otherwise) and why.
+///
+/// With `guarded` (the proof COMMAND runs under, and `kill_after`), the guard (`banklease
+/// __guard`, this binary; see [`guard`]) is started first, leading a new process group, and
+/// COMMAND joins that group only once the guard says it is armed: no instant in which COMMAND
+/// runs unguarded, nor one in which a signal forwarded to the group finds the guard without its
+/// handlers. COMMAND is not started at all when its holds prove no time left.
+pub async fn spawn(
+    argv: &[OsString],
+    env: &[(&str, OsString)],
+    guarded: Option<(&Proof, Duration)>,
+) -> Result<Running, (u8, anyhow::Error)> {
+    let Some((proof, kill_after)) = guarded else {
+        let child = spawn_command(argv, env, 0)?;
+        let group = child
+            .id()
+            .and_then(|p| Pid::from_raw(i32::try_from(p).ok()?))
+            .context("COMMAND exited before it could be watched")
+            .map_err(|e| (EXIT_RUN_FAILED, e))?;
+        return Ok(Running {
+            child,
+            guard: None,
+            group,
+        });
+    };
+    if proof.left().is_zero() {
+        return Err((
+            EXIT_HOLD_LOST,
+            anyhow::anyhow!(
+                "{}; COMMAND was not started",
+                proof
+                    .what_ran_out()
+                    .unwrap_or_else(|| "nothing is held".to_owned())
+            ),
+        ));
+    }
+    let failed = |e: anyhow::Error| (EXIT_RUN_FAILED, e);
+    let mut guard = guard::Guard::spawn(|| proof.left(), kill_after).map_err(failed)?;
+    if let Err(e) = guard.armed().await {
+        guard.stop().await;
+        return Err(failed(e));
+    }
+    let group = guard.group();
+    match spawn_command(argv, env, group.as_raw_nonzero().get()) {
+        Ok(child) => Ok(Running {
+            child,
+            guard: Some(guard),
+            group,
+        }),
+        Err(e) => {
+            guard.stop().await;
+            Err(e)
+        }
+    }
+}
+
+/// COMMAND in process group `group` (0: a new one it leads).
 fn spawn_command(
     argv: &[OsString],
     env: &[(&str, OsString)],
+    group: i32,
 ) -> Result<tokio::process::Child, (u8, anyhow::Error)> {
     let (program, rest) = argv.split_first().expect("clap requires COMMAND");
     let mut command = tokio::process::Command::new(program);
     command
         .args(rest)
         .envs(env.iter().map(|(k, v)| (k, v)))
-        // A group of its own: signals reach every process of a shell pipeline, and a terminal's
-        // ^C reaches COMMAND once (forwarded), not twice.
-        .process_group(0);
+        // A group of its own (with its guard): signals reach every process of a shell
+        // pipeline, and a terminal's ^C reaches COMMAND once (forwarded), not twice.
+        .process_group(group);
     let spawned = match command.spawn() {
         // No `#!` line: run it with /bin/sh, as execvp(3) and flock(1) do.
         Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOEXEC.raw_os_error()) => {
@@ -152,7 +189,7 @@ fn spawn_command(
             sh.arg(script)
                 .args(rest)
                 .envs(env.iter().map(|(k, v)| (k, v)))
-                .process_group(0);
+                .process_group(group);
             sh.spawn()
         }
         spawned => spawned,
@@ -194,28 +231,38 @@ const PROVE_EVERY: Duration = Duration::from_millis(200);
 /// send the group SIGTERM, then SIGKILL after `kill_after`. Keeps the guard's deadline moving
 /// with `proof`, and stops and continues COMMAND with this process (job control).
 pub async fn watch(
-    running: Running,
+    running: &mut Running,
     lost: impl Future<Output = String>,
     proof: &Proof,
     clock: &SharedClock,
     signals: &mut Signals,
     kill_after: Duration,
 ) -> Result<Ended> {
-    let Running { child, mut guard } = running;
-    let jobs = JobControl::new().context("cannot install the job-control signal handlers")?;
+    let group = running.group;
+    let jobs = match JobControl::new() {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            // Unwatched, COMMAND must not run on.
+            send(group, Signal::KILL);
+            return Err(anyhow::Error::new(e)
+                .context("cannot install the job-control signal handlers; COMMAND was killed"));
+        }
+    };
     let watched = Watched {
         proof,
         clock,
         kill_after,
     };
-    let ended = watched
-        .watch_child(child, guard.as_mut(), lost, signals, jobs)
-        .await;
-    if let Some(guard) = guard {
-        // COMMAND is gone: the guard's work is done.
-        guard.stop().await;
-    }
-    ended
+    watched
+        .watch_child(
+            &mut running.child,
+            group,
+            running.guard.as_mut(),
+            lost,
+            signals,
+            jobs,
+        )
+        .await
 }
 
 /// SIGTSTP and SIGCONT, for job control.
@@ -246,18 +293,14 @@ const GUARD_FIRED: &str = "COMMAND outlived the deadline its supervisor last pro
 impl Watched<'_> {
     async fn watch_child(
         &self,
-        mut child: tokio::process::Child,
+        child: &mut tokio::process::Child,
+        group: Pid,
         mut guard: Option<&mut guard::Guard>,
         lost: impl Future<Output = String>,
         signals: &mut Signals,
         mut jobs: JobControl,
     ) -> Result<Ended> {
         let clock = self.clock;
-        let pid = child
-            .id()
-            .context("COMMAND exited before it could be watched")?;
-        let group = Pid::from_raw(i32::try_from(pid).context("pid out of range")?)
-            .context("COMMAND has pid 0")?;
         tokio::pin!(lost);
         let mut stopping: Option<String> = None;
         // On the holder's clock, which counts time the host was suspended; checked at least
@@ -318,17 +361,18 @@ impl Watched<'_> {
                 Some(()) = jobs.cont.recv() => {}
                 heard = heard, if guarded => {
                     guarded = false;
+                    // Either way the group is killed now: past the deadline the guard fired at
+                    // (this process may hear it late), or with no switch left should this
+                    // process be paused next.
+                    send(group, Signal::KILL);
+                    kill_at = None;
                     if stopping.is_none() {
-                        let reason = match heard {
+                        stopping = Some(match heard {
                             guard::Heard::Fired => GUARD_FIRED.to_owned(),
                             guard::Heard::Gone => {
-                                // Unguarded, COMMAND could outlive a paused supervisor.
-                                send(group, Signal::TERM);
-                                kill_at = Some(clock.now() + self.kill_after);
                                 "the guard of COMMAND's process group exited".to_owned()
                             }
-                        };
-                        stopping = Some(reason);
+                        });
                     }
                 }
                 () = clock.sleep(PROVE_EVERY), if guarded && stopping.is_none() => {
@@ -339,6 +383,10 @@ impl Watched<'_> {
                 reason = &mut lost, if stopping.is_none() => {
                     tracing::warn!(reason = %reason, kill_after = %human(self.kill_after),
                         "the hold stopped being valid: stopping COMMAND (SIGTERM now, SIGKILL after kill_after)");
+                    // The guard backs this up from now, should this process stop.
+                    if let Some(g) = guard.as_deref() {
+                        g.prove(|| Duration::ZERO);
+                    }
                     send(group, Signal::TERM);
                     kill_at = Some(clock.now() + self.kill_after);
                     stopping = Some(reason);
@@ -364,7 +412,14 @@ impl Watched<'_> {
             tracing::warn!(error = %e, "cannot stop the supervisor");
         }
         // Continued: whatever the holds were proved for was before the stop.
-        let proved = self.proof.reprove(self.clock).await;
+        let proved =
+            self.proof
+                .reprove(self.clock)
+                .await
+                .and_then(|()| match self.proof.what_ran_out() {
+                    Some(reason) => Err(reason),
+                    None => Ok(()),
+                });
         if proved.is_ok() {
             if let Some(g) = guard {
                 g.prove(|| self.proof.left());

@@ -84,6 +84,14 @@ impl Proof {
             .unwrap_or(Duration::ZERO)
     }
 
+    /// Why COMMAND must be stopped now, if it must: the first hold with no proved time left.
+    pub fn what_ran_out(&self) -> Option<String> {
+        self.holds
+            .iter()
+            .find(|h| h.left().is_zero())
+            .map(|h| format!("{} had less than {} left", h.what(), human(h.margin())))
+    }
+
     /// Renew every hold with a request sent now (after the supervisor was stopped): `Ok` once
     /// each is proved anew, `Err(reason)` when one is lost or cannot be renewed before less than
     /// its margin is left. Transient store errors are retried while time remains.

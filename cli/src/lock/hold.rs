@@ -228,13 +228,12 @@ impl Kept {
     pub async fn release(self) {
         let lock = self.heartbeat.lock().clone();
         let key = lock.full_key();
-        let lost = matches!(*lock.subscribe().borrow(), LeaseState::Lost { .. });
+        if matches!(*lock.subscribe().borrow(), LeaseState::Lost { .. }) {
+            // Dropped, the heartbeat stops; nothing of ours is left to release.
+            tracing::debug!(key = %key, "the lock was lost; nothing to release");
+            return;
+        }
         let release = async {
-            if lost {
-                tracing::debug!(key = %key, "the lock was lost; nothing to release");
-                self.heartbeat.stop().await;
-                return;
-            }
             if let Err(e) = self.heartbeat.release().await {
                 eprintln!(
                     "warning: releasing the lock key=`{key}` failed ({}); it lapses on its own",
@@ -254,6 +253,7 @@ impl Kept {
             }
         };
         tokio::select! {
+            biased;
             () = release => {}
             () = ran_out => eprintln!(
                 "warning: the lock key=`{key}` was not released before it ran out (the store \

@@ -109,7 +109,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     let proof = Proof::default().lock(held.lock(), margin);
     let mut kept = held.keep(ctx);
 
-    let child = match child::spawn(&args.command, &env, Some((&proof, kill_after))) {
+    let mut child = match child::spawn(&args.command, &env, Some((&proof, kill_after))).await {
         Ok(child) => child,
         Err((code, e)) => {
             eprintln!("error: {}", banklease_gc::logging::error_line(&e));
@@ -118,7 +118,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         }
     };
     let ended = child::watch(
-        child,
+        &mut child,
         kept.ended(),
         &proof,
         &ctx.clock,
@@ -127,6 +127,8 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     )
     .await;
     kept.release().await;
+    // The guard kept what COMMAND left in the background from outliving the lock until now.
+    child.finish().await;
     match ended {
         Ok(Ended::Exited(status)) => Ok(exit_code(status)),
         Ok(Ended::Stopped { status, reason }) => {

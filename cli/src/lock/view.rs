@@ -52,7 +52,7 @@ fn row(ns: &str, info: &LockInfo, margin: Duration) -> LockRow {
         session,
         holder,
         remaining_ms: ms(info.state.remaining()),
-        free_for_others_in_ms: free_for_others_in(&info.state, margin).map(ms),
+        free_for_others_in_ms: free_for_others_in(&info.state, margin, info.duration).map(ms),
         expired_since_ms: since,
         payload: info.payload.clone(),
         token: info.fence,
@@ -62,21 +62,24 @@ fn row(ns: &str, info: &LockInfo, margin: Duration) -> LockRow {
 }
 
 /// A held lock is judged with the skew margin in its holder's favour on both sides: its holder
-/// counts `remaining` (the margin deducted), others may take it only a margin after its end.
-fn free_for_others_in(state: &LockState, margin: Duration) -> Option<Duration> {
+/// counts `remaining` (the margin deducted), others may take it only a margin after its end and
+/// the drift of its length (`judge_expiry`).
+fn free_for_others_in(state: &LockState, margin: Duration, length: Duration) -> Option<Duration> {
     match state {
-        LockState::Held { remaining, .. } => Some(*remaining + 2 * margin),
+        LockState::Held { remaining, .. } => {
+            Some(*remaining + 2 * margin + banklease::config::clock_drift_over(length))
+        }
         _ => None,
     }
 }
 
-fn human_state(state: &LockState, margin: Duration) -> String {
+fn human_state(state: &LockState, margin: Duration, length: Duration) -> String {
     match state {
         LockState::Free => "free".to_owned(),
         LockState::Held { remaining, .. } => format!(
             "held, {} left (free for others in {})",
             human(*remaining),
-            human(free_for_others_in(state, margin).unwrap_or_default())
+            human(free_for_others_in(state, margin, length).unwrap_or_default())
         ),
         LockState::Expired { since, .. } => format!("expired {} ago", human(*since)),
     }
@@ -142,7 +145,10 @@ pub(super) async fn show(ctx: &Ctx, ns: &Namespace, key: &str) -> Result<Outcome
         };
         let lines = [
             ("key", full),
-            ("state", human_state(&info.state, locks.skew_margin())),
+            (
+                "state",
+                human_state(&info.state, locks.skew_margin(), info.duration),
+            ),
             ("owner", opt(report.row.owner.clone())),
             ("session", opt(report.row.session.clone())),
             ("payload", opt(info.payload.clone())),
@@ -173,7 +179,7 @@ pub(super) async fn list(ctx: &Ctx, ns: &Namespace) -> Result<Outcome> {
         } else {
             rows.push(vec![
                 r.key,
-                human_state(&info.state, locks.skew_margin()),
+                human_state(&info.state, locks.skew_margin(), info.duration),
                 r.holder.unwrap_or_else(|| "-".to_owned()),
                 r.token.to_string(),
                 r.payload.unwrap_or_else(|| "-".to_owned()),
