@@ -9,9 +9,10 @@
 //! reading at all: the pass judges nothing ([`banklease::Error::ClockUnverified`]), it is never a
 //! reference for the next comparison, and never a first-reading floor — its stamp may be from
 //! after a step that no comparison saw. A previous reading is a reference only while the rate
-//! allowance over the gap stays within `grace` (a gap under 1,000 × grace): past that, a step
-//! of more than margin + grace could hide in the allowance, so an older reference counts as
-//! none (and a daemon takes its reading as a floor). A forward step larger than that aborts the pass
+//! allowance over the gap, plus both readings' round trips (a stamp may be from anywhere between
+//! its send and its answer), stays within `grace`: past that, a step of more than margin +
+//! grace could hide in them, so an older reference counts as none (and a daemon takes its
+//! reading as a floor), and one answered late makes every collector floor at its reading. A forward step larger than that aborts the pass
 //! ([`banklease::Error::ClockStep`]) and raises a *floor*: from then on every `last_modified`
 //! older than the step is judged as if written at the step, so an owner whose last renewal was
 //! stamped before the step is timed from the step. On a `file:` bank the store clock is this
@@ -66,6 +67,11 @@ pub fn backward_step(
             .to_std()
             .unwrap_or(Duration::ZERO)
     })
+}
+
+/// How long a reading's stamp may lie after its send: up to its answer.
+fn round_trip(reading: &StoreTime) -> Duration {
+    reading.observed.saturating_duration_since(reading.sent)
 }
 
 /// What a collector remembers between passes about the store's clock.
@@ -127,11 +133,22 @@ impl ClockWatch {
             return Err(Refused::Unverified);
         }
         let gap_limit = max_reference_gap(grace);
-        let reference = s
+        let recent = s
             .last
             .filter(|prev| probe.observed.saturating_duration_since(prev.sent) <= gap_limit);
+        // A step no larger than the two readings' round trips (each stamp may be from anywhere
+        // between its send and its answer) plus the rate allowance passes any comparison: only
+        // while that stays within the grace does the comparison bound what the grace must cover.
+        let hides = |prev: &StoreTime| {
+            let real_max = probe.observed.saturating_duration_since(prev.sent);
+            round_trip(prev) + round_trip(probe) + real_max.mul_f64(RATE_ALLOWANCE) > grace
+        };
+        let uncertain = recent.as_ref().is_some_and(hides);
+        let reference = recent.filter(|_| !uncertain);
         let step = reference.and_then(|prev| forward_step(&prev, probe, tolerance));
-        if reference.is_none() && floor_without_reference {
+        // Without a reference a daemon floors at its reading; after an uncertain one every
+        // collector does: the clock was known before, and may have stepped since.
+        if (reference.is_none() && floor_without_reference) || uncertain {
             s.floor = Some(s.floor.map_or(probe.at, |f| f.max(probe.at)));
         }
         // A floor ahead of the store's time (a step that was later undone) would hold every
@@ -436,5 +453,32 @@ mod tests {
         assert!(watch.start(&stepped, tol, grace, true).is_ok());
         // ... so the daemon takes this reading as its floor, as with no reference at all.
         assert_eq!(watch.floor(), Some(stepped.at));
+    }
+
+    /// A reference whose answer came long after it was sent (the collector paused before the
+    /// probe went out, a late answer) may have been stamped anywhere in that time: a step within
+    /// it cannot be told from elapsed time. Simulation seed 393 (collectors): a probe sent at
+    /// 4,257 ms and answered at 5,749 ms, a 1,083 ms step at 6,473 ms, the next pass's first
+    /// probe at 6,490 ms: no step seen, and a live owner's checkpoint was collected. Such a
+    /// reference is none, and the reading becomes a floor even for a one-shot collector: a step
+    /// may have happened since the collector last knew the clock.
+    #[test]
+    fn a_reference_answered_late_hides_no_step() {
+        let base = Instant::now();
+        let tol = Duration::from_millis(100);
+        let grace = Duration::from_millis(200);
+        let watch = ClockWatch::default();
+        // Sent at 0, served after a 1.47 s pause (stamp 1,470), answered at 1,492.
+        assert!(watch
+            .start(&probe(base, 0, 1_492, 1_470), tol, grace, false)
+            .is_ok());
+        // 741 ms of real time later the store's clock is 1,083 ms further on than that.
+        let stepped = probe(base, 2_233, 2_266, 1_470 + 741 + 1_083);
+        let judged = watch.start(&stepped, tol, grace, false);
+        assert!(
+            judged.is_err() || watch.floor() == Some(stepped.at),
+            "a possible step was judged on: {judged:?}, floor {:?}",
+            watch.floor()
+        );
     }
 }

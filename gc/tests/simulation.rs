@@ -450,6 +450,22 @@ fn unverified_clock_readings_are_never_judged_on() {
     assert!(still.is_empty(), "still happening:\n{}", still.join("\n"));
 }
 
+/// A reference reading answered late (the collector paused before its probe went out) let a
+/// store-clock step of 1,083 ms between it and the next pass's first reading pass for elapsed
+/// time, and a live owner's checkpoint was collected (seed 393, collectors, in a 1,000-seed run;
+/// `ClockWatch::start` now counts both readings' round trips against the grace). It failed
+/// with that code; it may not now.
+#[test]
+fn a_late_reference_reading_hides_no_step() {
+    let o = run_with(393, GcKind::Collectors, None);
+    assert!(
+        o.violations.is_empty(),
+        "seed 393 (Collectors): {:?}\n  reproduce: SIM_SEED=393 SIM_KIND=collectors cargo test \
+         -p banklease-gc --test simulation -- --nocapture",
+        o.violations
+    );
+}
+
 /// Seeds at which the code before the issue-11 fixes broke an invariant, each run with only the
 /// new fault that exposed it (RELIABILITY.md, "Findings of the collector-side faults"). Each of
 /// them failed on that code; none may fail now.
