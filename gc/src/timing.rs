@@ -9,10 +9,12 @@
 //! reading at all: the pass judges nothing ([`banklease::Error::ClockUnverified`]), it is never a
 //! reference for the next comparison, and never a first-reading floor — its stamp may be from
 //! after a step that no comparison saw. A previous reading is a reference only while the rate
-//! allowance over the gap, plus both readings' round trips (a stamp may be from anywhere between
-//! its send and its answer), stays within `grace`: past that, a step of more than margin +
-//! grace could hide in them, so an older reference counts as none (and a daemon takes its
-//! reading as a floor), and one answered late makes every collector floor at its reading. A forward step larger than that aborts the pass
+//! allowance over the gap stays within `grace`: past that, a step of more than margin + grace
+//! could hide in it, so an older reference counts as none (and a daemon takes its reading as a
+//! floor). A stamp may be from anywhere between its send and its answer: when the store's advance
+//! since the reference exceeds the *shortest* real time between the two stamps by more than the
+//! allowance, margin and grace, a step may have hidden in a late answer, and every collector
+//! floors at its reading. A forward step larger than that aborts the pass
 //! ([`banklease::Error::ClockStep`]) and raises a *floor*: from then on every `last_modified`
 //! older than the step is judged as if written at the step, so an owner whose last renewal was
 //! stamped before the step is timed from the step. On a `file:` bank the store clock is this
@@ -67,11 +69,6 @@ pub fn backward_step(
             .to_std()
             .unwrap_or(Duration::ZERO)
     })
-}
-
-/// How long a reading's stamp may lie after its send: up to its answer.
-fn round_trip(reading: &StoreTime) -> Duration {
-    reading.observed.saturating_duration_since(reading.sent)
 }
 
 /// What a collector remembers between passes about the store's clock.
@@ -136,16 +133,18 @@ impl ClockWatch {
         let recent = s
             .last
             .filter(|prev| probe.observed.saturating_duration_since(prev.sent) <= gap_limit);
-        // A step no larger than the two readings' round trips (each stamp may be from anywhere
-        // between its send and its answer) plus the rate allowance passes any comparison: only
-        // while that stays within the grace does the comparison bound what the grace must cover.
+        // Each stamp may be from anywhere between its send and its answer, so a step no larger
+        // than the readings' round trips passes `forward_step`. Unless the store's advance fits
+        // the *shortest* real time between the stamps (plus allowance, margin and grace), a step
+        // the grace does not cover may have hidden in them: the comparison proves nothing.
         let hides = |prev: &StoreTime| {
-            let real_max = probe.observed.saturating_duration_since(prev.sent);
-            round_trip(prev) + round_trip(probe) + real_max.mul_f64(RATE_ALLOWANCE) > grace
+            let real_min = probe.sent.saturating_duration_since(prev.observed);
+            let store_elapsed = (probe.at - prev.at).to_std().unwrap_or(Duration::ZERO);
+            store_elapsed > real_min + real_min.mul_f64(RATE_ALLOWANCE) + tolerance + grace
         };
-        let uncertain = recent.as_ref().is_some_and(hides);
+        let step = recent.and_then(|prev| forward_step(&prev, probe, tolerance));
+        let uncertain = step.is_none() && recent.as_ref().is_some_and(hides);
         let reference = recent.filter(|_| !uncertain);
-        let step = reference.and_then(|prev| forward_step(&prev, probe, tolerance));
         // Without a reference a daemon floors at its reading; after an uncertain one every
         // collector does: the clock was known before, and may have stepped since.
         if (reference.is_none() && floor_without_reference) || uncertain {
