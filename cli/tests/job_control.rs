@@ -16,9 +16,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rustix::process::{kill_process, Pid, Signal};
 
+mod common;
+
+use common::{output_text as text, wait_child, wait_for};
+
 const BIN: &str = env!("CARGO_BIN_EXE_banklease");
-/// Every wait of these tests is bounded by this.
-const LIMIT: Duration = Duration::from_secs(60);
 
 /// A job that ignores SIGTERM (so only the SIGKILL after --kill-after ends it) and appends the
 /// host's time in ns to `$WORK/<name>.ticks` every 50 ms, for `secs` seconds at most.
@@ -112,37 +114,6 @@ fn now_ns() -> u128 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_nanos()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "rc={:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < LIMIT, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn wait_child(child: &mut Child) -> std::process::ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if start.elapsed() > LIMIT {
-            let _ = child.kill();
-            panic!("a child did not exit within {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn signal(child: &Child, signal: Signal) {

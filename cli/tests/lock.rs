@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 use banklease_testkit::backends::{Backend, TestBank};
 use rustix::process::{kill_process, Pid, Signal};
 
+mod common;
+
+use common::{output_text as text, wait_child, wait_for};
+
 const BIN: &str = env!("CARGO_BIN_EXE_banklease");
-/// Every wait of these tests is bounded by this.
-const LIMIT: Duration = Duration::from_secs(60);
 
 /// The lock-capable backends configured here.
 fn backends() -> Vec<Backend> {
@@ -135,37 +137,6 @@ impl Env {
     /// Wait until `key` is held (by anyone).
     fn wait_held(&self, key: &str) {
         wait_for(&format!("{key} held"), || self.show(key)["state"] == "held");
-    }
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "rc={:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < LIMIT, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn wait_child(child: &mut Child) -> std::process::ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if start.elapsed() > LIMIT {
-            let _ = child.kill();
-            panic!("a child did not exit within {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

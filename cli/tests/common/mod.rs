@@ -4,9 +4,10 @@
 #![allow(dead_code)] // each suite uses its part
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Child, Command, ExitStatus, Output};
 use std::sync::Arc;
 use std::time::Duration;
+use std::time::Instant;
 
 use banklease::clock::SystemClock;
 use banklease::{Bank, Checkpoint, LeaseWindows, OwnerId, OwnerLease};
@@ -78,4 +79,41 @@ pub fn dying_owner(url: &str, work: impl AsyncFnOnce(&OwnerLease)) {
     });
     // expire 1 s + margin 100 ms + grace 500 ms, and some slack.
     std::thread::sleep(Duration::from_millis(2_200));
+}
+
+/// Every wait of the process-level suites is bounded by this.
+pub const LIMIT: Duration = Duration::from_secs(60);
+
+/// An output's exit code and both streams, for an assertion's message.
+pub fn output_text(out: &Output) -> String {
+    format!(
+        "rc={:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Poll `done` every 20 ms until it holds; fail after [`LIMIT`].
+pub fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < LIMIT, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Wait for `child` to exit; kill it and fail after [`LIMIT`].
+pub fn wait_child(child: &mut Child) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > LIMIT {
+            let _ = child.kill();
+            panic!("a child did not exit within {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
