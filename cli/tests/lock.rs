@@ -348,18 +348,23 @@ fn the_same_owner_from_two_processes_never_holds_a_lock_twice() {
 }
 
 /// The lock object vanishes under a running job (someone deleted it by hand): the heartbeat
-/// cannot prove the lock held, the job gets SIGTERM, and `lock run` exits 75.
+/// cannot prove the lock held, the job gets one SIGTERM and `--kill-after` to finish before
+/// SIGKILL, and `lock run` exits 75.
 #[test]
 fn a_lock_that_can_no_longer_be_proved_held_stops_the_command_with_75() {
     let env = Env::new(Backend::File);
-    let job = r#"trap 'echo TERM > "$WORK/stopped"; exit 0' TERM; sleep 60 & wait"#;
+    // The trap takes 150 ms of the 1 s allowed; a second SIGTERM would cut its sleep short
+    // (143), an early SIGKILL would leave no `slept` line.
+    let job = r#"trap 'echo TERM >> "$WORK/stopped"; sleep 0.15; echo "slept $?" >> "$WORK/stopped"; exit 0' TERM; sleep 60 & wait"#;
     let mut run = env.spawn(
         &[
             "lock",
             "run",
             "k",
             "--duration",
-            "2s",
+            "6s",
+            "--kill-after",
+            "1s",
             "--",
             "sh",
             "-c",
@@ -378,9 +383,9 @@ fn a_lock_that_can_no_longer_be_proved_held_stops_the_command_with_75() {
         "{err}"
     );
     assert_eq!(
-        env.read("stopped").trim(),
-        "TERM",
-        "COMMAND got SIGTERM: {err}"
+        env.read("stopped"),
+        "TERM\nslept 0\n",
+        "COMMAND got one SIGTERM and its --kill-after to finish: {err}"
     );
 }
 

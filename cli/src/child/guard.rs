@@ -31,6 +31,8 @@ const GUARD_POLL: Duration = Duration::from_millis(50);
 const FIRED: &str = "fired";
 /// What the guard prints once its handlers are installed.
 const ARMED: &str = "armed";
+/// How the supervisor tells the guard it sent COMMAND's group SIGTERM itself.
+const TERMED: &str = "termed";
 /// How long a supervisor waits for its guard to arm.
 const ARMING: Duration = Duration::from_secs(10);
 
@@ -50,13 +52,44 @@ fn deadline(left: impl FnOnce() -> Duration) -> Duration {
     now + left()
 }
 
+/// What the supervisor last told the guard, on [`boottime`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Told {
+    /// The holds are proved up to here: SIGTERM the group then, SIGKILL `kill_after` later.
+    Deadline(Duration),
+    /// The supervisor sent the group SIGTERM at this instant: SIGKILL it `kill_after` later,
+    /// with no SIGTERM of the guard's own (a second one cuts short the shutdown the first
+    /// began, as in programs that exit at once on a repeated ^C).
+    Termed(Duration),
+}
+
+impl Told {
+    /// The line that carries it on the guard's stdin.
+    fn line(self) -> String {
+        match self {
+            Told::Deadline(at) => format!("{}\n", at.as_nanos()),
+            Told::Termed(at) => format!("{TERMED} {}\n", at.as_nanos()),
+        }
+    }
+
+    /// The line read back; `None` for one the guard does not know (ignored).
+    fn parse(line: &str) -> Option<Self> {
+        let line = line.trim();
+        let nanos = |n: &str| n.parse::<u64>().ok().map(Duration::from_nanos);
+        match line.strip_prefix(TERMED) {
+            Some(rest) => nanos(rest.trim()).map(Told::Termed),
+            None => nanos(line).map(Told::Deadline),
+        }
+    }
+}
+
 /// The supervisor's end of a guard.
 #[derive(Debug)]
 pub struct Guard {
     child: Child,
-    /// The latest deadline, written to the guard's stdin by a task of its own (a stopped guard
-    /// must never block the supervisor; only the newest deadline matters).
-    deadline: watch::Sender<Duration>,
+    /// What to tell the guard, written to its stdin by a task of its own (a stopped guard
+    /// must never block the supervisor; only the newest word matters).
+    told: watch::Sender<Told>,
     feeder: tokio::task::JoinHandle<()>,
     said: Lines<BufReader<ChildStdout>>,
     fired: bool,
@@ -101,10 +134,10 @@ impl Guard {
             .context("cannot start the guard of COMMAND's process group")?;
         let mut stdin = child.stdin.take().context("the guard has no stdin")?;
         let stdout = child.stdout.take().context("the guard has no stdout")?;
-        let (deadline, mut latest) = watch::channel(first);
+        let (told, mut latest) = watch::channel(Told::Deadline(first));
         let feeder = tokio::spawn(async move {
             while latest.changed().await.is_ok() {
-                let line = format!("{}\n", latest.borrow_and_update().as_nanos());
+                let line = latest.borrow_and_update().line();
                 if stdin.write_all(line.as_bytes()).await.is_err() {
                     // The guard is gone: the supervisor hears it from its exit.
                     return;
@@ -113,7 +146,7 @@ impl Guard {
         });
         Ok(Self {
             child,
-            deadline,
+            told,
             feeder,
             said: BufReader::new(stdout).lines(),
             fired: false,
@@ -123,14 +156,23 @@ impl Guard {
     /// Move the deadline: the holds are proved for `left()` more before COMMAND must be stopped.
     pub fn prove(&self, left: impl FnOnce() -> Duration) {
         let next = deadline(left);
-        self.deadline.send_if_modified(|d| {
+        self.told.send_if_modified(|told| match *told {
             // Unchanged to the millisecond: nothing worth a write.
-            let moved = d.abs_diff(next) >= Duration::from_millis(1);
-            if moved {
-                *d = next;
+            Told::Deadline(d) if d.abs_diff(next) < Duration::from_millis(1) => false,
+            Told::Deadline(_) => {
+                *told = Told::Deadline(next);
+                true
             }
-            moved
+            // Stopping is final.
+            Told::Termed(_) => false,
         });
+    }
+
+    /// The supervisor has just sent COMMAND's group SIGTERM: the guard SIGKILLs it
+    /// `kill_after` from now should the supervisor not (it is stopped, or dies), and sends no
+    /// SIGTERM of its own.
+    pub fn termed(&self) {
+        self.told.send_replace(Told::Termed(boottime()));
     }
 
     /// COMMAND's process group: the guard leads it.
@@ -205,7 +247,7 @@ pub async fn run(
         return crate::Outcome::Exit(EXIT_HOLD_LOST);
     };
     let group = rustix::process::getpgrp();
-    let mut deadline = Duration::from_nanos(deadline_ns);
+    let mut told = Told::Deadline(Duration::from_nanos(deadline_ns));
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let armed = deadline_armed();
     if say(ARMED).is_err() {
@@ -217,15 +259,22 @@ pub async fn run(
             send(group, Signal::KILL);
             return crate::Outcome::Exit(EXIT_HOLD_LOST);
         }
+        let (Told::Deadline(deadline) | Told::Termed(deadline)) = told;
         if armed && boottime() >= deadline {
-            return fire(group, deadline, kill_after, clock).await;
+            let termed = matches!(told, Told::Termed(_));
+            return fire(group, deadline, kill_after, termed, clock).await;
         }
         tokio::select! {
             line = lines.next_line() => match line {
                 Ok(Some(line)) => {
-                    if let Ok(ns) = line.trim().parse::<u64>() {
-                        deadline = Duration::from_nanos(ns);
-                    }
+                    told = match (told, Told::parse(&line)) {
+                        // Never later than the deadline already proved: the kill stays
+                        // inside the holds.
+                        (Told::Deadline(d), Some(Told::Termed(at))) => Told::Termed(d.min(at)),
+                        (Told::Deadline(_), Some(next)) => next,
+                        // After `termed`, nothing moves the kill.
+                        (told, _) => told,
+                    };
                 }
                 // The supervisor is gone (its end of the pipe closed with it).
                 Ok(None) | Err(_) => {
@@ -245,20 +294,23 @@ fn say(what: &str) -> std::io::Result<()> {
     writeln!(out, "{what}").and_then(|()| out.flush())
 }
 
-/// The deadline passed: say so, SIGTERM the group, SIGKILL it `kill_after` after the deadline
-/// (this guard goes with it) — at once when that is past already (this guard ran late: it was
-/// stopped with the group, or the host was busy). A stopped COMMAND is not continued: SIGKILL
-/// ends it where it stands.
+/// The deadline passed: say so, SIGTERM the group (unless the supervisor did: `termed`),
+/// SIGKILL it `kill_after` after the deadline (this guard goes with it) — at once when that is
+/// past already (this guard ran late: it was stopped with the group, or the host was busy). A
+/// stopped COMMAND is not continued: SIGKILL ends it where it stands.
 async fn fire(
     group: Pid,
     deadline: Duration,
     kill_after: Duration,
+    termed: bool,
     clock: &SharedClock,
 ) -> crate::Outcome {
     let _ = say(FIRED);
     let kill_at = deadline + kill_after;
     if boottime() < kill_at {
-        send(group, Signal::TERM);
+        if !termed {
+            send(group, Signal::TERM);
+        }
         while boottime() < kill_at {
             clock
                 .sleep(GUARD_POLL.min(kill_at.saturating_sub(boottime())))
@@ -296,4 +348,21 @@ fn deadline_armed() -> bool {
         return false;
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_supervisor_tells_reads_back_the_same() {
+        for told in [
+            Told::Deadline(Duration::new(12, 345)),
+            Told::Termed(Duration::new(67, 89)),
+        ] {
+            assert_eq!(Told::parse(&told.line()), Some(told));
+        }
+        assert_eq!(Told::parse("termed soon"), None);
+        assert_eq!(Told::parse("armed"), None);
+    }
 }

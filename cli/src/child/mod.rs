@@ -361,11 +361,15 @@ impl Watched<'_> {
                 Some(()) = jobs.cont.recv() => {}
                 heard = heard, if guarded => {
                     guarded = false;
-                    // Either way the group is killed now: past the deadline the guard fired at
-                    // (this process may hear it late), or with no switch left should this
-                    // process be paused next.
-                    send(group, Signal::KILL);
-                    kill_at = None;
+                    // The guard backing up our own SIGTERM: it kills at the same instant we
+                    // do, and COMMAND keeps its `kill_after` to finish.
+                    let backing_up = heard == guard::Heard::Fired && kill_at.is_some();
+                    if !backing_up {
+                        // Past the deadline the guard fired at (this process may hear it
+                        // late), or with no switch left should this process be paused next.
+                        send(group, Signal::KILL);
+                        kill_at = None;
+                    }
                     if stopping.is_none() {
                         stopping = Some(match heard {
                             guard::Heard::Fired => GUARD_FIRED.to_owned(),
@@ -383,11 +387,12 @@ impl Watched<'_> {
                 reason = &mut lost, if stopping.is_none() => {
                     tracing::warn!(reason = %reason, kill_after = %human(self.kill_after),
                         "the hold stopped being valid: stopping COMMAND (SIGTERM now, SIGKILL after kill_after)");
-                    // The guard backs this up from now, should this process stop.
-                    if let Some(g) = guard.as_deref() {
-                        g.prove(|| Duration::ZERO);
-                    }
+                    // The guard backs this up from now, should this process stop: it kills when
+                    // we would, without a second SIGTERM.
                     send(group, Signal::TERM);
+                    if let Some(g) = guard.as_deref() {
+                        g.termed();
+                    }
                     kill_at = Some(clock.now() + self.kill_after);
                     stopping = Some(reason);
                 }
