@@ -4,44 +4,58 @@
 //! `collector` feature (enabled by the GC crate) makes public, so an owner cannot decide or
 //! tombstone another owner's checkpoint through the library.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
-use object_store::{ObjectStoreExt, PutMode, PutOptions};
+use object_store::{ObjectStoreExt, PutMode};
 
 use crate::bank::Bank;
 use crate::checkpoint::{
     decision_path, index_path, marker_path, read_checkpoint, read_decision, to_payload,
     write_index, CheckpointRecord, Decided, Decision, Status,
 };
+use crate::clock::{SharedClock, SystemClock};
 use crate::error::{Error, Result};
 use crate::id::OwnerId;
+use crate::lease::{CondWrite, Found, How, Tokened, Written};
 
 /// Try to take the decision on checkpoint `decision.checkpoint_id` with create-if-absent.
 ///
-/// An ambiguous answer (AlreadyExists after a lost reply) is resolved by reading the decision
-/// back and comparing tokens.
+/// An ambiguous answer (AlreadyExists after a lost reply, an error after the create landed) is
+/// settled by reading the decision back and comparing tokens ([`CondWrite`]).
 pub async fn decide(bank: &Bank, decision: Decision) -> Result<Decided> {
     let path = decision_path(bank, &decision.checkpoint_id);
-    let put = bank
-        .store()
-        .put_opts(
-            &path,
+    // No deadline: the clock only stamps the answer, which a decision does not use.
+    let clock: SharedClock = Arc::new(SystemClock);
+    let id = &decision.checkpoint_id;
+    let read = || async {
+        Ok(read_decision(bank, id).await?.map(|record| Found {
+            record,
+            e_tag: None,
+            version: None,
+        }))
+    };
+    let written = CondWrite::new(bank, &clock, &path)
+        .send(
             to_payload(&decision),
-            PutOptions::from(PutMode::Create),
+            &decision.token,
+            &How::Put(PutMode::Create),
+            read,
         )
-        .await;
-    match put {
-        Ok(_) => Ok(Decided::Won(decision)),
-        Err(object_store::Error::AlreadyExists { .. }) => {
-            match read_decision(bank, &decision.checkpoint_id).await? {
-                Some(existing) if existing.token == decision.token => Ok(Decided::Won(existing)),
-                Some(existing) => Ok(Decided::Lost(existing)),
-                None => Err(Error::Corrupt {
-                    path: path.to_string(),
-                    reason: "create said it exists, but it cannot be read; retry".to_owned(),
-                }),
-            }
-        }
-        Err(e) => Err(Error::store("put", &path, e)),
+        .await?;
+    match written {
+        Written::Ours(_) => Ok(Decided::Won(decision)),
+        Written::Conflict(Some(existing)) => Ok(Decided::Lost(existing.record)),
+        Written::Conflict(None) => Err(Error::Corrupt {
+            path: path.to_string(),
+            reason: "create said it exists, but it cannot be read; retry".to_owned(),
+        }),
+    }
+}
+
+impl Tokened for Decision {
+    fn token(&self) -> &str {
+        &self.token
     }
 }
 

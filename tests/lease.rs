@@ -241,7 +241,9 @@ async fn renewal_whose_answer_was_lost_is_adopted_not_lost() {
         async |backend, b, store, clock| {
             let lease = acquire(&b, &clock, "o1").await;
             clock.advance(Duration::from_secs(10));
+            // The write lands, its answer is lost, and so is the read-back that would tell.
             store.fail_next(Op::Put, Strike::After, 1);
+            store.fail_next(Op::Get, Strike::Before, 1);
             let err = lease.renew().await.unwrap_err();
             assert!(
                 !matches!(err, Error::LeaseLost { .. }),
@@ -259,6 +261,11 @@ async fn renewal_whose_answer_was_lost_is_adopted_not_lost() {
                 .unwrap()
                 .unwrap();
             assert!(record.generation >= 3, "{backend:?}: {record:?}");
+            // Answer lost, read-back answered: recognised as ours at once, counted from its send.
+            clock.advance(Duration::from_secs(2));
+            store.fail_next(Op::Put, Strike::After, 1);
+            lease.renew().await.unwrap();
+            assert_eq!(lease.remaining(), Duration::from_secs(30), "{backend:?}");
         },
     )
     .await;

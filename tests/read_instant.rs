@@ -153,15 +153,21 @@ async fn acquire_counts_from_the_first_attempt() {
     bank.capabilities().await.unwrap();
     failing.set_latency(Op::Put, Duration::from_secs(3));
     failing.fail_next(Op::Put, Strike::After, 1);
-    let lease = OwnerLease::acquire(
+    // The read-back that would recognise it at once fails too: only the retry can tell.
+    failing.fail_next(Op::Get, Strike::Before, 1);
+    let owner = OwnerId::parse("o").unwrap();
+    // At its path, without the layout check, whose read would take the injected fault.
+    let lease = OwnerLease::acquire_at(
         &bank,
-        OwnerId::parse("o").unwrap(),
+        bank.lease_path(&owner),
+        owner,
         windows(),
         Arc::new(clock.clone()),
     )
     .await
     .unwrap();
-    // Sent at 0, landed at 3 but answered with an error, retried at 3, refused at 6, read back.
+    // Sent at 0, landed at 3 but answered with an error, not read back, retried at 3, refused
+    // at 6, read back.
     assert_eq!(clock.elapsed(), Duration::from_secs(6));
     assert_eq!(
         lease.remaining(),

@@ -5,6 +5,8 @@
 //! - [`store_time`](self::store_time): the store's clock, read once and carried forward;
 //! - `holding`: the holder's state machine — commit (send-time expiry, a late answer does not
 //!   count), reconcile (settle an ambiguous write by reading it back), Lost is final;
+//! - `write`: the one conditional write (token, same-token retry, read-back, deadline) that
+//!   leases, locks, tickets and decisions are written with;
 //! - `keeper`: one renewal task for any holding (`owner_keeper`: the owner's `Keeper`);
 //! - `owner`: the owner lease (`leases/<owner_id>`), a thin user of the above, as is
 //!   [`crate::lock`].
@@ -18,6 +20,7 @@ mod owner_keeper;
 pub mod record;
 pub mod store_time;
 mod swift;
+mod write;
 
 pub use crate::windows::MAX_EXPIRE_WINDOW;
 pub use expiry::{judge_expiry, Expiry};
@@ -27,7 +30,8 @@ pub use owner_keeper::Keeper;
 pub use record::{read_lease, read_lease_at, LeaseRecord, LEASE_FORMAT, MAX_LEASE_BYTES};
 pub use swift::SWIFT_TTL_SLACK;
 
-pub(crate) use holding::{Held, Holding, Phase, ReadBack, Reconciled, Words};
+pub(crate) use holding::{Held, Holding, Phase, Words};
 pub(crate) use keeper::{Cadence, Failure, Renewable, Running};
 pub(crate) use lazy::LazyStoreTime;
 pub(crate) use record::{encode, new_token, parse_versioned, read_bounded};
+pub(crate) use write::{renew, CondWrite, Found, How, Landed, Renewed, Tokened, Written};

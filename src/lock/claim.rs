@@ -16,11 +16,11 @@ use futures::{StreamExt, TryStreamExt};
 use super::fence::Fence;
 use super::info::{LockInfo, LockState};
 use super::ops::info_of;
-use super::record::{judge, read_record, update_of, write_record, Judged, Landed, Written};
+use super::record::{judge, read_record, update_of, write_record, Judged};
 use super::take::{new_record, take, Mode, Spec};
 use super::{support, Locks};
 use crate::error::{Error, Result};
-use crate::lease::LazyStoreTime;
+use crate::lease::{Landed, LazyStoreTime, Written};
 use crate::paths::Key;
 
 /// Rounds of read-judge-write when the object keeps changing under us.
@@ -178,7 +178,7 @@ impl Locks {
                         wrote: true,
                     });
                 }
-                Written::Conflict => continue,
+                Written::Conflict(_) => continue,
             }
         }
         Err(Error::Unavailable {
@@ -222,7 +222,7 @@ impl Locks {
             );
             match write_record(&self.bank, &self.clock, &path, &free, update_of(&meta)).await? {
                 Written::Ours(_) => return Ok(Some(holder)),
-                Written::Conflict => continue,
+                Written::Conflict(_) => continue,
             }
         }
         Err(Error::Unavailable {

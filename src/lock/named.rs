@@ -10,12 +10,12 @@ use object_store::PutMode;
 
 use super::fence::Fence;
 use super::info::{Acquired, Current};
-use super::record::{read_record, write_record, LockRecord, Written};
+use super::record::{read_found, record_write, LockRecord};
 use super::take::{new_record, take, unavailable, Granted, Mode, Spec, CONTENTION_ROUNDS};
 use super::{Locks, Term};
 use crate::error::{Error, Result};
 use crate::lease::{
-    Cadence, Held, Holding, LeaseState, Phase, ReadBack, Reconciled, Renewable, Words,
+    self, Cadence, Held, Holding, How, LeaseState, Phase, Renewable, Renewed, Words, Written,
 };
 
 // ---- the handle ------------------------------------------------------------------------------
@@ -220,43 +220,35 @@ impl Lock {
         let _op = self.inner.op.lock().await;
         let mut held = self.holding().held()?;
         let locks = &self.inner.locks;
+        let path = &self.inner.path;
         for _ in 0..CONTENTION_ROUNDS {
             let generation = held.generation + 1;
             let record = self.record_of(&held, generation);
-            let t_send = self.now();
-            let written = write_record(
-                &locks.bank,
-                &locks.clock,
-                &self.inner.path,
-                &record,
-                update_of_held(&held),
+            let write = record_write(&locks.bank, &locks.clock, path).deadline(held.valid_until);
+            let renewed = lease::renew(
+                self.holding(),
+                &held,
+                write,
+                locks.clock.now(),
+                generation,
+                record.token.clone(),
+                record.to_payload(path)?,
+                &How::Put(update_of_held(&held)),
+                || read_found(&locks.bank, path),
+                |rec| replaced_by(&held, rec),
             )
-            .await
-            // Unanswered: it may land (or have landed); recognise it when read back.
-            .inspect_err(|_| {
-                self.holding()
-                    .remember_pending(&record.token, generation, t_send)
-            })?;
-            match written {
-                Written::Ours(landed) => {
-                    let (answered, t_send) = (landed.answered, landed.t_send);
-                    let written = landed.read_back(record.token);
-                    return self
-                        .holding()
-                        .commit_renewal(answered, t_send, written, generation);
-                }
-                Written::Conflict => match self.reconcile(&held).await? {
-                    Reconciled::Adopted(valid_until) => return Ok(valid_until),
-                    // Still our last write, under a new ETag: write again on it.
-                    Reconciled::Unchanged(now_held) => held = now_held,
-                },
+            .await?;
+            match renewed {
+                Renewed::Until(valid_until) => return Ok(valid_until),
+                // Still our last write, under a new ETag: write again on it.
+                Renewed::Unchanged(now_held) => held = now_held,
             }
         }
         Err(Error::store(
             "put",
-            &self.inner.path,
+            path,
             object_store::Error::Precondition {
-                path: self.inner.path.to_string(),
+                path: path.to_string(),
                 source: "lock ETag keeps changing while its content stays ours; retry".into(),
             },
         ))
@@ -272,45 +264,6 @@ impl Lock {
             held.extra.fence,
             generation,
         )
-    }
-
-    /// Read the object back after a conflict: still our last write (new ETag), one of our pending
-    /// heartbeats (adopt it), or anything else (lost).
-    async fn reconcile(&self, held: &Held<Holds>) -> Result<Reconciled<Holds>> {
-        let read = read_record(&self.inner.locks.bank, &self.inner.path).await;
-        let mut found = None;
-        let read = read.map(|r| {
-            r.map(|(rec, meta)| {
-                let back = ReadBack {
-                    token: rec.token.clone(),
-                    e_tag: meta.e_tag,
-                    version: meta.version,
-                };
-                found = Some(rec);
-                back
-            })
-        });
-        self.holding().reconcile(held, read, || {
-            let rec = found.expect("a record was read");
-            if rec.fence != held.extra.fence {
-                format!(
-                    "another owner held the key in between (fencing token `{}` -> `{}`, now {})",
-                    held.extra.fence,
-                    rec.fence,
-                    match &rec.holder {
-                        Some(h) => format!("held by `{h}`"),
-                        None => "released".to_owned(),
-                    }
-                )
-            } else if rec.holder.is_none() {
-                "the lock was released by someone else".to_owned()
-            } else {
-                format!(
-                    "the lock object was rewritten by another writer (holder `{}`)",
-                    rec.holder.as_deref().unwrap_or("-")
-                )
-            }
-        })
     }
 
     /// Release the lock: write a free record (keeping the fencing counter) with If-Match on our
@@ -341,25 +294,35 @@ impl Lock {
                 held.extra.fence,
                 held.generation + 1,
             );
-            let mode = update_of_held(&held);
-            match write_record(&locks.bank, &locks.clock, &self.inner.path, &free, mode).await? {
+            let path = &self.inner.path;
+            // Given up when the hold runs out: past it the key may be someone else's.
+            let written = record_write(&locks.bank, &locks.clock, path)
+                .deadline(held.valid_until)
+                .send(
+                    free.to_payload(path)?,
+                    &free.token,
+                    &How::Put(update_of_held(&held)),
+                    || read_found(&locks.bank, path),
+                )
+                .await?;
+            // Changed since our last write: ours under a new ETag or a pending heartbeat
+            // (release on top of it), or someone else's (then it is not ours to release).
+            let found = match written {
                 Written::Ours(_) => {
                     self.holding().set_released();
                     tracing::debug!(key = %self.full_key(), "lock released");
                     return Ok(());
                 }
-                Written::Conflict => {}
-            }
-            // Changed since our last write: ours under a new ETag or a pending heartbeat
-            // (release on top of it), or someone else's (then it is not ours to release).
-            let Some((rec, meta)) = read_record(&locks.bank, &self.inner.path).await? else {
-                self.holding().set_released();
-                return Ok(());
+                Written::Conflict(None) => {
+                    self.holding().set_released();
+                    return Ok(());
+                }
+                Written::Conflict(Some(found)) => found,
             };
-            if self.holding().is_ours(&held, &rec.token) {
-                held.e_tag = meta.e_tag;
-                held.version = meta.version;
-                held.generation = rec.generation;
+            if self.holding().is_ours(&held, &found.record.token) {
+                held.e_tag = found.e_tag;
+                held.version = found.version;
+                held.generation = found.record.generation;
                 continue;
             }
             self.holding()
@@ -502,6 +465,28 @@ impl Lock {
 }
 
 /// `PutMode::Update` on our last write.
+/// Why a lock record read back after a refused heartbeat means the hold is lost.
+fn replaced_by(held: &Held<Holds>, rec: &LockRecord) -> String {
+    if rec.fence != held.extra.fence {
+        format!(
+            "another owner held the key in between (fencing token `{}` -> `{}`, now {})",
+            held.extra.fence,
+            rec.fence,
+            match &rec.holder {
+                Some(h) => format!("held by `{h}`"),
+                None => "released".to_owned(),
+            }
+        )
+    } else if rec.holder.is_none() {
+        "the lock was released by someone else".to_owned()
+    } else {
+        format!(
+            "the lock object was rewritten by another writer (holder `{}`)",
+            rec.holder.as_deref().unwrap_or("-")
+        )
+    }
+}
+
 fn update_of_held(held: &Held<Holds>) -> PutMode {
     PutMode::Update(object_store::UpdateVersion {
         e_tag: held.e_tag.clone(),

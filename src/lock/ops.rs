@@ -7,12 +7,12 @@ use chrono::{DateTime, Utc};
 
 use super::info::{Current, LockInfo, LockState, Order, Release};
 use super::named::Lock;
-use super::record::{judge, read_record, update_of, write_record, Judged, LockRecord, Written};
+use super::record::{judge, read_record, update_of, write_record, Judged, LockRecord};
 use super::take::{new_record, unavailable, CONTENTION_ROUNDS};
 use super::{Locks, Term};
 use crate::clock::Jitter;
 use crate::error::{Error, Result};
-use crate::lease::LazyStoreTime;
+use crate::lease::{LazyStoreTime, Written};
 
 impl Locks {
     /// Try `keys` in `order` and acquire the first one available. Fails with
@@ -86,7 +86,7 @@ impl Locks {
                         .await?
                     {
                         Written::Ours(_) => return Ok(Release::Released),
-                        Written::Conflict => continue,
+                        Written::Conflict(_) => continue,
                     }
                 }
                 Some(h) => {

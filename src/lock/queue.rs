@@ -23,11 +23,12 @@ use object_store::{ObjectStoreExt, PutMode};
 
 use super::info::Acquired;
 use super::named::Lock;
-use super::record::{write_record, Written};
+use super::record::{read_found, record_write, write_record};
 use super::take::{new_record, promised};
 use super::tickets::{list_tickets, TICKET_DIGITS};
 use super::{Locks, Term};
 use crate::error::{Error, Result};
+use crate::lease::{self, Holding, How, Renewed, Words, Written};
 
 /// Digits of a ticket name.
 /// Attempts at taking a ticket number before giving up.
@@ -123,17 +124,20 @@ impl Blocking {
     }
 }
 
-/// Our ticket, held like a lease: send-time expiry, renewals by If-Match.
+static TICKET_WORDS: Words = Words {
+    what: "queue ticket",
+    ran_out: "its time ran out before a renewal succeeded",
+    answered_late: "the renewal was answered after the ticket had run out",
+    too_slow: "the write took longer than the ticket's lease",
+    gone: "the ticket is gone",
+};
+
+/// Our ticket, a holding like any lease: send-time expiry, renewals by If-Match.
 #[derive(Debug)]
 struct Ticket {
     name: String,
     path: Path,
-    lease: Duration,
-    e_tag: Option<String>,
-    version: Option<String>,
-    generation: u64,
-    t_send: Instant,
-    valid_until: Instant,
+    holding: Holding<()>,
 }
 
 impl Ticket {
@@ -149,19 +153,34 @@ impl Ticket {
             match write_record(&locks.bank, &locks.clock, &path, &record, PutMode::Create).await? {
                 Written::Ours(landed) => {
                     tracing::debug!(ticket = %path, owner, "queued");
+                    let (lost_key, lost_owner) = (path.to_string(), owner.to_owned());
+                    let holding = Holding::new(
+                        locks.clock.clone(),
+                        &TICKET_WORDS,
+                        format!("ticket={path} owner={owner}"),
+                        "not yet taken",
+                        move |reason| Error::LockLost {
+                            key: lost_key.clone(),
+                            owner: lost_owner.clone(),
+                            reason: reason.to_owned(),
+                        },
+                    );
+                    let (answered, t_send) = (landed.answered, landed.t_send);
+                    holding.commit_new(
+                        answered,
+                        t_send,
+                        landed.read_back(record.token),
+                        lease,
+                        (),
+                    )?;
                     return Ok(Self {
                         name,
                         path,
-                        lease,
-                        e_tag: landed.e_tag,
-                        version: landed.version,
-                        generation: 1,
-                        t_send: landed.t_send,
-                        valid_until: landed.t_send + lease,
+                        holding,
                     });
                 }
                 // Someone took that number first: look again.
-                Written::Conflict => continue,
+                Written::Conflict(_) => continue,
             }
         }
         Err(Error::Unavailable {
@@ -171,29 +190,60 @@ impl Ticket {
         })
     }
 
+    /// Whether the ticket still holds on our clock.
+    fn live(&self) -> bool {
+        self.holding.live().is_some()
+    }
+
+    /// Half a lease after the last renewal's send (at once when no longer held).
     fn renew_at(&self) -> Instant {
-        self.t_send + self.lease / 2
+        match self.holding.live() {
+            Some(held) => held.t_send + held.length / 2,
+            None => self.holding.clock().now(),
+        }
     }
 
     /// Renew; `Ok(false)` when the ticket is lost (changed, gone, or answered too late).
-    async fn renew(&mut self, locks: &Locks, key: &str, owner: &str) -> Result<bool> {
-        let generation = self.generation + 1;
+    async fn renew(&self, locks: &Locks, key: &str, owner: &str) -> Result<bool> {
+        let Ok(held) = self.holding.held() else {
+            return Ok(false);
+        };
+        let generation = held.generation + 1;
         let fence = self.name.parse().unwrap_or(0);
-        let record = new_record(locks, key, Some(owner), None, self.lease, fence, generation);
+        let record = new_record(
+            locks,
+            key,
+            Some(owner),
+            None,
+            held.length,
+            fence,
+            generation,
+        );
         let mode = PutMode::Update(object_store::UpdateVersion {
-            e_tag: self.e_tag.clone(),
-            version: self.version.clone(),
+            e_tag: held.e_tag.clone(),
+            version: held.version.clone(),
         });
-        match write_record(&locks.bank, &locks.clock, &self.path, &record, mode).await? {
-            Written::Ours(landed) if landed.answered < self.valid_until => {
-                self.e_tag = landed.e_tag;
-                self.version = landed.version;
-                self.generation = generation;
-                self.t_send = landed.t_send;
-                self.valid_until = landed.t_send + self.lease;
-                Ok(true)
-            }
-            _ => Ok(false),
+        let write = record_write(&locks.bank, &locks.clock, &self.path).deadline(held.valid_until);
+        let renewed = lease::renew(
+            &self.holding,
+            &held,
+            write,
+            locks.clock.now(),
+            generation,
+            record.token.clone(),
+            record.to_payload(&self.path)?,
+            &How::Put(mode),
+            || read_found(&locks.bank, &self.path),
+            |_| "the ticket was replaced".to_owned(),
+        )
+        .await;
+        match renewed {
+            Ok(Renewed::Until(_)) => Ok(true),
+            // Still our last write under a new version, not renewed: taken for lost, as any
+            // refusal is (a new ticket is cheap; a stale one must not be kept).
+            Ok(Renewed::Unchanged(_)) => Ok(false),
+            Err(Error::LockLost { .. }) => Ok(false),
+            Err(e) => Err(e),
         }
     }
 
@@ -409,10 +459,7 @@ impl Lock {
             }
             let step = async {
                 // A ticket that ran out on our clock is lost: give it up, take a new one.
-                if ticket
-                    .as_ref()
-                    .is_some_and(|t| clock.now() >= t.valid_until)
-                {
+                if ticket.as_ref().is_some_and(|t| !t.live()) {
                     tracing::info!(key = %self.full_key(), "queue ticket lost; queuing again");
                     if let Some(t) = ticket.take() {
                         t.remove(&locks).await;
@@ -423,7 +470,7 @@ impl Lock {
                         Some(Ticket::take(&locks, self.key(), self.owner(), ticket_lease).await?);
                     watch.look_at = None;
                 }
-                let t = ticket.as_mut().expect("just taken");
+                let t = ticket.as_ref().expect("just taken");
                 if clock.now() >= t.renew_at() && !t.renew(&locks, self.key(), self.owner()).await?
                 {
                     tracing::info!(key = %self.full_key(), "queue ticket lost; queuing again");

@@ -5,18 +5,21 @@
 //! (`holder: null`) that keeps the fencing counter, so the next holder's token is still higher
 //! than every earlier one.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use object_store::path::Path;
-use object_store::{ObjectMeta, PutMode, PutOptions, PutPayload, UpdateVersion};
+use object_store::{ObjectMeta, PutMode, PutPayload, UpdateVersion};
 use serde::{Deserialize, Serialize};
 
 use crate::bank::Bank;
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
 use crate::id::validate_id;
-use crate::lease::{encode, judge_expiry, parse_versioned, read_bounded, Expiry, ReadBack};
+use crate::lease::{
+    encode, judge_expiry, parse_versioned, read_bounded, CondWrite, Expiry, Found, How, Tokened,
+    Written,
+};
 
 /// The lock body format this version writes and understands.
 pub const LOCK_FORMAT: u32 = 1;
@@ -137,110 +140,46 @@ pub fn judge(
     }
 }
 
-/// A record write that landed.
-#[derive(Debug)]
-pub(crate) struct Landed {
-    pub e_tag: Option<String>,
-    pub version: Option<String>,
-    /// Monotonic instant taken before the *first* attempt was sent.
-    pub t_send: Instant,
-    /// When the answer (or the read-back) arrived.
-    pub answered: Instant,
-}
-
-impl Landed {
-    /// What the holding state machine knows of this write of the record with `token`.
-    pub(crate) fn read_back(self, token: String) -> ReadBack {
-        ReadBack {
-            token,
-            e_tag: self.e_tag,
-            version: self.version,
-        }
+impl Tokened for LockRecord {
+    fn token(&self) -> &str {
+        &self.token
     }
 }
 
-/// The outcome of one conditional write of a record.
-#[derive(Debug)]
-pub(crate) enum Written {
-    /// The write landed (possibly on a retry, recognised by its token).
-    Ours(Landed),
-    /// The object changed under us: someone else wrote (or deleted) it.
-    Conflict,
+/// The record at `path` as the conditional write reads it back.
+pub(crate) async fn read_found(bank: &Bank, path: &Path) -> Result<Option<Found<LockRecord>>> {
+    Ok(read_record(bank, path).await?.map(|(record, meta)| Found {
+        record,
+        e_tag: meta.e_tag,
+        version: meta.version,
+    }))
 }
 
-/// Write `record` at `path` with `mode`, resolving ambiguity by reading back.
-///
-/// AlreadyExists/Precondition/NotFound is either someone else's write or our own earlier attempt
-/// (a client retry): the object is read and its token compared. A transient error is retried
-/// with the same body (same token) while attempts remain; the error is returned when they run
-/// out, and the caller must treat the write as *pending* (it may land or have landed).
+/// The conditional write of a lock record (or ticket) at `path`, retried with the same token.
+pub(crate) fn record_write<'a>(
+    bank: &'a Bank,
+    clock: &'a SharedClock,
+    path: &'a Path,
+) -> CondWrite<'a> {
+    CondWrite::new(bank, clock, path).attempts(WRITE_ATTEMPTS)
+}
+
+/// Write `record` at `path` with `mode` ([`CondWrite::send`]): ours, or someone else's.
 pub(crate) async fn write_record(
     bank: &Bank,
     clock: &SharedClock,
     path: &Path,
     record: &LockRecord,
     mode: PutMode,
-) -> Result<Written> {
-    let body = record.to_payload(path)?;
-    let opts = PutOptions::from(mode);
-    let t_send = clock.now();
-    let mut last_err = None;
-    for attempt in 0..WRITE_ATTEMPTS {
-        match bank
-            .store()
-            .put_opts(path, body.clone(), opts.clone())
-            .await
-        {
-            Ok(put) => {
-                return Ok(Written::Ours(Landed {
-                    e_tag: put.e_tag,
-                    version: put.version,
-                    t_send,
-                    answered: clock.now(),
-                }))
-            }
-            Err(
-                object_store::Error::AlreadyExists { .. }
-                | object_store::Error::Precondition { .. }
-                | object_store::Error::NotFound { .. },
-            ) => return read_back(bank, clock, path, &record.token, t_send).await,
-            Err(e) => {
-                let err = Error::store("put", path, e);
-                if !err.is_transient() {
-                    return Err(err);
-                }
-                tracing::warn!(path = %path, attempt, error = %err,
-                    "lock write failed; reading back, then retrying with the same token");
-                // It may have landed: if so, it is ours and done.
-                // (`read_back` keeps the first attempt's `t_send`.)
-                if let Ok(ours @ Written::Ours(_)) =
-                    read_back(bank, clock, path, &record.token, t_send).await
-                {
-                    return Ok(ours);
-                }
-                last_err = Some(err);
-            }
-        }
-    }
-    Err(last_err.expect("at least one attempt"))
-}
-
-async fn read_back(
-    bank: &Bank,
-    clock: &SharedClock,
-    path: &Path,
-    token: &str,
-    t_send: Instant,
-) -> Result<Written> {
-    match read_record(bank, path).await? {
-        Some((found, meta)) if found.token == token => Ok(Written::Ours(Landed {
-            e_tag: meta.e_tag,
-            version: meta.version,
-            t_send,
-            answered: clock.now(),
-        })),
-        _ => Ok(Written::Conflict),
-    }
+) -> Result<Written<LockRecord>> {
+    record_write(bank, clock, path)
+        .send(
+            record.to_payload(path)?,
+            &record.token,
+            &How::Put(mode),
+            || read_found(bank, path),
+        )
+        .await
 }
 
 /// `PutMode::Update` on the version described by `meta`.

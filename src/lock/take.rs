@@ -5,13 +5,11 @@ use std::time::Duration;
 
 use object_store::PutMode;
 
-use super::record::{
-    self, judge, read_record, update_of, write_record, Judged, Landed, LockRecord, Written,
-};
+use super::record::{self, judge, read_record, update_of, write_record, Judged, LockRecord};
 use super::{support, tickets, Locks};
 use crate::error::{Error, Result};
 use crate::id::local_hostname;
-use crate::lease::{new_token, LazyStoreTime};
+use crate::lease::{new_token, Landed, LazyStoreTime, Written};
 
 /// What follows the first waiter's name in the holder of an [`Error::Unavailable`] for a free
 /// key promised to that waiter (see [`promised`]).
@@ -147,7 +145,7 @@ pub(crate) async fn take(locks: &Locks, key: &str, spec: &Spec<'_>) -> Result<Gr
                 tracing::debug!(key = %record.key, owner = spec.owner, fence, "lock taken");
                 return Ok(Granted { record, landed });
             }
-            Written::Conflict => continue,
+            Written::Conflict(_) => continue,
         }
     }
     // Still changing after several rounds: somebody else is busy with it.

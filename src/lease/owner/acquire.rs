@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use object_store::path::Path;
-use object_store::{ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
+use object_store::{ObjectStoreExt, PutMode, UpdateVersion};
 
 use super::{OwnerLease, Shared, WORDS};
 use crate::bank::Bank;
@@ -15,9 +15,10 @@ use crate::clock::SharedClock;
 use crate::error::{Error, Result};
 use crate::id::{local_hostname, OwnerId};
 use crate::lease::expiry::{judge_expiry, Expiry};
-use crate::lease::holding::{Holding, ReadBack};
+use crate::lease::holding::Holding;
 use crate::lease::record::{new_token, read_lease_at};
 use crate::lease::swift;
+use crate::lease::write::{CondWrite, How, Written};
 use crate::windows::LeaseWindows;
 
 /// Retries of a transient error inside one acquire call (same token, so a landed write is
@@ -149,68 +150,37 @@ impl OwnerLease {
             }),
         };
         let token = new_token();
-        let body = lease.body(1, &token)?;
-        let opts = PutOptions::from(mode);
-        let mut last_err = None;
-        // Taken once, before the first attempt: a retry may find (and adopt) an earlier attempt
-        // that landed, so validity must count from the earliest write that may have landed.
-        let t_send = lease.now();
-        let commit = |e_tag, version| {
-            let written = ReadBack {
-                token: token.clone(),
-                e_tag,
-                version,
-            };
-            lease
-                .holding()
-                .commit_new(lease.now(), t_send, written, windows.expire_window, ())
-        };
-        for attempt in 0..ACQUIRE_ATTEMPTS {
-            let result = match (bank.swift(), &opts.mode) {
-                (Some(swift), PutMode::Create) if mechanism == RenewalMechanism::SwiftPut => swift
-                    .put_with_delete_after(&path, body.clone(), swift::ttl_secs(windows), true)
-                    .await
-                    .map(|w| (w.e_tag, None)),
-                _ => bank
-                    .store()
-                    .put_opts(&path, body.clone(), opts.clone())
-                    .await
-                    .map(|put| (put.e_tag, put.version)),
-            };
-            match result {
-                Ok((e_tag, version)) => {
-                    commit(e_tag, version)?;
-                    return Ok(lease);
-                }
-                Err(
-                    object_store::Error::AlreadyExists { .. }
-                    | object_store::Error::Precondition { .. },
-                ) => {
-                    // Ours, if an earlier attempt (or the client's own retry) landed.
-                    return match read_lease_at(bank, &path).await {
-                        Ok(Some((record, meta))) if record.token == token => {
-                            commit(meta.e_tag, meta.version)?;
-                            Ok(lease)
-                        }
-                        Ok(Some((record, _))) => Err(Error::LeaseExists {
-                            owner_id: record.owner_id.to_string(),
-                        }),
-                        _ => Err(Error::LeaseExists {
-                            owner_id: lease.shared.owner.to_string(),
-                        }),
-                    };
-                }
-                Err(e) => {
-                    let err = Error::store("put", &path, e);
-                    if !err.is_transient() {
-                        return Err(err);
-                    }
-                    tracing::warn!(owner_id = %lease.shared.owner, attempt, error = %err,
-                        "lease acquire failed; retrying with the same token");
-                    last_err = Some(err);
+        let how = match mode {
+            PutMode::Create
+                if mechanism == RenewalMechanism::SwiftPut && bank.swift().is_some() =>
+            {
+                How::SwiftDeleteAfter {
+                    secs: swift::ttl_secs(windows),
+                    create: true,
                 }
             }
+            mode => How::Put(mode),
+        };
+        let written = CondWrite::new(bank, lease.clock(), &path)
+            .attempts(ACQUIRE_ATTEMPTS)
+            .send(lease.body(1, &token)?, &token, &how, || lease.read_found())
+            .await?;
+        match written {
+            Written::Ours(landed) => {
+                let (answered, t_send) = (landed.answered, landed.t_send);
+                let written = landed.read_back(token);
+                lease
+                    .holding()
+                    .commit_new(answered, t_send, written, windows.expire_window, ())?;
+                Ok(lease)
+            }
+            Written::Conflict(found) => Err(Error::LeaseExists {
+                owner_id: found.map_or_else(
+                    // Gone again since the store refused: still not ours to take.
+                    || lease.shared.owner.to_string(),
+                    |f| f.record.owner_id.to_string(),
+                ),
+            }),
         }
-        Err(last_err.expect("at least one attempt"))
     }
 }

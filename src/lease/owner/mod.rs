@@ -17,13 +17,14 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use object_store::path::Path;
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use object_store::{ObjectStoreExt, PutMode, PutPayload, UpdateVersion};
 use tokio::sync::watch;
 
 use super::holding::{Held, Holding, LeaseState, Phase, ReadBack, Reconciled, Words};
 use super::keeper::{Cadence, Renewable};
 use super::record::{encode, new_token, read_lease_at, LeaseRecord, LEASE_FORMAT};
 use super::swift;
+use super::write::{self, CondWrite, Found, How, Renewed, Tokened};
 use crate::bank::Bank;
 use crate::capability::RenewalMechanism;
 use crate::clock::SharedClock;
@@ -180,47 +181,50 @@ impl OwnerLease {
                 PutMode::Overwrite
             }
         };
+        let renewed = self
+            .write_renewal(&held, self.now(), How::Put(mode))
+            .await?;
+        match renewed {
+            Renewed::Until(valid_until) => Ok(valid_until),
+            // Still our previous write under a new ETag: not renewed; try again.
+            Renewed::Unchanged(_) => Err(Error::store(
+                "put",
+                path,
+                object_store::Error::Precondition {
+                    path: path.to_string(),
+                    source: "lease etag changed but content is ours; retry".into(),
+                },
+            )),
+        }
+    }
+
+    /// The renewal's write (generation + 1, a new token), sent from `t_send` and given up when
+    /// the validity runs out.
+    async fn write_renewal(
+        &self,
+        held: &Held<()>,
+        t_send: Instant,
+        how: How,
+    ) -> Result<Renewed<()>> {
+        let path = &self.shared.path;
         let generation = held.generation + 1;
         let token = new_token();
         let body = self.body(generation, &token)?;
-        let t_send = self.now();
-        match store.put_opts(path, body, PutOptions::from(mode)).await {
-            Ok(put) => self.holding().commit_renewal(
-                self.now(),
-                t_send,
-                ReadBack {
-                    token,
-                    e_tag: put.e_tag,
-                    version: put.version,
-                },
-                generation,
-            ),
-            Err(
-                object_store::Error::Precondition { .. }
-                | object_store::Error::NotFound { .. }
-                | object_store::Error::AlreadyExists { .. },
-            ) => {
-                // Either someone else changed or deleted the object, or our own write landed and
-                // a retry of it was refused. Only reading back can tell.
-                self.holding().remember_pending(&token, generation, t_send);
-                match self.reconcile(&held).await? {
-                    Reconciled::Adopted(valid_until) => Ok(valid_until),
-                    // Still our previous write under a new ETag: not renewed; try again.
-                    Reconciled::Unchanged(_) => Err(Error::store(
-                        "put",
-                        path,
-                        object_store::Error::Precondition {
-                            path: path.to_string(),
-                            source: "lease etag changed but content is ours; retry".into(),
-                        },
-                    )),
-                }
-            }
-            Err(e) => {
-                self.holding().remember_pending(&token, generation, t_send);
-                Err(Error::store("put", path, e))
-            }
-        }
+        let write =
+            CondWrite::new(&self.shared.bank, self.clock(), path).deadline(held.valid_until);
+        write::renew(
+            self.holding(),
+            held,
+            write,
+            t_send,
+            generation,
+            token,
+            body,
+            &how,
+            || self.read_found(),
+            replaced_by,
+        )
+        .await
     }
 
     /// Release the lease (delete its object). From the moment this is called, `check_validity`
@@ -323,39 +327,34 @@ impl OwnerLease {
                 return Ok(valid_until);
             }
         }
-        let generation = held.generation + 1;
-        let token = new_token();
-        let body = self.body(generation, &token)?;
         // The HEAD may have hung or been retried past the validity: a lease that ran out
         // meanwhile is Lost, and its object must not be refreshed for observers now.
         self.holding().held()?;
-        let t_send = self.now();
         // On a grid when the HEAD told the server's time: consecutive renewals then send the
         // same X-Delete-At, and the object server leaves its expirer queue alone.
         let ttl = swift::ttl_secs(self.shared.windows);
-        let put = match head.date {
+        let t_send = self.now();
+        let how = match head.date {
             Some(date) => {
                 let since_head = t_send.saturating_duration_since(head_sent);
-                let at = swift::delete_at(date, since_head, ttl);
-                swift.put_with_delete_at(path, body, at).await
+                How::SwiftDeleteAt(swift::delete_at(date, since_head, ttl))
             }
-            None => swift.put_with_delete_after(path, body, ttl, false).await,
+            None => How::SwiftDeleteAfter {
+                secs: ttl,
+                create: false,
+            },
         };
-        match put {
-            Ok(w) => self.holding().commit_renewal(
-                self.now(),
-                t_send,
-                ReadBack {
-                    token,
-                    e_tag: w.e_tag,
-                    version: None,
+        match self.write_renewal(held, t_send, how).await? {
+            Renewed::Until(valid_until) => Ok(valid_until),
+            // A PUT carries no condition: our last write read back after an unclear answer.
+            Renewed::Unchanged(_) => Err(Error::store(
+                "put",
+                path,
+                object_store::Error::Precondition {
+                    path: path.to_string(),
+                    source: "lease write unclear; retry".into(),
                 },
-                generation,
-            ),
-            Err(e) => {
-                self.holding().remember_pending(&token, generation, t_send);
-                Err(Error::store("put", path, e))
-            }
+            )),
         }
     }
 
@@ -378,33 +377,45 @@ impl OwnerLease {
         encode(&self.shared.path, "lease", &record)
     }
 
+    /// The lease record at its path, as the conditional write reads it back.
+    async fn read_found(&self) -> Result<Option<Found<LeaseRecord>>> {
+        let found = read_lease_at(&self.shared.bank, &self.shared.path).await?;
+        Ok(found.map(|(record, meta)| Found {
+            record,
+            e_tag: meta.e_tag,
+            version: meta.version,
+        }))
+    }
+
     /// Read the lease back: our last write under a new ETag, a pending write of ours (adopted),
     /// or anything else (Lost).
     async fn reconcile(&self, held: &Held<()>) -> Result<Reconciled<()>> {
-        let read = read_lease_at(&self.shared.bank, &self.shared.path)
-            .await
-            .map(|found| {
-                found.map(|(record, meta)| {
-                    let replaced = format!(
-                        "lease object was replaced by another writer (generation `{}`, host `{}`)",
-                        record.generation, record.host
-                    );
-                    (
-                        ReadBack {
-                            token: record.token,
-                            e_tag: meta.e_tag,
-                            version: meta.version,
-                        },
-                        replaced,
-                    )
-                })
-            });
-        let (read, replaced) = match read {
-            Ok(Some((found, replaced))) => (Ok(Some(found)), replaced),
-            Ok(None) => (Ok(None), String::new()),
-            Err(e) => (Err(e), String::new()),
-        };
-        self.holding().reconcile(held, read, || replaced)
+        let mut why = String::new();
+        let read = self.read_found().await.map(|found| {
+            found.map(|f| {
+                why = replaced_by(&f.record);
+                ReadBack {
+                    token: f.record.token,
+                    e_tag: f.e_tag,
+                    version: f.version,
+                }
+            })
+        });
+        self.holding().reconcile(held, read, || why)
+    }
+}
+
+/// Why a lease record read back that is not ours means the lease is lost.
+fn replaced_by(record: &LeaseRecord) -> String {
+    format!(
+        "lease object was replaced by another writer (generation `{}`, host `{}`)",
+        record.generation, record.host
+    )
+}
+
+impl Tokened for LeaseRecord {
+    fn token(&self) -> &str {
+        &self.token
     }
 }
 

@@ -64,6 +64,10 @@ pub(super) struct Script {
     pub(super) consistency: Consistency,
     /// Deletions of paths containing one of these are refused (objects under retention).
     pub(super) refused_deletes: Vec<String>,
+    /// The next PUT to a path containing the first part fails at the second.
+    targeted_puts: Vec<(String, Strike)>,
+    /// PUTs sent, by path.
+    puts_by_path: HashMap<String, u64>,
 }
 
 impl Default for Script {
@@ -84,6 +88,24 @@ impl Default for Script {
             counts: FaultCounts::default(),
             consistency: Consistency::default(),
             refused_deletes: Vec::new(),
+            targeted_puts: Vec::new(),
+            puts_by_path: HashMap::new(),
+        }
+    }
+}
+
+impl Script {
+    /// A PUT to `path` is about to enter: count it, and make the first targeted failure that
+    /// names it the next scripted one.
+    pub(super) fn put_to(&mut self, path: &str) {
+        *self.puts_by_path.entry(path.to_owned()).or_default() += 1;
+        if let Some(i) = self
+            .targeted_puts
+            .iter()
+            .position(|(needle, _)| path.contains(needle.as_str()))
+        {
+            let (_, strike) = self.targeted_puts.remove(i);
+            self.failures.entry(Op::Put).or_default().insert(0, strike);
         }
     }
 }
@@ -147,6 +169,23 @@ impl<T: ObjectStore> FailingStore<T> {
             .entry(op)
             .or_default()
             .extend(std::iter::repeat_n(strike, count));
+    }
+
+    /// The next PUT to a path containing `needle` fails at `strike`; other PUTs go through.
+    pub fn fail_next_put_to(&self, needle: &str, strike: Strike) {
+        self.script()
+            .targeted_puts
+            .push((needle.to_owned(), strike));
+    }
+
+    /// PUTs sent so far to paths containing `needle` (each attempt counts, whatever its fate).
+    pub fn puts_to(&self, needle: &str) -> u64 {
+        self.script()
+            .puts_by_path
+            .iter()
+            .filter(|(path, _)| path.contains(needle))
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// Every deletion of a path containing `needle` is refused, before it reaches the store,
@@ -216,6 +255,7 @@ impl<T: ObjectStore> FailingStore<T> {
         s.partitioned = false;
         s.consistency = Consistency::default();
         s.refused_deletes.clear();
+        s.targeted_puts.clear();
     }
 
     /// While partitioned, every request fails before reaching the inner store.

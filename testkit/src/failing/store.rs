@@ -138,6 +138,7 @@ impl<T: ObjectStore> ObjectStore for FailingStore<T> {
         mut opts: PutOptions,
     ) -> Result<PutResult> {
         let create = matches!(opts.mode, object_store::PutMode::Create);
+        self.script().put_to(location.as_ref());
         if self.script().ignore_conditions {
             opts.mode = object_store::PutMode::Overwrite;
         }
