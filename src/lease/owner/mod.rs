@@ -181,9 +181,31 @@ impl OwnerLease {
                 PutMode::Overwrite
             }
         };
-        let renewed = self
-            .write_renewal(&held, self.now(), How::Put(mode))
-            .await?;
+        self.write_renewal(&held, self.now(), How::Put(mode)).await
+    }
+
+    /// The renewal's write (generation + 1, a new token), sent from `t_send` and given up when
+    /// the validity runs out.
+    async fn write_renewal(&self, held: &Held<()>, t_send: Instant, how: How) -> Result<Instant> {
+        let path = &self.shared.path;
+        let generation = held.generation + 1;
+        let token = new_token();
+        let body = self.body(generation, &token)?;
+        let write =
+            CondWrite::new(&self.shared.bank, self.clock(), path).deadline(held.valid_until);
+        let renewed = write::renew(
+            self.holding(),
+            held,
+            write,
+            t_send,
+            generation,
+            token,
+            body,
+            &how,
+            || self.read_found(),
+            replaced_by,
+        )
+        .await?;
         match renewed {
             Renewed::Until(valid_until) => Ok(valid_until),
             // Still our previous write under a new ETag: not renewed; try again.
@@ -196,35 +218,6 @@ impl OwnerLease {
                 },
             )),
         }
-    }
-
-    /// The renewal's write (generation + 1, a new token), sent from `t_send` and given up when
-    /// the validity runs out.
-    async fn write_renewal(
-        &self,
-        held: &Held<()>,
-        t_send: Instant,
-        how: How,
-    ) -> Result<Renewed<()>> {
-        let path = &self.shared.path;
-        let generation = held.generation + 1;
-        let token = new_token();
-        let body = self.body(generation, &token)?;
-        let write =
-            CondWrite::new(&self.shared.bank, self.clock(), path).deadline(held.valid_until);
-        write::renew(
-            self.holding(),
-            held,
-            write,
-            t_send,
-            generation,
-            token,
-            body,
-            &how,
-            || self.read_found(),
-            replaced_by,
-        )
-        .await
     }
 
     /// Release the lease (delete its object). From the moment this is called, `check_validity`
@@ -344,18 +337,7 @@ impl OwnerLease {
                 create: false,
             },
         };
-        match self.write_renewal(held, t_send, how).await? {
-            Renewed::Until(valid_until) => Ok(valid_until),
-            // A PUT carries no condition: our last write read back after an unclear answer.
-            Renewed::Unchanged(_) => Err(Error::store(
-                "put",
-                path,
-                object_store::Error::Precondition {
-                    path: path.to_string(),
-                    source: "lease write unclear; retry".into(),
-                },
-            )),
-        }
+        self.write_renewal(held, t_send, how).await
     }
 
     fn body(&self, generation: u64, token: &str) -> Result<PutPayload> {
