@@ -25,11 +25,8 @@ use crate::capability::Capabilities;
 use crate::config::{BankConfig, ClientLimits};
 use crate::error::{Error, Result};
 use crate::id::OwnerId;
-pub use crate::lease::store_time::{add_saturating, sub_saturating, StoreTime};
 use crate::paths::{Key, Prefixed};
-use crate::store_date::DateRecorder;
-
-pub(crate) mod clock;
+use crate::store_clock::DateRecorder;
 
 /// A handle on one bank. Cheap to clone; clones share the capability cache.
 #[derive(Clone)]
@@ -48,10 +45,10 @@ struct BankInner {
     capabilities: tokio::sync::OnceCell<Capabilities>,
     /// The native Swift store behind `store`, when the bank is on Swift: the lease layer uses
     /// Swift's own primitives (X-Delete-After, POST) that the `ObjectStore` trait cannot carry.
-    swift: Option<crate::swift::SwiftStore>,
+    swift: Option<crate::store::swift::SwiftStore>,
     /// The local store behind `store`, when the bank is a `file:` directory: the GC sweeps
     /// its crashed writers' temporaries.
-    local: Option<crate::local::LocalStore>,
+    local: Option<crate::store::local::LocalStore>,
     /// This bank handle's store-clock probe key (kept by `with_store`).
     probe_key: String,
     /// An in-process store made by [`Bank::open`] (`memory://`): a bank from the start.
@@ -66,6 +63,13 @@ impl fmt::Debug for Bank {
             .field("url", &self.inner.label)
             .field("prefix", &self.inner.prefix.as_ref())
             .finish()
+    }
+}
+
+impl Bank {
+    /// This handle's own probe key (a probe object per handle where no host probe is used).
+    pub(crate) fn probe_key(&self) -> &str {
+        &self.inner.probe_key
     }
 }
 
@@ -165,7 +169,7 @@ impl Bank {
                 }
                 Err(e) => return Err(io(format!("look at `{}`", path.display()), e)),
             }
-            let store = crate::local::LocalStore::new(&path).map_err(|e| {
+            let store = crate::store::local::LocalStore::new(&path).map_err(|e| {
                 let denied = match &e {
                     object_store::Error::Generic { source, .. } => source
                         .downcast_ref::<std::io::Error>()
@@ -269,7 +273,7 @@ impl Bank {
             if container.is_empty() {
                 return Err(bad("no container; use swift://container/prefix"));
             }
-            let mut builder = crate::swift::SwiftBuilder::from_env();
+            let mut builder = crate::store::swift::SwiftBuilder::from_env();
             if let Some(timeout) = limits.request_timeout {
                 builder = builder.with_request_timeout(timeout);
             }
@@ -303,12 +307,12 @@ impl Bank {
     }
 
     /// A bank on a native Swift store: leases use Swift's server-side expiry and POST renewal.
-    pub fn from_swift(store: crate::swift::SwiftStore, prefix: &str, label: &str) -> Self {
+    pub fn from_swift(store: crate::store::swift::SwiftStore, prefix: &str, label: &str) -> Self {
         Self::build(Arc::new(store.clone()), Some(store), None, prefix, label)
     }
 
     /// A bank on a whole local directory with atomic conditional writes (what `file:` opens).
-    pub fn from_local(store: crate::local::LocalStore, label: &str) -> Self {
+    pub fn from_local(store: crate::store::local::LocalStore, label: &str) -> Self {
         Self::build(Arc::new(store.clone()), None, Some(store), "", label)
     }
 
@@ -332,8 +336,8 @@ impl Bank {
 
     fn build(
         store: Arc<dyn ObjectStore>,
-        swift: Option<crate::swift::SwiftStore>,
-        local: Option<crate::local::LocalStore>,
+        swift: Option<crate::store::swift::SwiftStore>,
+        local: Option<crate::store::local::LocalStore>,
         prefix: &str,
         label: &str,
     ) -> Self {
@@ -382,12 +386,12 @@ impl Bank {
     }
 
     /// The native Swift store, when the bank is on Swift.
-    pub fn swift(&self) -> Option<&crate::swift::SwiftStore> {
+    pub fn swift(&self) -> Option<&crate::store::swift::SwiftStore> {
         self.inner.swift.as_ref()
     }
 
     /// The local store, when the bank is a `file:` directory.
-    pub fn local(&self) -> Option<&crate::local::LocalStore> {
+    pub fn local(&self) -> Option<&crate::store::local::LocalStore> {
         self.inner.local.as_ref()
     }
 

@@ -54,7 +54,7 @@ pub enum Error {
     /// A request to the object store failed.
     #[error(
         "store request failed: op=`{op}` path=`{path}`: {}",
-        crate::store_cause::classify(.source)
+        crate::store::cause::classify(.source)
     )]
     Store {
         /// The operation, e.g. `put`, `get`, `head`.
@@ -411,9 +411,9 @@ impl Error {
                         | object_store::Error::PermissionDenied { .. }
                         | object_store::Error::Unauthenticated { .. }
                 ) && !matches!(
-                    crate::store_cause::classify(source),
-                    crate::store_cause::StoreCause::ContainerMissing { .. }
-                        | crate::store_cause::StoreCause::CredentialsRefused { .. }
+                    crate::store::cause::classify(source),
+                    crate::store::cause::StoreCause::ContainerMissing { .. }
+                        | crate::store::cause::StoreCause::CredentialsRefused { .. }
                 )
             }
             _ => false,

@@ -80,30 +80,26 @@ mod bank;
 mod capability;
 pub mod checkpoint;
 pub mod clock;
+#[cfg(feature = "collector")]
+pub mod collector;
 pub mod config;
-mod counting;
-mod decision;
 pub mod doctor;
 mod error;
 mod id;
 pub mod layout;
 mod lease;
-mod local;
 pub mod lock;
 mod observe;
 pub mod paths;
 mod race;
-#[cfg(feature = "collector")]
-mod repair;
-mod store_cause;
-mod store_date;
-mod swift;
-mod upload;
+pub mod store;
+mod store_clock;
 mod windows;
-mod writer;
 
-pub use bank::{add_saturating, sub_saturating, Bank, StoreTime};
+pub use bank::Bank;
 pub use capability::{Capabilities, Condition, RenewalMechanism};
+pub use checkpoint::upload::DataUpload;
+pub use checkpoint::Checkpoint;
 pub use checkpoint::Status;
 pub use config::Config;
 pub use error::{Error, Result};
@@ -115,31 +111,5 @@ pub use lease::{
 pub use observe::{
     error_chain, judge, LeaseObserver, LeaseView, Read, ValidityCheck, WindowSource,
 };
-pub use upload::DataUpload;
+pub use store_clock::{add_saturating, sub_saturating, StoreTime};
 pub use windows::LeaseWindows;
-pub use writer::Checkpoint;
-
-/// The stores banklease adds to object_store's, and what it says about store errors.
-pub mod store {
-    pub use crate::counting::{Counters, CountingStore};
-    pub use crate::local::{LocalStore, SweepWalk, TemporarySweep};
-    pub use crate::store_cause::{classify, StoreCause};
-    pub use crate::store_date::{dated, DateRecorder, DATE_RESOLUTION};
-    pub use crate::swift::{
-        SwiftBuilder, SwiftConfigKey, SwiftHead, SwiftStore, SwiftWrite, DEFAULT_LIST_LIMIT,
-    };
-}
-
-/// What only a collector may do (feature `collector`, which the GC crate enables): decide on
-/// another owner's checkpoint, carry out an owner's decision it left unfinished, tombstone a
-/// collected checkpoint. Built on [`paths`] and the records of [`checkpoint`].
-#[cfg(feature = "collector")]
-pub mod collector {
-    pub use crate::bank::clock::CLOCK_PROBE_ATTEMPTS;
-    pub use crate::checkpoint::Decided;
-    pub use crate::decision::{create_tombstone, decide, finish_owner_decision, write_tombstone};
-    pub use crate::repair::{
-        check_replaceable, replace_decision, replace_index, set_aside, SetAside,
-        MAX_SET_ASIDE_BYTES,
-    };
-}

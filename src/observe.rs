@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::bank::{Bank, StoreTime};
+use crate::bank::Bank;
 use crate::clock::SharedClock;
 use crate::id::OwnerId;
 use crate::lease::{judge_expiry, read_lease, Expiry, LeaseRecord};
+use crate::store_clock::StoreTime;
 
 /// What an observer knows about an owner's lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,7 +122,7 @@ impl LeaseObserver {
 
     /// Treat every `last_modified` earlier than `floor` as written at `floor`: the store clock
     /// was seen to step forward at `floor`, so an older stamp may be up to the step older than
-    /// it looks. See [`crate::bank::StoreTime`] and the GC's step detection.
+    /// it looks. See [`crate::StoreTime`] and the GC's step detection.
     pub fn with_floor(mut self, floor: Option<DateTime<Utc>>) -> Self {
         self.floor = floor;
         self

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::store_time::{add_saturating, sub_saturating, StoreTime};
 use crate::config::clock_drift_over;
+use crate::store_clock::{add_saturating, sub_saturating, StoreTime};
 
 /// Where a holding stands on the store's clock, the skew margin deducted in the holder's favour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

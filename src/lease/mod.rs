@@ -2,7 +2,6 @@
 //!
 //! - [`record`](self::record): the versioned record and its bounded read;
 //! - [`expiry`](self::expiry): the one expiry judgement on the store's clock;
-//! - [`store_time`](self::store_time): the store's clock, read once and carried forward;
 //! - `holding`: the holder's state machine — commit (send-time expiry, a late answer does not
 //!   count), reconcile (settle an ambiguous write by reading it back), Lost is final;
 //! - `write`: the one conditional write (token, same-token retry, read-back, deadline) that
@@ -14,11 +13,9 @@
 pub mod expiry;
 mod holding;
 mod keeper;
-mod lazy;
 mod owner;
 mod owner_keeper;
 pub mod record;
-pub mod store_time;
 mod swift;
 mod write;
 
@@ -32,6 +29,5 @@ pub use swift::SWIFT_TTL_SLACK;
 
 pub(crate) use holding::{Held, Holding, Phase, Words};
 pub(crate) use keeper::{Cadence, Failure, Renewable, Running};
-pub(crate) use lazy::LazyStoreTime;
 pub(crate) use record::{encode, new_token, parse_versioned, read_bounded};
 pub(crate) use write::{renew, CondWrite, Found, How, Landed, Renewed, Tokened, Written};

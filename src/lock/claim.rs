@@ -20,8 +20,9 @@ use super::record::{judge, read_record, update_of, write_record, Judged};
 use super::take::{new_record, take, Mode, Spec};
 use super::{support, Locks};
 use crate::error::{Error, Result};
-use crate::lease::{Landed, LazyStoreTime, Written};
+use crate::lease::{Landed, Written};
 use crate::paths::Key;
+use crate::store_clock::LazyStoreTime;
 
 /// Rounds of read-judge-write when the object keeps changing under us.
 const CONTENTION_ROUNDS: usize = 8;

@@ -12,7 +12,8 @@ use super::take::{new_record, unavailable, CONTENTION_ROUNDS};
 use super::{Locks, Term};
 use crate::clock::Jitter;
 use crate::error::{Error, Result};
-use crate::lease::{LazyStoreTime, Written};
+use crate::lease::Written;
+use crate::store_clock::LazyStoreTime;
 
 impl Locks {
     /// Try `keys` in `order` and acquire the first one available. Fails with

@@ -174,7 +174,9 @@ pub(crate) async fn ensure_readable(bank: &Bank) -> Result<()> {
     match ensure_supported(bank).await {
         // The capability probe's refused write (a user who may only read): reading goes on.
         Err(Error::Permission { .. }) => Ok(()),
-        Err(Error::Store { source, .. }) if crate::store_cause::is_refused_write(&source) => Ok(()),
+        Err(Error::Store { source, .. }) if crate::store::cause::is_refused_write(&source) => {
+            Ok(())
+        }
         checked => checked,
     }
 }

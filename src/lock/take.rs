@@ -9,7 +9,8 @@ use super::record::{self, judge, read_record, update_of, write_record, Judged, L
 use super::{support, tickets, Locks};
 use crate::error::{Error, Result};
 use crate::id::local_hostname;
-use crate::lease::{new_token, Landed, LazyStoreTime, Written};
+use crate::lease::{new_token, Landed, Written};
+use crate::store_clock::LazyStoreTime;
 
 /// What follows the first waiter's name in the holder of an [`Error::Unavailable`] for a free
 /// key promised to that waiter (see [`promised`]).

@@ -300,7 +300,7 @@ impl OwnerLease {
     /// adopted by the next renewal's read-back.
     async fn renew_swift(
         &self,
-        swift: &crate::swift::SwiftStore,
+        swift: &crate::store::swift::SwiftStore,
         held: &Held<()>,
         path: &Path,
     ) -> Result<Instant> {

@@ -36,10 +36,10 @@ use object_store::path::Path;
 use object_store::{MultipartUpload, ObjectStoreExt, PutPayload};
 
 use crate::checkpoint::data_prefix;
+use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::id::validate_id;
 use crate::lease::OwnerLease;
-use crate::writer::Checkpoint;
 
 /// A data object being written in parts; see the [module documentation](self).
 pub struct DataUpload {

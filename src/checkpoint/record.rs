@@ -1,29 +1,5 @@
-//! Checkpoints, their index objects, and the single decision that moves one out of `protecting`.
-//!
-//! Objects of one checkpoint `<id>` owned by `<owner>`:
-//!
-//! ```text
-//! index/protecting/<owner>/<id>   marker: present while the checkpoint may be protecting
-//! checkpoints/<id>/index.json     id, owner_id, status, created_at, format
-//! checkpoints/<id>/data/<name>    data objects
-//! decisions/<id>                  who moved it out of protecting, and to what (create-if-absent)
-//! ```
-//!
-//! Write order, and what a crash between two writes leaves:
-//!
-//! - **create**: marker, then `index.json`. A crash after the marker leaves a marker without
-//!   metadata: the GC collects it once the owner is dead. The reverse order could leave a
-//!   protecting checkpoint that no listing of the protecting index ever finds.
-//! - **complete** (owner) and **collect** (GC): first win `decisions/<id>` with create-if-absent;
-//!   only the winner acts. The GC leaves `index.json` as a `deleted` tombstone, so a paused
-//!   owner's late create of the same id fails rather than resurrect it without a marker. The owner then writes `index.json` with the outcome and deletes the
-//!   marker. A crash after the decision leaves the marker, so the GC sees the checkpoint again,
-//!   finds the owner's decision and finishes the owner's move instead of collecting
-//!   ([`finish_owner_decision`]).
-//!
-//! Invariant: **completion versus collection is decided once**, by one create-if-absent on
-//! `decisions/<id>`; on a store whose create-if-absent is atomic at most one side wins. The
-//! decision object stays as a tombstone so that a paused owner that wakes up later is fenced.
+//! The records of a checkpoint (`index.json`, the decision), their paths in the bank, and their
+//! bounded, versioned reads (see [`crate::checkpoint`] for the objects and the write order).
 
 use std::fmt;
 use std::future::Future;

@@ -6,11 +6,11 @@ use std::time::Duration;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 
-use super::Bank;
+use crate::bank::Bank;
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
-use crate::lease::store_time::StoreTime;
 use crate::paths::{Key, Prefix};
+use crate::store_clock::StoreTime;
 
 impl Bank {
     /// The store's current time, read by writing a small probe object and reading back its
@@ -30,7 +30,7 @@ impl Bank {
         clock: &SharedClock,
         lag: Duration,
     ) -> Result<StoreTime> {
-        if self.reading_only {
+        if self.is_reading_only() {
             if let Some(reading) = self.store_time_without_probe(clock) {
                 return Ok(reading);
             }
@@ -53,7 +53,7 @@ impl Bank {
                 .await
             {
                 Ok(put) => put,
-                Err(e) if self.reading_only && crate::store_cause::is_refused_write(&e) => {
+                Err(e) if self.is_reading_only() && crate::store::cause::is_refused_write(&e) => {
                     return self.store_time_read_only(clock, e).await;
                 }
                 Err(e) => return Err(Error::store("put", &path, e)),
@@ -109,7 +109,7 @@ impl Bank {
             return None;
         }
         let sent = clock.now();
-        let at = crate::local::store_clock().into();
+        let at = crate::store::local::store_clock().into();
         Some(StoreTime {
             at,
             sent,
@@ -140,13 +140,13 @@ impl Bank {
             return Err(read_only(format!(
                 "{}; this file system rounds modification times, so this host's clock cannot \
                  stand for its stamps",
-                crate::store_cause::classify(&refused)
+                crate::store::cause::classify(&refused)
             )));
         }
         let Some(reading) = self.store_time_from_date(clock).await? else {
             return Err(read_only(format!(
                 "{}; its answers carry no Date header to judge by instead",
-                crate::store_cause::classify(&refused)
+                crate::store::cause::classify(&refused)
             )));
         };
         static SAID: std::sync::Once = std::sync::Once::new();
@@ -162,19 +162,19 @@ impl Bank {
     /// The store's time from the `Date` of its answer to one read (a HEAD of the descriptor),
     /// writing nothing; `None` when the answer carries no `Date`. The stamp was made between
     /// the read's send and its answer, and the store's true time then was less than
-    /// [`DATE_RESOLUTION`](crate::store_date::DATE_RESOLUTION) above it: the reading is taken
+    /// [`DATE_RESOLUTION`](crate::store_clock::DATE_RESOLUTION) above it: the reading is taken
     /// as sent that much earlier, which keeps both of its bounds true.
     pub async fn store_time_from_date(&self, clock: &SharedClock) -> Result<Option<StoreTime>> {
         let path = Key::Descriptor.path(self);
         let sent = clock.now();
-        let (answer, date) = crate::store_date::dated(self.store().head(&path)).await;
+        let (answer, date) = crate::store_clock::dated(self.store().head(&path)).await;
         let observed = clock.now();
         match answer {
             // A bank made before descriptors existed has none: its answer is dated too.
             Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(Error::store("head", &path, e)),
         }
-        let sent = sent.checked_sub(crate::store_date::DATE_RESOLUTION);
+        let sent = sent.checked_sub(crate::store_clock::DATE_RESOLUTION);
         Ok(date.zip(sent).map(|(at, sent)| StoreTime {
             at,
             sent,
@@ -192,7 +192,7 @@ impl Bank {
             stamps.push(self.store_time(clock).await?.at);
         }
         Ok(Duration::from_millis(
-            crate::lease::store_time::stamp_resolution_ms(stamps.into_iter()),
+            crate::store_clock::stamp_resolution_ms(stamps.into_iter()),
         ))
     }
 }
@@ -214,10 +214,10 @@ impl Bank {
     /// a hash of its hostname and machine id) with every read command on the host, rewriting it
     /// in place.
     pub fn own_clock_probe(&self) -> Path {
-        let name = if self.reading_only {
+        let name = if self.is_reading_only() {
             crate::id::host_probe_name().to_owned()
         } else {
-            self.inner.probe_key.clone()
+            self.probe_key().to_owned()
         };
         Key::ClockProbe(name).path(self)
     }

@@ -198,7 +198,7 @@ impl SwiftClient {
                 } => Error::AuthUnreachable {
                     url: endpoint.clone(),
                     retries,
-                    cause: crate::store_cause::transport_cause(&source),
+                    cause: crate::store::cause::transport_cause(&source),
                     variable: self.credentials.url_variable(),
                     source,
                 },

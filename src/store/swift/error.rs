@@ -7,7 +7,7 @@
 use http::{Method, StatusCode};
 use object_store::client::HttpError;
 
-use crate::store_cause::AuthFailure;
+use crate::store::cause::AuthFailure;
 
 /// `store` in [`object_store::Error::Generic`].
 pub(crate) const STORE: &str = "Swift";

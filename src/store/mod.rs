@@ -1,0 +1,20 @@
+//! The stores banklease adds to object_store's, and what it says about store errors.
+//!
+//! - `local`: `file:` banks ([`LocalStore`]): atomic conditional writes on a POSIX file system,
+//!   and the sweep of their temporaries;
+//! - `swift`: the native OpenStack Swift client ([`SwiftStore`]);
+//! - `counting`: [`CountingStore`], a wrapper that counts requests by kind;
+//! - `cause`: [`classify`], what a store error means for an operator ([`StoreCause`]).
+
+pub(crate) mod cause;
+mod counting;
+pub(crate) mod local;
+pub(crate) mod swift;
+
+pub use crate::store_clock::{dated, DateRecorder, DATE_RESOLUTION};
+pub use cause::{classify, StoreCause};
+pub use counting::{Counters, CountingStore};
+pub use local::{LocalStore, SweepWalk, TemporarySweep};
+pub use swift::{
+    SwiftBuilder, SwiftConfigKey, SwiftHead, SwiftStore, SwiftWrite, DEFAULT_LIST_LIMIT,
+};
