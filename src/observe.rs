@@ -347,8 +347,8 @@ mod tests {
         }
     }
 
-    /// Issue 11, defect 11: a huge margin must not overflow the date arithmetic (it panicked in
-    /// the daemon's main task); it only ever makes a lease look alive.
+    /// A huge margin must not overflow the date arithmetic (an overflow panicked the daemon's
+    /// main task); it only ever makes a lease look alive.
     #[test]
     fn huge_margins_do_not_panic_and_favour_the_owner() {
         for margin in [Duration::MAX, Duration::from_secs(u64::MAX / 4)] {

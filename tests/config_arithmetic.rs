@@ -1,5 +1,5 @@
 //! Configuration that would make the guarantees hold by luck is refused at load, naming the
-//! keys, the numbers and the fix (issue item 6):
+//! keys, the numbers and the fix:
 //!
 //! - (a) an owner's clock may run 0.1 % slow (the rate the collector allows the store's clock,
 //!   gc/src/timing.rs): `lease.skew_margin + gc.grace` must cover 0.1 % of `lease.expire_window`;

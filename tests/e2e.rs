@@ -508,7 +508,7 @@ fn ids<'a>(a: &'a [String], b: &'a [String]) -> Vec<&'a String> {
 
 // ---- scenarios -------------------------------------------------------------------------------
 
-/// The "done when": a killed owner's protecting checkpoints are collected exactly once
+/// The promise end to end: a killed owner's protecting checkpoints are collected exactly once
 /// its lease expired past grace, and nothing else is touched; a terminated owner cleans up.
 #[test]
 fn killed_owner_is_collected_and_live_owner_is_untouched() {

@@ -646,7 +646,7 @@ async fn swift_renewals_share_a_delete_at_and_never_shorten_it() {
     lease.release().await.unwrap();
 }
 
-/// Issue 22: a bank made before descriptors (a lease in it, no `banklease.json`) is adopted by
+/// A bank made before descriptors (a lease in it, no `banklease.json`) is adopted by
 /// its first writer — a reader writes nothing — so it stays a bank once idle, when its last
 /// lease is released and its emptied directories are gone.
 #[tokio::test]

@@ -1,7 +1,14 @@
-//! Regression tests for issue 11: the collector's and the owner's reads and writes judged at the
-//! right instant, on a store whose clock the test drives (`SimStore` on a `MockClock`).
+//! The collector's and the owner's reads and writes judged at the right instant, on a store whose
+//! clock the test drives (`SimStore` on a `MockClock`).
 //!
-//! Each test here failed on the code before its fix (see the session note of issue 11).
+//! A read's answer tells what the store held at some instant between the read's send and its
+//! receipt: served at `t`, it may reach a paused or slow reader at `t + D` (`GateStore` holds an
+//! answer after the store served it). Judged at its receipt, a lease renewed meanwhile looks `D`
+//! older than it is, and a live owner looks dead; so every judgement takes the instant before the
+//! read was sent. Likewise a write's answer may be lost after the write landed: the writer reads
+//! back before it concludes anything, counts its validity from its first attempt's send, and
+//! takes absence read back as doubt, never as proof. Each test sets up one such case, and each
+//! failed on the code before the fix it guards (the comment on each says what went wrong there).
 
 #[path = "common/gate.rs"]
 mod gate;
@@ -56,7 +63,7 @@ fn world() -> World {
     }
 }
 
-/// Defect 1: the observer read the lease at t=8 s, the answer arrived at t=13 s; the owner renewed
+/// The observer read the lease at t=8 s, the answer arrived at t=13 s; the owner renewed
 /// at t=9 s in between. Judged at the arrival instant, the old `last_modified` looked 13 s old
 /// (expired); judged at the send instant it is 8 s old (alive).
 #[tokio::test]
@@ -89,7 +96,7 @@ async fn observer_judges_a_late_answer_at_the_instant_it_was_sent() {
     );
 }
 
-/// Defect 1, takeover: a standby judged the holder's lease on a late answer and, on a store without
+/// Takeover: a standby judged the holder's lease on a late answer and, on a store without
 /// If-Match, deleted the holder's freshly renewed lease and took its place.
 #[tokio::test]
 async fn take_over_judges_a_late_answer_at_the_instant_it_was_sent() {
@@ -141,7 +148,7 @@ async fn take_over_judges_a_late_answer_at_the_instant_it_was_sent() {
         .expect("the holder's lease is still its own");
 }
 
-/// Defect 4: the first acquire attempt landed but was answered with an error after 3 s; the retry
+/// The first acquire attempt landed but was answered with an error after 3 s; the retry
 /// read back its own token. The validity must count from the first attempt's send time.
 #[tokio::test]
 async fn acquire_counts_from_the_first_attempt() {
@@ -176,7 +183,7 @@ async fn acquire_counts_from_the_first_attempt() {
     );
 }
 
-/// Defect 5: a held lease whose validity ran out unnoticed is not ours to delete: after a
+/// A held lease whose validity ran out unnoticed is not ours to delete: after a
 /// takeover it is the successor's object.
 #[tokio::test]
 async fn release_after_the_validity_ran_out_deletes_nothing() {
@@ -211,7 +218,7 @@ async fn release_after_the_validity_ran_out_deletes_nothing() {
     successor.renew().await.unwrap();
 }
 
-/// Defect 6: a create whose marker and index.json both landed, but whose index.json answer was an
+/// A create whose marker and index.json both landed, but whose index.json answer was an
 /// error, then retried: the retry's read-back fails. The marker must stay (else: a protecting
 /// checkpoint no pass will ever find), and the owner can adopt its checkpoint.
 #[tokio::test]

@@ -1,4 +1,6 @@
-//! Issue 11, defect 10: an owner's validity must count time its host spent suspended.
+//! An owner's validity must count time its host spent suspended: `CLOCK_MONOTONIC` stops while
+//! the host sleeps, but the store's clock and every observer's go on, so a lease timed on it
+//! would look valid to its owner long after observers saw it expire.
 //!
 //! Its own test binary: a simulated suspend moves every `SystemClock` in the process.
 

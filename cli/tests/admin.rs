@@ -325,7 +325,7 @@ fn list_files(dir: &Path) -> Vec<String> {
     out
 }
 
-/// Issue 22, item 7: each message names what is at fault, once.
+/// Each message names what is at fault, once.
 #[test]
 fn messages_name_the_keys_at_fault_once() {
     let (dir, url) = made_bank();
@@ -371,7 +371,7 @@ fn messages_name_the_keys_at_fault_once() {
     assert!(!err.contains("corrupt"), "{err}");
 }
 
-/// Issue 22: tables show generated ids by their shortest unique prefix (at least 12 characters,
+/// Tables show generated ids by their shortest unique prefix (at least 12 characters,
 /// as git shows commits), `lease show` takes such a prefix, `--json` keeps full ids.
 #[test]
 fn tables_show_short_ids_that_lease_show_takes_back() {

@@ -1,5 +1,5 @@
 //! `banklease gc` as a script runs it: the exit code says whether the pass left something to
-//! look at, and stderr names each object it could not handle (issue 22, item 3).
+//! look at, and stderr names each object it could not handle.
 
 #![allow(clippy::disallowed_methods)] // real processes on real files, a real clock
 
@@ -159,7 +159,7 @@ fn a_clean_pass_exits_0_and_says_nothing_on_stderr() {
     assert_eq!(text(&out.stderr), "");
 }
 
-/// Issue 22, item 4: `banklease gc` beside the running daemon is refused (75, one line naming
+/// `banklease gc` beside the running daemon is refused (75, one line naming
 /// the holder) unless `--beside-daemon`; with no daemon it takes the GC lease and releases it.
 #[test]
 fn a_manual_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
@@ -228,7 +228,7 @@ fn a_manual_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
     assert!(!active.exists(), "the pass released the gc lease");
 }
 
-/// Issue 22, item 6: a reap's evidence outlives the lease it deleted. `lease show` and
+/// A reap's evidence outlives the lease it deleted. `lease show` and
 /// `checkpoint explain` print why the owner's lease is gone, from `gc/reaped/<owner>`, which a
 /// pass forgets after 30 days on the store's clock.
 #[test]

@@ -1,6 +1,6 @@
 //! A URL that holds no bank (a typo, a bank not made yet) and a command given no bank at all are
 //! refused by every command with one line that names the URL and `banklease init`, and nothing
-//! is created: a typo must never read as a healthy, empty bank (issue 22, item 1).
+//! is created: a typo must never read as a healthy, empty bank.
 
 #![allow(clippy::disallowed_methods)] // real processes on real files
 
@@ -212,7 +212,7 @@ fn empty_dirs(root: &Path) -> Vec<String> {
     empty
 }
 
-/// Issue 22, item 7: a `file:` bank keeps no empty directory behind what it removed — doctor's
+/// A `file:` bank keeps no empty directory behind what it removed — doctor's
 /// scratch keys, a completed checkpoint's protecting marker, a lock's queue.
 #[test]
 fn a_file_bank_leaves_no_empty_directories_behind() {

@@ -1,4 +1,4 @@
-//! Read-only access (issue 22, item 5): another user on a bank they may only read — listing and
+//! Read-only access: another user on a bank they may only read — listing and
 //! showing leases, checkpoints and locks, `validity-check`, `checkpoint explain` and `doctor
 //! --read-only` work and write nothing; a command that must write is refused, labelled as a
 //! permission.

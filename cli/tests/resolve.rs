@@ -1,4 +1,4 @@
-//! `banklease checkpoint resolve` on what the GC cannot handle (issue 22): an unreadable
+//! `banklease checkpoint resolve` on what the GC cannot handle: an unreadable
 //! decision is rebuilt from the outcome index.json records, or — when no record states it —
 //! collected only on the operator's `--as deleted` and only under a dead owner; an unreadable
 //! index.json under its owner's decision is rebuilt from the decision. Every unreadable record

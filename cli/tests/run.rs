@@ -648,7 +648,7 @@ fn run_exits_127_126_and_125_and_leaves_no_lease() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("BANKLEASE_AGENT"));
 }
 
-/// Issue 22, item 7: an executable script without a `#!` line runs with /bin/sh (as flock and
+/// An executable script without a `#!` line runs with /bin/sh (as flock and
 /// execvp run it; it was exit 125 "Exec format error"), from a path and from `PATH`; and
 /// `run`'s own usage errors exit 125, never the 2 a job may exit with.
 #[test]

@@ -1,9 +1,10 @@
-//! Regression tests for issue 11, collector side: GC passes on a store whose clock the test drives
+//! Collector-side safety: GC passes on a store whose clock the test drives
 //! (`SimStore` on a `MockClock`), with answers delivered late, store-clock steps, Swift-style
 //! backstop deletions, stray markers, unreadable metadata and late data; and later findings
 //! (listings that fail partway).
 //!
-//! Each test here failed on the code before its fix (see the session note of issue 11).
+//! Each test here failed on the code before the fix it guards; the comment on each says what
+//! went wrong there.
 
 #[path = "../../tests/common/gate.rs"]
 mod gate;
@@ -137,7 +138,7 @@ async fn pass(c: &Collector) -> PassReport {
     c.run_pass().await.unwrap()
 }
 
-/// Defect 1 in a pass: the lease read was served at t=8 s and answered at t=15 s; the owner
+/// A pass: the lease read was served at t=8 s and answered at t=15 s; the owner
 /// renewed at t=9 s. Judged at the arrival instant its old stamp looked expired past grace and
 /// its checkpoint was collected (the owner later Fenced).
 #[tokio::test]
@@ -164,7 +165,7 @@ async fn a_late_lease_answer_never_collects_a_live_owner() {
         .expect("the live owner completes its checkpoint");
 }
 
-/// Defect 1 in the reaper: an owner with no protecting checkpoint is judged for reaping; a late
+/// The reaper: an owner with no protecting checkpoint is judged for reaping; a late
 /// answer made its renewed lease look dead and the reaper deleted it.
 #[tokio::test]
 async fn a_late_lease_answer_never_reaps_a_live_owner() {
@@ -189,7 +190,7 @@ async fn a_late_lease_answer_never_reaps_a_live_owner() {
         .expect("the live owner's lease is intact");
 }
 
-/// Defect 2: on Swift the lease object is removed by the server `expire + 60 s` after the last
+/// On Swift the lease object is removed by the server `expire + 60 s` after the last
 /// renewal, so with a 10-minute grace an old checkpoint was collected ~60 s after expiry. A missing
 /// lease must be timed from when a pass first saw it missing.
 #[tokio::test]
@@ -218,7 +219,7 @@ async fn a_missing_lease_waits_grace_from_first_seen_missing() {
     assert!(!w.exists(&Path::from("gc/missing/owner-c")).await);
 }
 
-/// Defect 7: a marker beside an `available` index.json with no decision (pruned decisions, a
+/// A marker beside an `available` index.json with no decision (pruned decisions, a
 /// restored bank) was collected. Only a protecting checkpoint may be collected; the stray marker
 /// is repaired (removed) and the checkpoint's data stays.
 #[tokio::test]
@@ -253,7 +254,7 @@ async fn a_stray_marker_beside_an_available_checkpoint_is_repaired_not_collected
     assert!(!w.exists(&marker).await, "the stray marker is removed");
 }
 
-/// Defect 8: an owner's decision whose index.json is unreadable (here: a newer format) was
+/// An owner's decision whose index.json is unreadable (here: a newer format) was
 /// finished by overwriting index.json. Never overwrite what you cannot read.
 #[tokio::test]
 async fn an_unreadable_index_json_is_never_overwritten() {
@@ -301,7 +302,7 @@ async fn an_unreadable_index_json_is_never_overwritten() {
     assert_eq!(w.sim.peek(&index).unwrap().as_ref(), future);
 }
 
-/// Defect 9: a `put_data` sent before the owner's `valid_until` landed after the GC deleted the
+/// A `put_data` sent before the owner's `valid_until` landed after the GC deleted the
 /// data prefix; nothing listed that prefix again. A later sweep finds and deletes it.
 #[tokio::test]
 async fn late_data_under_a_collected_checkpoint_is_swept() {
@@ -336,7 +337,7 @@ async fn late_data_under_a_collected_checkpoint_is_swept() {
     assert_eq!(swept, 1);
 }
 
-/// Defect 10: the store clock steps forward by an hour between two passes, before a live owner
+/// The store clock steps forward by an hour between two passes, before a live owner
 /// renewed: its last stamp looks an hour old. The step is detected and nothing is collected.
 #[tokio::test]
 async fn a_store_clock_step_between_passes_collects_nothing() {

@@ -320,7 +320,7 @@ fn once_runs_a_single_pass_and_prints_its_report() {
     );
 }
 
-/// Issue 22, item 4: a single pass run with the daemon's own configuration (its metrics port
+/// A single pass run with the daemon's own configuration (its metrics port
 /// included) beside the active daemon is refused at once (75, naming the holder) instead of
 /// failing on the port or waiting as a standby; `--beside-daemon` runs it beside the daemon, which stays
 /// active; with no daemon, it takes the GC lease and releases it.

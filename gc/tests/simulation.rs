@@ -1,6 +1,6 @@
 //! Deterministic simulation of owners, keepers, checkpoints and GCs sharing one bank, under
-//! crashes, stop-the-world pauses, clock skew and jumps, store faults, and the collector-side
-//! faults of issue 11.
+//! crashes, stop-the-world pauses, clock skew and jumps, store faults, and faults aimed at the
+//! collectors (scenario.rs).
 //!
 //! Each run is one seed: a current-thread tokio runtime with no timer driver (a real sleep would
 //! panic), one `SimStore` stamping `last_modified` on a skewed, jumping *store clock* (and, in
@@ -120,12 +120,12 @@ const TAIL: Duration = Duration::from_millis(5000);
 const LIVENESS_ASKED: Duration = Duration::from_millis(
     EXPIRE.as_millis() as u64 + GRACE.as_millis() as u64 + 2 * INTERVAL.as_millis() as u64,
 );
-/// How much longer than before issue 11 a pass may take to reach a zombie, on a healthy store.
-/// A pass now makes more requests before and while it decides (the store clock probed again,
-/// the clock floor read, missing-since records, due sweeps, sweep markers), some of them one
-/// owner at a time: seed 1,002,575 (daemons) decided a zombie 298 ms into a pass that started
-/// 300 ms after a 458 ms pass, 2.118 s after the crash. Zombies beyond the bound without it are
-/// counted (`over_margin_bound`, RELIABILITY.md).
+/// What a pass itself may take to reach a zombie on a healthy store, allowed on top of the bound
+/// asked for and the margin. A pass makes several requests before and while it decides (the
+/// store clock probed again, the clock floor read, missing-since records, due sweeps, sweep
+/// markers), some of them one owner at a time: seed 1,002,575 (daemons) decided a zombie 298 ms
+/// into a pass that started 300 ms after a 458 ms pass, 2.118 s after the crash. Zombies beyond
+/// the bound without it are counted (`over_margin_bound`, RELIABILITY.md).
 const PASS_ALLOWANCE: Duration = Duration::from_millis(250);
 /// The bound checked: the one asked for plus `skew_margin` plus one pass.
 const LIVENESS: Duration = Duration::from_millis(
@@ -359,28 +359,27 @@ fn broken_collector_skipping_the_decision_is_caught() {
     );
 }
 
-/// Issue 11, defect 1: a lease read judged when its answer arrives, after a pause.
+/// A lease read judged when its answer arrives, after a pause, rather than at its send.
 #[test]
 fn broken_collector_judging_a_read_at_its_receipt_is_caught() {
     broken_is_caught(GcKind::BrokenJudgeAtReceipt, &["collected-while-valid"]);
 }
 
-/// Checker (b): a live owner's lease deleted by a reaper that judged a late answer.
+/// A live owner's lease deleted by a reaper that judged a late answer.
 #[test]
 fn broken_reaper_deleting_a_live_lease_is_caught() {
     broken_is_caught(GcKind::BrokenReaper, &["lease-deleted-while-valid"]);
 }
 
-/// Checker (c): a protecting index.json no pass will find (no tombstone), and late data
-/// never swept.
+/// A protecting index.json no pass will find (no tombstone), and late data never swept.
 #[test]
 fn broken_collector_leaving_zombies_and_late_data_is_caught() {
     broken_is_caught(GcKind::BrokenNoTombstone, &["zombie-unmarked"]);
     broken_is_caught(GcKind::BrokenNoTombstone, &["orphan-data"]);
 }
 
-/// Issue 11, defect 10: an owner whose clock stops while its host is suspended believes in a
-/// lease the store has long seen expire.
+/// An owner whose clock stops while its host is suspended believes in a lease the store has
+/// long seen expire.
 #[test]
 fn owner_clock_stopping_during_a_suspend_is_caught() {
     broken_is_caught(
@@ -389,9 +388,10 @@ fn owner_clock_stopping_during_a_suspend_is_caught() {
     );
 }
 
-/// The two findings of the first 10,000-seed run, replayed from their seeds: a regression test
-/// for the fixes (release leaves `Held` before its DELETE; the GC leaves an index.json
-/// tombstone). See RELIABILITY.md, "Findings".
+/// The simulation's first two findings, replayed from the seeds that found them: a release whose
+/// DELETE landed but was not answered left the lease valid to its owner (release now leaves
+/// `Held` before its DELETE), and a paused owner's index.json landed after collection as a
+/// protecting checkpoint without a marker (the GC now leaves an index.json tombstone).
 #[test]
 fn known_findings_are_fixed() {
     let cases = [
@@ -411,14 +411,13 @@ fn known_findings_are_fixed() {
     assert!(still.is_empty(), "still happening:\n{}", still.join("\n"));
 }
 
-/// Seeds at which the collector judged on an unverified store-clock reading (issue 21, defect
-/// 5: `ClockWatch` let an unverified reading through without comparing it, and a lagging
-/// replica's stamp from after a step made live owners look dead). Each failed with that code
-/// (seen by reverting the fix in gc/src/timing.rs: the `verified` checks of `ClockWatch::start`
-/// and `recheck`); none may fail now. The seeds were chosen again when banks gained their
-/// descriptor (issue 22: one request fewer per layout check moved every scenario): with the fix
-/// reverted, seeds 400..3400 then failed on liveness (zombies left) at these, each with lagging
-/// probe reads.
+/// Seeds at which the collector judged on an unverified store-clock reading (`ClockWatch` let an
+/// unverified reading through without comparing it, and a lagging replica's stamp from after a
+/// step made live owners look dead). Each failed with that code (seen by reverting the fix in
+/// gc/src/timing.rs: the `verified` checks of `ClockWatch::start` and `recheck`); none may fail
+/// now. The seeds were chosen again when banks gained their descriptor (one request fewer per
+/// layout check moved every scenario): with the fix reverted, seeds 400..3400 then failed on
+/// liveness (zombies left) at these, each with lagging probe reads.
 #[test]
 fn unverified_clock_readings_are_never_judged_on() {
     use GcKind::{Collectors, SingleCollector, SingleDaemon};
@@ -466,78 +465,78 @@ fn a_late_reference_reading_hides_no_step() {
     );
 }
 
-/// Seeds at which the code before the issue-11 fixes broke an invariant, each run with only the
-/// new fault that exposed it (RELIABILITY.md, "Findings of the collector-side faults"). Each of
-/// them failed on that code; none may fail now.
+/// Seeds at which the collector-side faults (scenario.rs) first broke an invariant, each run
+/// with only the fault that exposed it; the string beside each says what went wrong. Each of
+/// them failed on the code before its fix; none may fail now.
 #[test]
-fn issue_11_findings_are_fixed() {
+fn collector_side_findings_are_fixed() {
     use GcKind::{Collectors, Daemons};
     let cases: [(GcKind, u64, Only, &str); 11] = [
         (
             Daemons,
             1_000_615,
             Some(&["late"]),
-            "defect 1: a lease read answered late, judged at receipt: collected while valid",
+            "a lease read answered late, judged at receipt: collected while valid",
         ),
         (
             Collectors,
             1_000_290,
             Some(&["late"]),
-            "defect 1: the reaper judged a late answer: a live lease deleted",
+            "the reaper judged a late answer: a live lease deleted",
         ),
         (
             Daemons,
             1_000_833,
             Some(&["gc-pauses"]),
-            "defect 1: a collector paused after a lease read: a live lease reaped",
+            "a collector paused after a lease read: a live lease reaped",
         ),
         (
             Daemons,
             1_000_107,
             Some(&["stale"]),
-            "defects 1, 3: a stale read (no lease yet) judged Missing: collected while valid",
+            "a stale read (no lease yet) judged Missing: collected while valid",
         ),
         (
             Daemons,
             1_000_310,
             Some(&["stale"]),
-            "defect 4: acquire counted from its retry: a lease valid to its owner reaped",
+            "acquire counted from its retry: a lease valid to its owner reaped",
         ),
         (
             Daemons,
             1_000_106,
             Some(&[]),
-            "defect 6: a retried create whose read-back failed deleted its own marker",
+            "a retried create whose read-back failed deleted its own marker",
         ),
         (
             Daemons,
             1_000_020,
             Some(&["creates"]),
-            "defect 6: an ambiguous create, retried: a protecting index.json without marker",
+            "an ambiguous create, retried: a protecting index.json without marker",
         ),
         (
             Daemons,
             1_000_006,
             Some(&["restores"]),
-            "defect 7: a restored marker beside an available checkpoint: collected",
+            "a restored marker beside an available checkpoint: collected",
         ),
         (
             Daemons,
             1_000_002,
             Some(&[]),
-            "defect 9: a paused owner's late put_data under a collected checkpoint, never swept",
+            "a paused owner's late put_data under a collected checkpoint, never swept",
         ),
         (
             Daemons,
             1_000_002,
             Some(&["steps"]),
-            "defect 10: a store-clock step: collected while valid",
+            "a store-clock step: collected while valid",
         ),
         (
             Collectors,
             1_000_024,
             Some(&["steps"]),
-            "defect 10: a store-clock step: collected while valid, a live lease reaped",
+            "a store-clock step: collected while valid, a live lease reaped",
         ),
     ];
     let mut still = Vec::new();

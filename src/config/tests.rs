@@ -118,8 +118,8 @@ fn window_rules_apply_to_loaded_config() {
     );
 }
 
-/// Issue 11, defect 11: values that break the date arithmetic or that no observer can read
-/// back are refused at load, naming the key.
+/// Values that break the date arithmetic or that no observer can read back are refused at load,
+/// naming the key.
 #[test]
 fn margins_and_windows_that_break_the_arithmetic_are_refused() {
     for (key, value, needle) in [

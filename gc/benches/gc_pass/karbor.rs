@@ -6,8 +6,8 @@
 //! no cache across checkpoints — the original design checks the owner's lease object per
 //! checkpoint). The lease is judged exactly as the GC judges it (store clock read once: 2
 //! requests, counted). Nothing is deleted; the deletions the scan *would* make are added at
-//! [`KARBOR_REQUESTS_PER_DELETION`] requests per dead checkpoint, the cost the issue gives for
-//! the original design's per-checkpoint deletion.
+//! [`KARBOR_REQUESTS_PER_DELETION`] requests per dead checkpoint, an estimate of the original
+//! design's per-checkpoint deletion.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use banklease_gc::plan::Verdict;
 
-/// Requests per collected checkpoint in the original design (from the issue; an estimate, not
-/// measured here).
+/// Requests per collected checkpoint in the original design (an estimate, not measured here).
 pub const KARBOR_REQUESTS_PER_DELETION: u64 = 8;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

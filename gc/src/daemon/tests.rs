@@ -81,8 +81,8 @@ async fn refuses_to_start_when_the_probe_fails() {
     assert!(msg.contains("partitioned://"), "{msg}");
 }
 
-/// Issue 11, defect 11: a store that stamps whole seconds (S3, Swift's Last-Modified) and
-/// a 50 ms margin: no judgement could absorb the truncation.
+/// A store that stamps whole seconds (S3, Swift's Last-Modified) and a 50 ms margin: no
+/// judgement could absorb the truncation, so the daemon refuses to start.
 #[tokio::test]
 async fn refuses_to_start_when_the_margin_is_below_the_stamp_resolution() {
     let world = banklease::clock::MockClock::new();

@@ -326,7 +326,7 @@ pub(crate) fn daemon_config(concurrency: usize, read_staleness: Duration) -> Con
 
 /// A deliberately broken collector, to prove the checker catches what it must. Every kind but
 /// `BrokenOwnClock` judges a lease on the store clock *at the instant its answer arrived* (the
-/// defect of issue 11: an answer served at `t` and received at `t + D` is judged as if the lease
+/// rule it breaks: an answer served at `t` and received at `t + D` is judged as if the lease
 /// were `D` older), and every kind but `BrokenJudgeAtReceipt` deletes `index.json` instead of
 /// leaving a tombstone and never sweeps late data.
 #[derive(Debug)]

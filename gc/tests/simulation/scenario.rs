@@ -1,4 +1,4 @@
-//! The collector-side fault model (issue 11), drawn from a run's seed, and the events that
+//! The collector-side fault model, drawn from a run's seed, and the events that
 //! carry it out.
 //!
 //! The original model perturbs owners only. These faults perturb everyone, and the collectors
@@ -21,7 +21,7 @@
 //! - **restored markers**: a completed checkpoint's protecting marker comes back and its decision
 //!   is gone (a bank restored from an old copy, pruned decisions) — the GC must not collect an
 //!   `available`/`error` checkpoint;
-//! - **lagging probe reads** (issue 21): around a large step, every read-back of a store-clock
+//! - **lagging probe reads**: around a large step, every read-back of a store-clock
 //!   probe key returns the version before the one just written, as a lagging replica would, so
 //!   a collector's readings are unverified — and their stamps may be from after the step. With
 //!   one collector (`SingleCollector`, `SingleDaemon`) no other collector's floor covers for it.
