@@ -23,11 +23,26 @@
 //! Not names: plain lowercase words and lone uppercase ones (`put`, `HEAD`, `SIGKILL`), tokens
 //! with `<…>` (but `Type<T>`), `#`, `*`, `@`, `://`, or a `-` inside (headers, packages, bank
 //! keys), absolute paths, numbers, JSON, dotted words that are no call (`index.json`).
+//!
+//! Methods, in README.md too (its ```rust blocks included): each `Type::method` — `Type` a
+//! `struct`, `enum` or `trait` of the workspace, `method` snake_case — must be a `fn` directly
+//! inside an `impl … Type` block (generic or a trait's), or inside a trait `Type` implements; a
+//! `let method =`, a free `fn` or a field does not count (write a field as `Type`'s `field`).
+//! Where the text cites a file for it, the `fn` must be in that file: right after the name,
+//! `(path…)` or ` in path` (names joined by `/` share it); or, in a code map, the name among
+//! the first after a path: `path` — `Type::method`, `path` (`A`, `Type::method`), `path`:
+//! `Type::method`. Variants (`Error::Corrupt`) and other crates' types are not methods.
 use std::collections::HashSet;
 use std::fs;
 use std::path::Path;
 
 const DOCS: [&str; 3] = ["ARCHITECTURE.md", "RELIABILITY.md", "BENCHMARKS.md"];
+const METHOD_DOCS: [&str; 4] = [
+    "README.md",
+    "ARCHITECTURE.md",
+    "RELIABILITY.md",
+    "BENCHMARKS.md",
+];
 const ROOTS: &str = "src gc cli python tests testkit examples etc .ci";
 const EXTERNAL: &str = "std core tokio object_store futures serde hyper axum clap pyo3";
 const FOREIGN_FLAGS: &str = "--help --release --test --bench --nocapture --ignored --no-run \
@@ -45,13 +60,24 @@ fn why(bad: bool, reason: &str) -> Option<String> {
 
 #[derive(Debug, Default)]
 struct Sources {
-    files: Vec<String>,         // paths relative to the root
-    dirs: HashSet<String>,      // likewise
-    words: HashSet<String>,     // identifiers in code
-    all_words: HashSet<String>, // identifiers anywhere, comments included
-    defs: HashSet<String>,      // identifiers in a defining position (see above)
-    fns: Vec<(String, String)>, // (file, name of a fn or def)
-    code: String,               // every file's code
+    files: Vec<String>,               // paths relative to the root
+    dirs: HashSet<String>,            // likewise
+    words: HashSet<String>,           // identifiers in code
+    all_words: HashSet<String>,       // identifiers anywhere, comments included
+    defs: HashSet<String>,            // identifiers in a defining position (see above)
+    fns: Vec<(String, String)>,       // (file, name of a fn or def)
+    code: String,                     // every file's code
+    types: HashSet<String>,           // names of the workspace's structs, enums and traits
+    methods: Vec<Method>,             // every fn directly inside an impl or trait block
+    impls: HashSet<(String, String)>, // (type, trait it implements)
+}
+
+/// A `fn` directly inside an `impl` or `trait` block.
+#[derive(Debug)]
+struct Method {
+    file: String,
+    of: String, // the type an impl is for, or the trait
+    name: String,
 }
 
 fn is_ident(c: char) -> bool {
@@ -118,6 +144,198 @@ fn add_file(s: &mut Sources, rel: &str, text: &str) {
     let code = strip_comments(text, rel.ends_with(".rs"));
     index(s, rel, &code);
     s.code.push_str(&code);
+    if rel.ends_with(".rs") {
+        index_impls(s, rel, &lex_rust(text));
+    }
+}
+
+/// Rust source without its comments, and with the insides of its string and char literals
+/// blanked (newlines kept): what is left of braces and keywords is code.
+fn lex_rust(text: &str) -> String {
+    let c: Vec<char> = text.chars().collect();
+    let at = |n: usize| c.get(n).copied().unwrap_or(' ');
+    let blank = |ch: char| if ch == '\n' { '\n' } else { ' ' };
+    let (mut out, mut i) = (String::with_capacity(text.len()), 0);
+    while i < c.len() {
+        let word_before = i > 0 && is_ident(c[i - 1]);
+        let raw_at = i + usize::from(c[i] == 'b') + 1; // after `r` or `br`
+        let hashes = (raw_at..c.len()).take_while(|&j| c[j] == '#').count();
+        let raw = !word_before
+            && (c[i] == 'r' || (c[i] == 'b' && at(i + 1) == 'r'))
+            && at(raw_at + hashes) == '"';
+        if c[i] == '/' && at(i + 1) == '/' {
+            while i < c.len() && c[i] != '\n' {
+                i += 1;
+            }
+        } else if c[i] == '/' && at(i + 1) == '*' {
+            let mut depth = 0;
+            while i < c.len() {
+                let (open, close) = (
+                    c[i] == '/' && at(i + 1) == '*',
+                    c[i] == '*' && at(i + 1) == '/',
+                );
+                depth = depth + usize::from(open) - usize::from(close);
+                i += if open || close { 2 } else { 1 };
+                if close && depth == 0 {
+                    break;
+                }
+            }
+        } else if raw {
+            let closes = |j: usize| c[j] == '"' && (1..=hashes).all(|k| at(j + k) == '#');
+            out.push('"');
+            i = raw_at + hashes + 1;
+            while i < c.len() && !closes(i) {
+                out.push(blank(c[i]));
+                i += 1;
+            }
+            out.push('"');
+            i += 1 + hashes;
+        } else if c[i] == '"' {
+            out.push('"');
+            i += 1;
+            while i < c.len() && c[i] != '"' {
+                let escaped = c[i] == '\\';
+                out.push(blank(c[i]));
+                i += 1;
+                if escaped && i < c.len() {
+                    out.push(blank(c[i]));
+                    i += 1;
+                }
+            }
+            out.push('"');
+            i += 1;
+        } else if c[i] == '\'' && (at(i + 1) == '\\' || at(i + 2) == '\'') {
+            // A char literal; a lifetime (`'a`, `'static`) has no closing quote.
+            let end = (i + 2..c.len())
+                .find(|&j| c[j] == '\'' && j > i + 1 + usize::from(at(i + 1) == '\\'));
+            i = end.unwrap_or(c.len()) + 1;
+            out.push_str("' '");
+        } else {
+            out.push(c[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The name a type path in an `impl` header stands for: `super::Locks` → `Locks`,
+/// `Holding<X>` → `Holding`, `&'a mut Foo` → `Foo`.
+fn type_name(path: &str) -> String {
+    let path = path.split('<').next().unwrap_or("");
+    let path = path.rsplit("::").next().unwrap_or("");
+    let mut words = path.split(|c: char| !is_ident(c));
+    let name = words.rfind(|w| !w.is_empty() && !one_of("mut dyn", w));
+    name.unwrap_or("").to_owned()
+}
+
+/// The type an `impl` header (what stands between `impl` and `{`) is for, and the trait when it
+/// is a trait's impl: `<X: Clone> Holding<X>`, `Renewable for OwnerLease`.
+fn impl_target(header: &str) -> (String, Option<String>) {
+    let h = header.replace("->", "  ");
+    let mut h = h.trim_start();
+    let mut depth = 0i32;
+    let mut top_level = |c: char| {
+        depth += match c {
+            '<' | '(' | '[' => 1,
+            '>' | ')' | ']' => -1,
+            _ => 0,
+        };
+        depth == 0
+    };
+    if h.starts_with('<') {
+        let end = h
+            .char_indices()
+            .find(|&(_, c)| top_level(c))
+            .map_or(h.len(), |(i, _)| i + 1);
+        h = &h[end..]; // past `impl<…>`'s generics
+    }
+    let (mut for_at, mut end) = (None, h.len());
+    for (i, c) in h.char_indices() {
+        let word = |w: &str| {
+            h[i..].starts_with(w)
+                && !h[..i].ends_with(is_ident)
+                && !h[i + w.len()..].starts_with(is_ident)
+        };
+        let top = top_level(c);
+        if top && word("where") {
+            end = i;
+            break;
+        } else if top && word("for") && for_at.is_none() {
+            for_at = Some(i);
+        }
+    }
+    match for_at {
+        Some(f) => (type_name(&h[f + 3..end]), Some(type_name(&h[..f]))),
+        None => (type_name(&h[..end]), None),
+    }
+}
+
+/// Index the `impl` and `trait` blocks of one lexed Rust file: each `fn` directly inside, the
+/// type or trait it belongs to, and which traits each type implements; and every type's name.
+fn index_impls(s: &mut Sources, rel: &str, code: &str) {
+    let c: Vec<char> = code.chars().collect();
+    let (mut i, mut before) = (0, '{'); // `before`: the last non-blank char before the word
+    while i < c.len() {
+        if !(c[i].is_ascii_alphabetic() || c[i] == '_') || (i > 0 && is_ident(c[i - 1])) {
+            if !c[i].is_whitespace() {
+                before = c[i];
+            }
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < c.len() && is_ident(c[i]) {
+            i += 1;
+        }
+        let word: String = c[start..i].iter().collect();
+        let after = || {
+            let rest = c[i..].iter().skip_while(|c| c.is_whitespace());
+            rest.take_while(|&&c| is_ident(c)).collect::<String>()
+        };
+        if one_of("struct enum trait union", &word) {
+            s.types.insert(after());
+        }
+        // An item `impl` follows `}`, `;`, `{` or an attribute's `]` (else it is `impl Trait`
+        // in a type); `trait` is always an item.
+        let item_impl = word == "impl" && "{};]".contains(before);
+        // After `unsafe`, an `impl` is an item too: pretend the `unsafe` ended an item.
+        let unsafe_impl = word == "unsafe" && after() == "impl";
+        before = if unsafe_impl { ';' } else { c[i - 1] };
+        if !(item_impl || word == "trait") {
+            continue;
+        }
+        let Some(open) = (i..c.len()).find(|&j| c[j] == '{' || c[j] == ';') else {
+            break;
+        };
+        let header: String = c[i..open].iter().collect();
+        let (of, trait_) = match word.as_str() {
+            "trait" => (type_name(header.split(':').next().unwrap_or("")), None),
+            _ => impl_target(&header),
+        };
+        if let Some(t) = trait_ {
+            s.impls.insert((of.clone(), t));
+        }
+        let (mut depth, mut j, mut prev) = (0, open, String::new());
+        while j < c.len() && c[open] == '{' {
+            match c[j] {
+                '{' => depth += 1,
+                '}' if depth == 1 => break,
+                '}' => depth -= 1,
+                ch if is_ident(ch) && !is_ident(c[j - 1]) => {
+                    let w: String = c[j..].iter().take_while(|&&c| is_ident(c)).collect();
+                    if depth == 1 && prev == "fn" {
+                        let (file, of, name) = (rel.to_owned(), of.clone(), w.clone());
+                        s.methods.push(Method { file, of, name });
+                    }
+                    j += w.len() - 1;
+                    prev = w;
+                }
+                ch if !ch.is_whitespace() => prev.clear(), // `fn(u8)` is a type
+                _ => {}
+            }
+            j += 1;
+        }
+    }
 }
 
 fn walk(root: &Path, dir: &Path, s: &mut Sources) {
@@ -252,9 +470,8 @@ fn check_command(s: &Sources, line: &str, problems: &mut Vec<String>, at: &str) 
     }
 }
 
-#[test]
-fn every_name_the_docs_cite_exists() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+/// The workspace's sources, read once per test.
+fn sources(root: &Path) -> Sources {
     let mut s = Sources::default();
     for r in ROOTS.split(' ') {
         s.dirs.insert(r.to_owned());
@@ -266,6 +483,13 @@ fn every_name_the_docs_cite_exists() {
     for top in ["Cargo.toml", "clippy.toml"] {
         add_file(&mut s, top, &fs::read_to_string(root.join(top)).unwrap());
     }
+    s
+}
+
+#[test]
+fn every_name_the_docs_cite_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let s = sources(root);
     let (mut problems, mut checked) = (Vec::new(), 0);
     for doc in DOCS {
         let text = fs::read_to_string(root.join(doc)).unwrap();
@@ -292,4 +516,147 @@ fn every_name_the_docs_cite_exists() {
     assert!(checked > 500, "only {checked} spans: extraction broken?");
     let (n, list) = (problems.len(), problems.join("\n"));
     assert!(n == 0, "{n} names the docs cite do not exist:\n{list}");
+}
+
+/// The `Type::method`s a doc span names: `Type` a CamelCase type of the workspace (without its
+/// path or generics: `banklease::OwnerLease::acquire`, `FailingStore<T>::heal`), `method`
+/// snake_case (a variant, `Error::Corrupt`, is none).
+fn method_claims(s: &Sources, span: &str) -> Vec<(String, String)> {
+    let mut claims = Vec::new();
+    for (p, _) in span.match_indices("::") {
+        let mut head = &span[..p];
+        if let (true, Some(lt)) = (head.ends_with('>'), head.rfind('<')) {
+            head = &head[..lt];
+        }
+        let n = head.chars().rev().take_while(|&c| is_ident(c)).count();
+        let ty = &head[head.len() - n..];
+        let method: String = span[p + 2..].chars().take_while(|&c| is_ident(c)).collect();
+        let snake = method.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+            && method.chars().all(|c| !c.is_ascii_uppercase());
+        if is_camel(ty) && snake && s.types.contains(ty) {
+            claims.push((ty.to_owned(), method));
+        }
+    }
+    claims
+}
+
+/// The file the text right after a name cites for it — `(path…)` or ` in path` — after any
+/// names joined to it by `/` (`Holding::commit_new` / `Holding::commit_renewal` (src/…)).
+fn cited_file(after: &str) -> Option<&str> {
+    let mut rest = after.trim_start();
+    while let Some(r) = rest.strip_prefix('/') {
+        rest = r.trim_start();
+        if let Some(r) = rest.strip_prefix('`') {
+            rest = r.split_once('`').map_or("", |(_, r)| r).trim_start();
+        }
+    }
+    let rest = rest
+        .strip_prefix('(')
+        .or_else(|| rest.strip_prefix("in "))?;
+    let stop = |c: char| c.is_whitespace() || "`):;,".contains(c);
+    let path = rest.trim_start_matches('`').split(stop).next()?;
+    path.ends_with(".rs").then_some(path)
+}
+
+/// The file a code map's entry lists a name under, from the text before it: the name is among
+/// the first names after the file's path (`pass.rs` — `Collector::run_pass`, `fence.rs`
+/// (`Fence`, `Locks::fenced_put`), `doctor/verdicts.rs`: `Diagnosis::verdicts`).
+fn listed_under(before: &str) -> Option<&str> {
+    fn last_span(t: &str) -> Option<(&str, &str)> {
+        let t = t.trim_end().strip_suffix('`')?;
+        t.rfind('`').map(|open| (&t[..open], &t[open + 1..]))
+    }
+    let mut rest = before.trim_end();
+    while let Some(list) = rest.strip_suffix(',') {
+        let (r, name) = last_span(list)?;
+        if name.ends_with(".rs") {
+            return Some(name); // (`auth.rs`, `Session::expiring`)
+        }
+        rest = r.trim_end();
+    }
+    let rest = rest.strip_suffix(['—', ':', '('])?;
+    let (_, path) = last_span(rest)?;
+    path.ends_with(".rs").then_some(path)
+}
+
+/// Why `ty::method` is not a method of `ty` (in the file cited, if one is), or None.
+fn check_method(s: &Sources, ty: &str, method: &str, cited: Option<&str>) -> Option<String> {
+    let named = s.methods.iter().filter(|m| m.name == method);
+    let of_ty = |m: &&Method| m.of == ty || s.impls.contains(&(ty.to_owned(), m.of.clone()));
+    let found: Vec<&Method> = named.clone().filter(of_ty).collect();
+    if found.is_empty() {
+        let mut others: Vec<String> = named.map(|m| format!("{} ({})", m.of, m.file)).collect();
+        others.sort();
+        others.dedup();
+        let hint = match others.is_empty() {
+            true => String::new(),
+            false => format!("; it is a method of {}", others.join(", ")),
+        };
+        return Some(format!("no fn {method} in an impl of {ty}{hint}"));
+    }
+    let path = cited?;
+    let rooted = one_of(ROOTS, path.split('/').next().unwrap_or(""));
+    let is_cited = |f: &str| f == path || (!rooted && f.ends_with(&format!("/{path}")));
+    if !s.files.iter().any(|f| is_cited(f)) {
+        return Some(format!("cites {path}: no such file"));
+    }
+    let mut files: Vec<&str> = found.iter().map(|m| m.file.as_str()).collect();
+    files.dedup();
+    let elsewhere = format!("not in {path} but in {}", files.join(", "));
+    why(!files.iter().any(|f| is_cited(f)), &elsewhere)
+}
+
+#[test]
+fn every_method_the_docs_cite_is_a_method_of_its_type() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let s = sources(root);
+    assert!(
+        s.methods.len() > 500,
+        "only {} methods: indexing broken?",
+        s.methods.len()
+    );
+    let (mut problems, mut checked) = (Vec::new(), 0);
+    for doc in METHOD_DOCS {
+        let text = fs::read_to_string(root.join(doc)).unwrap();
+        let (mut fence, mut start): (Option<String>, usize) = (None, 0);
+        for (n, line) in text.split_inclusive('\n').enumerate() {
+            let at = format!("{doc}:{}", n + 1);
+            let (line_start, trimmed) = (start, line.trim_start());
+            start += line.len();
+            if let Some(lang) = trimmed.strip_prefix("```") {
+                fence = fence.is_none().then(|| lang.trim().to_owned());
+                continue;
+            }
+            // (span, the text before it, the text after it); a line of a ```rust block is one
+            // span citing nothing.
+            let spans: Vec<(&str, &str, &str)> = match fence.as_deref() {
+                None => {
+                    let mut from = line_start;
+                    let pieces = line.split('`').map(|piece| {
+                        let before = &text[..from.saturating_sub(1)];
+                        from += piece.len() + 1;
+                        (piece, before, text.get(from..).unwrap_or(""))
+                    });
+                    pieces.skip(1).step_by(2).collect()
+                }
+                Some(lang) if lang.starts_with("rust") => vec![(line, "", "")],
+                Some(_) => vec![],
+            };
+            for (span, before, after) in spans {
+                let cited = cited_file(after).or_else(|| listed_under(before));
+                for (ty, method) in method_claims(&s, span) {
+                    checked += 1;
+                    if let Some(reason) = check_method(&s, &ty, &method, cited) {
+                        problems.push(format!("{at}: `{ty}::{method}` — {reason}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} methods: extraction broken?");
+    let (n, list) = (problems.len(), problems.join("\n"));
+    assert!(
+        n == 0,
+        "{n} methods the docs cite are not where they say:\n{list}"
+    );
 }
