@@ -103,7 +103,7 @@ const MARGIN: Duration = Duration::from_millis(100);
 const GRACE: Duration = Duration::from_millis(200);
 /// With 250 ms, 14 zombies in 7,112 healthy runs were undecided when the bound passed: the bound
 /// `expire + grace + 2 × interval` leaves out `skew_margin` and the pass's own duration, so it
-/// holds only while `interval >= skew_margin + 2 × pass duration` (RELIABILITY.md).
+/// holds only while `interval >= skew_margin + 2 × pass duration`.
 const INTERVAL: Duration = Duration::from_millis(300);
 const GC_RENEW: Duration = Duration::from_millis(100);
 const GC_EXPIRE: Duration = Duration::from_millis(500);

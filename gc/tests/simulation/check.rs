@@ -100,8 +100,8 @@ pub(crate) struct OwnerRec {
     pub(crate) seen_final: bool,
 }
 
-/// A violation whose root cause is known (see RELIABILITY.md, "Findings"): counted, for the
-/// regression test of the first two findings. Both are fixed; they are violations too.
+/// A violation whose root cause is known: counted, for the regression test of the simulation's
+/// first two findings (`known_findings_are_fixed`). Both are fixed; they are violations too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Known {
     /// `OwnerLease::release` sent its DELETE, which landed, but the lease stays `Held` until the
