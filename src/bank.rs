@@ -1,16 +1,7 @@
 //! The bank: an object store plus a root prefix, opened from a URL.
 //!
-//! Layout under the prefix (every id is validated before it becomes a path segment):
-//!
-//! ```text
-//! leases/<owner_id>                     owner lease (JSON)
-//! checkpoints/<id>/index.json           checkpoint metadata
-//! checkpoints/<id>/data/...             checkpoint data objects
-//! index/protecting/<owner_id>/<id>      one marker per protecting checkpoint
-//! decisions/<id>                        who moved the checkpoint out of `protecting` (create-if-absent)
-//! _banklease/clock/<name>               store-clock probe (one per handle; one per host for reads)
-//! _banklease/probe/<uuid>               capability probe (deleted after use)
-//! ```
+//! Every key under the prefix is built and parsed in `paths.rs` (the whole layout is listed in
+//! ARCHITECTURE.md, "Bank layout"); every id is validated before it becomes a path segment.
 
 use std::fmt;
 use std::path::PathBuf;
