@@ -6,28 +6,27 @@
 //!   count), reconcile (settle an ambiguous write by reading it back), Lost is final;
 //! - `write`: the one conditional write (token, same-token retry, read-back, deadline) that
 //!   leases, locks, tickets and decisions are written with;
-//! - `keeper`: one renewal task for any holding (`owner_keeper`: the owner's `Keeper`);
+//! - `renewal`: one renewal task for any holding (`owner/keeper.rs`: the owner's `Keeper`);
 //! - `owner`: the owner lease (`leases/<owner_id>`), a thin user of the above, as is
 //!   [`crate::lock`].
 
 pub mod expiry;
 mod holding;
-mod keeper;
 mod owner;
-mod owner_keeper;
 pub mod record;
+mod renewal;
 mod swift;
 mod write;
 
 pub use crate::windows::MAX_EXPIRE_WINDOW;
 pub use expiry::{judge_expiry, Expiry};
 pub use holding::LeaseState;
+pub use owner::Keeper;
 pub use owner::OwnerLease;
-pub use owner_keeper::Keeper;
 pub use record::{read_lease, read_lease_at, LeaseRecord, LEASE_FORMAT, MAX_LEASE_BYTES};
 pub use swift::SWIFT_TTL_SLACK;
 
 pub(crate) use holding::{Held, Holding, Phase, Words};
-pub(crate) use keeper::{Cadence, Failure, Renewable, Running};
 pub(crate) use record::{encode, new_token, parse_versioned, read_bounded};
+pub(crate) use renewal::{Cadence, Failure, Renewable, Running};
 pub(crate) use write::{renew, CondWrite, Found, How, Landed, Renewed, Tokened, Written};

@@ -95,8 +95,8 @@
 
 mod claim;
 mod fence;
+mod heartbeat;
 mod info;
-mod keeper;
 mod named;
 mod ops;
 mod queue;
@@ -118,8 +118,8 @@ use crate::paths::{Key, Prefix};
 
 pub use claim::{Grant, Snapshot};
 pub use fence::{fence_path, guarded_put, Fence};
+pub use heartbeat::{Heartbeat, HeartbeatFailure};
 pub use info::{Acquired, Current, LockInfo, LockState, Order, Release};
-pub use keeper::{Heartbeat, HeartbeatFailure};
 pub use named::Lock;
 pub use queue::{Blocking, Wait, QUEUE_LOOK, WATCH_POLL};
 pub use record::MAX_DURATION;

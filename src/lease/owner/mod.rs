@@ -10,6 +10,9 @@
 //! - `acquire`: acquiring and taking over (create-if-absent, or a takeover of an expired lease).
 
 mod acquire;
+mod keeper;
+
+pub use keeper::Keeper;
 
 use std::fmt;
 use std::sync::Arc;
@@ -21,8 +24,8 @@ use object_store::{ObjectStoreExt, PutMode, PutPayload, UpdateVersion};
 use tokio::sync::watch;
 
 use super::holding::{Held, Holding, LeaseState, Phase, ReadBack, Reconciled, Words};
-use super::keeper::{Cadence, Renewable};
 use super::record::{encode, new_token, read_lease_at, LeaseRecord, LEASE_FORMAT};
+use super::renewal::{Cadence, Renewable};
 use super::swift;
 use super::write::{self, CondWrite, Found, How, Renewed, Tokened};
 use crate::bank::Bank;

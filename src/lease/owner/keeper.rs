@@ -2,11 +2,11 @@
 
 use tokio::sync::watch;
 
-use super::keeper::Running;
-use super::owner::OwnerLease;
-use super::LeaseState;
+use super::OwnerLease;
 use crate::clock::Jitter;
 use crate::error::Result;
+use crate::lease::renewal::Running;
+use crate::lease::LeaseState;
 
 /// A running keeper of an owner lease. Dropping it stops renewals (the lease then runs out on
 /// its own); call [`Keeper::release`] on orderly shutdown.
