@@ -8,16 +8,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use object_store::memory::InMemory;
 use object_store::path::{Path, PathPart};
-use object_store::{ClientConfigKey, ObjectStore};
+use object_store::ObjectStore;
 
 use crate::capability::Capabilities;
 use crate::config::{BankConfig, ClientLimits};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::id::OwnerId;
 use crate::paths::{Key, Prefixed};
-use crate::store_clock::DateRecorder;
+
+mod open;
+pub(crate) mod scheme;
 
 /// A handle on one bank. Cheap to clone; clones share the capability cache.
 #[derive(Clone)]
@@ -117,178 +118,6 @@ impl Bank {
     /// The retry budget of its store client ([`ClientLimits::budget`]).
     pub fn retry_budget(&self) -> Duration {
         self.inner.limits.budget(&self.inner.label)
-    }
-
-    fn open_with(url: &str, create: bool, limits: ClientLimits) -> Result<Self> {
-        let bad = |reason: &str| Error::InvalidUrl {
-            url: url.to_owned(),
-            reason: reason.to_owned(),
-        };
-        let url = url.trim();
-        if url.is_empty() {
-            return Err(bad(
-                "it is empty; use file:///path, memory://, s3://bucket/prefix, az://container/prefix, \
-                 gs://bucket/prefix or swift://container/prefix",
-            ));
-        }
-        if let Some(rest) = url.strip_prefix("file:") {
-            let path = file_url_path(rest).map_err(|r| bad(&r))?;
-            // Encoded (`%20` for a space): a label is a URL an operator can paste back.
-            let label = url::Url::from_file_path(&path)
-                .map_or_else(|()| format!("file://{}", path.display()), String::from);
-            // A refusal for lack of permission is labelled as one: the URL is fine.
-            let io = |what: String, e: std::io::Error| match e.kind() {
-                std::io::ErrorKind::PermissionDenied => Error::Permission {
-                    bank: label.clone(),
-                    what,
-                    cause: e.to_string(),
-                },
-                _ => bad(&format!("cannot {what}: {e}")),
-            };
-            match std::fs::metadata(&path) {
-                Ok(m) if m.is_dir() => {}
-                Ok(_) => return Err(bad(&format!("`{}` is not a directory", path.display()))),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => {
-                    return Err(Error::NoBank {
-                        bank: label,
-                        reason: "its directory does not exist".to_owned(),
-                    })
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    std::fs::create_dir_all(&path)
-                        .map_err(|e| io(format!("create directory `{}`", path.display()), e))?;
-                }
-                Err(e) => return Err(io(format!("look at `{}`", path.display()), e)),
-            }
-            let store = crate::store::local::LocalStore::new(&path).map_err(|e| {
-                let denied = match &e {
-                    object_store::Error::Generic { source, .. } => source
-                        .downcast_ref::<std::io::Error>()
-                        .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied),
-                    _ => false,
-                };
-                if denied {
-                    Error::Permission {
-                        bank: label.clone(),
-                        what: "open the bank's directory".to_owned(),
-                        cause: e.to_string(),
-                    }
-                } else {
-                    bad(&format!("cannot open directory: {e}"))
-                }
-            })?;
-            return Ok(Self::from_local(store, &label));
-        }
-        if let Some(rest) = url.strip_prefix("memory://") {
-            // Each open is a new store that nothing else can name, so there is no bank to
-            // mistype: it is a bank from the start (`layout::check` accepts it empty).
-            let mut bank = Self::from_store(Arc::new(InMemory::new()), rest, url);
-            Arc::get_mut(&mut bank.inner)
-                .expect("a bank just built is not shared")
-                .made_at_open = true;
-            return Ok(bank);
-        }
-        if let Some(rest) = url.strip_prefix("s3://") {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() {
-                return Err(bad("no bucket; use s3://bucket/prefix"));
-            }
-            let mut builder = object_store::aws::AmazonS3Builder::from_env();
-            if let Some(timeout) = limits.request_timeout {
-                builder = builder.with_config(
-                    object_store::aws::AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
-                    humantime::format_duration(timeout).to_string(),
-                );
-            }
-            let store = builder
-                .with_retry(limits.retry_config())
-                .with_bucket_name(bucket)
-                .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
-                .with_http_connector(DateRecorder::default())
-                .build()
-                .map_err(|e| bad(&format!("cannot configure S3 from AWS_* variables: {e}")))?;
-            return Ok(Self::from_store(Arc::new(store), prefix, url));
-        }
-        if let Some(rest) = url.strip_prefix("az://") {
-            let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            if container.is_empty() {
-                return Err(bad("no container; use az://container/prefix"));
-            }
-            let mut builder = object_store::azure::MicrosoftAzureBuilder::from_env();
-            if let Some(timeout) = limits.request_timeout {
-                builder = builder.with_config(
-                    object_store::azure::AzureConfigKey::Client(ClientConfigKey::Timeout),
-                    humantime::format_duration(timeout).to_string(),
-                );
-            }
-            let store = builder
-                .with_retry(limits.retry_config())
-                .with_container_name(container)
-                .with_http_connector(DateRecorder::default())
-                .build()
-                .map_err(|e| {
-                    bad(&format!(
-                        "cannot configure Azure from the AZURE_* variables (account and key, or \
-                         AZURE_STORAGE_USE_EMULATOR=true for Azurite): {e}"
-                    ))
-                })?;
-            return Ok(Self::from_store(Arc::new(store), prefix, url));
-        }
-        if let Some(rest) = url.strip_prefix("gs://") {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() {
-                return Err(bad("no bucket; use gs://bucket/prefix"));
-            }
-            let mut builder = object_store::gcp::GoogleCloudStorageBuilder::from_env();
-            if let Some(timeout) = limits.request_timeout {
-                builder = builder.with_config(
-                    object_store::gcp::GoogleConfigKey::Client(ClientConfigKey::Timeout),
-                    humantime::format_duration(timeout).to_string(),
-                );
-            }
-            let store = builder
-                .with_retry(limits.retry_config())
-                .with_bucket_name(bucket)
-                .with_http_connector(DateRecorder::default())
-                .build()
-                .map_err(|e| {
-                    bad(&format!(
-                        "cannot configure Google Cloud Storage from the GOOGLE_* variables \
-                         (GOOGLE_SERVICE_ACCOUNT or application default credentials): {e}"
-                    ))
-                })?;
-            return Ok(Self::from_store(Arc::new(store), prefix, url));
-        }
-        if let Some(rest) = url.strip_prefix("swift://") {
-            let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            if container.is_empty() {
-                return Err(bad("no container; use swift://container/prefix"));
-            }
-            let mut builder = crate::store::swift::SwiftBuilder::from_env();
-            if let Some(timeout) = limits.request_timeout {
-                builder = builder.with_request_timeout(timeout);
-            }
-            if limits.retry_timeout.is_some() {
-                builder = builder
-                    .with_retry(limits.retry_config())
-                    .with_one_retry_cutoff();
-            }
-            let store = builder
-                .with_container(container)
-                .with_http_connector(DateRecorder::default())
-                .build()
-                .map_err(|e| {
-                    bad(&format!(
-                        "cannot configure Swift from the ST_* (TempAuth) or OS_* (Keystone v3) \
-                         variables: {e}"
-                    ))
-                })?;
-            return Ok(Self::from_swift(store, prefix, url));
-        }
-        Err(bad(
-            "unknown scheme; use file:///path, file:relative/path, memory://, s3://bucket/prefix, \
-             az://container/prefix, gs://bucket/prefix or swift://container/prefix",
-        ))
     }
 
     /// A bank on an existing store, with `prefix` as its root. `label` names it in messages and
@@ -487,6 +316,7 @@ fn file_url_path(rest: &str) -> std::result::Result<PathBuf, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     #[test]
     fn urls_are_parsed() {

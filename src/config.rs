@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::bank::scheme::Scheme;
 use crate::error::{Error, Result};
 use crate::windows::LeaseWindows;
 
@@ -505,7 +506,7 @@ impl Config {
     /// The shortest `gc.grace` rule (c) allows on this bank with these windows and budget
     /// (zero when every grace does, or the bank is not on Swift), for `banklease doctor`.
     pub fn shortest_grace(&self) -> Duration {
-        if !self.bank.url.trim().starts_with("swift://") {
+        if Scheme::of(&self.bank.url) != Some(Scheme::Swift) {
             return Duration::ZERO;
         }
         let lease = &self.lease;
@@ -566,7 +567,7 @@ impl Config {
             ));
         }
         // (c)
-        if self.bank.url.trim().starts_with("swift://") {
+        if Scheme::of(&self.bank.url) == Some(Scheme::Swift) {
             let counted = lease
                 .expire_window
                 .saturating_sub(lease.validity_window)

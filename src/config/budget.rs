@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use object_store::{BackoffConfig, ClientConfigKey, ClientOptions, RetryConfig};
 
+use crate::bank::scheme::Scheme;
+
 /// The limits a bank's store client is opened with; `None` leaves the client's default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClientLimits {
@@ -64,18 +66,12 @@ impl ClientLimits {
         env: impl Fn(&str) -> Option<String>,
     ) -> Duration {
         let url = url.trim();
-        let (timeout_variable, swift) = if url.starts_with("s3://") {
-            (Some("AWS_TIMEOUT"), false)
-        } else if url.starts_with("az://") {
-            (Some("AZURE_TIMEOUT"), false)
-        } else if url.starts_with("gs://") {
-            (Some("GOOGLE_TIMEOUT"), false)
-        } else if url.starts_with("swift://") {
-            (None, true)
-        } else {
+        let scheme = match Scheme::of(url) {
             // file:, memory:// (and anything Bank::open refuses anyway).
-            return Duration::ZERO;
+            None | Some(Scheme::File | Scheme::Memory) => return Duration::ZERO,
+            Some(scheme) => scheme,
         };
+        let (timeout_variable, swift) = (scheme.timeout_variable(), scheme == Scheme::Swift);
         let parse = |v: &str| humantime::parse_duration(v.trim()).ok();
         let default_timeout = ClientOptions::default()
             .get_config_value(&ClientConfigKey::Timeout)

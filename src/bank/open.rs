@@ -1,0 +1,216 @@
+//! Opening a bank from its URL: one function per [`Scheme`].
+
+use std::sync::Arc;
+
+use object_store::memory::InMemory;
+use object_store::ClientConfigKey;
+
+use super::scheme::Scheme;
+use super::{file_url_path, Bank};
+use crate::config::ClientLimits;
+use crate::error::{Error, Result};
+use crate::store_clock::DateRecorder;
+
+impl Bank {
+    pub(super) fn open_with(url: &str, create: bool, limits: ClientLimits) -> Result<Self> {
+        let url = url.trim();
+        if url.is_empty() {
+            return Err(invalid(
+                url,
+                "it is empty; use file:///path, memory://, s3://bucket/prefix, az://container/prefix, \
+                 gs://bucket/prefix or swift://container/prefix",
+            ));
+        }
+        match Scheme::split(url) {
+            Some((Scheme::File, rest)) => open_file(url, rest, create),
+            Some((Scheme::Memory, rest)) => open_memory(url, rest),
+            Some((Scheme::S3, rest)) => open_s3(url, rest, limits),
+            Some((Scheme::Azure, rest)) => open_azure(url, rest, limits),
+            Some((Scheme::Gcs, rest)) => open_gcs(url, rest, limits),
+            Some((Scheme::Swift, rest)) => open_swift(url, rest, limits),
+            None => Err(invalid(
+                url,
+                "unknown scheme; use file:///path, file:relative/path, memory://, s3://bucket/prefix, \
+                 az://container/prefix, gs://bucket/prefix or swift://container/prefix",
+            )),
+        }
+    }
+}
+
+fn invalid(url: &str, reason: &str) -> Error {
+    Error::InvalidUrl {
+        url: url.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// `file:…` (`rest` is what follows the scheme).
+fn open_file(url: &str, rest: &str, create: bool) -> Result<Bank> {
+    let bad = |reason: &str| invalid(url, reason);
+    let path = file_url_path(rest).map_err(|r| bad(&r))?;
+    // Encoded (`%20` for a space): a label is a URL an operator can paste back.
+    let label = url::Url::from_file_path(&path)
+        .map_or_else(|()| format!("file://{}", path.display()), String::from);
+    // A refusal for lack of permission is labelled as one: the URL is fine.
+    let io = |what: String, e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::PermissionDenied => Error::Permission {
+            bank: label.clone(),
+            what,
+            cause: e.to_string(),
+        },
+        _ => bad(&format!("cannot {what}: {e}")),
+    };
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(bad(&format!("`{}` is not a directory", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => {
+            return Err(Error::NoBank {
+                bank: label,
+                reason: "its directory does not exist".to_owned(),
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(&path)
+                .map_err(|e| io(format!("create directory `{}`", path.display()), e))?;
+        }
+        Err(e) => return Err(io(format!("look at `{}`", path.display()), e)),
+    }
+    let store = crate::store::local::LocalStore::new(&path).map_err(|e| {
+        let denied = match &e {
+            object_store::Error::Generic { source, .. } => source
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied),
+            _ => false,
+        };
+        if denied {
+            Error::Permission {
+                bank: label.clone(),
+                what: "open the bank's directory".to_owned(),
+                cause: e.to_string(),
+            }
+        } else {
+            bad(&format!("cannot open directory: {e}"))
+        }
+    })?;
+    Ok(Bank::from_local(store, &label))
+}
+
+/// `memory://…` (`rest` is what follows the scheme).
+fn open_memory(url: &str, rest: &str) -> Result<Bank> {
+    // Each open is a new store that nothing else can name, so there is no bank to
+    // mistype: it is a bank from the start (`layout::check` accepts it empty).
+    let mut bank = Bank::from_store(Arc::new(InMemory::new()), rest, url);
+    Arc::get_mut(&mut bank.inner)
+        .expect("a bank just built is not shared")
+        .made_at_open = true;
+    Ok(bank)
+}
+
+/// `s3://…` (`rest` is what follows the scheme).
+fn open_s3(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
+    let bad = |reason: &str| invalid(url, reason);
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(bad("no bucket; use s3://bucket/prefix"));
+    }
+    let mut builder = object_store::aws::AmazonS3Builder::from_env();
+    if let Some(timeout) = limits.request_timeout {
+        builder = builder.with_config(
+            object_store::aws::AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
+            humantime::format_duration(timeout).to_string(),
+        );
+    }
+    let store = builder
+        .with_retry(limits.retry_config())
+        .with_bucket_name(bucket)
+        .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
+        .with_http_connector(DateRecorder::default())
+        .build()
+        .map_err(|e| bad(&format!("cannot configure S3 from AWS_* variables: {e}")))?;
+    Ok(Bank::from_store(Arc::new(store), prefix, url))
+}
+
+/// `az://…` (`rest` is what follows the scheme).
+fn open_azure(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
+    let bad = |reason: &str| invalid(url, reason);
+    let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if container.is_empty() {
+        return Err(bad("no container; use az://container/prefix"));
+    }
+    let mut builder = object_store::azure::MicrosoftAzureBuilder::from_env();
+    if let Some(timeout) = limits.request_timeout {
+        builder = builder.with_config(
+            object_store::azure::AzureConfigKey::Client(ClientConfigKey::Timeout),
+            humantime::format_duration(timeout).to_string(),
+        );
+    }
+    let store = builder
+        .with_retry(limits.retry_config())
+        .with_container_name(container)
+        .with_http_connector(DateRecorder::default())
+        .build()
+        .map_err(|e| {
+            bad(&format!(
+                "cannot configure Azure from the AZURE_* variables (account and key, or \
+                     AZURE_STORAGE_USE_EMULATOR=true for Azurite): {e}"
+            ))
+        })?;
+    Ok(Bank::from_store(Arc::new(store), prefix, url))
+}
+
+/// `gs://…` (`rest` is what follows the scheme).
+fn open_gcs(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
+    let bad = |reason: &str| invalid(url, reason);
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(bad("no bucket; use gs://bucket/prefix"));
+    }
+    let mut builder = object_store::gcp::GoogleCloudStorageBuilder::from_env();
+    if let Some(timeout) = limits.request_timeout {
+        builder = builder.with_config(
+            object_store::gcp::GoogleConfigKey::Client(ClientConfigKey::Timeout),
+            humantime::format_duration(timeout).to_string(),
+        );
+    }
+    let store = builder
+        .with_retry(limits.retry_config())
+        .with_bucket_name(bucket)
+        .with_http_connector(DateRecorder::default())
+        .build()
+        .map_err(|e| {
+            bad(&format!(
+                "cannot configure Google Cloud Storage from the GOOGLE_* variables \
+                     (GOOGLE_SERVICE_ACCOUNT or application default credentials): {e}"
+            ))
+        })?;
+    Ok(Bank::from_store(Arc::new(store), prefix, url))
+}
+
+/// `swift://…` (`rest` is what follows the scheme).
+fn open_swift(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
+    let bad = |reason: &str| invalid(url, reason);
+    let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if container.is_empty() {
+        return Err(bad("no container; use swift://container/prefix"));
+    }
+    let mut builder = crate::store::swift::SwiftBuilder::from_env();
+    if let Some(timeout) = limits.request_timeout {
+        builder = builder.with_request_timeout(timeout);
+    }
+    if limits.retry_timeout.is_some() {
+        builder = builder
+            .with_retry(limits.retry_config())
+            .with_one_retry_cutoff();
+    }
+    let store = builder
+        .with_container(container)
+        .with_http_connector(DateRecorder::default())
+        .build()
+        .map_err(|e| {
+            bad(&format!(
+                "cannot configure Swift from the ST_* (TempAuth) or OS_* (Keystone v3) \
+                     variables: {e}"
+            ))
+        })?;
+    Ok(Bank::from_swift(store, prefix, url))
+}
