@@ -67,6 +67,11 @@
 //! **API boundary:** everything Swift-specific ([`SwiftStore::put_with_delete_after`],
 //! [`SwiftStore::post_metadata`], [`SwiftStore::head_swift`], ...) is on [`SwiftStore`], not on
 //! the trait, so wrappers (`FailingStore`, `PrefixStore`) see only standard operations.
+//!
+//! Just over 600 lines, on purpose: the `ObjectStore` implementation forwards every method in
+//! one place (the house style of object_store's backends), and the Swift-only calls sit beside
+//! the requests they share; the protocol's parts are their own files (`auth`, `client`,
+//! `headers`, `list`, `bulk`, `slo`).
 
 mod auth;
 mod builder;
