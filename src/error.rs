@@ -2,8 +2,16 @@
 //!
 //! Every message is lowercase, says what went wrong and what to do next, and carries its details as
 //! key=`value` pairs. The underlying cause is kept as `#[source]` and is not repeated in the message.
+//!
+//! [`Error::kind`] sorts the variants into the few [`ErrorKind`]s a caller acts on (not a bank,
+//! refused by the store, lost, fenced, invalid input, unavailable, transient, ...): match on the
+//! kind to decide what to do, on the variant for its details.
 
 use std::time::Duration;
+
+use object_store::path::Path;
+
+use crate::id::OwnerId;
 
 /// A specialised `Result` for banklease operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -32,12 +40,12 @@ pub enum Error {
     },
 
     /// An identifier (owner id, checkpoint id, key) is not acceptable as part of an object path.
-    #[error("invalid {kind} id=`{id}`: {reason}")]
+    #[error("invalid {kind} id=`{given}`: {reason}")]
     InvalidId {
         /// What kind of id: `owner`, `checkpoint`, ...
         kind: &'static str,
-        /// The offending id, escaped and shortened for display.
-        id: String,
+        /// The text given as the id (not a valid id), escaped and shortened for display.
+        given: String,
         /// Which rule it breaks.
         reason: &'static str,
     },
@@ -59,8 +67,8 @@ pub enum Error {
     Store {
         /// The operation, e.g. `put`, `get`, `head`.
         op: &'static str,
-        /// The object path.
-        path: String,
+        /// The object path (or the listed prefix).
+        path: Path,
         /// The store's error.
         #[source]
         source: object_store::Error,
@@ -156,7 +164,7 @@ pub enum Error {
     )]
     LeaseExists {
         /// The owner whose lease is present.
-        owner_id: String,
+        owner_id: OwnerId,
     },
 
     /// The lease is lost: it was deleted or replaced, or its validity ran out before a renewal
@@ -167,7 +175,7 @@ pub enum Error {
     )]
     LeaseLost {
         /// The owner whose lease is lost.
-        owner_id: String,
+        owner_id: OwnerId,
         /// Why the lease is considered lost.
         reason: String,
     },
@@ -179,7 +187,7 @@ pub enum Error {
     )]
     ValidityTooShort {
         /// The owner.
-        owner_id: String,
+        owner_id: OwnerId,
         /// The lease time left.
         remaining: Duration,
         /// The time that must be left to start an update.
@@ -270,7 +278,7 @@ pub enum Error {
     )]
     Corrupt {
         /// The object's path.
-        path: String,
+        path: Path,
         /// What is wrong with it.
         reason: String,
     },
@@ -339,7 +347,7 @@ pub enum Error {
     )]
     OtherLock {
         /// The guarded object.
-        path: String,
+        path: Path,
         /// The lock whose tokens guard it.
         guarded_by: String,
         /// The lock whose token was given.
@@ -368,7 +376,7 @@ pub enum Error {
     )]
     StaleFence {
         /// The guarded object.
-        path: String,
+        path: Path,
         /// The lock whose fencing tokens guard it.
         lock: String,
         /// The fencing token of the refused write.
@@ -378,12 +386,92 @@ pub enum Error {
     },
 }
 
+/// What kind of failure an [`Error`] is: what a caller should do about it, whatever the
+/// variant. [`Error::kind`] gives it; the CLI's exit statuses and the Python package's exception
+/// classes are derived from it.
+///
+/// `#[non_exhaustive]`: a later release may add kinds, so a `match` needs a `_` arm (treat an
+/// unknown kind as [`ErrorKind::Store`]: a failure not worth retrying unchanged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The caller gave something unusable: the configuration, lease windows, an id, a URL, a
+    /// lock term or payload, a fencing token of another (or no) lock. Retrying unchanged fails
+    /// the same way: fix the input.
+    InvalidInput,
+    /// The URL holds no bank this release can act on: nothing there, a prefix holding other
+    /// objects, or a layout it does not know. Check the URL, make a bank (`banklease init`), or
+    /// use a release that knows the layout.
+    NotABank,
+    /// The store (or the file system) refused these credentials: permission denied,
+    /// unauthenticated, credentials refused, or only allowed to read where a write is needed.
+    /// Run with credentials allowed to, or use something that only reads.
+    RefusedByStore,
+    /// A hold is gone for good: an owner lease or a named lock was lost. Final: stop acting as
+    /// its holder at once; start again under a new owner id, or acquire the lock again.
+    Lost,
+    /// The owner lease is held, but too little validity is left to start an update: wait for
+    /// the keeper's next renewal, or give up.
+    NotValid,
+    /// Someone else decided first: the GC collected the checkpoint, or a newer holder of the
+    /// lock wrote. Stop writing; never report the work as done.
+    Fenced,
+    /// What was asked for is someone else's now: a lease or checkpoint id that exists (or may,
+    /// after an unclear create), a lock held by another holder. Wait and try again, or use
+    /// another id or key.
+    Unavailable,
+    /// A store request failed in a way that may go away: a timeout, a refused connection, a
+    /// 5xx. Retrying the same request may succeed ([`Error::is_transient`]).
+    Transient,
+    /// A store request got a definite answer that retrying will not change: not found, a
+    /// failed condition, a missing bucket, an operation the store does not implement. The
+    /// message names the cause.
+    Store,
+    /// An object in the bank cannot be read: unparseable, or written by a newer release.
+    /// Inspect it (`banklease checkpoint explain ID` says what to do about a checkpoint's).
+    Corrupt,
+    /// The bank's store cannot give a guarantee the operation rests on: run `banklease doctor`,
+    /// or use another store.
+    Unsupported,
+    /// The store's clock cannot be trusted for this judgement: it stepped, or the collector's
+    /// probe could not be read back. Nothing was judged or deleted; the next pass tries again.
+    /// Check the store host's time service, or `gc.read_staleness`.
+    Clock,
+}
+
+impl ErrorKind {
+    /// The kind's name in `snake_case` (`not_a_bank`, `refused_by_store`, ...), as the Python
+    /// exceptions carry it in `.kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidInput => "invalid_input",
+            ErrorKind::NotABank => "not_a_bank",
+            ErrorKind::RefusedByStore => "refused_by_store",
+            ErrorKind::Lost => "lost",
+            ErrorKind::NotValid => "not_valid",
+            ErrorKind::Fenced => "fenced",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Transient => "transient",
+            ErrorKind::Store => "store",
+            ErrorKind::Corrupt => "corrupt",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Clock => "clock",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Error {
     /// A failed store request `op` on `path`, keeping its cause.
-    pub fn store(op: &'static str, path: impl ToString, source: object_store::Error) -> Self {
+    pub fn store(op: &'static str, path: &Path, source: object_store::Error) -> Self {
         Error::Store {
             op,
-            path: path.to_string(),
+            path: path.clone(),
             source,
         }
     }
@@ -394,30 +482,68 @@ impl Error {
         }
     }
 
+    /// What kind of failure this is, and so what a caller should do about it (see
+    /// [`ErrorKind`]). Every variant has exactly one kind; a store error's depends on its cause.
+    pub fn kind(&self) -> ErrorKind {
+        use ErrorKind as K;
+        // Exhaustive on purpose: a new variant does not compile until it is given a kind.
+        match self {
+            Error::Config { .. }
+            | Error::InvalidWindows { .. }
+            | Error::InvalidId { .. }
+            | Error::InvalidUrl { .. }
+            | Error::NoBankGiven
+            | Error::PayloadTooLarge { .. }
+            | Error::InvalidTerm { .. }
+            | Error::OtherLock { .. }
+            | Error::UnknownFence { .. } => K::InvalidInput,
+            Error::UnknownLayout { .. } | Error::NotABank { .. } | Error::NoBank { .. } => {
+                K::NotABank
+            }
+            Error::ReadOnly { .. } | Error::Permission { .. } => K::RefusedByStore,
+            Error::Store { source, .. } => store_kind(source),
+            Error::LeaseLost { .. } | Error::LockLost { .. } => K::Lost,
+            Error::ValidityTooShort { .. } => K::NotValid,
+            Error::Fenced { .. } | Error::StaleFence { .. } => K::Fenced,
+            Error::LeaseExists { .. }
+            | Error::CheckpointExists { .. }
+            | Error::CheckpointAmbiguous { .. }
+            | Error::Unavailable { .. } => K::Unavailable,
+            Error::Corrupt { .. } => K::Corrupt,
+            Error::Unsupported { .. } => K::Unsupported,
+            Error::ClockStep { .. } | Error::ClockUnverified { .. } => K::Clock,
+        }
+    }
+
     /// True when the error is a store error that may go away if the request is retried
     /// (as opposed to a definite answer such as NotFound or Precondition, a missing bucket or
-    /// refused credentials — which a listing reports as a generic HTTP error, not as NotFound).
+    /// refused credentials — which a listing reports as a generic HTTP error, not as NotFound):
+    /// exactly when [`Error::kind`] is [`ErrorKind::Transient`].
     pub fn is_transient(&self) -> bool {
-        match self {
-            Error::Store { source, .. } => {
-                !matches!(
-                    source,
-                    object_store::Error::NotFound { .. }
-                        | object_store::Error::AlreadyExists { .. }
-                        | object_store::Error::Precondition { .. }
-                        | object_store::Error::NotImplemented { .. }
-                        | object_store::Error::NotSupported { .. }
-                        | object_store::Error::InvalidPath { .. }
-                        | object_store::Error::PermissionDenied { .. }
-                        | object_store::Error::Unauthenticated { .. }
-                ) && !matches!(
-                    crate::store::cause::classify(source),
-                    crate::store::cause::StoreCause::ContainerMissing { .. }
-                        | crate::store::cause::StoreCause::CredentialsRefused { .. }
-                )
-            }
-            _ => false,
-        }
+        self.kind() == ErrorKind::Transient
+    }
+}
+
+/// The kind of a failed store request: refused credentials, a definite answer, or a failure
+/// that may go away.
+fn store_kind(source: &object_store::Error) -> ErrorKind {
+    use crate::store::cause::StoreCause;
+    match source {
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => return ErrorKind::RefusedByStore,
+        object_store::Error::NotFound { .. }
+        | object_store::Error::AlreadyExists { .. }
+        | object_store::Error::Precondition { .. }
+        | object_store::Error::NotImplemented { .. }
+        | object_store::Error::NotSupported { .. }
+        | object_store::Error::InvalidPath { .. } => return ErrorKind::Store,
+        _ => {}
+    }
+    // A listing reports a missing bucket or refused credentials as a generic HTTP error.
+    match crate::store::cause::classify(source) {
+        StoreCause::CredentialsRefused { .. } => ErrorKind::RefusedByStore,
+        StoreCause::ContainerMissing { .. } => ErrorKind::Store,
+        _ => ErrorKind::Transient,
     }
 }
 
@@ -425,12 +551,139 @@ impl Error {
 mod tests {
     use super::*;
 
+    fn generic(message: &str) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "S3",
+            source: message.to_owned().into(),
+        }
+    }
+
+    fn owner() -> OwnerId {
+        OwnerId::parse("svc-1").unwrap()
+    }
+
+    #[test]
+    fn every_variant_has_the_kind_a_caller_acts_on() {
+        use ErrorKind as K;
+        let path = Path::from("leases/svc-1");
+        let store = |source| Error::store("put", &path, source);
+        let s = String::new;
+        let cases = [
+            (Error::config("x"), K::InvalidInput),
+            (Error::InvalidWindows { rule: "r", detail: s() }, K::InvalidInput),
+            (Error::InvalidId { kind: "owner", given: s(), reason: "r" }, K::InvalidInput),
+            (Error::InvalidUrl { url: s(), reason: s() }, K::InvalidInput),
+            (Error::NoBankGiven, K::InvalidInput),
+            (Error::PayloadTooLarge { key: s(), size: 2, limit: 1 }, K::InvalidInput),
+            (Error::InvalidTerm { key: s(), detail: s() }, K::InvalidInput),
+            (
+                Error::OtherLock { path: path.clone(), guarded_by: s(), lock: s() },
+                K::InvalidInput,
+            ),
+            (Error::UnknownFence { lock: s(), fence: 1, counter: 0 }, K::InvalidInput),
+            (
+                Error::UnknownLayout { bank: s(), found: 9, created_by: s(), known: 1 },
+                K::NotABank,
+            ),
+            (Error::NotABank { bank: s(), found: s() }, K::NotABank),
+            (Error::NoBank { bank: s(), reason: s() }, K::NotABank),
+            (Error::ReadOnly { bank: s(), cause: s() }, K::RefusedByStore),
+            (Error::Permission { bank: s(), what: s(), cause: s() }, K::RefusedByStore),
+            (Error::LeaseLost { owner_id: owner(), reason: s() }, K::Lost),
+            (Error::LockLost { key: s(), owner: s(), reason: s() }, K::Lost),
+            (
+                Error::ValidityTooShort {
+                    owner_id: owner(),
+                    remaining: Duration::ZERO,
+                    validity_window: Duration::ZERO,
+                },
+                K::NotValid,
+            ),
+            (
+                Error::Fenced { checkpoint_id: s(), decided_by: s(), outcome: s() },
+                K::Fenced,
+            ),
+            (
+                Error::StaleFence { path: path.clone(), lock: s(), fence: 1, seen: 2 },
+                K::Fenced,
+            ),
+            (Error::LeaseExists { owner_id: owner() }, K::Unavailable),
+            (Error::CheckpointExists { checkpoint_id: s() }, K::Unavailable),
+            (Error::CheckpointAmbiguous { checkpoint_id: s() }, K::Unavailable),
+            (
+                Error::Unavailable { key: s(), holder: s(), remaining: Duration::ZERO },
+                K::Unavailable,
+            ),
+            (Error::Corrupt { path: path.clone(), reason: s() }, K::Corrupt),
+            (Error::Unsupported { bank: s(), usage: "leases", detail: s() }, K::Unsupported),
+            (
+                Error::ClockStep {
+                    step: Duration::ZERO,
+                    direction: "forward",
+                    at: chrono::DateTime::UNIX_EPOCH,
+                },
+                K::Clock,
+            ),
+            (Error::ClockUnverified { bank: s(), attempts: 3 }, K::Clock),
+            // A store error's kind is its cause's.
+            (store(generic("503 Service Unavailable")), K::Transient),
+            (store(object_store::Error::NotFound { path: s(), source: "gone".into() }), K::Store),
+            (
+                store(object_store::Error::Precondition { path: s(), source: "etag".into() }),
+                K::Store,
+            ),
+            (
+                store(object_store::Error::NotImplemented { operation: s(), implementer: s() }),
+                K::Store,
+            ),
+            (
+                store(object_store::Error::PermissionDenied { path: s(), source: "no".into() }),
+                K::RefusedByStore,
+            ),
+            (
+                store(object_store::Error::Unauthenticated { path: s(), source: "no".into() }),
+                K::RefusedByStore,
+            ),
+            (
+                store(generic("Server returned non-2xx status code: 403 Forbidden: <Code>InvalidAccessKeyId</Code>")),
+                K::RefusedByStore,
+            ),
+            (
+                store(generic("Server returned non-2xx status code: 404 Not Found: <Code>NoSuchBucket</Code>")),
+                K::Store,
+            ),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(error.kind(), kind, "{error}");
+            assert_eq!(error.is_transient(), kind == K::Transient, "{error}");
+        }
+    }
+
+    #[test]
+    fn typed_fields_print_as_the_strings_they_replace() {
+        let e = Error::Corrupt {
+            path: Path::from("index/protecting/svc-1/cp-1"),
+            reason: "not json".into(),
+        };
+        assert!(e
+            .to_string()
+            .starts_with("corrupt object: path=`index/protecting/svc-1/cp-1`: not json;"));
+        let e = Error::LeaseLost {
+            owner_id: owner(),
+            reason: "deleted".into(),
+        };
+        assert!(e
+            .to_string()
+            .starts_with("lease lost: owner_id=`svc-1` reason=`deleted`;"));
+        assert_eq!(ErrorKind::RefusedByStore.to_string(), "refused_by_store");
+    }
+
     #[test]
     fn a_missing_bucket_is_a_definite_answer_however_the_request_reports_it() {
         // A listing of a missing S3 bucket comes back as a generic 404, not as NotFound.
         let listed = Error::store(
             "list",
-            object_store::path::Path::from("p"),
+            &Path::from("p"),
             object_store::Error::Generic {
                 store: "S3",
                 source: "Server returned non-2xx status code: 404 Not Found: \
@@ -441,7 +694,7 @@ mod tests {
         assert!(!listed.is_transient(), "{listed}");
         let flaky = Error::store(
             "list",
-            object_store::path::Path::from("p"),
+            &Path::from("p"),
             object_store::Error::Generic {
                 store: "S3",
                 source: "Server returned non-2xx status code: 503 Service Unavailable".into(),

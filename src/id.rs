@@ -34,7 +34,7 @@ pub fn validate_id(kind: &'static str, id: &str) -> Result<()> {
         None => Ok(()),
         Some(reason) => Err(Error::InvalidId {
             kind,
-            id: display_id(id),
+            given: display_id(id),
             reason,
         }),
     }

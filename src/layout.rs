@@ -90,7 +90,7 @@ pub async fn read(bank: &Bank) -> Result<Option<Descriptor>> {
         Err(e) => return Err(Error::store("get", &path, e)),
     };
     let corrupt = |e: serde_json::Error| Error::Corrupt {
-        path: path.to_string(),
+        path: path.clone(),
         reason: format!("not a bank descriptor: {e}"),
     };
     // The layout first: a later layout's descriptor may lack this one's fields, and must be

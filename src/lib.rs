@@ -102,7 +102,7 @@ pub use checkpoint::upload::DataUpload;
 pub use checkpoint::Checkpoint;
 pub use checkpoint::Status;
 pub use config::Config;
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use id::{validate_id, OwnerId, MAX_ID_LEN};
 pub use lease::{
     read_lease, read_lease_at, Keeper, LeaseRecord, LeaseState, OwnerLease, LEASE_FORMAT,

@@ -280,7 +280,7 @@ pub fn validate_lock_key(key: &str) -> crate::Result<()> {
         None => Ok(()),
         Some(reason) => Err(crate::Error::InvalidId {
             kind: "lock key",
-            id: key.escape_debug().take(80).collect(),
+            given: key.escape_debug().take(80).collect(),
             reason,
         }),
     }
@@ -292,7 +292,7 @@ pub fn validate_lock_key(key: &str) -> crate::Result<()> {
 pub fn validate_fenced_object(object: &str) -> crate::Result<()> {
     let refuse = |reason| crate::Error::InvalidId {
         kind: "object",
-        id: object.escape_debug().take(80).collect(),
+        given: object.escape_debug().take(80).collect(),
         reason,
     };
     validate_lock_key(object).map_err(|_| {

@@ -9,6 +9,7 @@ use banklease::config::Config;
 use banklease::validate_id;
 use banklease::{read_lease, LeaseRecord, MAX_LEASE_BYTES};
 use banklease::{Bank, Error, OwnerId};
+use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 use proptest::prelude::*;
 
@@ -89,21 +90,21 @@ fn bad_lease_bodies() -> Vec<(&'static str, Vec<u8>)> {
 fn malformed_lease_bodies_are_corrupt_not_panics() {
     let cases = bad_lease_bodies();
     for (name, body) in &cases {
-        match LeaseRecord::parse("leases/x", body) {
+        match LeaseRecord::parse(&Path::from("leases/x"), body) {
             Err(Error::Corrupt { path, reason }) => {
-                assert_eq!(path, "leases/x", "{name}");
+                assert_eq!(path.as_ref(), "leases/x", "{name}");
                 assert!(!reason.is_empty(), "{name}");
             }
             other => panic!("{name}: expected a corrupt-record error, got {other:?}"),
         }
     }
     // The future format says what to do.
-    let err = LeaseRecord::parse("p", &with("format", 2.into())).unwrap_err();
+    let err = LeaseRecord::parse(&Path::from("p"), &with("format", 2.into())).unwrap_err();
     assert!(err.to_string().contains("upgrade banklease"), "{err}");
     // Unknown fields are fine: newer writers of the same format stay readable.
     let mut v = good_lease();
     v["added_in_a_later_release"] = serde_json::json!({"x": 1});
-    LeaseRecord::parse("p", &serde_json::to_vec(&v).unwrap()).unwrap();
+    LeaseRecord::parse(&Path::from("p"), &serde_json::to_vec(&v).unwrap()).unwrap();
 }
 
 #[tokio::test]
@@ -256,7 +257,7 @@ proptest! {
 
     #[test]
     fn lease_parser_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-        let _ = LeaseRecord::parse("p", &bytes);
+        let _ = LeaseRecord::parse(&Path::from("p"), &bytes);
     }
 
     #[test]

@@ -260,7 +260,7 @@ async fn delete_paths(bank: &Bank, paths: &[Path]) -> HashSet<Path> {
                 }
             }
             Err(e) => {
-                let e = banklease::Error::store("delete", asked.map_or("", |a| a.as_ref()), e);
+                let e = banklease::Error::store("delete", &asked.cloned().unwrap_or_default(), e);
                 tracing::warn!(error = %e, "deleting a collected checkpoint's data object failed");
                 if e.is_transient() {
                     break;

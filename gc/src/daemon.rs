@@ -375,8 +375,8 @@ impl Daemon {
                 Ok(lease) => return Some(lease),
                 Err(banklease::Error::LeaseExists { owner_id }) => {
                     failure.reset();
-                    let ours = owner_id == self.owner.as_str();
-                    if holder.changed(&owner_id) {
+                    let ours = owner_id == self.owner;
+                    if holder.changed(owner_id.as_str()) {
                         info!(holder = %owner_id, ours, "standby: the gc lease is held and alive");
                     } else {
                         debug!(holder = %owner_id, ours, "standby: the gc lease is still held");

@@ -14,7 +14,7 @@ pub(crate) async fn delete_ok_if_missing(bank: &Bank, path: &Path) -> banklease:
         Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
         Err(e) => Err(banklease::Error::Store {
             op: "delete",
-            path: path.to_string(),
+            path: path.clone(),
             source: e,
         }),
     }
@@ -78,7 +78,7 @@ pub(crate) async fn delete_prefix(bank: &Bank, prefix: &Path) -> banklease::Resu
             Err(e) => {
                 return Err(banklease::Error::Store {
                     op: "delete",
-                    path: prefix.to_string(),
+                    path: prefix.clone(),
                     source: e,
                 })
             }

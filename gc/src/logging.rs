@@ -50,7 +50,7 @@ mod tests {
             store: "S3",
             source: "404 Not Found: <Code>NoSuchBucket</Code>".into(),
         };
-        let e = anyhow::Error::new(banklease::Error::store("list", "b/leases", store))
+        let e = anyhow::Error::new(banklease::Error::store("list", &"b/leases".into(), store))
             .context("cannot list `b/leases` in bank=`s3://b`")
             .context("cannot list `b/leases` in bank=`s3://b`");
         assert_eq!(

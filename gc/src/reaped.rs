@@ -63,7 +63,7 @@ pub async fn read(bank: &Bank, owner: &OwnerId) -> banklease::Result<Option<Reap
         Err(e) => return Err(banklease::Error::store("get", &path, e)),
     };
     let corrupt = |reason: String| banklease::Error::Corrupt {
-        path: path.to_string(),
+        path: path.clone(),
         reason,
     };
     if got.meta.size > banklease::checkpoint::MAX_META_BYTES {

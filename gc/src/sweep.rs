@@ -150,7 +150,7 @@ async fn sweep_one(bank: &Bank, id: &str, marker: Path) -> banklease::Result<Opt
             tracing::warn!(checkpoint_id = %id,
                 "sweep marker without a readable gc decision: left for a later pass");
             return Err(banklease::Error::Corrupt {
-                path: marker.to_string(),
+                path: marker.clone(),
                 reason: "no decision reads back for this sweep marker; left for a later \
                          pass"
                     .to_owned(),

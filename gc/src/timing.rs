@@ -247,7 +247,7 @@ pub(crate) async fn read_floor(bank: &Bank) -> banklease::Result<Option<DateTime
         .map_err(|e| banklease::Error::store("get", &path, e))?;
     let record: FloorRecord =
         serde_json::from_slice(&bytes).map_err(|e| banklease::Error::Corrupt {
-            path: path.to_string(),
+            path: path.clone(),
             reason: format!("not a clock-floor record: {e}"),
         })?;
     Ok(Some(record.floor))

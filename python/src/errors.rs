@@ -56,12 +56,16 @@ pub(crate) fn to_py(e: banklease::Error) -> PyErr {
     match e {
         E::Config { .. } | E::InvalidWindows { .. } => raise("ConfigError", message, &[]),
         E::InvalidUrl { url, .. } => raise("ConfigError", message, &[("url", Attr::Str(url))]),
-        E::InvalidId { kind, id, reason } => raise(
+        E::InvalidId {
+            kind,
+            given,
+            reason,
+        } => raise(
             "InvalidId",
             message,
             &[
                 ("kind", Attr::Str(kind.into())),
-                ("id", Attr::Str(id)),
+                ("id", Attr::Str(given)),
                 ("reason", Attr::Str(reason.into())),
             ],
         ),
@@ -72,7 +76,7 @@ pub(crate) fn to_py(e: banklease::Error) -> PyErr {
                 message,
                 &[
                     ("op", Attr::Str(op.into())),
-                    ("path", Attr::Str(path)),
+                    ("path", Attr::Str(path.to_string())),
                     ("transient", Attr::Bool(transient)),
                     ("detail", Attr::Str(detail)),
                 ],
@@ -81,14 +85,16 @@ pub(crate) fn to_py(e: banklease::Error) -> PyErr {
         E::UnknownLayout { bank, .. } | E::NotABank { bank, .. } | E::NoBank { bank, .. } => {
             raise("LayoutError", message, &[("bank", Attr::Str(bank))])
         }
-        E::LeaseExists { owner_id } => {
-            raise("LeaseExists", message, &[("owner_id", Attr::Str(owner_id))])
-        }
+        E::LeaseExists { owner_id } => raise(
+            "LeaseExists",
+            message,
+            &[("owner_id", Attr::Str(owner_id.to_string()))],
+        ),
         E::LeaseLost { owner_id, reason } => raise(
             "LeaseLost",
             message,
             &[
-                ("owner_id", Attr::Str(owner_id)),
+                ("owner_id", Attr::Str(owner_id.to_string())),
                 ("reason", Attr::Str(reason)),
             ],
         ),
@@ -100,7 +106,7 @@ pub(crate) fn to_py(e: banklease::Error) -> PyErr {
             "NotValid",
             message,
             &[
-                ("owner_id", Attr::Str(owner_id)),
+                ("owner_id", Attr::Str(owner_id.to_string())),
                 ("remaining", Attr::Secs(remaining)),
                 ("validity_window", Attr::Secs(validity_window)),
             ],
@@ -146,7 +152,11 @@ pub(crate) fn to_py(e: banklease::Error) -> PyErr {
                 ("direction", Attr::Str(direction.into())),
             ],
         ),
-        E::Corrupt { path, .. } => raise("CorruptObject", message, &[("path", Attr::Str(path))]),
+        E::Corrupt { path, .. } => raise(
+            "CorruptObject",
+            message,
+            &[("path", Attr::Str(path.to_string()))],
+        ),
         // Named locks are not in the Python API; any later variant lands here too.
         _ => raise("BankleaseError", message, &[]),
     }

@@ -108,7 +108,7 @@ pub(crate) fn raise_if_lost(lease: &banklease::OwnerLease, quiet: bool) -> PyRes
 
 pub(crate) fn lost(lease: &banklease::OwnerLease, reason: String) -> banklease::Error {
     banklease::Error::LeaseLost {
-        owner_id: lease.owner_id().to_string(),
+        owner_id: lease.owner_id().clone(),
         reason,
     }
 }

@@ -47,7 +47,7 @@ pub async fn decide(bank: &Bank, decision: Decision) -> Result<Decided> {
         Written::Ours(_) => Ok(Decided::Won(decision)),
         Written::Conflict(Some(existing)) => Ok(Decided::Lost(existing.record)),
         Written::Conflict(None) => Err(Error::Corrupt {
-            path: path.to_string(),
+            path: path.clone(),
             reason: "create said it exists, but it cannot be read; retry".to_owned(),
         }),
     }
@@ -71,7 +71,7 @@ pub async fn finish_owner_decision(bank: &Bank, decision: &Decision) -> Result<(
     let created_at = match &existing {
         Some(r) if r.owner_id != decision.owner_id => {
             return Err(Error::Corrupt {
-                path: index.to_string(),
+                path: index.clone(),
                 reason: format!(
                     "it names owner_id=`{}` but decision names owner_id=`{}`",
                     r.owner_id, decision.owner_id

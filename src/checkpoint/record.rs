@@ -331,7 +331,7 @@ pub(crate) async fn parse_record<T: Record>(
     body: impl Future<Output = Result<Bytes>>,
 ) -> Result<T> {
     let corrupt = |reason: String| Error::Corrupt {
-        path: path.to_string(),
+        path: path.clone(),
         reason,
     };
     if size > MAX_META_BYTES {

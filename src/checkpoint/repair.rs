@@ -51,7 +51,7 @@ async fn read_unreadable(
 ) -> Result<(Bytes, Option<String>, Option<String>)> {
     let path = key.path(bank);
     let corrupt = |reason: String| Error::Corrupt {
-        path: path.to_string(),
+        path: path.clone(),
         reason,
     };
     let got = match bank.store().get(&path).await {
@@ -154,7 +154,7 @@ pub async fn replace_index(bank: &Bank, kept: &SetAside, record: &CheckpointReco
 async fn replace(bank: &Bank, kept: &SetAside, payload: PutPayload) -> Result<()> {
     let path = &kept.path;
     let changed = || Error::Corrupt {
-        path: path.to_string(),
+        path: (*path).clone(),
         reason: format!(
             "it changed since it was read and kept at `{}`; run again",
             kept.kept_at

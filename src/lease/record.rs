@@ -26,13 +26,13 @@ pub const MAX_LEASE_BYTES: u64 = 64 * 1024;
 
 /// Parse a `what` record (`lease`, `lock`) of at most `format` read from `path`.
 pub(crate) fn parse_versioned<T: DeserializeOwned>(
-    path: &str,
+    path: &Path,
     bytes: &[u8],
     what: &str,
     format: u32,
 ) -> Result<T> {
     let corrupt = |reason: String| Error::Corrupt {
-        path: path.to_owned(),
+        path: path.clone(),
         reason,
     };
     #[derive(Deserialize)]
@@ -54,7 +54,7 @@ pub(crate) fn parse_versioned<T: DeserializeOwned>(
 /// Encode a `what` record for a write to `path`.
 pub(crate) fn encode<T: Serialize>(path: &Path, what: &str, record: &T) -> Result<PutPayload> {
     let bytes = serde_json::to_vec(record).map_err(|e| Error::Corrupt {
-        path: path.to_string(),
+        path: path.clone(),
         reason: format!("cannot encode {what} record: {e}"),
     })?;
     Ok(PutPayload::from(bytes))
@@ -74,7 +74,7 @@ pub(crate) async fn read_bounded(
     };
     let meta = got.meta.clone();
     let too_large = |size: String| Error::Corrupt {
-        path: path.to_string(),
+        path: path.clone(),
         reason: format!("size `{size}` exceeds {max} bytes"),
     };
     if meta.size > max {
@@ -124,11 +124,11 @@ impl LeaseRecord {
     }
 
     /// Parse a lease body read from `path`, checking its format version and bounds.
-    pub fn parse(path: &str, bytes: &[u8]) -> Result<Self> {
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Self> {
         let record: LeaseRecord = parse_versioned(path, bytes, "lease", LEASE_FORMAT)?;
         if record.expire_window_ms == 0 || record.expire_window() > MAX_EXPIRE_WINDOW {
             return Err(Error::Corrupt {
-                path: path.to_owned(),
+                path: path.clone(),
                 reason: format!(
                     "expire_window_ms=`{}` is out of range",
                     record.expire_window_ms
@@ -146,7 +146,7 @@ pub async fn read_lease(bank: &Bank, owner: &OwnerId) -> Result<Option<(LeaseRec
     if let Some((r, _)) = &record {
         if r.owner_id != *owner {
             return Err(Error::Corrupt {
-                path: path.to_string(),
+                path: path.clone(),
                 reason: format!("it names owner_id=`{}`", r.owner_id),
             });
         }
@@ -159,7 +159,7 @@ pub async fn read_lease_at(bank: &Bank, path: &Path) -> Result<Option<(LeaseReco
     let Some((bytes, meta)) = read_bounded(bank, path, MAX_LEASE_BYTES).await? else {
         return Ok(None);
     };
-    Ok(Some((LeaseRecord::parse(path.as_ref(), &bytes)?, meta)))
+    Ok(Some((LeaseRecord::parse(path, &bytes)?, meta)))
 }
 
 /// A fresh per-write token.

@@ -67,7 +67,7 @@ async fn read_sidecar(
     };
     let meta = got.meta.clone();
     let corrupt = |reason: String| Error::Corrupt {
-        path: path.to_string(),
+        path: path.clone(),
         reason,
     };
     if meta.size > MAX_SIDECAR_BYTES {
@@ -110,14 +110,14 @@ pub async fn guarded_put(
         if let Some((seen, _)) = &current {
             if seen.lock != fence.lock {
                 return Err(Error::OtherLock {
-                    path: path.to_string(),
+                    path: path.clone(),
                     guarded_by: seen.lock.clone(),
                     lock: fence.lock.clone(),
                 });
             }
             if seen.fence > fence.value {
                 return Err(Error::StaleFence {
-                    path: path.to_string(),
+                    path: path.clone(),
                     lock: fence.lock.clone(),
                     fence: fence.value,
                     seen: seen.fence,
@@ -138,7 +138,7 @@ pub async fn guarded_put(
                 token: new_token(),
             };
             let bytes = serde_json::to_vec(&body).map_err(|e| Error::Corrupt {
-                path: side.to_string(),
+                path: side.clone(),
                 reason: format!("cannot encode fence sidecar: {e}"),
             })?;
             match bank
@@ -200,7 +200,7 @@ impl super::Locks {
         let counter = self.inspect(key).await?.map_or(0, |info| info.fence);
         if counter > token {
             return Err(Error::StaleFence {
-                path: path.to_string(),
+                path: path.clone(),
                 lock: fence.lock,
                 fence: token,
                 seen: counter,

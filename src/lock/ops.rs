@@ -31,7 +31,7 @@ impl Locks {
         if keys.is_empty() {
             return Err(Error::InvalidId {
                 kind: "lock key",
-                id: String::new(),
+                given: String::new(),
                 reason: "no key was given",
             });
         }

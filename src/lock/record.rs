@@ -70,9 +70,9 @@ impl LockRecord {
     }
 
     /// Parse a body read from `path`, checking its format version and bounds.
-    pub fn parse(path: &str, bytes: &[u8]) -> Result<Self> {
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Self> {
         let corrupt = |reason: String| Error::Corrupt {
-            path: path.to_owned(),
+            path: path.clone(),
             reason,
         };
         let record: LockRecord = parse_versioned(path, bytes, "lock", LOCK_FORMAT)?;
@@ -101,7 +101,7 @@ pub async fn read_record(bank: &Bank, path: &Path) -> Result<Option<(LockRecord,
     let Some((bytes, meta)) = read_bounded(bank, path, MAX_RECORD_BYTES).await? else {
         return Ok(None);
     };
-    Ok(Some((LockRecord::parse(path.as_ref(), &bytes)?, meta)))
+    Ok(Some((LockRecord::parse(path, &bytes)?, meta)))
 }
 
 /// Where a lock stands on the store's clock.
@@ -244,7 +244,7 @@ mod tests {
     #[test]
     fn parse_refuses_bad_records() {
         let ok = serde_json::to_vec(&record(Some("a"), 5)).unwrap();
-        LockRecord::parse("p", &ok).unwrap();
+        LockRecord::parse(&Path::from("p"), &ok).unwrap();
         for bad in [
             record(Some("../x"), 5),
             record(Some("a"), 0),
@@ -252,13 +252,14 @@ mod tests {
         ] {
             let bytes = serde_json::to_vec(&bad).unwrap();
             assert!(matches!(
-                LockRecord::parse("p", &bytes),
+                LockRecord::parse(&Path::from("p"), &bytes),
                 Err(Error::Corrupt { .. })
             ));
         }
         let mut newer = record(None, 0);
         newer.format = LOCK_FORMAT + 1;
-        let err = LockRecord::parse("p", &serde_json::to_vec(&newer).unwrap()).unwrap_err();
+        let err =
+            LockRecord::parse(&Path::from("p"), &serde_json::to_vec(&newer).unwrap()).unwrap_err();
         assert!(err.to_string().contains("upgrade"), "{err}");
     }
 }

@@ -47,7 +47,7 @@ pub struct Single {
 #[derive(Debug)]
 pub struct ActiveElsewhere {
     /// The active daemon's owner id.
-    pub holder: String,
+    pub holder: banklease::OwnerId,
     /// The bank.
     pub bank: String,
 }
@@ -89,7 +89,9 @@ impl Daemon {
                 let report = self.pass(collector, tracker).await?;
                 return Ok(Some(Single {
                     report,
-                    lease: PassLease::Beside { holder: owner_id },
+                    lease: PassLease::Beside {
+                        holder: owner_id.to_string(),
+                    },
                 }));
             }
             Err(banklease::Error::LeaseExists { owner_id }) => {

@@ -351,7 +351,7 @@ impl Broken {
             .await
             .map_err(|e| banklease::Error::Store {
                 op: "list",
-                path: PREFIX.to_owned(),
+                path: PREFIX.into(),
                 source: e,
             })?;
         let mut by_owner: BTreeMap<OwnerId, Vec<String>> = BTreeMap::new();
@@ -442,7 +442,7 @@ impl Broken {
             .await
             .map_err(|e| banklease::Error::Store {
                 op: "list",
-                path: prefix.to_string(),
+                path: prefix.clone(),
                 source: e,
             })?;
         for meta in leases {

@@ -84,7 +84,7 @@ impl OwnerLease {
         let Some((record, meta)) = read_lease_at(bank, &path).await? else {
             return Self::acquire_at(bank, path, owner, windows, clock).await;
         };
-        let holder = record.owner_id.to_string();
+        let holder = record.owner_id.clone();
         let expiry = judge_expiry(
             meta.last_modified,
             record.expire_window(),
@@ -125,7 +125,7 @@ impl OwnerLease {
         }
         let mechanism = bank.capabilities().await?.renewal;
         let acquired_at: DateTime<Utc> = clock.system_now().into();
-        let lost_owner = owner.to_string();
+        let lost_owner = owner.clone();
         let holding = Holding::new(
             clock,
             &WORDS,
@@ -177,8 +177,8 @@ impl OwnerLease {
             Written::Conflict(found) => Err(Error::LeaseExists {
                 owner_id: found.map_or_else(
                     // Gone again since the store refused: still not ours to take.
-                    || lease.shared.owner.to_string(),
-                    |f| f.record.owner_id.to_string(),
+                    || lease.shared.owner.clone(),
+                    |f| f.record.owner_id,
                 ),
             }),
         }

@@ -122,7 +122,7 @@ impl OwnerLease {
                     Ok(())
                 } else {
                     Err(Error::ValidityTooShort {
-                        owner_id: self.shared.owner.to_string(),
+                        owner_id: self.shared.owner.clone(),
                         remaining,
                         validity_window,
                     })
