@@ -437,6 +437,9 @@ pub enum ErrorKind {
     /// probe could not be read back. Nothing was judged or deleted; the next pass tries again.
     /// Check the store host's time service, or `gc.read_staleness`.
     Clock,
+    /// A fault of banklease itself (a task that panicked): report it. No [`Error`] variant has
+    /// this kind; the GC crate's error uses it for a pass whose task ended abnormally.
+    Internal,
 }
 
 impl ErrorKind {
@@ -456,6 +459,7 @@ impl ErrorKind {
             ErrorKind::Corrupt => "corrupt",
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::Clock => "clock",
+            ErrorKind::Internal => "internal",
         }
     }
 }

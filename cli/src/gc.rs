@@ -27,11 +27,12 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool, beside: bool) -> R
     let single = match daemon.run_single(shutdown).await {
         Ok(Some(single)) => single,
         Ok(None) => bail!("interrupted before the pass could start; nothing was collected"),
-        Err(e) if e.chain().any(|c| c.is::<banklease_gc::ActiveElsewhere>()) => {
-            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
-            return Ok(Outcome::Exit(EXIT_ACTIVE_ELSEWHERE));
+        // A refusal names the active daemon itself; its kind (unavailable) exits 75.
+        Err(e @ banklease_gc::Error::ActiveElsewhere(_)) => return Err(e.into()),
+        Err(e) => {
+            return Err(anyhow::Error::new(e)
+                .context(format!("gc pass on bank=`{}` failed", ctx.bank.label())))
         }
-        Err(e) => return Err(e.context(format!("gc pass on bank=`{}` failed", ctx.bank.label()))),
     };
     let report = &single.report;
     if let banklease_gc::PassLease::Beside { holder } = &single.lease {
@@ -108,10 +109,6 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool, beside: bool) -> R
     }
     Ok(pass_outcome(report))
 }
-
-/// Refused: another daemon is active (sysexits' EX_TEMPFAIL: try later), as `banklease-gc
-/// --once`.
-const EXIT_ACTIVE_ELSEWHERE: u8 = 75;
 
 /// Exit 0 for a clean pass; 1 when it completed but left something an operator must look at
 /// (errors, each named on stderr, or the brake refused collecting). A failed pass is exit 2.

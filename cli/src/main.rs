@@ -22,7 +22,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use banklease::checkpoint::Status;
 use banklease::clock::{SharedClock, SystemClock};
-use banklease::{Bank, Config, LeaseObserver, StoreTime};
+use banklease::{Bank, Config, ErrorKind, LeaseObserver, StoreTime};
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
@@ -286,13 +286,36 @@ fn main() -> ExitCode {
         Err(e) if e.chain().any(|c| c.is::<output::StdoutClosed>()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", banklease_gc::logging::error_line(&e));
-            // A supervisor's failure before COMMAND ran must not look like COMMAND's exit 2.
-            if runs_a_command(std::env::args_os().skip(1)) {
-                ExitCode::from(child::EXIT_RUN_FAILED)
-            } else {
-                ExitCode::from(2)
-            }
+            ExitCode::from(failure_exit(
+                banklease_gc::error::kind_of(&e),
+                runs_a_command(std::env::args_os().skip(1)),
+            ))
         }
+    }
+}
+
+/// Someone else holds what the command needs; try again later (sysexits' EX_TEMPFAIL).
+const EXIT_TEMPFAIL: u8 = 75;
+
+/// The exit status of a command that failed with an error of `kind` (`None`: not a library or
+/// GC error), as README's "Exit codes" says; `supervises`: the command is `run` or `lock run`.
+///
+/// The one place where an error's kind picks the status of a failed command:
+/// - a supervisor's own failure is 125 whatever its kind, so that it never looks like COMMAND's
+///   exit 2 (a lost hold is not an error there: the hold's watch stops COMMAND and exits 75);
+/// - [`ErrorKind::Unavailable`]: someone else holds what was needed — for `banklease gc`, an
+///   active GC daemon holds the GC lease — 75, as `banklease-gc --once` exits;
+/// - every other kind is an error: 2.
+///
+/// Not here, because the kind alone does not decide them: the lock commands' refusals (`lock
+/// acquire` and `lock run` exit 1 when the lock is held by someone else, or the `-E` code, as
+/// flock(1) does; `lock release` 1; `lock put` 1 for a stale token), which print the holder or
+/// the newer token from the error's fields and end as an [`Outcome`], not as a failure.
+fn failure_exit(kind: Option<ErrorKind>, supervises: bool) -> u8 {
+    match kind {
+        _ if supervises => child::EXIT_RUN_FAILED,
+        Some(ErrorKind::Unavailable) => EXIT_TEMPFAIL,
+        _ => 2,
     }
 }
 

@@ -32,7 +32,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context as _};
 use banklease::clock::{Jitter, SharedClock, SystemClock};
 use banklease::config::{Config, OwnerIdScheme};
 use banklease::error_chain;
@@ -42,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn, Instrument as _};
 
+use crate::error::{Context as _, Error, Result};
 use crate::metrics::{self, Metrics};
 use crate::options::GcOptions;
 use crate::pass::Collector;
@@ -58,7 +58,7 @@ const METRICS_STOP_GRACE: Duration = Duration::from_secs(5);
 ///
 /// Errors only when it cannot start (bank unusable, metrics address taken) or cannot release
 /// the GC lease at shutdown. Failed passes are logged and counted, never fatal.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
     Daemon::open(config)?.run(shutdown).await
 }
 
@@ -67,7 +67,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
 pub async fn run_once(
     config: Config,
     shutdown: impl Future<Output = ()>,
-) -> anyhow::Result<Option<PassReport>> {
+) -> Result<Option<PassReport>> {
     Daemon::open(config)?.run_once(shutdown).await
 }
 
@@ -93,12 +93,12 @@ enum End {
     /// The keeper lost the GC lease.
     Lost(String),
     /// `--once`: the single pass ran (boxed: a report is large beside the other variants).
-    Once(Box<anyhow::Result<PassReport>>),
+    Once(Box<Result<PassReport>>),
 }
 
 impl Daemon {
     /// A daemon on the bank named by `config.bank.url`, on the system clock.
-    pub fn open(config: Config) -> anyhow::Result<Self> {
+    pub fn open(config: Config) -> Result<Self> {
         let url = config.bank_url()?;
         // Its store client with the configured limits: the budget the configuration was
         // judged on.
@@ -149,15 +149,12 @@ impl Daemon {
     }
 
     /// Run until `shutdown` completes: standby, active, standby again if the lease is lost.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
         self.execute(false, shutdown).await.map(|_| ())
     }
 
     /// One pass, as [`run_single`](Self::run_single), its report only.
-    pub async fn run_once(
-        self,
-        shutdown: impl Future<Output = ()>,
-    ) -> anyhow::Result<Option<PassReport>> {
+    pub async fn run_once(self, shutdown: impl Future<Output = ()>) -> Result<Option<PassReport>> {
         Ok(self.run_single(shutdown).await?.map(|single| single.report))
     }
 
@@ -171,7 +168,7 @@ impl Daemon {
     pub async fn run_single(
         mut self,
         shutdown: impl Future<Output = ()>,
-    ) -> anyhow::Result<Option<Single>> {
+    ) -> Result<Option<Single>> {
         if self.config.gc.dry_run {
             self.bank = self.bank.reading_only();
         }
@@ -182,7 +179,7 @@ impl Daemon {
         self,
         once: bool,
         shutdown: impl Future<Output = ()>,
-    ) -> anyhow::Result<Option<Single>> {
+    ) -> Result<Option<Single>> {
         let cancel = CancellationToken::new();
         let span = tracing::info_span!("gc", owner_id = %self.owner);
         let work = self.work(once, cancel.clone()).instrument(span);
@@ -202,7 +199,7 @@ impl Daemon {
         }
     }
 
-    async fn work(&self, once: bool, cancel: CancellationToken) -> anyhow::Result<Option<Single>> {
+    async fn work(&self, once: bool, cancel: CancellationToken) -> Result<Option<Single>> {
         // A bank in a layout this release does not know is not touched.
         tokio::select! {
             biased;
@@ -231,12 +228,10 @@ impl Daemon {
             // Cheap: from the probe alone; `banklease doctor` runs the races.
             let lease = banklease::doctor::owner_lease_verdict(capabilities);
             if lease.basis == banklease::doctor::Basis::NotAtAll {
-                return Err(anyhow!(
-                    "refusing to start: owner leases cannot be kept on bank=`{}`: {}; run \
-                     `banklease doctor` for the full capability table",
-                    self.bank.label(),
-                    lease.why
-                ));
+                return Err(Error::LeasesUnsupported {
+                    bank: self.bank.label().to_owned(),
+                    why: lease.why,
+                });
             }
             Some((capabilities.renewal, lease.basis))
         };
@@ -274,11 +269,7 @@ impl Daemon {
     }
 
     /// Alternate between standby and active until shutdown (or, with `once`, one pass).
-    async fn lead_or_wait(
-        &self,
-        once: bool,
-        cancel: &CancellationToken,
-    ) -> anyhow::Result<Option<Single>> {
+    async fn lead_or_wait(&self, once: bool, cancel: &CancellationToken) -> Result<Option<Single>> {
         let collector = Arc::new(Collector::new(
             self.bank.clone(),
             self.clock.clone(),
@@ -466,11 +457,7 @@ impl Daemon {
     }
 
     /// Run one pass to its end, log and count it.
-    async fn pass(
-        &self,
-        collector: &Arc<Collector>,
-        tracker: &TaskTracker,
-    ) -> anyhow::Result<PassReport> {
+    async fn pass(&self, collector: &Arc<Collector>, tracker: &TaskTracker) -> Result<PassReport> {
         let started = self.clock.now();
         let collector = collector.clone();
         // A task of its own: a panic in a pass is reported like a failed pass, and shutdown's
@@ -479,8 +466,8 @@ impl Daemon {
             .spawn(async move { collector.run_pass().await }.instrument(tracing::Span::current()));
         let result = match task.await {
             Ok(Ok(report)) => Ok(report),
-            Ok(Err(e)) => Err(anyhow::Error::new(e).context("gc pass failed")),
-            Err(join) => Err(anyhow!("gc pass task ended abnormally: {join}")),
+            Ok(Err(e)) => Err(e).with_context(|| "gc pass failed".to_owned()),
+            Err(join) => Err(Error::PassAborted(join.to_string())),
         };
         match &result {
             Ok(report) => {
@@ -552,13 +539,17 @@ struct MetricsServer {
 }
 
 impl MetricsServer {
-    async fn start(addr: &str, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
+    async fn start(addr: &str, metrics: Arc<Metrics>) -> Result<Self> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .with_context(|| format!("cannot listen on metrics_addr=`{addr}`"))?;
-        let local = listener
-            .local_addr()
-            .with_context(|| format!("cannot read the bound address of metrics_addr=`{addr}`"))?;
+            .map_err(|source| Error::Metrics {
+                context: format!("cannot listen on metrics_addr=`{addr}`"),
+                source,
+            })?;
+        let local = listener.local_addr().map_err(|source| Error::Metrics {
+            context: format!("cannot read the bound address of metrics_addr=`{addr}`"),
+            source,
+        })?;
         info!(addr = %local, "serving /metrics and /healthz");
         let stop = CancellationToken::new();
         let task = tokio::spawn(metrics::serve(

@@ -14,6 +14,7 @@ mod collect;
 mod context;
 pub mod daemon;
 mod delete;
+pub mod error;
 pub mod logging;
 pub mod metrics;
 pub mod options;
@@ -31,6 +32,7 @@ pub mod timing;
 mod zombies;
 
 pub use daemon::{ActiveElsewhere, Daemon, PassLease, Single};
+pub use error::{Error, Result};
 pub use metrics::Metrics;
 pub use options::{GcOptions, GcOptionsBuilder};
 pub use pass::{Collector, PassReport};

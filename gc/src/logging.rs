@@ -20,7 +20,8 @@ pub fn colour(is_terminal: bool, no_color: Option<&OsStr>) -> bool {
 /// An error as one line for stderr: each context, then the library's error — which names the
 /// cause, e.g. "the bucket or container does not exist (HTTP 404)" — or a store's error,
 /// classified the same way, and nothing of the chain below, where every level repeats the one
-/// beneath (the chain is kept for `{:?}` and debug logs).
+/// beneath (the chain is kept for `{:?}` and debug logs). A GC [`Error`](crate::Error) that is
+/// a library error as it is (or the GC's own refusal) ends the line as the library error would.
 pub fn error_line(error: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in error.chain() {
@@ -33,7 +34,11 @@ pub fn error_line(error: &anyhow::Error) -> String {
         if !parts.iter().any(|p| p.contains(&text)) {
             parts.push(text);
         }
-        if cause.downcast_ref::<banklease::Error>().is_some() {
+        if cause.downcast_ref::<banklease::Error>().is_some()
+            || cause
+                .downcast_ref::<crate::Error>()
+                .is_some_and(|e| !matches!(e, crate::Error::Context { .. }))
+        {
             break;
         }
     }
@@ -43,6 +48,7 @@ pub fn error_line(error: &anyhow::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Context as _;
 
     #[test]
     fn an_error_line_stops_at_the_library_error_and_repeats_nothing() {
@@ -59,6 +65,25 @@ mod tests {
              path=`b/leases`: the bucket or container does not exist; create it (Swift: \
              `banklease init --create-container`; S3, Azure, GCS: the provider's tools, e.g. \
              `aws s3 mb`) or fix the bank url"
+        );
+    }
+
+    #[test]
+    fn a_gc_error_reads_as_the_library_error_it_wraps() {
+        let store = || object_store::Error::Generic {
+            store: "S3",
+            source: "503 Service Unavailable".into(),
+        };
+        let lib = || banklease::Error::store("get", &"b/gc/active".into(), store());
+        let direct = anyhow::Error::new(lib()).context("cannot start");
+        let typed = anyhow::Error::new(crate::Error::from(lib())).context("cannot start");
+        assert_eq!(error_line(&typed), error_line(&direct));
+        let with_context: crate::Result<()> =
+            Err(lib()).with_context(|| "gc pass failed".to_owned());
+        let direct = anyhow::Error::new(lib()).context("gc pass failed");
+        assert_eq!(
+            error_line(&anyhow::Error::new(with_context.unwrap_err())),
+            error_line(&direct)
         );
     }
 

@@ -13,8 +13,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use banklease::Config;
-use banklease_gc::{ActiveElsewhere, Daemon, PassLease};
+use banklease::{Config, ErrorKind};
+use banklease_gc::error::kind_of;
+use banklease_gc::{Daemon, PassLease};
 use clap::{Parser, ValueEnum};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::info;
@@ -107,7 +108,8 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(code) => code,
-        Err(e) if e.chain().any(|c| c.is::<ActiveElsewhere>()) => {
+        // Refused, not failed: another daemon is active (`--once`).
+        Err(e) if kind_of(&e) == Some(ErrorKind::Unavailable) => {
             tracing::error!(error = %banklease_gc::logging::error_line(&e), "banklease-gc refused");
             ExitCode::from(EXIT_ACTIVE_ELSEWHERE)
         }
@@ -123,7 +125,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--once` refused because another daemon is active (sysexits' EX_TEMPFAIL: try later).
+/// `--once` refused because another daemon is active (sysexits' EX_TEMPFAIL: try later): the
+/// GC error's kind is [`ErrorKind::Unavailable`], as `banklease gc` exits for it.
 const EXIT_ACTIVE_ELSEWHERE: u8 = 75;
 
 /// Blocking threads for `concurrency` requests in flight (plus the daemon's own: the GC

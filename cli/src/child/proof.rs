@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use banklease::clock::SharedClock;
 use banklease::lock::Lock;
-use banklease::{error_chain, Error, OwnerLease};
+use banklease::{error_chain, ErrorKind, OwnerLease};
 
 use crate::human;
 
@@ -112,7 +112,7 @@ impl Proof {
                 };
                 match renewed {
                     Ok(()) => break,
-                    Err(e) if matches!(e, Error::LockLost { .. } | Error::LeaseLost { .. }) => {
+                    Err(e) if e.kind() == ErrorKind::Lost => {
                         return Err(format!("{} was lost: {}", hold.what(), error_chain(&e)))
                     }
                     Err(e) => {

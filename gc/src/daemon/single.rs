@@ -7,7 +7,6 @@
 //! two collectors at once duplicate work and reports, and an operator who did not mean it must
 //! be told; `--beside-daemon` is the operator saying they know.
 
-use anyhow::{anyhow, Context as _};
 use banklease::clock::Jitter;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -15,6 +14,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use super::{Daemon, End};
+use crate::error::{Context as _, Error, Result};
 use crate::pass::Collector;
 use crate::report::PassReport;
 
@@ -74,7 +74,7 @@ impl Daemon {
         collector: &std::sync::Arc<Collector>,
         tracker: &TaskTracker,
         cancel: &CancellationToken,
-    ) -> anyhow::Result<Option<Single>> {
+    ) -> Result<Option<Single>> {
         if self.config.gc.dry_run {
             let report = self.pass(collector, tracker).await?;
             return Ok(Some(Single {
@@ -102,10 +102,12 @@ impl Daemon {
                 .into())
             }
             Err(e) => {
-                return Err(anyhow::Error::new(e).context(format!(
-                    "cannot take the gc lease for a pass: path=`{}`",
-                    self.lease_path()
-                )))
+                return Err(e).with_context(|| {
+                    format!(
+                        "cannot take the gc lease for a pass: path=`{}`",
+                        self.lease_path()
+                    )
+                })
             }
         };
         let keeper = lease.spawn_keeper(Jitter::from_entropy(), self.config.lease.renew_jitter);
@@ -118,10 +120,7 @@ impl Daemon {
             End::Shutdown => None,
             End::Lost(reason) => {
                 keeper.stop().await;
-                return Err(anyhow!(
-                    "the gc lease was lost before the pass could run ({reason}); nothing was \
-                     collected"
-                ));
+                return Err(Error::LostBeforePass { reason });
             }
         };
         keeper.release().await.with_context(|| {
