@@ -488,7 +488,7 @@ impl Daemon {
             Err(e) => {
                 self.metrics
                     .record_failed_pass(self.clock.now().saturating_duration_since(started));
-                error!(error = %format!("{e:#}"), "gc pass failed; trying again next interval");
+                error!(error = %error_chain(e), "gc pass failed; trying again next interval");
             }
         }
         result

@@ -22,15 +22,10 @@ pub enum Error {
     #[error(transparent)]
     Banklease(#[from] banklease::Error),
 
-    /// A library error, with what the daemon was doing when it failed.
-    #[error("{context}")]
-    Context {
-        /// What failed, e.g. "refusing to start on bank=`file:///b`".
-        context: String,
-        /// The library's error.
-        #[source]
-        source: banklease::Error,
-    },
+    /// A library error, with what the daemon was doing when it failed (boxed: a `Result` stays
+    /// small).
+    #[error(transparent)]
+    Context(Box<WithContext>),
 
     /// A single pass refused: another daemon is active.
     #[error(transparent)]
@@ -71,12 +66,25 @@ pub enum Error {
     },
 }
 
+/// A library error with what the daemon was doing when it failed: the context is the message,
+/// the library error its `#[source]`.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}")]
+pub struct WithContext {
+    /// What failed, e.g. "refusing to start on bank=`file:///b`".
+    pub context: String,
+    /// The library's error.
+    #[source]
+    pub source: banklease::Error,
+}
+
 impl Error {
     /// What kind of failure this is: the wrapped library error's kind, or the kind of the
     /// daemon's own refusal (an active daemon elsewhere is [`ErrorKind::Unavailable`]).
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Banklease(e) | Error::Context { source: e, .. } => e.kind(),
+            Error::Banklease(e) => e.kind(),
+            Error::Context(c) => c.source.kind(),
             Error::ActiveElsewhere(_) => ErrorKind::Unavailable,
             Error::LeasesUnsupported { .. } => ErrorKind::Unsupported,
             Error::LostBeforePass { .. } => ErrorKind::Lost,
@@ -89,7 +97,8 @@ impl Error {
     /// The library error inside, if any.
     pub fn banklease(&self) -> Option<&banklease::Error> {
         match self {
-            Error::Banklease(e) | Error::Context { source: e, .. } => Some(e),
+            Error::Banklease(e) => Some(e),
+            Error::Context(c) => Some(&c.source),
             _ => None,
         }
     }
@@ -113,9 +122,11 @@ pub(crate) trait Context<T> {
 
 impl<T> Context<T> for banklease::Result<T> {
     fn with_context(self, context: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|source| Error::Context {
-            context: context(),
-            source,
+        self.map_err(|source| {
+            Error::Context(Box::new(WithContext {
+                context: context(),
+                source,
+            }))
         })
     }
 }

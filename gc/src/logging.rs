@@ -37,7 +37,7 @@ pub fn error_line(error: &anyhow::Error) -> String {
         if cause.downcast_ref::<banklease::Error>().is_some()
             || cause
                 .downcast_ref::<crate::Error>()
-                .is_some_and(|e| !matches!(e, crate::Error::Context { .. }))
+                .is_some_and(|e| !matches!(e, crate::Error::Context(_)))
         {
             break;
         }

@@ -76,7 +76,7 @@ async fn refuses_to_start_when_the_probe_fails() {
         .run(std::future::pending())
         .await
         .expect_err("a bank that cannot be probed is refused");
-    let msg = format!("{err:#}");
+    let msg = banklease::error_chain(&err);
     assert!(msg.contains("refusing to start"), "{msg}");
     assert!(msg.contains("partitioned://"), "{msg}");
 }
@@ -96,7 +96,7 @@ async fn refuses_to_start_when_the_margin_is_below_the_stamp_resolution() {
         .await
         .expect("the daemon refuses to start instead of running")
         .expect_err("a margin below the stamp resolution is refused");
-    let msg = format!("{err:#}");
+    let msg = banklease::error_chain(&err);
     assert!(msg.contains("lease.skew_margin=`50ms`"), "{msg}");
     assert!(msg.contains("resolution=`1s`"), "{msg}");
 }
