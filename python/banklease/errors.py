@@ -2,13 +2,17 @@
 
 Every exception keeps the Rust library's message, which says what went wrong and what to do,
 with its details as ``key=`value``` pairs; the same details are attributes of the exception.
+The class follows the error's kind (the library's ``ErrorKind``), which every exception raised
+for a library error also carries as ``.error_kind``: ``"invalid_input"``, ``"not_a_bank"``,
+``"refused_by_store"``, ``"lost"``, ``"not_valid"``, ``"fenced"``, ``"unavailable"``,
+``"transient"``, ``"store"``, ``"corrupt"``, ``"unsupported"`` or ``"clock"``.
 
 ::
 
     BankleaseError
     ├── ConfigError (also ValueError)    bad windows, durations, URLs, configuration
     ├── InvalidId (also ValueError)      an owner or checkpoint id unusable in a path
-    ├── StoreError                       a store request failed (.op, .path, .transient)
+    ├── StoreError                       the store failed or refused (.op, .path, .transient)
     ├── LayoutError                      no bank, not a bank, or an unknown layout
     ├── Unsupported                      the store cannot give a guarantee leases rest on
     ├── LeaseError
@@ -19,7 +23,7 @@ with its details as ``key=`value``` pairs; the same details are attributes of th
     │   ├── Fenced                       the GC collected it first (.decided_by, .outcome)
     │   ├── CheckpointExists
     │   └── CheckpointAmbiguous          create may have landed: adopt it or use a new id
-    ├── ClockStep                        the store's clock stepped; the pass deleted nothing
+    ├── ClockStep                        the store's clock stepped (or unverified); nothing deleted
     └── CorruptObject                    an object in the bank cannot be parsed
 """
 
@@ -61,7 +65,9 @@ class StoreError(BankleaseError):
     """A request to the object store failed.
 
     ``.op`` and ``.path`` name the request, ``.transient`` says whether retrying may help,
-    ``.detail`` is the store's full error chain.
+    ``.detail`` is the store's full error chain. Also raised when the store or the file system
+    refused the credentials before any one request (``.error_kind == "refused_by_store"``;
+    ``.op`` and ``.path`` are then ``None``, ``.bank`` names the bank).
     """
 
 
@@ -114,8 +120,9 @@ class CheckpointAmbiguous(CheckpointError):
 
 
 class ClockStep(BankleaseError):
-    """The store's clock stepped between two readings; the GC pass was aborted and deleted
-    nothing. Check the store host's time service."""
+    """The store's clock stepped between two readings (``.step``, ``.direction``), or the GC's
+    clock probe could not be read back (a lagging replica); the GC pass was aborted and deleted
+    nothing. Check the store host's time service (or ``gc.read_staleness``)."""
 
 
 class CorruptObject(BankleaseError):

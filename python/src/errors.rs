@@ -1,8 +1,9 @@
 //! The library's errors as Python exceptions.
 //!
 //! The classes live in `banklease/errors.py` (a hierarchy under `BankleaseError`, with
-//! `ValueError` mixed in where the caller gave a bad value). Each exception keeps the library's
-//! message and gets its details as attributes (`owner_id`, `checkpoint_id`, ...).
+//! `ValueError` mixed in where the caller gave a bad value), chosen by the error's kind
+//! (`banklease::ErrorKind`). Each exception keeps the library's message and gets its details as
+//! attributes (`owner_id`, `checkpoint_id`, ...) and its kind as `error_kind`.
 
 use std::time::Duration;
 
@@ -27,6 +28,7 @@ fn build(py: Python<'_>, name: &str, message: &str, attrs: &[(&str, Attr)]) -> P
             Attr::Str(s) => instance.setattr(*key, s)?,
             Attr::Secs(d) => instance.setattr(*key, d.as_secs_f64())?,
             Attr::Bool(b) => instance.setattr(*key, b)?,
+            Attr::None => instance.setattr(*key, py.None())?,
         }
     }
     Ok(PyErr::from_value(instance))
@@ -36,6 +38,7 @@ enum Attr {
     Str(String),
     Secs(Duration),
     Bool(bool),
+    None,
 }
 
 /// `BankleaseError`: a failure of the package itself.
@@ -48,116 +51,122 @@ pub(crate) fn config_error(message: String) -> PyErr {
     raise("ConfigError", message, &[])
 }
 
-/// A library error as its Python exception.
+/// A library error as its Python exception: the class is its kind's ([`class_of`]), the
+/// message the library's, the details attributes, and `.error_kind` the kind's name
+/// (`"transient"`, `"lost"`, ...; `InvalidId`'s `.kind` is the kind of id).
 pub(crate) fn to_py(e: banklease::Error) -> PyErr {
-    use banklease::Error as E;
+    let kind = e.kind();
+    let class = class_of(&e);
     let message = e.to_string();
+    let mut attrs = details(e);
+    attrs.push(("error_kind", Attr::Str(kind.as_str().to_owned())));
+    raise(class, message, &attrs)
+}
+
+/// The class in `banklease/errors.py` of an error: the one its kind maps to; within a kind, the
+/// subclass that names what failed where the Python hierarchy has one (`InvalidId`, and which
+/// of a lease or a checkpoint exists).
+fn class_of(e: &banklease::Error) -> &'static str {
+    use banklease::{Error as E, ErrorKind as K};
+    match e.kind() {
+        K::InvalidInput => match e {
+            E::InvalidId { .. } => "InvalidId",
+            _ => "ConfigError",
+        },
+        K::NotABank => "LayoutError",
+        // A definite answer, one that may go away (`.transient`), or a refusal of the
+        // credentials: a store's answer each.
+        K::Transient | K::Store | K::RefusedByStore => "StoreError",
+        K::Lost => "LeaseLost",
+        K::NotValid => "NotValid",
+        K::Fenced => "Fenced",
+        K::Unavailable => match e {
+            E::LeaseExists { .. } => "LeaseExists",
+            E::CheckpointExists { .. } => "CheckpointExists",
+            E::CheckpointAmbiguous { .. } => "CheckpointAmbiguous",
+            // A named lock held by someone else: locks are not in the Python API.
+            _ => "BankleaseError",
+        },
+        K::Corrupt => "CorruptObject",
+        K::Unsupported => "Unsupported",
+        K::Clock => "ClockStep",
+        // `Internal`, and kinds added later.
+        _ => "BankleaseError",
+    }
+}
+
+/// An error's details, as the attributes of its exception.
+fn details(e: banklease::Error) -> Vec<(&'static str, Attr)> {
+    use banklease::Error as E;
     let transient = e.is_transient();
+    let s = |v: &str| Attr::Str(v.to_owned());
     match e {
-        E::Config { .. } | E::InvalidWindows { .. } => raise("ConfigError", message, &[]),
-        E::InvalidUrl { url, .. } => raise("ConfigError", message, &[("url", Attr::Str(url))]),
+        E::InvalidUrl { url, .. } => vec![("url", Attr::Str(url))],
         E::InvalidId {
             kind,
             given,
             reason,
-        } => raise(
-            "InvalidId",
-            message,
-            &[
-                ("kind", Attr::Str(kind.into())),
-                ("id", Attr::Str(given)),
-                ("reason", Attr::Str(reason.into())),
-            ],
-        ),
-        E::Store { op, path, source } => {
-            let detail = banklease::error_chain(&source);
-            raise(
-                "StoreError",
-                message,
-                &[
-                    ("op", Attr::Str(op.into())),
-                    ("path", Attr::Str(path.to_string())),
-                    ("transient", Attr::Bool(transient)),
-                    ("detail", Attr::Str(detail)),
-                ],
-            )
-        }
+        } => vec![
+            ("kind", s(kind)),
+            ("id", Attr::Str(given)),
+            ("reason", s(reason)),
+        ],
+        E::Store { op, path, source } => vec![
+            ("op", s(op)),
+            ("path", Attr::Str(path.to_string())),
+            ("transient", Attr::Bool(transient)),
+            ("detail", Attr::Str(banklease::error_chain(&source))),
+        ],
+        // Refused before any one request: no `.op` or `.path`.
+        E::Permission { bank, cause, .. } | E::ReadOnly { bank, cause } => vec![
+            ("op", Attr::None),
+            ("path", Attr::None),
+            ("transient", Attr::Bool(false)),
+            ("detail", Attr::Str(cause)),
+            ("bank", Attr::Str(bank)),
+        ],
         E::UnknownLayout { bank, .. } | E::NotABank { bank, .. } | E::NoBank { bank, .. } => {
-            raise("LayoutError", message, &[("bank", Attr::Str(bank))])
+            vec![("bank", Attr::Str(bank))]
         }
-        E::LeaseExists { owner_id } => raise(
-            "LeaseExists",
-            message,
-            &[("owner_id", Attr::Str(owner_id.to_string()))],
-        ),
-        E::LeaseLost { owner_id, reason } => raise(
-            "LeaseLost",
-            message,
-            &[
-                ("owner_id", Attr::Str(owner_id.to_string())),
-                ("reason", Attr::Str(reason)),
-            ],
-        ),
+        E::LeaseExists { owner_id } => vec![("owner_id", Attr::Str(owner_id.to_string()))],
+        E::LeaseLost { owner_id, reason } => vec![
+            ("owner_id", Attr::Str(owner_id.to_string())),
+            ("reason", Attr::Str(reason)),
+        ],
+        E::LockLost { key, owner, reason } => vec![
+            ("key", Attr::Str(key)),
+            ("owner", Attr::Str(owner)),
+            ("reason", Attr::Str(reason)),
+        ],
         E::ValidityTooShort {
             owner_id,
             remaining,
             validity_window,
-        } => raise(
-            "NotValid",
-            message,
-            &[
-                ("owner_id", Attr::Str(owner_id.to_string())),
-                ("remaining", Attr::Secs(remaining)),
-                ("validity_window", Attr::Secs(validity_window)),
-            ],
-        ),
-        E::Unsupported { bank, usage, .. } => raise(
-            "Unsupported",
-            message,
-            &[
-                ("bank", Attr::Str(bank)),
-                ("usage", Attr::Str(usage.into())),
-            ],
-        ),
+        } => vec![
+            ("owner_id", Attr::Str(owner_id.to_string())),
+            ("remaining", Attr::Secs(remaining)),
+            ("validity_window", Attr::Secs(validity_window)),
+        ],
+        E::Unsupported { bank, usage, .. } => {
+            vec![("bank", Attr::Str(bank)), ("usage", s(usage))]
+        }
         E::Fenced {
             checkpoint_id,
             decided_by,
             outcome,
-        } => raise(
-            "Fenced",
-            message,
-            &[
-                ("checkpoint_id", Attr::Str(checkpoint_id)),
-                ("decided_by", Attr::Str(decided_by)),
-                ("outcome", Attr::Str(outcome)),
-            ],
-        ),
-        E::CheckpointExists { checkpoint_id } => raise(
-            "CheckpointExists",
-            message,
-            &[("checkpoint_id", Attr::Str(checkpoint_id))],
-        ),
-        E::CheckpointAmbiguous { checkpoint_id } => raise(
-            "CheckpointAmbiguous",
-            message,
-            &[("checkpoint_id", Attr::Str(checkpoint_id))],
-        ),
+        } => vec![
+            ("checkpoint_id", Attr::Str(checkpoint_id)),
+            ("decided_by", Attr::Str(decided_by)),
+            ("outcome", Attr::Str(outcome)),
+        ],
+        E::CheckpointExists { checkpoint_id } | E::CheckpointAmbiguous { checkpoint_id } => {
+            vec![("checkpoint_id", Attr::Str(checkpoint_id))]
+        }
         E::ClockStep {
             step, direction, ..
-        } => raise(
-            "ClockStep",
-            message,
-            &[
-                ("step", Attr::Secs(step)),
-                ("direction", Attr::Str(direction.into())),
-            ],
-        ),
-        E::Corrupt { path, .. } => raise(
-            "CorruptObject",
-            message,
-            &[("path", Attr::Str(path.to_string()))],
-        ),
-        // Named locks are not in the Python API; any later variant lands here too.
-        _ => raise("BankleaseError", message, &[]),
+        } => vec![("step", Attr::Secs(step)), ("direction", s(direction))],
+        E::ClockUnverified { bank, .. } => vec![("bank", Attr::Str(bank))],
+        E::Corrupt { path, .. } => vec![("path", Attr::Str(path.to_string()))],
+        _ => Vec::new(),
     }
 }

@@ -54,6 +54,7 @@ def test_bad_ids_and_arguments():
     with pytest.raises(banklease.InvalidId) as err:
         banklease.OwnerLease.acquire(bank, owner_id="a/b")
     assert err.value.kind == "owner" and "a/b" in str(err.value)
+    assert err.value.error_kind == "invalid_input"
     lease = banklease.OwnerLease.acquire(bank)
     with pytest.raises(banklease.ConfigError, match="jitter=`0.9`"):
         lease.keep(jitter=0.9)
@@ -103,6 +104,7 @@ def test_a_url_that_holds_no_bank_is_refused_and_left_alone(tmp_path):
         with pytest.raises(banklease.LayoutError, match="no bank at") as err:
             call()
         assert err.value.bank == bank.label
+        assert err.value.error_kind == "not_a_bank"
     assert list(empty.iterdir()) == []
     # Made a bank, it works.
     assert bank.init() == "created"
