@@ -537,3 +537,40 @@ async fn run(cli: Cli) -> Result<Outcome> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failures_exit_status_comes_from_its_kind() {
+        // An active GC daemon (`banklease gc`): try again later.
+        let active = anyhow::Error::new(banklease_gc::Error::from(banklease_gc::ActiveElsewhere {
+            holder: banklease::OwnerId::parse("gc-1").unwrap(),
+            bank: "file:///b".into(),
+        }));
+        let kind = banklease_gc::error::kind_of(&active);
+        assert_eq!(kind, Some(ErrorKind::Unavailable));
+        assert_eq!(failure_exit(kind, false), 75);
+        // Every other kind, and an error that is no library error, is 2.
+        for kind in [
+            Some(ErrorKind::Store),
+            Some(ErrorKind::Transient),
+            Some(ErrorKind::NotABank),
+            Some(ErrorKind::InvalidInput),
+            None,
+        ] {
+            assert_eq!(failure_exit(kind, false), 2, "{kind:?}");
+        }
+        // A supervisor's own failure never looks like COMMAND's status.
+        for kind in [Some(ErrorKind::Unavailable), Some(ErrorKind::Store), None] {
+            assert_eq!(failure_exit(kind, true), child::EXIT_RUN_FAILED, "{kind:?}");
+        }
+        // A context above the library's error does not hide its kind.
+        let wrapped = anyhow::Error::new(banklease::Error::NoBankGiven).context("loading");
+        assert_eq!(
+            banklease_gc::error::kind_of(&wrapped),
+            Some(ErrorKind::InvalidInput)
+        );
+    }
+}
