@@ -233,12 +233,21 @@ impl Kept {
             tracing::debug!(key = %key, "the lock was lost; nothing to release");
             return;
         }
+        let ran_out_line = || {
+            eprintln!(
+                "warning: the lock key=`{key}` was not released before it ran out (the store \
+                 did not answer in time); it has lapsed on its own"
+            )
+        };
         let release = async {
-            if let Err(e) = self.heartbeat.release().await {
-                eprintln!(
+            match self.heartbeat.release().await {
+                Ok(()) => {}
+                // The library gives the release up when the hold runs out: say that, once.
+                Err(_) if lock.remaining().is_zero() => ran_out_line(),
+                Err(e) => eprintln!(
                     "warning: releasing the lock key=`{key}` failed ({}); it lapses on its own",
                     error_chain(&e)
-                );
+                ),
             }
         };
         let clock = lock.locks().clock().clone();
@@ -255,10 +264,7 @@ impl Kept {
         tokio::select! {
             biased;
             () = release => {}
-            () = ran_out => eprintln!(
-                "warning: the lock key=`{key}` was not released before it ran out (the store \
-                 did not answer in time); it has lapsed on its own"
-            ),
+            () = ran_out => ran_out_line(),
         }
     }
 }
