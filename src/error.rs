@@ -470,6 +470,16 @@ impl std::fmt::Display for ErrorKind {
     }
 }
 
+impl From<crate::id::InvalidId> for Error {
+    fn from(e: crate::id::InvalidId) -> Self {
+        Error::InvalidId {
+            kind: e.kind,
+            given: e.given,
+            reason: e.reason,
+        }
+    }
+}
+
 impl Error {
     /// A failed store request `op` on `path`, keeping its cause.
     pub fn store(op: &'static str, path: &Path, source: object_store::Error) -> Self {

@@ -5,17 +5,40 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, Result};
-
 /// The longest id accepted, in bytes.
 pub const MAX_ID_LEN: usize = 128;
+
+/// An id that cannot be one path segment. Converts into [`Error::InvalidId`](crate::Error) with
+/// the same fields (kept apart so that this module needs nothing of the error module, which
+/// names [`OwnerId`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidId {
+    /// What kind of id: `owner`, `checkpoint`, ...
+    pub kind: &'static str,
+    /// The text given as the id (not a valid id), escaped and shortened for display.
+    pub given: String,
+    /// Which rule it breaks.
+    pub reason: &'static str,
+}
+
+impl fmt::Display for InvalidId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid {} id=`{}`: {}",
+            self.kind, self.given, self.reason
+        )
+    }
+}
+
+impl std::error::Error for InvalidId {}
 
 /// Check that `id` can safely be one path segment.
 ///
 /// Accepted: 1 to [`MAX_ID_LEN`] bytes of ASCII letters, digits, `-`, `_` and `.`, not starting
 /// with `.`. This rules out `/`, `..`, control characters, NUL, spaces and unicode lookalikes, so a
 /// validated id can never climb out of its directory or alias another key.
-pub fn validate_id(kind: &'static str, id: &str) -> Result<()> {
+pub fn validate_id(kind: &'static str, id: &str) -> Result<(), InvalidId> {
     let reason = if id.is_empty() {
         Some("it is empty")
     } else if id.len() > MAX_ID_LEN {
@@ -32,7 +55,7 @@ pub fn validate_id(kind: &'static str, id: &str) -> Result<()> {
     };
     match reason {
         None => Ok(()),
-        Some(reason) => Err(Error::InvalidId {
+        Some(reason) => Err(InvalidId {
             kind,
             given: display_id(id),
             reason,
@@ -67,7 +90,7 @@ pub struct OwnerId(String);
 
 impl OwnerId {
     /// Parse and validate an owner id given by a user or read from the bank.
-    pub fn parse(id: &str) -> Result<Self> {
+    pub fn parse(id: &str) -> Result<Self, InvalidId> {
         validate_id("owner", id)?;
         Ok(Self(id.to_owned()))
     }
@@ -200,10 +223,7 @@ mod tests {
             long.as_str(),
         ] {
             let err = OwnerId::parse(bad).unwrap_err();
-            assert!(
-                matches!(err, Error::InvalidId { kind: "owner", .. }),
-                "{bad:?}"
-            );
+            assert!(matches!(err, InvalidId { kind: "owner", .. }), "{bad:?}");
         }
         OwnerId::parse(&"a".repeat(MAX_ID_LEN)).unwrap();
         OwnerId::parse("a.b-c_D9").unwrap();

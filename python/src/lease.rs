@@ -93,7 +93,7 @@ async fn acquire(
 ) -> PyResult<OwnerLease> {
     let clock = clock();
     let owner = match owner {
-        Some(id) => OwnerId::parse(&id).map_err(to_py)?,
+        Some(id) => OwnerId::parse(&id).map_err(|e| to_py(e.into()))?,
         None => OwnerId::for_this_process(clock.system_now()),
     };
     banklease::layout::check(&bank).await.map_err(to_py)?;

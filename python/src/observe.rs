@@ -99,7 +99,7 @@ async fn view(
     owner: String,
     window: Option<Duration>,
 ) -> PyResult<LeaseView> {
-    let owner = OwnerId::parse(&owner).map_err(to_py)?;
+    let owner = OwnerId::parse(&owner).map_err(|e| to_py(e.into()))?;
     // A margin below the store's stamp resolution would judge a live owner's truncated stamp
     // as older than it is: refused, as the GC refuses it (checked once per observer).
     observer

@@ -256,7 +256,7 @@ pub enum Decided {
 
 /// Check a checkpoint id (same rules as owner ids).
 pub fn validate_checkpoint_id(id: &str) -> Result<()> {
-    validate_id("checkpoint", id)
+    Ok(validate_id("checkpoint", id)?)
 }
 
 /// `index/protecting/<owner>/<id>`

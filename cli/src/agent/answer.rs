@@ -149,7 +149,9 @@ mod tests {
                 "conflict",
             ),
             (
-                banklease::validate_id("checkpoint", "a/b").unwrap_err(),
+                banklease::validate_id("checkpoint", "a/b")
+                    .unwrap_err()
+                    .into(),
                 400,
                 "bad_request",
             ),
