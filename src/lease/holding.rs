@@ -52,6 +52,9 @@ pub(crate) struct Words {
     pub too_slow: &'static str,
     /// Why a read-back that finds no object is Lost.
     pub gone: &'static str,
+    /// Whether a loss is an error worth logging (a lease's, a lock's); a queue ticket's is
+    /// routine — its waiter queues again and says so itself.
+    pub loss_is_error: bool,
 }
 
 /// A live holding: our last write, and until when it holds.
@@ -177,9 +180,17 @@ impl<X: Clone> Holding<X> {
     /// Turn a held holding whose time ran out into Lost.
     fn expire_if_due(&self, inner: &mut Inner<X>, now: Instant) {
         if matches!(&inner.phase, Phase::Held(h) if now >= h.valid_until) {
-            tracing::error!(subject = %self.subject, reason = self.words.ran_out, "{} lost", self.words.what);
+            self.log_loss(self.words.ran_out);
             inner.phase = Phase::Lost(self.words.ran_out.to_owned());
             self.publish(&inner.phase);
+        }
+    }
+
+    fn log_loss(&self, reason: &str) {
+        if self.words.loss_is_error {
+            tracing::error!(subject = %self.subject, reason = %reason, "{} lost", self.words.what);
+        } else {
+            tracing::debug!(subject = %self.subject, reason = %reason, "{} lost", self.words.what);
         }
     }
 
@@ -231,7 +242,7 @@ impl<X: Clone> Holding<X> {
         if let Phase::Lost(existing) = &inner.phase {
             return self.lost_error(existing);
         }
-        tracing::error!(subject = %self.subject, reason = %reason, "{} lost", self.words.what);
+        self.log_loss(&reason);
         inner.phase = Phase::Lost(reason.clone());
         self.publish(&inner.phase);
         self.lost_error(&reason)

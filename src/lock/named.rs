@@ -27,6 +27,7 @@ static WORDS: Words = Words {
                     taken the key",
     too_slow: "the write took longer than the lock's duration",
     gone: "the lock object is gone",
+    loss_is_error: true,
 };
 
 /// What a lock's holding keeps beside the core state.

@@ -130,6 +130,7 @@ static TICKET_WORDS: Words = Words {
     answered_late: "the renewal was answered after the ticket had run out",
     too_slow: "the write took longer than the ticket's lease",
     gone: "the ticket is gone",
+    loss_is_error: false,
 };
 
 /// Our ticket, a holding like any lease: send-time expiry, renewals by If-Match.

@@ -41,6 +41,7 @@ static WORDS: Words = Words {
     answered_late: "renewal answered after the validity had run out; a GC may have acted",
     too_slow: "the write took longer than the expire window",
     gone: "lease object is gone (deleted)",
+    loss_is_error: true,
 };
 
 struct Shared {
