@@ -13,7 +13,7 @@
 //! ]
 //! .map(|(k, v)| (k.to_string(), v.to_string()));
 //! let config = Config::load_from(None, env).unwrap();
-//! assert_eq!(config.lease.expire_window, std::time::Duration::from_secs(3));
+//! assert_eq!(config.lease.windows.expire_window, std::time::Duration::from_secs(3));
 //!
 //! // Windows that break a rule are refused, saying which rule and by how much.
 //! let env = [("BANKLEASE_LEASE__EXPIRE_WINDOW".to_string(), "3s".to_string())];
@@ -127,17 +127,12 @@ pub enum OwnerIdScheme {
 
 /// `[lease]`
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct LeaseConfig {
-    /// Time between renewals.
-    #[serde(with = "humantime_serde")]
-    pub renew_window: Duration,
-    /// Lease lifetime, counted from the instant before a successful write was sent.
-    #[serde(with = "humantime_serde")]
-    pub expire_window: Duration,
-    /// Lease time that must be left for `check_validity` to answer true.
-    #[serde(with = "humantime_serde")]
-    pub validity_window: Duration,
+    /// The owners' windows: `renew_window`, `expire_window` and `validity_window`, keys of this
+    /// section (not yet validated; see [`Config::validate`]).
+    #[serde(flatten)]
+    pub windows: LeaseWindows,
     /// Added to every observer-side expiry judgement to absorb the store's timestamp resolution
     /// and rate differences between clocks.
     #[serde(with = "humantime_serde")]
@@ -150,11 +145,8 @@ pub struct LeaseConfig {
 
 impl Default for LeaseConfig {
     fn default() -> Self {
-        let w = LeaseWindows::default();
         Self {
-            renew_window: w.renew_window,
-            expire_window: w.expire_window,
-            validity_window: w.validity_window,
+            windows: LeaseWindows::default(),
             skew_margin: Duration::from_secs(2),
             renew_jitter: 0.1,
             owner_id_scheme: OwnerIdScheme::default(),
@@ -162,9 +154,12 @@ impl Default for LeaseConfig {
     }
 }
 
+// The GC's own lease windows are `[gc] lease_renew_window` and so on.
+serde_with::with_prefix!(gc_lease "lease_");
+
 /// `[gc]`
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct GcConfig {
     /// Time between passes of the daemon.
     #[serde(with = "humantime_serde")]
@@ -199,15 +194,11 @@ pub struct GcConfig {
     /// least the store client's retry budget ([`store_client_retry_budget`]) plus 0.1 %.
     #[serde(with = "humantime_serde")]
     pub late_write_window: Duration,
-    /// Renew window of the GC's own lease (one active GC per bank).
-    #[serde(with = "humantime_serde")]
-    pub lease_renew_window: Duration,
-    /// Expire window of the GC's own lease: how long a standby waits after the active GC died.
-    #[serde(with = "humantime_serde")]
-    pub lease_expire_window: Duration,
-    /// Validity window of the GC's own lease: what must be left to start a pass.
-    #[serde(with = "humantime_serde")]
-    pub lease_validity_window: Duration,
+    /// The windows of the GC's own lease (one active GC per bank), keys `lease_renew_window`,
+    /// `lease_expire_window` (how long a standby waits after the active GC died) and
+    /// `lease_validity_window` (what must be left to start a pass).
+    #[serde(flatten, with = "gc_lease")]
+    pub lease: LeaseWindows,
 }
 
 impl Default for GcConfig {
@@ -231,9 +222,11 @@ impl Default for GcConfig {
             // 15m, not the 10m it was: at least the Swift client's retry budget (11m 15s) plus
             // 0.1 % (rule (b) of [`Config::refusals`]); S3, Azure and GCS need 3m 45s 225ms.
             late_write_window: Duration::from_secs(900),
-            lease_renew_window: Duration::from_secs(10),
-            lease_expire_window: Duration::from_secs(60),
-            lease_validity_window: Duration::from_secs(10),
+            lease: LeaseWindows {
+                renew_window: Duration::from_secs(10),
+                expire_window: Duration::from_secs(60),
+                validity_window: Duration::from_secs(10),
+            },
         }
     }
 }
@@ -254,33 +247,11 @@ fn round_up_to_ms(d: Duration) -> Duration {
 }
 
 impl LeaseConfig {
-    /// The owners' lease windows (not yet validated; see [`Config::validate`]).
-    pub fn windows(&self) -> LeaseWindows {
-        LeaseWindows {
-            renew_window: self.renew_window,
-            expire_window: self.expire_window,
-            validity_window: self.validity_window,
-        }
-    }
-}
-
-impl LeaseConfig {
     /// A new owner id by the configured scheme; `started` is the process start time.
     pub fn new_owner_id(&self, started: std::time::SystemTime) -> crate::id::OwnerId {
         match self.owner_id_scheme {
             OwnerIdScheme::HostStart => crate::id::OwnerId::for_this_process(started),
             OwnerIdScheme::Uuid => crate::id::OwnerId::random(),
-        }
-    }
-}
-
-impl GcConfig {
-    /// The GC's own lease windows.
-    pub fn lease_windows(&self) -> LeaseWindows {
-        LeaseWindows {
-            renew_window: self.lease_renew_window,
-            expire_window: self.lease_expire_window,
-            validity_window: self.lease_validity_window,
         }
     }
 }
@@ -354,7 +325,11 @@ impl Config {
         apply: impl FnOnce(&mut Config),
         refuse: bool,
     ) -> Result<Self> {
-        let mut builder = config::Config::builder();
+        // The defaults are the first source, so every key is present when the sections with
+        // flattened windows are read.
+        let defaults = config::Config::try_from(&Config::default())
+            .map_err(|e| Error::config(format!("the defaults do not serialise: {e}")))?;
+        let mut builder = config::Config::builder().add_source(defaults);
         let source = match file {
             Some(path) => {
                 if !path.is_file() {
@@ -393,7 +368,7 @@ impl Config {
             }
             let key = rest.to_ascii_lowercase().replace("__", ".");
             builder = builder
-                .set_override(key.as_str(), value)
+                .set_override(key.as_str(), env::typed(value))
                 .map_err(|e| Error::config(format!("environment variable `{name}`: {e}")))?;
             env_keys.push(name);
         }
@@ -405,6 +380,15 @@ impl Config {
         let built = builder
             .build()
             .map_err(|e| Error::config(format!("{e} ({origin})")))?;
+        // Checked on the merged keys, not by serde: `deny_unknown_fields` does not combine with
+        // the flattened windows of `[lease]` and `[gc]`.
+        let table: config::Map<String, config::Value> = built
+            .clone()
+            .try_deserialize()
+            .map_err(|e| Error::config(format!("{e} ({origin})")))?;
+        if let Some(refusal) = env::unknown_key(&table) {
+            return Err(Error::config(format!("{refusal} ({origin})")));
+        }
         let mut config: Config = built
             .try_deserialize()
             .map_err(|e| Error::config(format!("{e} ({origin})")))?;

@@ -35,7 +35,7 @@ pub(crate) async fn validity_check(
     // admin's configuration describes the admin's owners, not necessarily this one.
     let check = ctx
         .observer()
-        .validity_check(&owner, window, ctx.config.lease.validity_window)
+        .validity_check(&owner, window, ctx.config.lease.windows.validity_window)
         .await
         .with_context(|| {
             format!(

@@ -177,9 +177,9 @@ fn a_manual_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
     config.gc.grace = Duration::from_millis(500);
     config.gc.late_write_window = Duration::from_secs(1);
     config.gc.interval = Duration::from_millis(300);
-    config.gc.lease_renew_window = Duration::from_millis(200);
-    config.gc.lease_expire_window = Duration::from_secs(1);
-    config.gc.lease_validity_window = Duration::from_millis(100);
+    config.gc.lease.renew_window = Duration::from_millis(200);
+    config.gc.lease.expire_window = Duration::from_secs(1);
+    config.gc.lease.validity_window = Duration::from_millis(100);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let daemon =
         banklease_gc::Daemon::new(Bank::open(&url).unwrap(), Arc::new(SystemClock), config);

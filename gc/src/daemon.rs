@@ -316,7 +316,7 @@ impl Daemon {
                     "cannot release the gc lease: path=`{}`; a standby takes over once it \
                      expires (lease_expire_window=`{}`)",
                     self.lease_path(),
-                    humantime::format_duration(self.config.gc.lease_expire_window)
+                    humantime::format_duration(self.config.gc.lease.expire_window)
                 )
             })?;
             info!("gc lease released");
@@ -331,7 +331,7 @@ impl Daemon {
         collector: &Collector,
         cancel: &CancellationToken,
     ) -> Option<OwnerLease> {
-        let windows = self.config.gc.lease_windows();
+        let windows = self.config.gc.lease;
         let mut holder = OnChange::default();
         let mut failure = OnChange::default();
         loop {
@@ -397,7 +397,7 @@ impl Daemon {
             &self.bank,
             self.lease_path(),
             self.owner.clone(),
-            self.config.gc.lease_windows(),
+            self.config.gc.lease,
             self.clock.clone(),
             // A read up to `read_staleness` old is judged that much earlier: the same as a
             // margin that much larger.
@@ -444,7 +444,7 @@ impl Daemon {
                 // Too little lease time left to promise a standby will not start meanwhile. The
                 // keeper is renewing; its next state change wakes us, the cap is a backstop.
                 debug!(remaining = ?lease.remaining(), "gc lease validity too short to start a pass; waiting for renewal");
-                self.config.gc.lease_renew_window
+                self.config.gc.lease.renew_window
             };
             tokio::select! {
                 () = cancel.cancelled() => return End::Shutdown,

@@ -117,7 +117,9 @@ async fn view(
         })
         .await?;
     let observer = observer.inner;
-    let fallback = banklease::config::LeaseConfig::default().validity_window;
+    let fallback = banklease::config::LeaseConfig::default()
+        .windows
+        .validity_window;
     let check = observer
         .validity_check(&owner, window, fallback)
         .await

@@ -1,5 +1,6 @@
-//! `BANKLEASE_*` variables that are not settings: a warning naming the closest key, so that
-//! `BANKLEASE_BANK_URL` (one underscore) is not silently ignored.
+//! The keys of the configuration: `BANKLEASE_*` variables that are not settings get a warning
+//! naming the closest key, so that `BANKLEASE_BANK_URL` (one underscore) is not silently ignored;
+//! an unknown key is refused naming the closest one; a variable's text is typed as TOML would.
 
 use super::{Config, CONFIG_ENV, ENV_PREFIX};
 
@@ -68,6 +69,51 @@ pub(super) fn unknown_variable(name: &str) -> Option<String> {
         "environment variable `{name}` is not a banklease setting and is ignored{hint} \
          (settings are BANKLEASE_<SECTION>__<KEY>, with two underscores; see etc/banklease.toml)"
     ))
+}
+
+/// The refusal of the first unknown key of `table` (`lease.expire_windw`, or a whole
+/// `[section]`), naming the closest known key; `None` when every key is known.
+pub(super) fn unknown_key(table: &config::Map<String, config::Value>) -> Option<String> {
+    let known = keys();
+    let mut given = Vec::new();
+    for (section, value) in table {
+        match value.clone().into_table() {
+            Ok(fields) => given.extend(fields.into_keys().map(|f| format!("{section}.{f}"))),
+            Err(_) => given.push(section.clone()),
+        }
+    }
+    given.sort();
+    let key = given
+        .into_iter()
+        .find(|key| !known.iter().any(|(_, k)| k == key))?;
+    let squash = |s: &str| s.replace('_', "").to_ascii_lowercase();
+    let closest = known
+        .into_iter()
+        .map(|(_, k)| (strsim::levenshtein(&squash(&key), &squash(&k)), k))
+        .min();
+    let hint = match closest {
+        Some((d, k)) if d <= 3 => format!("; did you mean `{k}`?"),
+        _ => String::new(),
+    };
+    Some(format!(
+        "unknown configuration key `{key}`{hint} (every key is listed in etc/banklease.toml)"
+    ))
+}
+
+/// A variable's text as the value it spells: a boolean, an integer or a number when it reads as
+/// one, else text. The sections whose windows are flattened (`[lease]`, `[gc]`) are read through
+/// serde's buffered values, which do not turn text into numbers the way the `config` crate's own
+/// reading does.
+pub(super) fn typed(text: String) -> config::Value {
+    if let Ok(b) = text.to_ascii_lowercase().parse::<bool>() {
+        b.into()
+    } else if let Ok(i) = text.parse::<i64>() {
+        i.into()
+    } else if let Some(f) = text.parse::<f64>().ok().filter(|f| f.is_finite()) {
+        f.into()
+    } else {
+        text.into()
+    }
 }
 
 #[cfg(test)]

@@ -61,13 +61,14 @@ impl Config {
         let lease = &self.lease;
         let budget = self.bank.retry_budget();
         let counted = lease
+            .windows
             .expire_window
-            .saturating_sub(lease.validity_window)
+            .saturating_sub(lease.windows.validity_window)
             .saturating_add(budget);
         let landed = budget.saturating_add(clock_drift_over(counted));
         round_up_to_ms(
             landed
-                .saturating_sub(lease.validity_window)
+                .saturating_sub(lease.windows.validity_window)
                 .saturating_sub(lease.skew_margin)
                 .saturating_add(Duration::from_nanos(1)),
         )
@@ -80,14 +81,14 @@ impl Config {
         let margin_grace = lease.skew_margin.saturating_add(gc.grace);
         let mut refusals = Vec::new();
         // (a)
-        let drift = clock_drift_over(lease.expire_window);
+        let drift = clock_drift_over(lease.windows.expire_window);
         if drift > margin_grace {
             refusals.push(format!(
                 "lease.expire_window=`{}` needs lease.skew_margin + gc.grace >= 0.1 % of it, the \
                  time an owner's clock may lose over it (lease.skew_margin=`{}` + gc.grace=`{}` = \
                  {} < {}): raise gc.grace to at least {} or shorten lease.expire_window to at \
                  most {}",
-                d(lease.expire_window),
+                d(lease.windows.expire_window),
                 d(lease.skew_margin),
                 d(gc.grace),
                 d(margin_grace),
@@ -118,14 +119,15 @@ impl Config {
         // (c)
         if Scheme::of(&self.bank.url) == Some(Scheme::Swift) {
             let counted = lease
+                .windows
                 .expire_window
-                .saturating_sub(lease.validity_window)
+                .saturating_sub(lease.windows.validity_window)
                 .saturating_add(budget);
             let landed = budget.saturating_add(clock_drift_over(counted));
-            let fence = lease.validity_window.saturating_add(margin_grace);
+            let fence = lease.windows.validity_window.saturating_add(margin_grace);
             if landed >= fence {
                 let grace = landed
-                    .saturating_sub(lease.validity_window)
+                    .saturating_sub(lease.windows.validity_window)
                     .saturating_sub(lease.skew_margin)
                     .saturating_add(Duration::from_nanos(1));
                 refusals.push(format!(
@@ -140,11 +142,11 @@ impl Config {
                      retry_timeout and request_timeout ({})",
                     self.bank.url.trim(),
                     d(budget),
-                    d(lease.expire_window),
-                    d(lease.validity_window),
+                    d(lease.windows.expire_window),
+                    d(lease.windows.validity_window),
                     d(budget),
                     d(landed),
-                    d(lease.validity_window),
+                    d(lease.windows.validity_window),
                     d(lease.skew_margin),
                     d(gc.grace),
                     d(fence),
@@ -159,8 +161,8 @@ impl Config {
     /// The value checks of [`validate`](Self::validate) without [`Config::refusals`]: ranges and
     /// the windows' own rules. Returns the warnings.
     pub(super) fn check_values(&self) -> Result<Vec<String>> {
-        let mut warnings = self.lease.windows().validate()?;
-        warnings.extend(self.gc.lease_windows().validate().map_err(|e| match e {
+        let mut warnings = self.lease.windows.validate()?;
+        warnings.extend(self.gc.lease.validate().map_err(|e| match e {
             // The rule names the lease's own words; the keys at fault are [gc]'s.
             Error::InvalidWindows { rule, detail } => Error::config(format!(
                 "[gc] lease_* windows: {rule} is violated ({detail}); change \
@@ -228,7 +230,7 @@ impl Config {
                 bounded(key, v, Duration::from_millis(1), DAY)?;
             }
         }
-        let windows = self.lease.windows();
+        let windows = self.lease.windows;
         let slack = windows
             .expire_window
             .saturating_sub(windows.validity_window);

@@ -45,7 +45,7 @@ fn a_skew_margin_no_observer_can_judge_under_is_warned_about() {
 #[test]
 fn defaults_load_and_validate() {
     let c = Config::load_from(None, no_env()).unwrap();
-    assert_eq!(c.lease.windows(), LeaseWindows::default());
+    assert_eq!(c.lease.windows, LeaseWindows::default());
     // No default bank: a command without one says how to give it.
     assert_eq!(c.bank.url, "");
     let err = c.bank_url().unwrap_err().to_string();
@@ -65,8 +65,8 @@ fn file_and_env_override() {
     ];
     let c = Config::load_from(Some(f.path()), env).unwrap();
     assert_eq!(c.bank.url, "memory://");
-    assert_eq!(c.lease.expire_window, Duration::from_secs(3));
-    assert_eq!(c.lease.validity_window, Duration::from_millis(500));
+    assert_eq!(c.lease.windows.expire_window, Duration::from_secs(3));
+    assert_eq!(c.lease.windows.validity_window, Duration::from_millis(500));
     assert_eq!(c.gc.concurrency, 4);
 }
 
@@ -78,6 +78,51 @@ fn unknown_key_in_file_names_key_and_file() {
         .to_string();
     assert!(msg.contains("expire_windw"), "{msg}");
     assert!(msg.contains(&f.path().display().to_string()), "{msg}");
+}
+
+#[test]
+fn an_unknown_key_beside_flattened_windows_is_refused_naming_the_closest() {
+    let f = file("[gc]\nlease_renew_windw = \"5s\"\n");
+    let msg = Config::load_from(Some(f.path()), no_env())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("`gc.lease_renew_windw`; did you mean `gc.lease_renew_window`?"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn variables_of_every_type_set_the_sections_with_windows() {
+    let env = [
+        ("BANKLEASE_GC__DRY_RUN", "true"),
+        ("BANKLEASE_GC__CONCURRENCY", "4"),
+        ("BANKLEASE_GC__BRAKE_RATIO", "0.25"),
+        ("BANKLEASE_GC__METRICS_ADDR", "127.0.0.1:9187"),
+        ("BANKLEASE_GC__LEASE_EXPIRE_WINDOW", "90s"),
+        ("BANKLEASE_LEASE__RENEW_JITTER", "0.2"),
+        ("BANKLEASE_LEASE__OWNER_ID_SCHEME", "uuid"),
+        ("BANKLEASE_LEASE__EXPIRE_WINDOW", "660s"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()));
+    let c = Config::load_from(None, env).unwrap();
+    assert!(c.gc.dry_run);
+    assert_eq!(c.gc.concurrency, 4);
+    assert_eq!(c.gc.brake_ratio, 0.25);
+    assert_eq!(c.gc.metrics_addr.as_deref(), Some("127.0.0.1:9187"));
+    assert_eq!(c.gc.lease.expire_window, Duration::from_secs(90));
+    assert_eq!(
+        c.gc.lease.renew_window,
+        Duration::from_secs(10),
+        "default kept"
+    );
+    assert_eq!(c.lease.renew_jitter, 0.2);
+    assert_eq!(c.lease.owner_id_scheme, OwnerIdScheme::Uuid);
+    assert_eq!(c.lease.windows.expire_window, Duration::from_secs(660));
+    assert_eq!(
+        c.lease.windows.renew_window,
+        LeaseWindows::default().renew_window
+    );
 }
 
 #[test]

@@ -107,7 +107,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> Outcome {
 }
 
 async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
-    let windows = ctx.config.lease.windows();
+    let windows = ctx.config.lease.windows;
     let kill_after = args.kill_after.unwrap_or(windows.validity_window / 2);
     if kill_after >= windows.validity_window {
         tracing::warn!(kill_after = %human(kill_after), validity_window = %human(windows.validity_window),
