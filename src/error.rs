@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use object_store::path::Path;
 
-use crate::id::OwnerId;
+use crate::id::{CheckpointId, OwnerId};
 
 /// A specialised `Result` for banklease operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -213,7 +213,7 @@ pub enum Error {
     )]
     Fenced {
         /// The checkpoint.
-        checkpoint_id: String,
+        checkpoint_id: CheckpointId,
         /// Who won the decision: `gc` or `owner`.
         decided_by: String,
         /// The decided outcome.
@@ -224,7 +224,7 @@ pub enum Error {
     #[error("checkpoint already exists: checkpoint_id=`{checkpoint_id}`; use a new id")]
     CheckpointExists {
         /// The checkpoint.
-        checkpoint_id: String,
+        checkpoint_id: CheckpointId,
     },
 
     /// A create's `index.json` write may have landed, but reading it back failed: whether the
@@ -235,7 +235,7 @@ pub enum Error {
     )]
     CheckpointAmbiguous {
         /// The checkpoint.
-        checkpoint_id: String,
+        checkpoint_id: CheckpointId,
     },
 
     /// The store's clock stepped between two readings by more than this host's monotonic clock
@@ -582,6 +582,7 @@ mod tests {
         let path = Path::from("leases/svc-1");
         let store = |source| Error::store("put", &path, source);
         let s = String::new;
+        let cp = || CheckpointId::parse("cp").unwrap();
         let cases = [
             (Error::config("x"), K::InvalidInput),
             (Error::InvalidWindows { rule: "r", detail: s() }, K::InvalidInput),
@@ -614,7 +615,7 @@ mod tests {
                 K::NotValid,
             ),
             (
-                Error::Fenced { checkpoint_id: s(), decided_by: s(), outcome: s() },
+                Error::Fenced { checkpoint_id: cp(), decided_by: s(), outcome: s() },
                 K::Fenced,
             ),
             (
@@ -622,8 +623,8 @@ mod tests {
                 K::Fenced,
             ),
             (Error::LeaseExists { owner_id: owner() }, K::Unavailable),
-            (Error::CheckpointExists { checkpoint_id: s() }, K::Unavailable),
-            (Error::CheckpointAmbiguous { checkpoint_id: s() }, K::Unavailable),
+            (Error::CheckpointExists { checkpoint_id: cp() }, K::Unavailable),
+            (Error::CheckpointAmbiguous { checkpoint_id: cp() }, K::Unavailable),
             (
                 Error::Unavailable { key: s(), holder: s(), remaining: Duration::ZERO },
                 K::Unavailable,

@@ -1,4 +1,4 @@
-//! Owner ids and the validation every id passes before it becomes part of an object path.
+//! Owner and checkpoint ids and the validation every id passes before it becomes part of an object path.
 
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -141,6 +141,55 @@ impl fmt::Display for OwnerId {
 impl fmt::Debug for OwnerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "OwnerId({})", self.0)
+    }
+}
+
+/// A validated checkpoint id: one path segment by the rules of [`validate_id`].
+///
+/// ```
+/// use banklease::CheckpointId;
+/// assert_eq!(CheckpointId::parse("nightly-2026.11.26").unwrap().as_str(), "nightly-2026.11.26");
+/// assert!(CheckpointId::parse("a/b").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
+pub struct CheckpointId(String);
+
+impl CheckpointId {
+    /// Parse and validate a checkpoint id given by a user or read from the bank.
+    pub fn parse(id: &str) -> Result<Self, InvalidId> {
+        validate_id("checkpoint", id)?;
+        Ok(Self(id.to_owned()))
+    }
+
+    /// The id as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for CheckpointId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        CheckpointId::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for CheckpointId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for CheckpointId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CheckpointId({})", self.0)
+    }
+}
+
+impl PartialEq<str> for CheckpointId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
     }
 }
 

@@ -103,7 +103,7 @@ pub use checkpoint::Checkpoint;
 pub use checkpoint::Status;
 pub use config::Config;
 pub use error::{Error, ErrorKind, Result};
-pub use id::{validate_id, InvalidId, OwnerId, MAX_ID_LEN};
+pub use id::{validate_id, CheckpointId, InvalidId, OwnerId, MAX_ID_LEN};
 pub use lease::{
     read_lease, read_lease_at, Keeper, LeaseRecord, LeaseState, OwnerLease, LEASE_FORMAT,
     MAX_EXPIRE_WINDOW, MAX_LEASE_BYTES, SWIFT_TTL_SLACK,

@@ -155,12 +155,12 @@ fn details(e: banklease::Error) -> Vec<(&'static str, Attr)> {
             decided_by,
             outcome,
         } => vec![
-            ("checkpoint_id", Attr::Str(checkpoint_id)),
+            ("checkpoint_id", Attr::Str(checkpoint_id.to_string())),
             ("decided_by", Attr::Str(decided_by)),
             ("outcome", Attr::Str(outcome)),
         ],
         E::CheckpointExists { checkpoint_id } | E::CheckpointAmbiguous { checkpoint_id } => {
-            vec![("checkpoint_id", Attr::Str(checkpoint_id))]
+            vec![("checkpoint_id", Attr::Str(checkpoint_id.to_string()))]
         }
         E::ClockStep {
             step, direction, ..

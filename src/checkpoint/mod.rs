@@ -44,13 +44,13 @@ use object_store::{ObjectStoreExt, PutPayload};
 
 use self::decision::{decide, finish_owner_decision};
 use crate::error::{Error, Result};
-use crate::id::validate_id;
+use crate::id::{validate_id, CheckpointId};
 use crate::lease::OwnerLease;
 
 /// The error of an owner whose checkpoint `id` the GC collected (a tombstone is there).
-fn collected(id: &str) -> Error {
+fn collected(id: &CheckpointId) -> Error {
     Error::Fenced {
-        checkpoint_id: id.to_owned(),
+        checkpoint_id: id.clone(),
         decided_by: Decider::Gc.to_string(),
         outcome: Status::Deleted.to_string(),
     }
@@ -78,7 +78,7 @@ fn collected(id: &str) -> Error {
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
     lease: OwnerLease,
-    id: String,
+    id: CheckpointId,
 }
 
 impl Checkpoint {
@@ -87,7 +87,7 @@ impl Checkpoint {
     /// Checks validity first (zero requests), writes the protecting marker, then `index.json`
     /// with create-if-absent ([`Error::CheckpointExists`] if the id is taken).
     pub async fn create(lease: &OwnerLease, id: &str) -> Result<Self> {
-        validate_checkpoint_id(id)?;
+        let cid = CheckpointId::parse(id)?;
         lease.ensure_valid()?;
         let bank = lease.bank();
         let owner = lease.owner_id();
@@ -109,7 +109,7 @@ impl Checkpoint {
                         // The GC collected this id while our create was in flight (we were
                         // paused past our lease): fenced, and its marker is not ours to keep.
                         let _ = bank.store().delete(&marker).await;
-                        return Err(collected(id));
+                        return Err(collected(&cid));
                     }
                     Ok(Some(existing))
                         if existing.owner_id != *owner || existing.status != Status::Protecting =>
@@ -118,21 +118,21 @@ impl Checkpoint {
                         // at someone else's id (or at a finished one). Remove it.
                         let _ = bank.store().delete(&marker).await;
                         return Err(Error::CheckpointExists {
-                            checkpoint_id: id.to_owned(),
+                            checkpoint_id: cid.clone(),
                         });
                     }
                     Ok(Some(_)) => {
                         // Our own protecting checkpoint from an earlier call whose answer was
                         // lost: the marker stays; the caller adopts it.
                         return Err(Error::CheckpointExists {
-                            checkpoint_id: id.to_owned(),
+                            checkpoint_id: cid.clone(),
                         });
                     }
                     Ok(None) | Err(_) => {
                         // Never delete on doubt: the index.json that exists may be our own
                         // protecting one, and without its marker no pass would ever find it.
                         return Err(Error::CheckpointAmbiguous {
-                            checkpoint_id: id.to_owned(),
+                            checkpoint_id: cid.clone(),
                         });
                     }
                 }
@@ -141,7 +141,7 @@ impl Checkpoint {
         }
         Ok(Self {
             lease: lease.clone(),
-            id: id.to_owned(),
+            id: cid,
         })
     }
 
@@ -152,7 +152,7 @@ impl Checkpoint {
     /// Succeeds only if `index.json` names this owner and is still `protecting`; writes the
     /// protecting marker again (idempotent) so the GC can find it. Checks validity first.
     pub async fn adopt(lease: &OwnerLease, id: &str) -> Result<Self> {
-        validate_checkpoint_id(id)?;
+        let cid = CheckpointId::parse(id)?;
         lease.ensure_valid()?;
         let bank = lease.bank();
         let owner = lease.owner_id();
@@ -163,7 +163,7 @@ impl Checkpoint {
                 // Not proof of anything: a lagging replica may not show the index.json that
                 // landed. Our marker stays (never delete on doubt).
                 return Err(Error::CheckpointAmbiguous {
-                    checkpoint_id: id.to_owned(),
+                    checkpoint_id: cid.clone(),
                 });
             }
             found => {
@@ -172,9 +172,9 @@ impl Checkpoint {
                 // it, so it goes.
                 let _ = bank.store().delete(&marker).await;
                 return Err(match found {
-                    Some(r) if r.status == Status::Deleted => collected(id),
+                    Some(r) if r.status == Status::Deleted => collected(&cid),
                     _ => Error::CheckpointExists {
-                        checkpoint_id: id.to_owned(),
+                        checkpoint_id: cid.clone(),
                     },
                 });
             }
@@ -186,13 +186,13 @@ impl Checkpoint {
             .map_err(|e| Error::store("put", &marker, e))?;
         Ok(Self {
             lease: lease.clone(),
-            id: id.to_owned(),
+            id: cid,
         })
     }
 
     /// The checkpoint id.
     pub fn id(&self) -> &str {
-        &self.id
+        self.id.as_str()
     }
 
     /// The lease this checkpoint is written under.
@@ -205,7 +205,7 @@ impl Checkpoint {
         validate_id("data object", name)?;
         self.lease.ensure_valid()?;
         let bank = self.lease.bank();
-        let path = data_prefix(bank, &self.id).join(name);
+        let path = data_prefix(bank, self.id.as_str()).join(name);
         bank.store()
             .put(&path, data)
             .await
@@ -228,7 +228,7 @@ impl Checkpoint {
         let decision = Decision {
             format: CHECKPOINT_FORMAT,
             rebuilt: None,
-            checkpoint_id: self.id.clone(),
+            checkpoint_id: self.id.to_string(),
             owner_id: self.lease.owner_id().clone(),
             by: Decider::Owner,
             outcome,

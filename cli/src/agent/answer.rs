@@ -105,7 +105,7 @@ mod tests {
     fn what_the_agent_meets_keeps_its_status() {
         let owner = banklease::OwnerId::parse("svc-1").unwrap();
         let path = object_store::path::Path::from("checkpoints/cp-1/index.json");
-        let id = || "cp-1".to_owned();
+        let id = || banklease::CheckpointId::parse("cp-1").unwrap();
         let store = |source| Error::store("put", &path, source);
         let cases = [
             (
