@@ -8,7 +8,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 
 use crate::bank::Bank;
 use crate::errors::to_py;
-use crate::owner::OwnerLease;
+use crate::lease::OwnerLease;
 use crate::runtime::{awaitable, block_on};
 
 /// A checkpoint being written (`protecting`) under an owner lease.

@@ -1,4 +1,6 @@
-//! `Keeper`: the background renewal of an owner lease, observable from Python.
+//! `Keeper`: the background renewal of an owner lease, observable from Python, and
+//! `OwnerLease.keep()`, which starts it (a second `#[pymethods]` block, so that lease.rs needs
+//! nothing of this module).
 
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
@@ -9,9 +11,30 @@ use banklease::LeaseState;
 use pyo3::prelude::*;
 use tokio_util::sync::CancellationToken;
 
+use crate::errors::config_error;
 use crate::errors::to_py;
-use crate::owner::{lost, raise_if_lost, release_unless_lost, LeaseStatus, OwnerLease};
+use crate::lease::{lost, raise_if_lost, release_unless_lost, LeaseStatus, OwnerLease};
 use crate::runtime::{awaitable, block_on, opt_duration, runtime};
+
+#[pymethods]
+impl OwnerLease {
+    /// Start the background keeper: it renews every `renew_window` (shortened by a random
+    /// fraction of up to `jitter`, 0 to 0.5) on the package's runtime, whatever Python is
+    /// doing, until the keeper or the lease is stopped or released, or the lease is lost —
+    /// dropping the `Keeper` object does not stop it. `on_lost(error)` is called once, from a
+    /// background thread, with the `LeaseLost` exception if the lease is lost while the keeper
+    /// runs. One keeper per lease.
+    #[pyo3(signature = (on_lost=None, jitter=0.1))]
+    fn keep(&self, on_lost: Option<Py<PyAny>>, jitter: f64) -> PyResult<Keeper> {
+        if !(0.0..=0.5).contains(&jitter) {
+            return Err(config_error(format!(
+                "jitter=`{jitter}` is out of range; give a fraction of renew_window between 0 \
+                 and 0.5"
+            )));
+        }
+        Keeper::start(self, on_lost, jitter)
+    }
+}
 
 /// A running keeper (`OwnerLease.keep()`). Use it as a context manager (`with`, `async with`)
 /// to release the lease on the way out; a lease lost inside the block raises `LeaseLost` there.

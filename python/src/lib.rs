@@ -15,7 +15,6 @@ mod gc;
 mod keeper;
 mod lease;
 mod observe;
-mod owner;
 mod runtime;
 
 /// Blocking threads of the module's runtime: `file:` banks run every call there; a GC pass keeps
@@ -35,8 +34,8 @@ fn _banklease(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<bank::Bank>()?;
     m.add_class::<lease::LeaseWindows>()?;
-    m.add_class::<owner::OwnerLease>()?;
-    m.add_class::<owner::LeaseStatus>()?;
+    m.add_class::<lease::OwnerLease>()?;
+    m.add_class::<lease::LeaseStatus>()?;
     m.add_class::<keeper::Keeper>()?;
     m.add_class::<checkpoint::Checkpoint>()?;
     m.add_class::<observe::LeaseObserver>()?;
