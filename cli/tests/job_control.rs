@@ -10,14 +10,14 @@
 
 #![allow(clippy::disallowed_methods)] // real processes on real time
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process, Pid, Signal};
 
 mod common;
 
+use common::work::{signal, state, Env};
 use common::{output_text as text, wait_child, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_banklease");
@@ -29,103 +29,6 @@ fn ticking_job(name: &str, secs: u32) -> String {
     format!(
         r#"trap '' TERM INT HUP; i=0; while [ $i -lt {rounds} ]; do date +%s%N >> "$WORK/{name}.ticks"; sleep 0.05; i=$((i+1)); done"#
     )
-}
-
-struct Env {
-    dir: tempfile::TempDir,
-    url: String,
-}
-
-impl Env {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("file://{}", dir.path().join("bank").display());
-        let env = Self { dir, url };
-        let out = env.run(&["init"]);
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-        env
-    }
-
-    fn work(&self) -> PathBuf {
-        self.dir.path().to_owned()
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("BANKLEASE_") {
-                cmd.env_remove(name);
-            }
-        }
-        cmd.current_dir(self.work())
-            .args(["--bank", &self.url])
-            .args(args)
-            .env("RUST_LOG", "error")
-            .env("NO_COLOR", "1")
-            .env("WORK", self.work());
-        cmd
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.command(args).output().expect("run the CLI")
-    }
-
-    fn spawn(&self, args: &[&str], name: &str) -> Child {
-        let file = |suffix: &str| {
-            Stdio::from(
-                std::fs::File::create(self.work().join(format!("{name}.{suffix}"))).unwrap(),
-            )
-        };
-        self.command(args)
-            .stdout(file("out"))
-            .stderr(file("err"))
-            .spawn()
-            .unwrap()
-    }
-
-    fn read(&self, name: &str) -> String {
-        std::fs::read_to_string(self.work().join(name)).unwrap_or_default()
-    }
-
-    /// The times (ns since the epoch) COMMAND `name` ticked at.
-    fn ticks(&self, name: &str) -> Vec<u128> {
-        self.read(&format!("{name}.ticks"))
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
-    }
-
-    /// `lock acquire KEY` for 10 s, waiting up to 30 s; the host's time (ns) when it returned.
-    fn take_over(&self, key: &str) -> u128 {
-        let out = self.run(&["lock", "acquire", key, "--duration", "10s", "-w", "30"]);
-        let at = now_ns();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "the next holder: {}",
-            text(&out)
-        );
-        at
-    }
-}
-
-fn now_ns() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
-
-fn signal(child: &Child, signal: Signal) {
-    kill_process(Pid::from_raw(child.id() as i32).unwrap(), signal).unwrap();
-}
-
-/// The state letter of process `pid` (`T` stopped, `S` sleeping, ...), `None` once it is gone.
-fn state(pid: u32) -> Option<char> {
-    let stat =
-        std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat")).ok()?;
-    // `pid (comm) S ...`: comm may hold spaces and parentheses; the state follows the last ')'.
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
 /// The two supervisors that run COMMAND under a lock.

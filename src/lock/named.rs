@@ -10,8 +10,9 @@ use object_store::PutMode;
 
 use super::fence::Fence;
 use super::info::{Acquired, Current};
+use super::process::ProcessBinding;
 use super::record::{read_found, record_write, LockRecord};
-use super::take::{new_record, take, unavailable, Granted, Mode, Spec, CONTENTION_ROUNDS};
+use super::take::{new_record, take_seeing, unavailable, Granted, Mode, Spec, CONTENTION_ROUNDS};
 use super::{Locks, Term};
 use crate::error::{Error, Result};
 use crate::lease::{
@@ -43,6 +44,8 @@ struct Seen {
     holder: String,
     payload: Option<String>,
     until: Instant,
+    /// The processes its holding is bound to, when it names them.
+    process: Option<ProcessBinding>,
 }
 
 struct Inner {
@@ -52,6 +55,9 @@ struct Inner {
     path: Path,
     holding: Holding<Holds>,
     seen: Mutex<Option<Seen>>,
+    /// The processes our holdings are bound to, named in each heartbeat's record
+    /// ([`Lock::bind_to_processes`]).
+    bound: Mutex<Option<ProcessBinding>>,
     /// Serialises the handle's writes; no state is held across an await.
     op: tokio::sync::Mutex<()>,
 }
@@ -101,6 +107,7 @@ impl Lock {
                 path,
                 holding,
                 seen: Mutex::new(None),
+                bound: Mutex::new(None),
                 op: tokio::sync::Mutex::new(()),
             }),
         }
@@ -167,7 +174,8 @@ impl Lock {
             mode: Mode::Acquire,
             ticket,
         };
-        match take(&self.inner.locks, &self.inner.key, &spec).await {
+        let mut held_by = None;
+        match take_seeing(&self.inner.locks, &self.inner.key, &spec, &mut held_by).await {
             Ok(g) => self.hold(g, duration),
             Err(Error::Unavailable {
                 key,
@@ -181,6 +189,7 @@ impl Lock {
                     holder: holder.clone(),
                     payload: None,
                     until: now + remaining,
+                    process: held_by,
                 });
                 Err(Error::Unavailable {
                     key,
@@ -255,8 +264,26 @@ impl Lock {
         ))
     }
 
+    /// Bind the holdings of this handle to this process and to process group `group` (where
+    /// COMMAND runs): from the next heartbeat on, their records name both, and a waiter on this
+    /// host's kernel takes the lock as soon as the kernel proves them all gone, instead of at
+    /// the lock's expiry ([`ProcessBinding`]). Only for a hold that must end with them, as
+    /// `lock run`'s does. False where the kernel cannot name them (then nothing changes).
+    pub fn bind_to_processes(&self, group: u32) -> bool {
+        let binding = ProcessBinding::of_this_process(group);
+        let bound = binding.is_some();
+        *self.inner.bound.lock().expect("lock state poisoned") = binding;
+        bound
+    }
+
+    /// The processes the holding that kept the key at our last refused acquisition is bound
+    /// to, when it names them.
+    pub(crate) fn holders_processes(&self) -> Option<ProcessBinding> {
+        self.seen().as_ref().and_then(|s| s.process.clone())
+    }
+
     fn record_of(&self, held: &Held<Holds>, generation: u64) -> LockRecord {
-        new_record(
+        let mut record = new_record(
             &self.inner.locks,
             &self.inner.key,
             Some(&self.inner.owner),
@@ -264,7 +291,14 @@ impl Lock {
             held.length,
             held.extra.fence,
             generation,
-        )
+        );
+        record.process = self
+            .inner
+            .bound
+            .lock()
+            .expect("lock state poisoned")
+            .clone();
+        record
     }
 
     /// Release the lock: write a free record (keeping the fencing counter) with If-Match on our
@@ -365,6 +399,7 @@ impl Lock {
                     holder: c.holder.clone(),
                     payload: c.payload.clone(),
                     until: now + c.remaining,
+                    process: None,
                 });
             }
             None => *self.seen() = None,

@@ -23,10 +23,12 @@ use object_store::{ObjectStoreExt, PutMode};
 
 use super::info::Acquired;
 use super::named::Lock;
+use super::process::ProcessBinding;
 use super::record::{read_found, record_write, write_record};
 use super::take::{new_record, promised};
 use super::tickets::{list_tickets, TICKET_DIGITS};
 use super::{Locks, Term};
+use crate::clock::SharedClock;
 use crate::error::{Error, Result};
 use crate::lease::{self, Holding, How, Renewed, Words, Written};
 
@@ -38,6 +40,9 @@ const MIN_POLL: Duration = Duration::from_millis(10);
 /// The longest pause between two HEADs of a held lock's object while waiting: a release is
 /// seen within it (the store has no notifications).
 pub const WATCH_POLL: Duration = Duration::from_millis(250);
+/// How often a waiter asks this host's kernel about a holder bound to its processes
+/// ([`ProcessBinding`]): a handoff on one host takes about this long.
+const LOCAL_POLL: Duration = Duration::from_millis(10);
 /// Once a holding's end was due and it was still judged held (its stamp and the store's clock
 /// are read at the store's resolution), it is looked at again this often until it is taken
 /// or changes: at most about one skew margin of full looks per expiry.
@@ -286,6 +291,9 @@ struct Watch {
     /// When a full look is next due: the holder's expected end as judged, or [`QUEUE_LOOK`]
     /// from now while the key is promised to an earlier waiter; `None`: at once.
     look_at: Option<Instant>,
+    /// The holder's processes when this host's kernel can judge them, with what it last said
+    /// of them (supervisor gone, all gone).
+    local: Option<(ProcessBinding, (bool, bool))>,
 }
 
 impl Watch {
@@ -332,6 +340,32 @@ impl Watch {
             next_look_ms = self.look_at.map(|t| t.saturating_duration_since(now).as_millis()),
             "lock unavailable; watching it");
         self.e_tag = e_tag;
+    }
+}
+
+impl Watch {
+    /// Watch the processes the holding that kept the key is bound to, when this host's kernel
+    /// can judge them.
+    fn processes(&mut self, binding: Option<ProcessBinding>) {
+        self.local = binding.filter(ProcessBinding::local).map(|b| {
+            let said = (b.supervisor_gone(), b.gone());
+            (b, said)
+        });
+    }
+
+    /// Completes when what the kernel says of the holder's processes changes (its supervisor
+    /// exited, as it does after a release; or they are all gone, and the lock may be taken
+    /// over); never without such processes. Asks every [`LOCAL_POLL`]; no store request.
+    async fn processes_changed(&self, clock: &SharedClock) {
+        let Some((binding, said)) = &self.local else {
+            return std::future::pending().await;
+        };
+        loop {
+            clock.sleep(LOCAL_POLL).await;
+            if (binding.supervisor_gone(), binding.gone()) != *said {
+                return;
+            }
+        }
     }
 }
 
@@ -493,6 +527,7 @@ impl Lock {
                         {
                             watch.unavailable(self, *remaining, promised(holder), e_tag);
                         }
+                        watch.processes(self.holders_processes());
                         unavailable = e;
                         Ok(None)
                     }
@@ -526,9 +561,13 @@ impl Lock {
                 }
                 Err(e) => break Err(e),
             };
-            tokio::select! {
-                () = sleep_until(wait) => {}
+            let changed = tokio::select! {
+                () = sleep_until(wait) => false,
+                () = watch.processes_changed(&clock) => true,
                 () = stop.as_mut() => break Ok(None),
+            };
+            if changed {
+                watch.look_at = None;
             }
         };
         if let Some(t) = ticket {

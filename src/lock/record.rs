@@ -12,6 +12,7 @@ use object_store::path::Path;
 use object_store::{ObjectMeta, PutMode, PutPayload, UpdateVersion};
 use serde::{Deserialize, Serialize};
 
+use super::process::ProcessBinding;
 use crate::bank::Bank;
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
@@ -61,6 +62,11 @@ pub struct LockRecord {
     pub pid: u32,
     /// When the write was made, writer's wall clock, for humans only (never used to judge).
     pub written_at: DateTime<Utc>,
+    /// The processes the holding lives by (`lock run`, `run --lock`): a waiter on the same
+    /// kernel takes the lock once they are proved gone ([`ProcessBinding`]). Absent for a hold
+    /// that outlives its process (`lock acquire`) and in records of earlier releases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessBinding>,
 }
 
 impl LockRecord {
@@ -208,6 +214,7 @@ mod tests {
             pid: 1,
             // Absurd on purpose: the writer's wall clock is never used.
             written_at: DateTime::<Utc>::MIN_UTC,
+            process: None,
         }
     }
 

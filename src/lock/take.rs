@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use object_store::PutMode;
 
+use super::process::ProcessBinding;
 use super::record::{self, judge, read_record, update_of, write_record, Judged, LockRecord};
 use super::{support, tickets, Locks};
 use crate::error::{Error, Result};
@@ -72,6 +73,7 @@ pub(crate) fn new_record(
         host: local_hostname(),
         pid: std::process::id(),
         written_at: locks.clock.system_now().into(),
+        process: None,
     }
 }
 
@@ -86,6 +88,17 @@ pub(crate) fn unavailable(locks: &Locks, key: &str, holder: &str, remaining: Dur
 /// Take `key`: read it, judge it, and write a new holding with create-if-absent (never used) or
 /// If-Match on the ETag judged (free, expired, or ours to replace).
 pub(crate) async fn take(locks: &Locks, key: &str, spec: &Spec<'_>) -> Result<Granted> {
+    take_seeing(locks, key, spec, &mut None).await
+}
+
+/// [`take`], noting in `held_by` the processes a holding that kept the key is bound to (for a
+/// waiter that watches them: see [`ProcessBinding`]).
+pub(crate) async fn take_seeing(
+    locks: &Locks,
+    key: &str,
+    spec: &Spec<'_>,
+    held_by: &mut Option<ProcessBinding>,
+) -> Result<Granted> {
     support::ensure_supported(&locks.bank).await?;
     locks.check_payload(key, spec.payload)?;
     let path = locks.lock_path(key);
@@ -98,7 +111,7 @@ pub(crate) async fn take(locks: &Locks, key: &str, spec: &Spec<'_>) -> Result<Gr
         let (mode, fence, replacing_own) = match &current {
             None => (PutMode::Create, 1, false),
             Some((rec, meta)) => {
-                let state = match &rec.holder {
+                let mut state = match &rec.holder {
                     None => Judged::Free,
                     Some(_) => judge(
                         rec,
@@ -106,6 +119,22 @@ pub(crate) async fn take(locks: &Locks, key: &str, spec: &Spec<'_>) -> Result<Gr
                         sc.lower_at(&locks.bank, &locks.clock, sent).await?,
                         locks.margin,
                     ),
+                };
+                // Held, by processes this kernel proves gone: over before its expiry. The write
+                // below is conditional on the version judged here.
+                if let (Judged::Held { .. }, Some(p)) = (state, &rec.process) {
+                    if p.gone() {
+                        tracing::info!(key = %rec.key, holder = ?rec.holder, pid = p.pid,
+                            group = p.group, "the holder's processes on this host are gone; \
+                            taking the lock over before its expiry");
+                        state = Judged::Expired {
+                            since: Duration::ZERO,
+                        };
+                    }
+                }
+                *held_by = match state {
+                    Judged::Held { .. } => rec.process.clone(),
+                    _ => None,
                 };
                 let replacing_own = match (state, &rec.holder) {
                     (Judged::Held { .. }, Some(h))

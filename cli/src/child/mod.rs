@@ -154,6 +154,7 @@ pub async fn spawn(
         return Err(failed(e));
     }
     let group = guard.group();
+    proof.bind_locks(group.as_raw_nonzero().get().unsigned_abs());
     match spawn_command(argv, env, group.as_raw_nonzero().get()) {
         Ok(child) => Ok(Running {
             child,

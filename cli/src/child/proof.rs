@@ -74,6 +74,28 @@ impl Proof {
         self
     }
 
+    /// Bind every lock COMMAND runs under to this supervisor and to COMMAND's process group
+    /// `group`, and renew each at once so that its record names them: a waiter on this host
+    /// then takes the lock as soon as the kernel proves them all gone, not at its expiry
+    /// ([`Lock::bind_to_processes`]). A renewal that fails here is the heartbeat's to retry.
+    pub fn bind_locks(&self, group: u32) {
+        for hold in &self.holds {
+            let Hold::Lock { lock, .. } = hold else {
+                continue;
+            };
+            if lock.bind_to_processes(group) {
+                let lock = lock.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = lock.heartbeat().await {
+                        tracing::debug!(key = %lock.full_key(), error = %error_chain(&e),
+                            "the renewal that names COMMAND's processes failed; the heartbeat \
+                             names them next");
+                    }
+                });
+            }
+        }
+    }
+
     /// Proved time left before COMMAND must be stopped: the least over the holds of the time
     /// left (send-time expiry on the holder's clock) less its margin. Sends no request.
     pub fn left(&self) -> Duration {

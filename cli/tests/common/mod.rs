@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each suite uses its part
 
+pub mod work;
+
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output};
 use std::sync::Arc;

@@ -1,0 +1,165 @@
+//! A holder that died on this host is proved dead by the kernel: when `lock run`'s supervisor
+//! and every process of COMMAND's group are gone, the next waiter on this host takes the lock
+//! at once instead of at its expiry — and never while one of them lives, nor for a hold that
+//! outlives its process (`lock acquire`).
+//!
+//! Each test runs the binary on a `file:` bank as an operator would.
+
+#![allow(clippy::disallowed_methods)] // real processes on real time
+
+use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
+
+mod common;
+
+use common::work::{signal, state, Env};
+use common::{output_text as text, wait_child, wait_for};
+
+/// A COMMAND that writes its pid to `$WORK/<name>.pid`, then sleeps.
+fn sleeper(name: &str) -> String {
+    format!(r#"echo $$ > "$WORK/{name}.pid"; exec sleep 60"#)
+}
+
+/// A COMMAND that says whether process `$WORK/<of>.pid` still lives (a zombie does not).
+fn witness(of: &str) -> String {
+    format!(
+        r#"p=$(cat "$WORK/{of}.pid"); s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); if [ -n "$s" ] && [ "$s" != Z ]; then echo overlap; else echo alone; fi > "$WORK/witness""#
+    )
+}
+
+fn pid_in(env: &Env, name: &str) -> u32 {
+    let file = format!("{name}.pid");
+    wait_for("COMMAND to start", || !env.read(&file).trim().is_empty());
+    env.read(&file).trim().parse().unwrap()
+}
+
+#[test]
+fn a_holder_killed_on_this_host_hands_over_at_once_and_never_beside_its_command() {
+    let env = Env::new();
+    for (i, head) in [
+        vec!["lock", "run", "--duration", "30s", "k"],
+        vec!["run", "--lock", "k", "--lock-duration", "30s"],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let first = format!("first{i}");
+        let mut args = head.clone();
+        let job = sleeper(&first);
+        args.extend(["--", "sh", "-c", &job]);
+        let mut holder = env.spawn(&args, &first);
+        let command = pid_in(&env, &first);
+
+        let check = witness(&first);
+        let mut waiter = env.spawn(
+            &[
+                "lock",
+                "run",
+                "--duration",
+                "30s",
+                "k",
+                "--",
+                "sh",
+                "-c",
+                &check,
+            ],
+            &format!("waiter{i}"),
+        );
+        // Queued behind the holder (its ticket written) before the holder dies.
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(waiter.try_wait().unwrap().is_none(), "the waiter waits");
+
+        let killed = Instant::now();
+        signal(&holder, Signal::KILL);
+        let status = wait_child(&mut waiter);
+        let took = killed.elapsed();
+        holder.wait().unwrap();
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "{}",
+            env.read(&format!("waiter{i}.err"))
+        );
+        assert_eq!(
+            env.read("witness").trim(),
+            "alone",
+            "the next COMMAND ran beside the first"
+        );
+        assert!(
+            took < Duration::from_secs(5),
+            "{}: the next holder waited {took:?} after the holder was killed (a 30 s lock)",
+            head.join(" ")
+        );
+        assert!(state(command).is_none_or(|s| s == 'Z'), "COMMAND is gone");
+        std::fs::remove_file(env.work().join("witness")).unwrap();
+    }
+}
+
+/// Writes, as a dead supervisor would have left it, a record of `key` held for 30 s whose
+/// COMMAND group is `group`.
+fn held_by_a_dead_supervisor(env: &Env, key: &str, group: u32) {
+    use std::os::unix::fs::MetadataExt;
+    // A pid that is surely gone: a child that exited and was reaped.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let pid_ns = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
+    let record = serde_json::json!({
+        "format": 1, "key": format!("default/{key}"), "holder": "gone.vm.1.0badf00d",
+        "duration_ms": 30_000, "fence": 7, "generation": 2, "token": "t", "host": "vm",
+        "pid": gone.id(), "written_at": "2026-11-26T00:00:00Z",
+        "process": { "boot_id": boot_id.trim(), "pid_ns": pid_ns, "pid": gone.id(),
+                     "start_ticks": 1, "group": group },
+    });
+    let dir = env.work().join("bank/locks/default");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(key), record.to_string()).unwrap();
+}
+
+#[test]
+fn a_dead_supervisor_whose_command_group_lives_is_waited_out() {
+    use std::os::unix::process::CommandExt;
+    let env = Env::new();
+    // COMMAND's group outliving its supervisor (its guard could not stop it).
+    let mut command = std::process::Command::new("sleep")
+        .arg("60")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    held_by_a_dead_supervisor(&env, "k", command.id());
+    let out = env.run(&["lock", "run", "-w", "1", "k", "--", "true"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "taken while COMMAND's group lives: {}",
+        text(&out)
+    );
+    command.kill().unwrap();
+    let started = Instant::now();
+    let out = env.run(&["lock", "run", "-w", "10", "k", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    command.wait().unwrap();
+    let out = env.run(&["lock", "show", "k", "--json"]);
+    assert!(
+        text(&out).contains("\"token\":8"),
+        "taken over with the next token: {}",
+        text(&out)
+    );
+}
+
+#[test]
+fn a_lock_that_outlives_its_process_is_not_taken_when_the_process_exits() {
+    let env = Env::new();
+    let out = env.run(&["lock", "acquire", "k", "--duration", "4s"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let started = Instant::now();
+    let out = env.run(&["lock", "run", "-w", "2", "k", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(started.elapsed() >= Duration::from_secs(2));
+}
