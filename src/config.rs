@@ -405,9 +405,10 @@ impl Config {
         let built = builder
             .build()
             .map_err(|e| Error::config(format!("{e} ({origin})")))?;
-        let mut config: Config = built
-            .try_deserialize()
-            .map_err(|e| Error::config(format!("{e} ({origin})")))?;
+        let mut config: Config = built.try_deserialize().map_err(|e| {
+            let e = e.to_string();
+            Error::config(format!("{e}{} ({origin})", unit_hint(&e)))
+        })?;
         if let Some(url) = bank_variable {
             config.bank.url = url;
         }
@@ -456,6 +457,35 @@ impl Config {
             warnings,
             refusals: self.refusals(),
         })
+    }
+}
+
+/// A duration as the command line takes it (humantime: `250ms`, `30s`, `10m`), with the hint
+/// a bare number needs: `30` is refused as "add a unit, e.g. `30s`", never read as seconds.
+pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    humantime::parse_duration(s.trim()).map_err(|e| match bare_number(s) {
+        Some(n) => format!("`{n}` has no unit: add a unit, e.g. `{n}s`"),
+        None => format!("{e} (e.g. `250ms`, `30s`, `10m`)"),
+    })
+}
+
+/// `s` when it is a number without a unit.
+fn bare_number(s: &str) -> Option<&str> {
+    let s = s.trim();
+    (!s.is_empty() && s.parse::<f64>().is_ok_and(f64::is_finite)).then_some(s)
+}
+
+/// For a configuration error about a duration given as a bare number (`expire_window = 600`,
+/// which serde reports as `invalid value: string "600", expected a duration`): the hint to
+/// add a unit; empty otherwise.
+fn unit_hint(error: &str) -> String {
+    let number = error
+        .split_once("string \"")
+        .and_then(|(_, rest)| rest.split_once("\", expected a duration"))
+        .and_then(|(value, _)| bare_number(value));
+    match number {
+        Some(n) => format!("; add a unit, e.g. `{n}s`"),
+        None => String::new(),
     }
 }
 

@@ -399,13 +399,13 @@ fn tables_show_short_ids_that_lease_show_takes_back() {
         let out = cli(&url, &env, &["lease", "show", shown]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         assert!(text(&out.stdout).contains(full), "{}", text(&out.stdout));
-        // A judgement takes the full id only: a shown id is refused naming it, never answered
-        // "no lease" (which a monitoring script would read as a dead owner).
+        // A judgement takes a shown id too, and judges the owner it names, by its full id —
+        // never "no lease" (which a monitoring script would read as a dead owner).
         let out = cli(&url, &env, &["validity-check", "--owner", shown]);
-        let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{}{err}", text(&out.stdout));
-        assert_eq!(err.lines().count(), 1, "{err}");
-        assert!(err.contains(full) && err.contains("full id"), "{err}");
+        let stdout = text(&out.stdout);
+        assert_ne!(out.status.code(), Some(2), "{stdout}{}", text(&out.stderr));
+        assert!(stdout.contains(&format!("owner_id=`{full}`")), "{stdout}");
+        assert!(!stdout.contains("no lease"), "{stdout}");
     }
     let out = cli(&url, &env, &["--json", "lease", "list"]);
     assert!(text(&out.stdout).contains(a.as_str()));
