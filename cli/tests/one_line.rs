@@ -42,6 +42,9 @@ fn one_error_line(what: &str, out: &Output) -> String {
     err
 }
 
+/// What fails, its arguments and environment, its exit status, what its line must say.
+type Case<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>, i32, &'a str);
+
 #[test]
 fn common_failures_are_one_error_line_each() {
     let dir = tempfile::tempdir().unwrap();
@@ -57,8 +60,7 @@ fn common_failures_are_one_error_line_each() {
     );
     assert_eq!(held.status.code(), Some(0), "{}", text(&held));
 
-    // (what, args, environment, exit status, what the line must say)
-    let cases: [(&str, Vec<&str>, Vec<(&str, &str)>, i32, &str); 12] = [
+    let cases: [Case; 12] = [
         ("no bank", vec!["lease", "list"], vec![], 2, "no bank given"),
         (
             "a path for a URL",
@@ -254,7 +256,7 @@ fn validity_check_takes_a_unique_short_id_and_refuses_an_ambiguous_one() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let line = one_error_line("ambiguous", &out);
     assert!(
-        line.contains(&owners[0]) && line.contains(&owners[1]),
+        line.contains(owners[0]) && line.contains(owners[1]),
         "{line}"
     );
 }

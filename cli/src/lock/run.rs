@@ -109,7 +109,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         payload: args.payload.as_deref(),
         wait: args.waiting.wait(Wait::Forever),
     };
-    let started = std::time::Instant::now();
+    let started = ctx.clock.now();
     let outcome = hold::acquire(ctx, &wanted, &mut signals).await?;
     // A conflict is silent, as flock's (cron mails whatever a job prints), unless --verbose; a
     // signal while waiting is said.
@@ -120,7 +120,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
             "note: acquired key=`{}` token={} after {}; running COMMAND",
             held.lock().full_key(),
             held.token(),
-            human(started.elapsed())
+            human(ctx.clock.now().saturating_duration_since(started))
         ),
         _ => {}
     }
