@@ -349,6 +349,8 @@ mod tests {
             ("file://", "no path"),
             ("file://otherhost/x", "not local"),
             ("ftp://x", "unknown scheme"),
+            ("/var/lib/bank", "did you mean `file:///var/lib/bank`?"),
+            ("./bank", "did you mean `file:./bank`?"),
             ("swift://", "no container"),
             ("s3://", "no bucket"),
             ("az://", "no container"),

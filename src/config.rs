@@ -327,9 +327,9 @@ impl Config {
     ) -> Result<Self> {
         // The defaults are the first source, so every key is present when the sections with
         // flattened windows are read.
-        let defaults = config::Config::try_from(&Config::default())
+        let defaults_source = config::Config::try_from(&Config::default())
             .map_err(|e| Error::config(format!("the defaults do not serialise: {e}")))?;
-        let mut builder = config::Config::builder().add_source(defaults);
+        let mut builder = config::Config::builder().add_source(defaults_source.clone());
         let source = match file {
             Some(path) => {
                 if !path.is_file() {
@@ -389,9 +389,10 @@ impl Config {
         if let Some(refusal) = env::unknown_key(&table) {
             return Err(Error::config(format!("{refusal} ({origin})")));
         }
-        let mut config: Config = built
-            .try_deserialize()
-            .map_err(|e| Error::config(format!("{e} ({origin})")))?;
+        let mut config: Config = built.try_deserialize().map_err(|e| {
+            let e = env::name_the_key(e.to_string(), &table, &defaults_source);
+            Error::config(format!("{e}{} ({origin})", unit_hint(&e)))
+        })?;
         if let Some(url) = bank_variable {
             config.bank.url = url;
         }
@@ -440,6 +441,42 @@ impl Config {
             warnings,
             refusals: self.refusals(),
         })
+    }
+}
+
+/// A duration as the command line takes it (humantime: `250ms`, `30s`, `10m`), with the hint
+/// a bare number needs: `30` is refused as "add a unit, e.g. `30s`", never read as seconds.
+pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    humantime::parse_duration(s.trim()).map_err(|e| match bare_number(s) {
+        Some(n) => format!("`{n}` has no unit: add a unit, e.g. `{n}s`"),
+        None => format!("{e} (e.g. `250ms`, `30s`, `10m`)"),
+    })
+}
+
+/// `s` when it is a number without a unit.
+fn bare_number(s: &str) -> Option<&str> {
+    let s = s.trim();
+    (!s.is_empty() && s.parse::<f64>().is_ok_and(f64::is_finite)).then_some(s)
+}
+
+/// For a configuration error about a duration given as a bare number (`expire_window = 600`,
+/// which serde reports as `invalid value: string "600", expected a duration`): the hint to
+/// add a unit; empty otherwise.
+fn unit_hint(error: &str) -> String {
+    // A bare number arrives as text from a variable or a flag, and as a number from TOML (read
+    // through the buffered values of the sections with flattened windows).
+    let quoted = |open: &str, close: &str| {
+        error
+            .split_once(open)
+            .and_then(|(_, rest)| rest.split_once(close))
+            .and_then(|(value, _)| bare_number(value))
+    };
+    let number = quoted("string \"", "\", expected a duration")
+        .or_else(|| quoted("integer `", "`, expected a duration"))
+        .or_else(|| quoted("floating point `", "`, expected a duration"));
+    match number {
+        Some(n) => format!("; add a unit, e.g. `{n}s`"),
+        None => String::new(),
     }
 }
 

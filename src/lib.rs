@@ -96,6 +96,11 @@ pub mod store;
 mod store_clock;
 mod windows;
 
+/// The `tracing` target of notices: what an operator should know about how a command works
+/// (read-only access judged by the store's `Date`), not a problem. A command line shows them
+/// as one `note:` line; a daemon logs them as warnings.
+pub const NOTE_TARGET: &str = "banklease::note";
+
 pub use bank::Bank;
 pub use capability::{Capabilities, Condition, RenewalMechanism};
 pub use checkpoint::upload::DataUpload;

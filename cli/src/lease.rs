@@ -143,9 +143,8 @@ impl JudgedLease {
 /// The owner `given` names: itself when it has a lease, else the one owner with a lease whose
 /// id starts with it (as `lease list` shows ids), else the one owner with a reap record whose id
 /// starts with it, else itself (its lease is missing). Two or more are refused, naming them.
-/// For `lease show` only: a judgement (`validity-check`) takes the full id, so that a dead
-/// owner's id never reads as a live one's.
-async fn resolve_prefix(ctx: &Ctx, given: OwnerId) -> Result<OwnerId> {
+/// For `lease show` and `validity-check`, which judges the owner found, by its full id.
+pub(crate) async fn resolve_prefix(ctx: &Ctx, given: OwnerId) -> Result<OwnerId> {
     let bank = &ctx.bank;
     let path = bank.lease_path(&given);
     match bank.store().head(&path).await {

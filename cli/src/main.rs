@@ -24,7 +24,6 @@ use banklease::checkpoint::Status;
 use banklease::clock::{SharedClock, SystemClock};
 use banklease::{Bank, Config, ErrorKind, LeaseObserver, StoreTime};
 use clap::{Parser, Subcommand};
-use tracing_subscriber::EnvFilter;
 
 mod agent;
 mod checkpoint;
@@ -35,6 +34,7 @@ mod gc;
 mod init;
 mod lease;
 mod lock;
+mod logging;
 mod output;
 mod validity;
 
@@ -64,6 +64,12 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
 
+    /// Show the log on stderr: `-v` info, `-vv` debug, `-vvv` trace (RUST_LOG overrides).
+    /// Without it, a warning or a note is one line and an error only the command's `error:`
+    /// line.
+    #[arg(short = 'v', global = true, action = clap::ArgAction::Count)]
+    verbosity: u8,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -78,7 +84,7 @@ enum Command {
         owner: String,
         /// Lease time that must be left, e.g. `500ms` [default: the validity window the owner
         /// declared in its lease; `[lease] validity_window` when there is no lease to read].
-        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        #[arg(long, value_name = "DURATION", value_parser = banklease::config::parse_duration)]
         validity_window: Option<Duration>,
     },
     /// Owner leases.
@@ -255,15 +261,21 @@ const CLI_BLOCKING_THREADS: usize = 32;
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        // `run` and `lock run` exit with COMMAND's status: their own usage errors must not
-        // look like COMMAND's exit 2, so they are 125 ("the supervisor failed").
-        Err(e) if e.use_stderr() && runs_a_command(std::env::args_os().skip(1)) => {
-            let _ = e.print();
-            return ExitCode::from(child::EXIT_RUN_FAILED);
+        // A usage error is one line, as every error. `run` and `lock run` exit with COMMAND's
+        // status: their own usage errors must not look like COMMAND's exit 2, so they are 125
+        // ("the supervisor failed").
+        Err(e) if e.use_stderr() => {
+            eprintln!("{}", usage_line(&e));
+            return ExitCode::from(if runs_a_command(std::env::args_os().skip(1)) {
+                child::EXIT_RUN_FAILED
+            } else {
+                2
+            });
         }
+        // --help, --version.
         Err(e) => e.exit(),
     };
-    init_tracing();
+    logging::init(cli.verbosity);
     // Flat memory on file banks: every file call runs on the blocking pool, which would grow
     // up to 512 threads; `banklease gc` keeps `gc.concurrency` (16 by default) in flight.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -367,16 +379,24 @@ fn runs_a_command(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
     }
 }
 
-fn init_tracing() {
-    // A pass's problems are printed from its report, one `error:` line each: not logged twice.
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new(format!("warn,{}=off", banklease_gc::report::PROBLEM_TARGET))
-    });
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(banklease_gc::logging::stderr_colour())
-        .with_writer(std::io::stderr)
-        .init();
+/// clap's usage error as one `error:` line: its message, the argument it names and its tip;
+/// not the usage, which `--help` shows.
+fn usage_line(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let mut parts = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty());
+    let first = parts.next().unwrap_or("invalid arguments");
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    let rest: Vec<&str> = parts.collect();
+    let joined = if rest.is_empty() {
+        first.to_owned()
+    } else {
+        format!("{} {}", first, rest.join("; "))
+    };
+    format!("error: {joined}; see --help")
 }
 
 /// What every command needs: the loaded configuration, the bank, the clock.
@@ -447,6 +467,7 @@ async fn run(cli: Cli) -> Result<Outcome> {
         bank,
         json,
         command,
+        verbosity: _,
     } = cli;
     let diagnosis = matches!(command, Command::Doctor { .. });
     let load = || Ctx::load(config.as_deref(), bank.as_deref(), json, false, diagnosis);

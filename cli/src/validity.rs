@@ -30,7 +30,10 @@ pub(crate) async fn validity_check(
     owner: &str,
     window: Option<Duration>,
 ) -> Result<Outcome> {
-    let owner = OwnerId::parse(owner)?;
+    // A short id, as `lease list` prints it, names the one owner whose id starts with it (as
+    // `lease show` takes it); two or more are refused, naming them: an owner is never judged
+    // by a guess.
+    let owner = crate::lease::resolve_prefix(ctx, OwnerId::parse(owner)?).await?;
     // The owner's own validity window, as its lease declares it, unless one is given: the
     // admin's configuration describes the admin's owners, not necessarily this one.
     let check = ctx
@@ -50,22 +53,6 @@ pub(crate) async fn validity_check(
         window_source,
         ok,
     } = check;
-    // `lease list` shows ids shortened: a short id has no lease of its own, and "no lease" would
-    // read as "dead" for an owner that is alive. Refused, naming the full id; never guessed (an
-    // owner judged by a prefix could be another owner).
-    if matches!(view, LeaseView::Missing) {
-        let longer =
-            crate::lease::owners_starting_with(ctx, crate::lease::Listed::Leases, &owner).await?;
-        if !longer.is_empty() {
-            let names: Vec<String> = longer.iter().map(|o| format!("`{o}`")).collect();
-            anyhow::bail!(
-                "no lease is named owner_id=`{owner}`, but {} start with it (`lease list` \
-                 shows ids shortened): validity-check judges one owner by its full id; pass \
-                 --owner with it",
-                names.join(", ")
-            );
-        }
-    }
     let window_source = match window_source {
         WindowSource::Given => "--validity-window",
         WindowSource::Owner => "the owner's",

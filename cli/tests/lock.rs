@@ -217,11 +217,15 @@ fn a_held_lock_refuses_at_once_with_n_and_the_chosen_code_with_e() {
         );
         env.wait_held("k");
         let started = Instant::now();
+        // Silent, as flock; --verbose says why in one `error:` line.
         let out = env.run(&["lock", "run", "-n", "k", "--", "touch", "ran"]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(out.stderr.is_empty(), "{}", text(&out));
+        let out = env.run(&["lock", "run", "--verbose", "-n", "k", "--", "touch", "ran"]);
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
-            stderr.starts_with("unavailable: key=`default/k` is held by `"),
+            stderr.starts_with("error: not acquired: key=`default/k` is held by `"),
             "{stderr}"
         );
         assert!(stderr.contains("COMMAND was not run"), "{stderr}");
@@ -704,8 +708,8 @@ fn lock_put_writes_under_the_current_token_and_refuses_a_stale_one() {
         let out = put("1", "reports/nightly.json");
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
         assert!(
-            String::from_utf8_lossy(&out.stdout)
-                .starts_with("refused: object=`reports/nightly.json` was not written"),
+            String::from_utf8_lossy(&out.stderr)
+                .starts_with("error: refused: object=`reports/nightly.json` was not written"),
             "{}",
             text(&out)
         );

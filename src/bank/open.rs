@@ -30,10 +30,26 @@ impl Bank {
             Some((Scheme::Swift, rest)) => open_swift(url, rest, limits),
             None => Err(invalid(
                 url,
-                "unknown scheme; use file:///path, file:relative/path, memory://, s3://bucket/prefix, \
-                 az://container/prefix, gs://bucket/prefix or swift://container/prefix",
+                &format!(
+                    "unknown scheme; {}use file:///path, file:relative/path, memory://, \
+                     s3://bucket/prefix, az://container/prefix, gs://bucket/prefix or \
+                     swift://container/prefix",
+                    path_hint(url)
+                ),
             )),
         }
+    }
+}
+
+/// For a URL that is a path (`/var/lib/bank`, `./bank`): the `file:` URL it probably meant.
+fn path_hint(url: &str) -> String {
+    let url = url.trim();
+    if url.starts_with('/') {
+        format!("did you mean `file://{url}`? ")
+    } else if url.starts_with("./") || url.starts_with("../") {
+        format!("did you mean `file:{url}`? ")
+    } else {
+        String::new()
     }
 }
 

@@ -100,6 +100,39 @@ pub(super) fn unknown_key(table: &config::Map<String, config::Value>) -> Option<
     ))
 }
 
+/// `error` naming the key at fault: serde reports a bad value inside the flattened windows'
+/// sections as `for key \`lease\``, so each key of that section is tried alone over the
+/// defaults, and the first that fails alone is named (`for key \`lease.expire_window\``).
+pub(super) fn name_the_key(
+    error: String,
+    table: &config::Map<String, config::Value>,
+    defaults: &config::Config,
+) -> String {
+    for section in ["lease", "gc"] {
+        let whole = format!("for key `{section}`");
+        if !error.contains(&whole) {
+            continue;
+        }
+        let fields = table
+            .get(section)
+            .and_then(|v| v.clone().into_table().ok())
+            .unwrap_or_default();
+        let mut keys: Vec<_> = fields.into_iter().collect();
+        keys.sort_by(|a, b| a.0.cmp(&b.0));
+        for (key, value) in keys {
+            let alone = config::Config::builder()
+                .add_source(defaults.clone())
+                .set_override(format!("{section}.{key}"), value)
+                .and_then(|b| b.build())
+                .and_then(|c| c.try_deserialize::<Config>());
+            if alone.is_err() {
+                return error.replace(&whole, &format!("for key `{section}.{key}`"));
+            }
+        }
+    }
+    error
+}
+
 /// A variable's text as the value it spells: a boolean, an integer or a number when it reads as
 /// one, else text. The sections whose windows are flattened (`[lease]`, `[gc]`) are read through
 /// serde's buffered values, which do not turn text into numbers the way the `config` crate's own

@@ -150,7 +150,13 @@ fn bad_duration_and_type_are_refused() {
         .to_string();
     assert!(msg.contains("invalid configuration"), "{msg}");
     let f = file("[gc]\nconcurrency = \"many\"\n");
-    assert!(Config::load_from(Some(f.path()), no_env()).is_err());
+    let msg = Config::load_from(Some(f.path()), no_env())
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("for key `gc.concurrency`"), "{msg}");
+    let env = vec![("BANKLEASE_GC__LEASE_RENEW_WINDOW".into(), "soon".into())];
+    let msg = Config::load_from(None, env).unwrap_err().to_string();
+    assert!(msg.contains("for key `gc.lease_renew_window`"), "{msg}");
 }
 
 #[test]
@@ -256,4 +262,31 @@ fn example_config_in_etc_loads_and_lists_every_key() {
             );
         }
     }
+}
+
+#[test]
+fn a_duration_without_a_unit_is_refused_with_the_unit_to_add() {
+    let f = file("[lease]\nexpire_window = 600\n");
+    let err = Config::load_from(Some(f.path()), no_env())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("add a unit, e.g. `600s`"), "{err}");
+    assert!(err.contains("lease.expire_window"), "{err}");
+    // A malformed duration with a unit is no bare number: no such hint.
+    let f = file("[lease]\nexpire_window = \"10 parsecs\"\n");
+    let err = Config::load_from(Some(f.path()), no_env())
+        .unwrap_err()
+        .to_string();
+    assert!(!err.contains("add a unit"), "{err}");
+    assert_eq!(
+        parse_duration("30").unwrap_err(),
+        "`30` has no unit: add a unit, e.g. `30s`"
+    );
+    assert!(!parse_duration("10 parsecs")
+        .unwrap_err()
+        .contains("add a unit"));
+    assert_eq!(
+        parse_duration(" 250ms").unwrap(),
+        Duration::from_millis(250)
+    );
 }

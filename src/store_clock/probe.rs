@@ -151,7 +151,7 @@ impl Bank {
         };
         static SAID: std::sync::Once = std::sync::Once::new();
         SAID.call_once(|| {
-            tracing::warn!(bank = self.label(), path = %self.own_clock_probe(),
+            tracing::warn!(target: crate::NOTE_TARGET, bank = self.label(), path = %self.own_clock_probe(),
                 "read-only access: the clock probe cannot be written; the store's time is the \
                  Date header of its answers, to the second (the second is added to every \
                  uncertainty)");

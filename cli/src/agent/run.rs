@@ -63,7 +63,7 @@ pub struct RunArgs {
     /// When the lease stops being valid, time between SIGTERM and SIGKILL to COMMAND's process
     /// group [default: half the owner's validity window, so that COMMAND is gone before the
     /// lease can expire].
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = banklease::config::parse_duration)]
     kill_after: Option<Duration>,
 
     /// Hold the named lock KEY (`jobs/nightly`) as well as the owner lease, for COMMAND's whole
@@ -75,7 +75,7 @@ pub struct RunArgs {
 
     /// How long each renewal of the --lock holds it.
     #[arg(long, value_name = "DURATION", default_value = "30s", requires = "lock",
-          value_parser = humantime::parse_duration)]
+          value_parser = banklease::config::parse_duration)]
     lock_duration: Duration,
 
     /// How long to wait for the --lock: a duration, `0` (do not wait) or `-1` (forever).
@@ -86,10 +86,9 @@ pub struct RunArgs {
     #[command(flatten)]
     lock_namespace: LockNamespace,
 
-    /// Exit with CODE, running nothing, when the --lock is held by someone else and the wait
-    /// ran out.
-    #[arg(long, value_name = "CODE", default_value_t = 1, requires = "lock",
-          value_parser = clap::value_parser!(u8).range(1..=255))]
+    /// Exit with CODE (0 to 255), running nothing, when the --lock is held by someone else and
+    /// the wait ran out.
+    #[arg(long, value_name = "CODE", default_value_t = 1, requires = "lock")]
     lock_conflict_exit_code: u8,
 
     /// The command to run, and its arguments (after `--`).
@@ -110,8 +109,12 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     let windows = ctx.config.lease.windows;
     let kill_after = args.kill_after.unwrap_or(windows.validity_window / 2);
     if kill_after >= windows.validity_window {
-        tracing::warn!(kill_after = %human(kill_after), validity_window = %human(windows.validity_window),
-            "--kill-after is not shorter than the validity window: COMMAND may outlive the lease");
+        eprintln!(
+            "warning: --kill-after={} is not shorter than the validity window ({}): COMMAND may \
+             outlive the lease",
+            human(kill_after),
+            human(windows.validity_window)
+        );
     }
     // Signals are taken over before anything is started, so none is lost or kills `run` with
     // the lease held.
@@ -130,8 +133,12 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     let kill_after = match (&lock, args.kill_after) {
         (Some(_), None) => kill_after.min(lock_margin / 2),
         (Some(_), Some(given)) if given >= lock_margin => {
-            tracing::warn!(kill_after = %human(given), lock_margin = %human(lock_margin),
-                "--kill-after is not shorter than a quarter of --lock-duration: COMMAND may outlive the lock");
+            eprintln!(
+                "warning: --kill-after={} is not shorter than a quarter of --lock-duration ({}): \
+                 COMMAND may outlive the lock",
+                human(given),
+                human(lock_margin)
+            );
             given
         }
         _ => kill_after,
@@ -294,7 +301,7 @@ async fn take_lock(
     };
     let outcome = hold::acquire(ctx, &wanted, signals).await?;
     if let Some(line) = outcome.refusal() {
-        eprintln!("{line}; COMMAND was not run");
+        eprintln!("error: {line}; COMMAND was not run");
     }
     Ok(match outcome {
         hold::Outcome::Held(held) => {

@@ -386,7 +386,8 @@ impl Watched<'_> {
                     }
                 }
                 reason = &mut lost, if stopping.is_none() => {
-                    tracing::warn!(reason = %reason, kill_after = %human(self.kill_after),
+                    // Logged (-v) only: the supervisor's one `error:` line says it at the end.
+                    tracing::info!(reason = %reason, kill_after = %human(self.kill_after),
                         "the hold stopped being valid: stopping COMMAND (SIGTERM now, SIGKILL after kill_after)");
                     // The guard backs this up from now, should this process stop: it kills when
                     // we would, without a second SIGTERM.
@@ -399,7 +400,7 @@ impl Watched<'_> {
                 }
                 () = clock.sleep(kill_wait.unwrap_or_default()), if kill_wait.is_some() => {
                     if kill_at.is_some_and(|at| clock.now() >= at) {
-                        tracing::warn!("COMMAND outlived --kill-after: SIGKILL");
+                        tracing::info!("COMMAND outlived --kill-after: SIGKILL");
                         send(group, Signal::KILL);
                         kill_at = None;
                     }

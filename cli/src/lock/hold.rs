@@ -108,7 +108,7 @@ pub async fn acquire(ctx: &Ctx, wanted: &Wanted<'_>, signals: &mut Signals) -> R
 }
 
 impl Outcome {
-    /// The one line that says why the lock was not taken (`None` when held).
+    /// Why the lock was not taken, for one `error:` line (`None` when held).
     pub fn refusal(&self) -> Option<String> {
         match self {
             Outcome::Held(_) => None,
@@ -117,11 +117,12 @@ impl Outcome {
                 holder,
                 remaining,
             } => Some(format!(
-                "unavailable: key=`{key}` is held by `{holder}` ({} left)",
+                "not acquired: key=`{key}` is held by `{holder}` ({} left); wait longer or \
+                 try again later",
                 human(*remaining)
             )),
             Outcome::Interrupted(signal) => Some(format!(
-                "interrupted: signal {} while waiting for the lock; left the wait queue",
+                "interrupted by signal {} while waiting for the lock; left the wait queue",
                 signal.as_raw()
             )),
         }
@@ -184,7 +185,7 @@ pub fn validity_margin(duration: Duration) -> Duration {
 impl Kept {
     /// Completes, with the reason, when the lock can no longer be proved held: lost, released,
     /// or less than [`validity_margin`] left because no heartbeat succeeded. Logs each failed
-    /// heartbeat. Sends no request.
+    /// heartbeat (info). Sends no request.
     pub async fn ended(&mut self) -> String {
         let lock = self.heartbeat.lock().clone();
         let margin = validity_margin(lock.duration().unwrap_or_default());
@@ -206,7 +207,8 @@ impl Kept {
             tokio::select! {
                 reason = &mut ended => return reason,
                 failure = self.failures.recv(), if reporting => match failure {
-                    Some(f) if !f.lost => tracing::warn!(key = %lock.full_key(),
+                    // Retried; if the lock ends for it, the `error:` line says why.
+                    Some(f) if !f.lost => tracing::info!(key = %lock.full_key(),
                         error = %error_chain(&f.error), "lock heartbeat failed; retrying"),
                     Some(_) => {}
                     None => reporting = false,

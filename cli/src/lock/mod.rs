@@ -69,7 +69,7 @@ pub(crate) enum LockCommand {
         #[command(flatten)]
         who: Who,
         /// How long to hold the lock, e.g. `30s`.
-        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        #[arg(long, value_name = "DURATION", value_parser = banklease::config::parse_duration)]
         duration: Duration,
         /// A small text anyone can read (at most 4 KiB).
         #[arg(long, value_name = "TEXT")]
@@ -102,11 +102,15 @@ pub(crate) enum LockCommand {
         #[command(flatten)]
         ns: Namespace,
     },
-    /// List every lock of the namespace. Exit 1 if some could not be read (each is named on
-    /// stderr).
+    /// List the namespace's held and expired locks (`--all`: free ones too). Exit 1 if some
+    /// could not be read (each is named on stderr).
     List {
         #[command(flatten)]
         ns: Namespace,
+        /// Also list free locks: every key ever used, since a lock object is never deleted (it
+        /// keeps the fencing counter).
+        #[arg(long)]
+        all: bool,
     },
 }
 
@@ -195,16 +199,16 @@ pub(crate) struct Waiting {
     #[arg(long, value_name = "DURATION", allow_hyphen_values = true,
           value_parser = parse_wait, conflicts_with_all = ["nonblock", "wait"])]
     block_for: Option<Wait>,
-    /// Do not wait (as `flock -n`): `--block-for 0`.
-    #[arg(short = 'n', long, conflicts_with = "wait")]
+    /// Do not wait (as `flock -n`, `--nb`, `--nonblock`): `--block-for 0`.
+    #[arg(short = 'n', long, visible_alias = "nb", conflicts_with = "wait")]
     nonblock: bool,
-    /// Wait at most SECS seconds, fractions allowed (as `flock -w`).
-    #[arg(short = 'w', long, value_name = "SECS", value_parser = parse_secs)]
+    /// Wait at most SECS seconds, fractions allowed (as `flock -w`, `--timeout`).
+    #[arg(short = 'w', long, visible_alias = "timeout", value_name = "SECS",
+          value_parser = parse_secs)]
     wait: Option<Wait>,
-    /// Exit with CODE when the lock is held by someone else and the wait ran out (as
-    /// `flock -E`).
-    #[arg(short = 'E', long, value_name = "CODE", default_value_t = 1,
-          value_parser = clap::value_parser!(u8).range(1..=255))]
+    /// Exit with CODE, 0 to 255, when the lock is held by someone else and the wait ran out
+    /// (as `flock -E`; `-E 0`: a conflict is fine).
+    #[arg(short = 'E', long, value_name = "CODE", default_value_t = 1)]
     conflict_exit_code: u8,
 }
 
@@ -260,7 +264,7 @@ pub(crate) async fn run(ctx: &Ctx, command: LockCommand) -> Result<Outcome> {
             release(ctx, &ns, &key, &holder).await
         }
         LockCommand::Show { key, ns } => view::show(ctx, &ns, &key).await,
-        LockCommand::List { ns } => view::list(ctx, &ns).await,
+        LockCommand::List { ns, all } => view::list(ctx, &ns, all).await,
     }
 }
 
@@ -377,13 +381,12 @@ async fn acquire(
                     holder: Some(holder),
                     payload: None,
                 })?;
-            } else {
-                out_line(&refusal.unwrap_or_default())?;
             }
+            eprintln!("error: {}", refusal.unwrap_or_default());
             Ok(Outcome::Exit(waiting.conflict_exit_code))
         }
         hold::Outcome::Interrupted(signal) => {
-            eprintln!("{}", refusal.unwrap_or_default());
+            eprintln!("error: {}", refusal.unwrap_or_default());
             Ok(Outcome::Exit(exit_code(
                 std::os::unix::process::ExitStatusExt::from_raw(signal.as_raw()),
             )))
@@ -423,16 +426,18 @@ async fn release(ctx: &Ctx, ns: &Namespace, key: &str, owner: &str) -> Result<Ou
             remaining_ms: ms(remaining),
         })?;
     } else {
-        let line = match (outcome, holder) {
-            ("released", _) => format!("released: key=`{full}` owner=`{owner}`"),
-            ("free", _) => format!("free: key=`{full}` was not held; nothing to release"),
-            (_, holder) => format!(
-                "held: key=`{full}` is held by `{}` ({} left), not by `{owner}`",
+        match (outcome, holder) {
+            ("released", _) => out_line(&format!("released: key=`{full}` owner=`{owner}`"))?,
+            ("free", _) => out_line(&format!(
+                "free: key=`{full}` was not held; nothing to release"
+            ))?,
+            (_, holder) => eprintln!(
+                "error: not released: key=`{full}` is held by `{}` ({} left), not by \
+                 `{owner}`; pass --owner and --session as `lock acquire` printed them",
                 holder.unwrap_or_default(),
                 human(remaining)
             ),
-        };
-        out_line(&line)?;
+        }
     }
     Ok(exit)
 }

@@ -74,13 +74,13 @@ pub(crate) async fn put(ctx: &Ctx, args: PutArgs) -> Result<Outcome> {
             args.object, args.token
         ))?;
     } else {
-        out_line(&format!(
-            "refused: object=`{}` was not written: key=`{full}` has a newer token ({}) than \
-             token={}; this holder must stop writing",
+        eprintln!(
+            "error: refused: object=`{}` was not written: key=`{full}` has a newer token ({}) \
+             than token={}; this holder must stop writing",
             args.object,
             seen.unwrap_or_default(),
             args.token
-        ))?;
+        );
     }
     Ok(if written { Outcome::Yes } else { Outcome::No })
 }

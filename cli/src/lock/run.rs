@@ -37,7 +37,7 @@ pub(crate) struct RunArgs {
     /// How long each renewal holds the lock; it is renewed every half of it while COMMAND runs,
     /// and lapses this long after a crash of `lock run`.
     #[arg(long, value_name = "DURATION", default_value = "30s",
-          value_parser = humantime::parse_duration)]
+          value_parser = banklease::config::parse_duration)]
     duration: Duration,
     /// A small text anyone can read while the lock is held (at most 4 KiB).
     #[arg(long, value_name = "TEXT")]
@@ -47,13 +47,39 @@ pub(crate) struct RunArgs {
     /// When the lock can no longer be proved held, time between SIGTERM and SIGKILL to
     /// COMMAND's process group [default: an eighth of the duration, so that COMMAND is gone
     /// before the lock can expire].
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = banklease::config::parse_duration)]
     kill_after: Option<Duration>,
     #[command(flatten)]
     ns: Namespace,
+    /// Say why COMMAND was not run (held by whom, for how long), or how long getting the lock
+    /// took, in one line on stderr (as `flock --verbose`); silent otherwise, as flock.
+    #[arg(long = "verbose")]
+    say_why: bool,
+    /// Run CMD with `sh -c` instead of COMMAND (as `flock -c`): one command line, no arguments.
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "CMD",
+        conflicts_with = "command"
+    )]
+    shell: Option<OsString>,
     /// The command to run, and its arguments (after `--`).
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    #[arg(
+        required_unless_present = "shell",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
     command: Vec<OsString>,
+}
+
+impl RunArgs {
+    /// COMMAND's argv: `sh -c CMD` for `-c CMD`, as flock runs it.
+    fn argv(&self) -> Vec<OsString> {
+        match &self.shell {
+            Some(line) => vec!["/bin/sh".into(), "-c".into(), line.clone()],
+            None => self.command.clone(),
+        }
+    }
 }
 
 /// Run `banklease lock run`; never fails: every error is reported and becomes an exit status.
@@ -65,8 +91,12 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     let margin = validity_margin(args.duration);
     let kill_after = args.kill_after.unwrap_or(margin / 2);
     if args.kill_after.is_some() && kill_after >= margin {
-        tracing::warn!(kill_after = %human(kill_after), margin = %human(margin),
-            "--kill-after is not shorter than a quarter of the duration: COMMAND may outlive the lock");
+        eprintln!(
+            "warning: --kill-after={} is not shorter than a quarter of the duration ({}): \
+             COMMAND may outlive the lock",
+            human(kill_after),
+            human(margin)
+        );
     }
     // Taken over before anything else: a ^C while waiting leaves the queue, and none kills
     // `lock run` with the lock held.
@@ -79,9 +109,20 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         payload: args.payload.as_deref(),
         wait: args.waiting.wait(Wait::Forever),
     };
+    let started = ctx.clock.now();
     let outcome = hold::acquire(ctx, &wanted, &mut signals).await?;
-    if let Some(line) = outcome.refusal() {
-        eprintln!("{line}; COMMAND was not run");
+    // A conflict is silent, as flock's (cron mails whatever a job prints), unless --verbose; a
+    // signal while waiting is said.
+    match (&outcome, outcome.refusal()) {
+        (hold::Outcome::Unavailable { .. }, Some(_)) if !args.say_why => {}
+        (_, Some(line)) => eprintln!("error: {line}; COMMAND was not run"),
+        (hold::Outcome::Held(held), None) if args.say_why => eprintln!(
+            "note: acquired key=`{}` token={} after {}; running COMMAND",
+            held.lock().full_key(),
+            held.token(),
+            human(ctx.clock.now().saturating_duration_since(started))
+        ),
+        _ => {}
     }
     if let (
         true,
@@ -109,7 +150,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     let proof = Proof::default().lock(held.lock(), margin);
     let mut kept = held.keep(ctx);
 
-    let mut child = match child::spawn(&args.command, &env, Some((&proof, kill_after))).await {
+    let mut child = match child::spawn(&args.argv(), &env, Some((&proof, kill_after))).await {
         Ok(child) => child,
         Err((code, e)) => {
             eprintln!("error: {}", banklease_gc::logging::error_line(&e));

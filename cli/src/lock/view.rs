@@ -168,11 +168,17 @@ pub(super) async fn show(ctx: &Ctx, ns: &Namespace, key: &str) -> Result<Outcome
     })
 }
 
-pub(super) async fn list(ctx: &Ctx, ns: &Namespace) -> Result<Outcome> {
+/// `all`: free locks too. A lock object is never deleted (it keeps the fencing counter), so
+/// without this the list would grow with every key ever used.
+pub(super) async fn list(ctx: &Ctx, ns: &Namespace, all: bool) -> Result<Outcome> {
     let locks = locks(ctx, ns)?;
     let snapshot = locks.snapshot().await?;
     let mut rows = Vec::new();
-    for info in &snapshot.leases {
+    let shown = snapshot
+        .leases
+        .iter()
+        .filter(|info| all || !matches!(info.state, LockState::Free));
+    for info in shown {
         let r = row(locks.namespace(), info, locks.skew_margin());
         if ctx.json {
             out_json(&r)?;
