@@ -14,6 +14,7 @@
 //! suspended. The guard only ever acts on the last deadline it was sent: a supervisor that
 //! stops renewing stops moving it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -43,6 +44,10 @@ pub fn boottime() -> Duration {
         t.tv_sec.max(0) as u64,
         t.tv_nsec.clamp(0, 999_999_999) as u32,
     )
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The deadline `left()` from now, on [`boottime`]. The clock is read first: a pause between
@@ -93,6 +98,9 @@ pub struct Guard {
     feeder: tokio::task::JoinHandle<()>,
     said: Lines<BufReader<ChildStdout>>,
     fired: bool,
+    /// The earliest instant (ns on [`boottime`]) the guard was ever told to act at: it cannot
+    /// fire before it.
+    earliest: AtomicU64,
 }
 
 /// What the guard said, or that it is gone.
@@ -150,12 +158,14 @@ impl Guard {
             feeder,
             said: BufReader::new(stdout).lines(),
             fired: false,
+            earliest: AtomicU64::new(nanos(first)),
         })
     }
 
     /// Move the deadline: the holds are proved for `left()` more before COMMAND must be stopped.
     pub fn prove(&self, left: impl FnOnce() -> Duration) {
         let next = deadline(left);
+        self.earliest.fetch_min(nanos(next), Ordering::SeqCst);
         self.told.send_if_modified(|told| match *told {
             // Unchanged to the millisecond: nothing worth a write.
             Told::Deadline(d) if d.abs_diff(next) < Duration::from_millis(1) => false,
@@ -172,7 +182,9 @@ impl Guard {
     /// `kill_after` from now should the supervisor not (it is stopped, or dies), and sends no
     /// SIGTERM of its own.
     pub fn termed(&self) {
-        self.told.send_replace(Told::Termed(boottime()));
+        let now = boottime();
+        self.earliest.fetch_min(nanos(now), Ordering::SeqCst);
+        self.told.send_replace(Told::Termed(now));
     }
 
     /// COMMAND's process group: the guard leads it.
@@ -213,7 +225,13 @@ impl Guard {
     }
 
     /// After COMMAND exited: whether the guard fired, reading what it may still have to say.
+    /// Before the earliest deadline it was ever told it cannot have fired (the supervisor is
+    /// alive, so it has no other cause to), and nothing is waited for: the next holder is not
+    /// kept waiting on a normal exit.
     pub async fn settle(&mut self) -> bool {
+        if !self.fired && nanos(boottime()) < self.earliest.load(Ordering::SeqCst) {
+            return false;
+        }
         if !self.fired {
             // It prints before it signals: a firing guard's line is already in the pipe.
             let _ = tokio::time::timeout(Duration::from_millis(100), self.heard()).await;
