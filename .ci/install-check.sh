@@ -28,10 +28,13 @@ run_block() {
   echo "== README Install, block $n:"
   echo "$block" | sed 's/^/   | /'
   # A home of its own (`~/banklease-venv`), keeping this machine's Rust toolchain and caches.
-  HOME="$scratch/home" CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}" \
-    RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}" bash -euo pipefail -c "$block"
+  HOME="$scratch/home" CARGO_HOME="$cargo_home" RUSTUP_HOME="$rustup_home" \
+    bash -euo pipefail -c "$block"
 }
 mkdir -p "$scratch/home"
+# Before HOME moves (an assignment prefix sees the ones before it).
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+rustup_home=${RUSTUP_HOME:-$HOME/.rustup}
 expect() { # expect WHAT TEXT NEEDLE
   grep -qF -- "$3" <<<"$2" || { echo "install-check: $1: expected \`$3\` in: $2" >&2; exit 1; }
 }
@@ -65,8 +68,11 @@ exec_start=$(sed -n 's/^ExecStart=\([^ ]*\) .*/\1/p' "$unit")
 expect "the unit's --config" "$(grep '^ExecStart=' "$unit")" "--config /etc/banklease/banklease.toml"
 [ -f "$root/etc/banklease/banklease.toml" ] || { echo "install-check: no /etc/banklease/banklease.toml" >&2; exit 1; }
 if command -v systemd-analyze >/dev/null; then
-  # --root: the unit's ExecStart is looked up in the unpacked package, not on this machine.
-  systemd-analyze verify --root="$root" /lib/systemd/system/banklease-gc.service
+  # A copy whose ExecStart is the unpacked binary (the package is not installed here; the
+  # targets it names are this machine's: `--root` would need a whole systemd in $root).
+  mkdir -p "$scratch/unit"
+  sed "s|^ExecStart=/usr/bin/|ExecStart=$root/usr/bin/|" "$unit" >"$scratch/unit/banklease-gc.service"
+  systemd-analyze verify --man=no "$scratch/unit/banklease-gc.service"
   echo "systemd-analyze verify: the unit is valid"
 else
   echo "note: no systemd-analyze here; the unit is not verified"
