@@ -23,7 +23,7 @@ use anyhow::{Context, Result};
 use banklease::checkpoint::Status;
 use banklease::clock::{SharedClock, SystemClock};
 use banklease::{Bank, Config, ErrorKind, LeaseObserver, StoreTime};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 mod agent;
 mod checkpoint;
@@ -36,6 +36,7 @@ mod lease;
 mod lock;
 mod logging;
 mod output;
+mod share;
 mod validity;
 
 use output::{human, ms, out_json, out_line, out_table};
@@ -172,6 +173,23 @@ enum Command {
     /// socket in `BANKLEASE_AGENT`). Exit 0 done, 1 refused (lease not valid or lost, checkpoint
     /// collected), 2 error.
     Agent(agent::client::AgentArgs),
+    /// Print the completion script of banklease for SHELL on stdout. Exit 0 done, 2 error.
+    #[command(after_help = "Example (bash, for your user):\n  \
+        mkdir -p ~/.local/share/bash-completion/completions\n  \
+        banklease completions bash > ~/.local/share/bash-completion/completions/banklease")]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Internal: write the man pages (every subcommand's too; banklease-gc's in section 8) and
+    /// the bash, zsh and fish completion scripts of banklease and banklease-gc below DIR, laid
+    /// out as /usr/share.
+    #[command(name = "__share", hide = true)]
+    Share {
+        /// The directory, made if missing.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -472,6 +490,21 @@ async fn run(cli: Cli) -> Result<Outcome> {
     let diagnosis = matches!(command, Command::Doctor { .. });
     let load = || Ctx::load(config.as_deref(), bank.as_deref(), json, false, diagnosis);
     let ctx = match command {
+        // Both describe the command line only: no configuration, no bank.
+        Command::Completions { shell } => {
+            share::print_completions(shell, Cli::command())?;
+            return Ok(Outcome::Yes);
+        }
+        Command::Share { dir } => {
+            let cmds = vec![
+                (Cli::command(), "1"),
+                (banklease_gc::args::Cli::command(), "8"),
+            ];
+            for path in share::write_share(&dir, cmds)? {
+                out_line(&path.display().to_string())?;
+            }
+            return Ok(Outcome::Yes);
+        }
         // The agent's client needs no configuration: it talks to the agent only.
         Command::Agent(args) => return agent::client::run(args, json).await,
         Command::Guard {
@@ -553,7 +586,12 @@ async fn run(cli: Cli) -> Result<Outcome> {
             read_only: true, ..
         } => doctor::read_only(&ctx).await,
         Command::Doctor { race_rounds, .. } => doctor::run(&ctx, race_rounds).await,
-        Command::Run(_) | Command::Agent(_) | Command::Init { .. } | Command::Guard { .. } => {
+        Command::Run(_)
+        | Command::Agent(_)
+        | Command::Init { .. }
+        | Command::Guard { .. }
+        | Command::Completions { .. }
+        | Command::Share { .. } => {
             unreachable!("dispatched above")
         }
     }

@@ -9,6 +9,7 @@
 //! collecting, the GC's records, reaping and the `file:` temporaries sweep. The daemon
 //! ([`daemon`]) runs passes on an interval while it holds the bank's single GC lease.
 
+pub mod args;
 pub mod batch;
 mod collect;
 mod context;

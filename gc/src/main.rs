@@ -8,85 +8,18 @@
 
 use std::future::Future;
 use std::io::Write as _;
-use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use banklease::{Config, ErrorKind};
+use banklease_gc::args::{Cli, LogFormat};
 use banklease_gc::error::kind_of;
 use banklease_gc::{Daemon, PassLease};
-use clap::{Parser, ValueEnum};
+use clap::Parser as _;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::info;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::EnvFilter;
-
-/// Collects checkpoints left `protecting` by dead banklease owners. One daemon per bank is
-/// active; others stand by and take over when it dies.
-#[derive(Debug, Parser)]
-#[command(name = "banklease-gc", version, about, long_about = None)]
-struct Cli {
-    /// Configuration file (TOML); `BANKLEASE_<SECTION>__<KEY>` variables override it.
-    #[arg(long, value_name = "FILE", env = banklease::config::CONFIG_ENV)]
-    config: Option<PathBuf>,
-    /// Bank URL, overriding `bank.url` (file:///path, s3://bucket/prefix, az://, gs://,
-    /// swift://).
-    #[arg(long, value_name = "URL", env = banklease::config::BANK_ENV)]
-    bank: Option<String>,
-    /// Run a single pass with the GC lease (taken at once, released after), print its report
-    /// as one JSON line and exit: 0 clean, 1 the pass met errors (each in `problems`) or the
-    /// brake refused it, 2 failed, 75 refused because another daemon is active. Serves no
-    /// metrics. A dry run takes no lease.
-    #[arg(long)]
-    once: bool,
-    /// With --once: collect even when the safety brake would refuse.
-    #[arg(long, requires = "once")]
-    force: bool,
-    /// With --once: run the pass even while another daemon is active (beside it, without the
-    /// GC lease) instead of refusing with 75.
-    #[arg(long, requires = "once")]
-    beside_daemon: bool,
-    /// Plan and report only; delete nothing (sets `gc.dry_run`).
-    #[arg(long)]
-    dry_run: bool,
-    /// Time between passes, e.g. `5m` (overrides `gc.interval`).
-    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
-    interval: Option<Duration>,
-    /// Serve `/metrics` and `/healthz` on this address, e.g. `127.0.0.1:9187`
-    /// (overrides `gc.metrics_addr`).
-    #[arg(long, value_name = "ADDR")]
-    metrics_addr: Option<String>,
-    /// Log line format on stderr; the level comes from `RUST_LOG` (default `info`).
-    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-impl Cli {
-    /// Apply the command-line overrides to a loaded configuration.
-    fn apply(&self, config: &mut Config) {
-        if let Some(url) = &self.bank {
-            config.bank.url = url.clone();
-        }
-        if self.dry_run {
-            config.gc.dry_run = true;
-        }
-        if let Some(interval) = self.interval {
-            config.gc.interval = interval;
-        }
-        if let Some(addr) = &self.metrics_addr {
-            config.gc.metrics_addr = Some(addr.clone());
-        }
-    }
-}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -226,6 +159,7 @@ fn shutdown_signals() -> anyhow::Result<impl Future<Output = ()>> {
 mod tests {
     use super::*;
     use clap::CommandFactory as _;
+    use std::time::Duration;
 
     #[test]
     fn cli_is_well_formed() {
