@@ -5,10 +5,12 @@ use std::time::Duration;
 
 use anyhow::Result;
 use banklease::checkpoint::{self, CheckpointRecord, Decider, Decision, Evidence, Rebuilt, Status};
-use banklease::{error_chain, LeaseView, OwnerId};
+use banklease::{add_saturating, error_chain, LeaseView, OwnerId, Read};
+use chrono::{DateTime, Utc};
 use object_store::ObjectStoreExt;
 use serde::Serialize;
 
+use crate::lease::advice;
 use crate::output::to_second;
 use crate::{human, out_json, out_line, Ctx, Outcome};
 
@@ -31,6 +33,11 @@ struct Explanation {
     marker: Option<bool>,
     /// The owner's lease now, on the store's clock.
     owner_now: Option<String>,
+    /// What this host can tell of the owner's process (advice only).
+    owner_process: Option<String>,
+    /// From when the gc may collect the checkpoint, if it is protecting and its owner does not
+    /// renew (store clock; advice, the gc judges for itself).
+    collectable_from: Option<String>,
     /// Why it is in this state.
     why: String,
     /// What happens next, or what a human must do.
@@ -68,12 +75,17 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         },
         None => None,
     };
-    let owner_now = match &owner {
+    let (owner_now, read) = match &owner {
         Some(o) => {
             let t = ctx.store_time().await?;
-            Some(ctx.observer().view(o, &t).await)
+            let (view, read) = ctx.observer().view_read(o, &t).await;
+            (Some(view), Some(read))
         }
-        None => None,
+        None => (None, None),
+    };
+    let advice = match (&owner, &owner_now, &read) {
+        (Some(o), Some(v), Some(r)) => advise(ctx, o, v, r).await,
+        _ => None,
     };
     // An owner whose lease is gone may have been reaped; a reap record that cannot be read
     // only leaves that unsaid.
@@ -95,7 +107,15 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         }
         return Ok(Outcome::No);
     }
-    let (why, next) = conclude(ctx, id, &index, &decision, owner_now.as_ref(), marker);
+    let (why, next) = conclude(
+        ctx,
+        id,
+        &index,
+        &decision,
+        owner_now.as_ref(),
+        marker,
+        advice.as_ref(),
+    );
     let explanation = Explanation {
         checkpoint_id: id.to_owned(),
         index: match &index {
@@ -129,6 +149,11 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
             ),
             _ => lease_now(v, ctx),
         }),
+        owner_process: advice.as_ref().and_then(|a| a.process.clone()),
+        collectable_from: advice
+            .as_ref()
+            .and_then(|a| a.collectable_from)
+            .map(|t| t.to_rfc3339()),
         why,
         next,
     };
@@ -182,6 +207,9 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
             }),
         ));
         lines.push(("owner now", opt(&explanation.owner_now)));
+        if let Some(p) = &explanation.owner_process {
+            lines.push(("process", p.clone()));
+        }
         lines.push(("why", explanation.why.clone()));
         lines.push(("next", explanation.next.clone()));
         for (key, value) in lines {
@@ -248,6 +276,54 @@ pub(crate) fn judged_dead(e: &Evidence) -> String {
     )
 }
 
+/// What `explain` tells beyond the judgement: advice, never read by the gc.
+struct Advice {
+    /// What this host can tell of the owner's process.
+    process: Option<String>,
+    /// `process`, when it says the owner's process has exited.
+    process_gone: Option<String>,
+    /// From when the gc may collect the owner's protecting checkpoints (store clock).
+    collectable_from: Option<DateTime<Utc>>,
+    /// That instant in words (UTC, local, how long from now).
+    collectable_from_words: Option<String>,
+}
+
+/// The owner's process and the clock time from which its checkpoints may be collected, from
+/// its lease as read (`view`, `read`); a missing lease from the gc's missing-since record.
+async fn advise(ctx: &Ctx, owner: &OwnerId, view: &LeaseView, read: &Read) -> Option<Advice> {
+    let now = read.judged_at;
+    let (process, collectable_from) = match (view, read.stamp) {
+        (LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. }, Some(stamp)) => {
+            let until = advice::counts_until(record, stamp, ctx.config.lease.skew_margin);
+            let process = advice::process(record, until, now);
+            let gone = advice::process_exited(record)
+                .then(|| format!("its process {} on this host has exited", record.pid));
+            (
+                Some((process, gone)),
+                Some(add_saturating(until, ctx.config.gc.grace)),
+            )
+        }
+        (LeaseView::Missing, _) => {
+            let path = banklease::paths::Key::GcMissing(owner.clone()).path(&ctx.bank);
+            let seen = ctx.bank.store().head(&path).await.ok();
+            let from = seen.map(|m| {
+                add_saturating(
+                    m.last_modified,
+                    ctx.config.gc.grace + ctx.config.lease.skew_margin,
+                )
+            });
+            (None, from)
+        }
+        _ => return None,
+    };
+    Some(Advice {
+        process_gone: process.as_ref().and_then(|(_, gone)| gone.clone()),
+        process: process.map(|(p, _)| p),
+        collectable_from,
+        collectable_from_words: collectable_from.map(|t| advice::instant(t, now)),
+    })
+}
+
 /// Why the checkpoint is in its state, and what comes next.
 fn conclude(
     ctx: &Ctx,
@@ -256,6 +332,7 @@ fn conclude(
     decision: &banklease::Result<Option<Decision>>,
     owner_now: Option<&LeaseView>,
     marker: Option<bool>,
+    advice: Option<&Advice>,
 ) -> (String, String) {
     match decision {
         Err(e) => (
@@ -356,8 +433,24 @@ fn conclude(
             ),
             Ok(Some(r)) if r.status == Status::Protecting => match owner_now {
                 Some(LeaseView::Alive { .. }) => (
-                    "protecting: its owner is alive and writing it".to_owned(),
-                    "nothing: its owner completes it".to_owned(),
+                    match advice.and_then(|a| a.process_gone.as_ref()) {
+                        Some(gone) => format!(
+                            "protecting: its owner's lease is alive, but {gone}: it will not \
+                             complete this checkpoint"
+                        ),
+                        None => "protecting: its owner is alive and writing it".to_owned(),
+                    },
+                    match advice.map(|a| (a.process_gone.is_some(), &a.collectable_from_words)) {
+                        Some((true, Some(from))) => format!(
+                            "nothing can renew its lease any more: the gc may collect it from \
+                             {from}"
+                        ),
+                        Some((false, Some(from))) => format!(
+                            "nothing while its owner renews its lease; if it stops, the gc may \
+                             collect it from {from}"
+                        ),
+                        _ => "nothing: its owner completes it".to_owned(),
+                    },
                 ),
                 Some(LeaseView::Unreadable { .. }) => (
                     "protecting: its owner's lease cannot be read".to_owned(),
@@ -366,12 +459,21 @@ fn conclude(
                 ),
                 _ => (
                     "protecting, and its owner's lease is gone".to_owned(),
-                    format!(
-                        "the gc collects it once its owner has been dead for the grace ({}) \
-                         past the margin ({})",
-                        human(ctx.config.gc.grace),
-                        human(ctx.config.lease.skew_margin)
-                    ),
+                    match advice.and_then(|a| a.collectable_from_words.as_ref()) {
+                        Some(from) => format!(
+                            "the gc collects it from {from} (its owner dead for the grace of {} \
+                             past the margin of {}), at its first pass since",
+                            human(ctx.config.gc.grace),
+                            human(ctx.config.lease.skew_margin)
+                        ),
+                        None => format!(
+                            "the gc collects it once its owner has been dead for the grace ({}) \
+                             past the margin ({}); a missing lease is timed from the first gc \
+                             pass that finds it missing, which none has yet",
+                            human(ctx.config.gc.grace),
+                            human(ctx.config.lease.skew_margin)
+                        ),
+                    },
                 ),
             },
             Ok(Some(r)) => (

@@ -1,0 +1,217 @@
+//! What `lease show` and `checkpoint explain` tell an operator about an owner, on a `file:`
+//! bank: the owner's process as this host sees it (running, or exited while its lease still
+//! counts), and the clock time (UTC and local) from which its checkpoints may be collected.
+
+#![allow(clippy::disallowed_methods)] // real processes on real time
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+/// Every wait of these tests is bounded by this.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// A `file:` bank in a directory of its own, which also holds the job's files and `run`'s
+/// private directories (`TMPDIR`, `XDG_RUNTIME_DIR`): nothing is left in /tmp.
+struct Env {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+impl Env {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("tmp")).unwrap();
+        let url = format!("file://{}", dir.path().join("bank").display());
+        let env = Self { dir, url };
+        let init = env.command(&["init"]).output().unwrap();
+        assert!(init.status.success(), "banklease init: {init:?}");
+        env
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `banklease --bank URL args`: an owner that renews every second and counts 6 s, a grace
+    /// of 10 minutes; nothing from the caller's `BANKLEASE_*`.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("BANKLEASE_") {
+                cmd.env_remove(name);
+            }
+        }
+        let cli_dir = Path::new(BIN).parent().unwrap().to_owned();
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs = vec![cli_dir];
+        dirs.extend(std::env::split_paths(&path));
+        cmd.current_dir(self.dir.path())
+            .args(["--bank", &self.url])
+            .args(args)
+            .env("BANKLEASE_LEASE__RENEW_WINDOW", "1s")
+            .env("BANKLEASE_LEASE__EXPIRE_WINDOW", "6s")
+            .env("BANKLEASE_LEASE__VALIDITY_WINDOW", "1s")
+            .env("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")
+            .env("BANKLEASE_GC__GRACE", "10m")
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "warn")
+            .env("TZ", "UTC")
+            .env("TMPDIR", self.path("tmp"))
+            .env("XDG_RUNTIME_DIR", self.path("tmp"))
+            .env("PATH", std::env::join_paths(dirs).unwrap())
+            .env("WORK", self.dir.path());
+        cmd
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// `banklease run -- bash job.sh`: a job that creates a protecting checkpoint `cp-z`, says
+    /// `ready`, and waits (bounded) for `go`.
+    fn start_job(&self) -> Child {
+        let job = self.path("job.sh");
+        std::fs::write(
+            &job,
+            "set -u\ncd \"$WORK\"\n\
+             banklease agent checkpoint create cp-z || exit 9\n\
+             echo \"$BANKLEASE_OWNER_ID\" > owner\n\
+             touch ready\n\
+             for _ in $(seq 1 600); do [ -e go ] && exit 0; sleep 0.1; done\n\
+             exit 8\n",
+        )
+        .unwrap();
+        self.command(&["run", "--", "bash", job.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(self.path("run.err")).unwrap(),
+            ))
+            .spawn()
+            .unwrap()
+    }
+
+    fn wait_for_file(&self, run: &mut Child, name: &str) {
+        let start = Instant::now();
+        while !self.path(name).exists() {
+            if let Some(status) = run.try_wait().unwrap() {
+                panic!(
+                    "`run` exited ({status}) before `{name}`: {}",
+                    std::fs::read_to_string(self.path("run.err")).unwrap_or_default()
+                );
+            }
+            assert!(start.elapsed() < LIMIT, "`{name}` never appeared");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A `run` that is killed if the test ends early (its job then ends within 60 s by itself).
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn stdout_of(what: &str, out: &Output) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{what}: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// `YYYY-MM-DD HH:MM:SS UTC (YYYY-MM-DD HH:MM:SS +00:00 local), …` somewhere in `line` (the
+/// tests run with `TZ=UTC`).
+fn has_instant(line: &str) -> bool {
+    line.contains(" UTC (") && line.contains(" +00:00 local), ")
+}
+
+fn line_of<'a>(out: &'a str, key: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.starts_with(key))
+        .unwrap_or_else(|| panic!("no `{key}` line in:\n{out}"))
+}
+
+#[test]
+fn a_killed_owners_process_is_named_exited_and_the_collection_has_a_clock_time() {
+    let env = Env::new();
+    let mut run = Running(env.start_job());
+    env.wait_for_file(&mut run.0, "ready");
+    let owner = std::fs::read_to_string(env.path("owner"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let pid = run.0.id();
+
+    // Alive, and its process runs here.
+    let show = stdout_of("lease show", &env.cli(&["lease", "show", &owner]));
+    assert!(
+        line_of(&show, "process").contains(&format!("its process {pid} runs on this host")),
+        "{show}"
+    );
+    let collectable = line_of(&show, "collectable");
+    assert!(has_instant(collectable), "{show}");
+
+    // Killed as the kernel's OOM killer would: no handler runs. The job is told to go.
+    run.0.kill().unwrap();
+    run.0.wait().unwrap();
+    std::fs::write(env.path("go"), "").unwrap();
+
+    let show = stdout_of("lease show", &env.cli(&["lease", "show", &owner]));
+    assert!(show.contains("alive"), "{show}");
+    let process = line_of(&show, "process");
+    assert!(
+        process.contains(&format!(
+            "its process {pid} on this host has exited; the lease still counts until "
+        )),
+        "{show}"
+    );
+    assert!(has_instant(process), "{show}");
+
+    let explain = stdout_of("explain", &env.cli(&["checkpoint", "explain", "cp-z"]));
+    assert!(
+        !explain.contains("its owner is alive and writing it"),
+        "a dead process is not an owner writing: {explain}"
+    );
+    assert!(
+        line_of(&explain, "why").contains(&format!("its process {pid} on this host has exited")),
+        "{explain}"
+    );
+    let next = line_of(&explain, "next");
+    assert!(
+        next.contains("the gc may collect it from ") && has_instant(next),
+        "{explain}"
+    );
+
+    // Once the lease has run out (6 s, a renewal at most 1 s before the kill), the answer
+    // still has a clock time, about ten minutes ahead.
+    let start = Instant::now();
+    let explain = loop {
+        let out = stdout_of("explain", &env.cli(&["checkpoint", "explain", "cp-z"]));
+        if line_of(&out, "owner now").contains("expired") {
+            break out;
+        }
+        assert!(start.elapsed() < LIMIT, "the lease never expired: {out}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let next = line_of(&explain, "next");
+    assert!(
+        next.contains("the gc collects it from ") && has_instant(next) && next.contains(", in 9m"),
+        "{explain}"
+    );
+    let json = env.cli(&["--json", "checkpoint", "explain", "cp-z"]);
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(json["collectable_from"].is_string(), "{json}");
+}
