@@ -175,7 +175,7 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         }) = &explanation.decided
         {
             lines.push(("decided_at", to_second(&decided_at.to_rfc3339())));
-            lines.push(("collector", format!("{} (pass {})", e.collector, e.pass)));
+            lines.push(("collector", collector(e)));
         }
         let rebuilt = |what: &str, r: &Rebuilt, lost: &str| {
             format!(
@@ -253,6 +253,16 @@ fn unreadable(e: &banklease::Error) -> String {
 fn newer_format(e: &banklease::Error) -> bool {
     matches!(e, banklease::Error::Corrupt { reason, .. }
         if reason.contains("is newer than this banklease understands"))
+}
+
+/// `ID on host `h`, pid 7 (pass P)`: who collected, host and pid beside the id when the
+/// decision records them.
+pub(crate) fn collector(e: &Evidence) -> String {
+    let at = match (&e.collector_host, e.collector_pid) {
+        (Some(h), Some(p)) => format!(" on host `{h}`, pid {p}"),
+        _ => String::new(),
+    };
+    format!("{}{at} (pass {})", e.collector, e.pass)
 }
 
 /// What a collector judged an owner dead on (a collection's or a reap's evidence), in words.

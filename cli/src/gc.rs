@@ -35,10 +35,16 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool, beside: bool) -> R
         }
     };
     let report = &single.report;
-    if let banklease_gc::PassLease::Beside { holder } = &single.lease {
+    if let banklease_gc::PassLease::Beside {
+        holder,
+        holder_host,
+        holder_pid,
+    } = &single.lease
+    {
         eprintln!(
-            "warning: --beside-daemon: this pass ran beside the active gc daemon holder=`{holder}`, \
-             without the gc lease"
+            "warning: --beside-daemon: this pass ran beside the active gc daemon \
+             holder=`{holder}`{}, without the gc lease",
+            banklease_gc::daemon::host_pid(holder_host.as_deref(), *holder_pid)
         );
     }
     if ctx.json {

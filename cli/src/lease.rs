@@ -422,10 +422,7 @@ pub(crate) async fn lease_show(ctx: &Ctx, owner: &str) -> Result<Outcome> {
                     crate::explain::judged_dead(&r.evidence)
                 ),
             ));
-            lines.push((
-                "reaped_by",
-                format!("{} (pass {})", r.evidence.collector, r.evidence.pass),
-            ));
+            lines.push(("reaped_by", crate::explain::collector(&r.evidence)));
             if let Some(l) = &r.lease {
                 lines.push((
                     "reaped_lease",

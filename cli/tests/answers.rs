@@ -4,6 +4,8 @@
 
 #![allow(clippy::disallowed_methods)] // real processes on real time
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -214,4 +216,28 @@ fn a_killed_owners_process_is_named_exited_and_the_collection_has_a_clock_time()
     let json = env.cli(&["--json", "checkpoint", "explain", "cp-z"]);
     let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert!(json["collectable_from"].is_string(), "{json}");
+}
+
+/// The collector that decided is named by its host and pid beside its id.
+#[test]
+fn a_collection_names_its_collectors_host_and_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::dead_owner_bank(dir.path(), &["cp-dead"]);
+    let gc = common::command(&url, &["gc"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = gc.id();
+    let out = gc.wait_with_output().unwrap();
+    assert!(stdout_of("gc", &out).contains("collected 1"), "{out:?}");
+    let explain = stdout_of(
+        "explain",
+        &common::cli(&url, &["checkpoint", "explain", "cp-dead"]),
+    );
+    let host = banklease::local_hostname();
+    assert!(
+        line_of(&explain, "collector").contains(&format!("on host `{host}`, pid {pid} (pass ")),
+        "{explain}"
+    );
 }
