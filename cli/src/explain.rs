@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use banklease::checkpoint::{self, CheckpointRecord, Decider, Decision, Evidence, Rebuilt, Status};
-use banklease::{add_saturating, error_chain, LeaseView, OwnerId, Read};
-use chrono::{DateTime, Utc};
+use banklease::{error_chain, LeaseView, OwnerId};
 use object_store::ObjectStoreExt;
 use serde::Serialize;
 
@@ -38,6 +37,9 @@ struct Explanation {
     /// From when the gc may collect the checkpoint, if it is protecting and its owner does not
     /// renew (store clock; advice, the gc judges for itself).
     collectable_from: Option<String>,
+    /// Partial uploads still staged for it once collected (`file:` banks), and when each goes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    staged: Vec<String>,
     /// Why it is in this state.
     why: String,
     /// What happens next, or what a human must do.
@@ -84,7 +86,7 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         None => (None, None),
     };
     let advice = match (&owner, &owner_now, &read) {
-        (Some(o), Some(v), Some(r)) => advise(ctx, o, v, r).await,
+        (Some(o), Some(v), Some(r)) => advice::advise(ctx, o, v, r).await,
         _ => None,
     };
     // An owner whose lease is gone may have been reaped; a reap record that cannot be read
@@ -154,6 +156,7 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
             .as_ref()
             .and_then(|a| a.collectable_from)
             .map(|t| t.to_rfc3339()),
+        staged: crate::gc::staged_for(ctx, id, &decision).await,
         why,
         next,
     };
@@ -209,6 +212,9 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         lines.push(("owner now", opt(&explanation.owner_now)));
         if let Some(p) = &explanation.owner_process {
             lines.push(("process", p.clone()));
+        }
+        for staged in &explanation.staged {
+            lines.push(("staged", staged.clone()));
         }
         lines.push(("why", explanation.why.clone()));
         lines.push(("next", explanation.next.clone()));
@@ -286,54 +292,6 @@ pub(crate) fn judged_dead(e: &Evidence) -> String {
     )
 }
 
-/// What `explain` tells beyond the judgement: advice, never read by the gc.
-struct Advice {
-    /// What this host can tell of the owner's process.
-    process: Option<String>,
-    /// `process`, when it says the owner's process has exited.
-    process_gone: Option<String>,
-    /// From when the gc may collect the owner's protecting checkpoints (store clock).
-    collectable_from: Option<DateTime<Utc>>,
-    /// That instant in words (UTC, local, how long from now).
-    collectable_from_words: Option<String>,
-}
-
-/// The owner's process and the clock time from which its checkpoints may be collected, from
-/// its lease as read (`view`, `read`); a missing lease from the gc's missing-since record.
-async fn advise(ctx: &Ctx, owner: &OwnerId, view: &LeaseView, read: &Read) -> Option<Advice> {
-    let now = read.judged_at;
-    let (process, collectable_from) = match (view, read.stamp) {
-        (LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. }, Some(stamp)) => {
-            let until = advice::counts_until(record, stamp, ctx.config.lease.skew_margin);
-            let process = advice::process(record, until, now);
-            let gone = advice::process_exited(record)
-                .then(|| format!("its process {} on this host has exited", record.pid));
-            (
-                Some((process, gone)),
-                Some(add_saturating(until, ctx.config.gc.grace)),
-            )
-        }
-        (LeaseView::Missing, _) => {
-            let path = banklease::paths::Key::GcMissing(owner.clone()).path(&ctx.bank);
-            let seen = ctx.bank.store().head(&path).await.ok();
-            let from = seen.map(|m| {
-                add_saturating(
-                    m.last_modified,
-                    ctx.config.gc.grace + ctx.config.lease.skew_margin,
-                )
-            });
-            (None, from)
-        }
-        _ => return None,
-    };
-    Some(Advice {
-        process_gone: process.as_ref().and_then(|(_, gone)| gone.clone()),
-        process: process.map(|(p, _)| p),
-        collectable_from,
-        collectable_from_words: collectable_from.map(|t| advice::instant(t, now)),
-    })
-}
-
 /// Why the checkpoint is in its state, and what comes next.
 fn conclude(
     ctx: &Ctx,
@@ -342,7 +300,7 @@ fn conclude(
     decision: &banklease::Result<Option<Decision>>,
     owner_now: Option<&LeaseView>,
     marker: Option<bool>,
-    advice: Option<&Advice>,
+    advice: Option<&advice::Advice>,
 ) -> (String, String) {
     match decision {
         Err(e) => (

@@ -7,10 +7,13 @@
 use std::time::Duration;
 
 use banklease::config::clock_drift_over;
-use banklease::{add_saturating, LeaseRecord, ProcessHere, ProcessStamp, StoreTime};
+use banklease::{
+    add_saturating, LeaseRecord, LeaseView, OwnerId, ProcessHere, ProcessStamp, Read, StoreTime,
+};
 use chrono::{DateTime, Local, Utc};
+use object_store::ObjectStoreExt;
 
-use crate::human;
+use crate::{human, Ctx};
 
 /// `2026-11-27 00:12:03 UTC (2026-11-27 01:12:03 +01:00 local), in 9m 37s` — `t` on the
 /// store's clock, told from `now` on the same clock.
@@ -90,4 +93,57 @@ pub(crate) fn process(record: &LeaseRecord, until: DateTime<Utc>, now: DateTime<
             )
         }
     }
+}
+
+/// What `explain` tells beyond the judgement: advice, never read by the gc.
+pub(crate) struct Advice {
+    /// What this host can tell of the owner's process.
+    pub(crate) process: Option<String>,
+    /// `process`, when it says the owner's process has exited.
+    pub(crate) process_gone: Option<String>,
+    /// From when the gc may collect the owner's protecting checkpoints (store clock).
+    pub(crate) collectable_from: Option<DateTime<Utc>>,
+    /// That instant in words (UTC, local, how long from now).
+    pub(crate) collectable_from_words: Option<String>,
+}
+
+/// The owner's process and the clock time from which its checkpoints may be collected, from
+/// its lease as read (`view`, `read`); a missing lease from the gc's missing-since record.
+pub(crate) async fn advise(
+    ctx: &Ctx,
+    owner: &OwnerId,
+    view: &LeaseView,
+    read: &Read,
+) -> Option<Advice> {
+    let now = read.judged_at;
+    let (process, collectable_from) = match (view, read.stamp) {
+        (LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. }, Some(stamp)) => {
+            let until = counts_until(record, stamp, ctx.config.lease.skew_margin);
+            let process = process(record, until, now);
+            let gone = process_exited(record)
+                .then(|| format!("its process {} on this host has exited", record.pid));
+            (
+                Some((process, gone)),
+                Some(add_saturating(until, ctx.config.gc.grace)),
+            )
+        }
+        (LeaseView::Missing, _) => {
+            let path = banklease::paths::Key::GcMissing(owner.clone()).path(&ctx.bank);
+            let seen = ctx.bank.store().head(&path).await.ok();
+            let from = seen.map(|m| {
+                add_saturating(
+                    m.last_modified,
+                    ctx.config.gc.grace + ctx.config.lease.skew_margin,
+                )
+            });
+            (None, from)
+        }
+        _ => return None,
+    };
+    Some(Advice {
+        process_gone: process.as_ref().and_then(|(_, gone)| gone.clone()),
+        process: process.map(|(p, _)| p),
+        collectable_from,
+        collectable_from_words: collectable_from.map(|t| instant(t, now)),
+    })
 }
