@@ -67,8 +67,8 @@ impl fmt::Display for StoreCause {
             StoreCause::ContainerMissing { status: s } => write!(
                 f,
                 "the bucket or container does not exist{}; create it (Swift: `banklease init`; \
-                 S3, Azure, GCS: the provider's tools, as `banklease init` says) or fix the bank \
-                 url",
+                 S3, Azure, GCS: the provider's tools, e.g. `aws s3 mb`, which `banklease init` \
+                 names) or fix the bank url",
                 status(s)
             ),
             StoreCause::CredentialsRefused { status: s } => write!(
