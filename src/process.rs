@@ -62,7 +62,6 @@ impl ProcessStamp {
 
     /// What this host can tell of process `pid`, stamped `stamp` (if at all) by its lease.
     pub fn here(stamp: Option<&ProcessStamp>, pid: u32) -> ProcessHere {
-        let running = |pid| stat(pid).map(|s| !s.zombie);
         let ours = match stamp {
             Some(s) => {
                 Some(s.boot_id.as_str()) == boot_id().as_deref() && Some(s.pid_ns) == pid_ns()
@@ -74,7 +73,7 @@ impl ProcessStamp {
                 pid_running: match stat_status(pid) {
                     Status::Unreadable => None,
                     Status::Gone => Some(false),
-                    Status::Found(_) => running(pid),
+                    Status::Found(s) => Some(!s.zombie),
                 },
             };
         };

@@ -119,6 +119,7 @@ impl JudgedLease {
     }
 
     fn detail(&self, ctx: &Ctx) -> LeaseDetail {
+        let advice = self.advice(ctx);
         let record = match &self.view {
             LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. } => Some(record),
             _ => None,
@@ -139,9 +140,9 @@ impl JudgedLease {
             renewed_at: record.map(|r| r.renewed_at.to_rfc3339()),
             last_modified: self.meta.as_ref().map(|m| m.last_modified.to_rfc3339()),
             format: record.map(|r| r.format),
-            process: self.advice(ctx).map(|a| a.process),
-            counts_until: self.advice(ctx).map(|a| a.counts_until.to_rfc3339()),
-            collectable_from: self.advice(ctx).map(|a| a.collectable_from.to_rfc3339()),
+            counts_until: advice.as_ref().map(|a| a.counts_until.to_rfc3339()),
+            collectable_from: advice.as_ref().map(|a| a.collectable_from.to_rfc3339()),
+            process: advice.map(|a| a.process),
         }
     }
 
