@@ -99,7 +99,7 @@ pub(crate) fn process(record: &LeaseRecord, until: DateTime<Utc>, now: DateTime<
 pub(crate) struct Advice {
     /// What this host can tell of the owner's process.
     pub(crate) process: Option<String>,
-    /// `process`, when it says the owner's process has exited.
+    /// "its process N on this host has exited", when this host can tell it has.
     pub(crate) process_gone: Option<String>,
     /// From when the gc may collect the owner's protecting checkpoints (store clock).
     pub(crate) collectable_from: Option<DateTime<Utc>>,
