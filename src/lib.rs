@@ -91,6 +91,7 @@ mod lease;
 pub mod lock;
 mod observe;
 pub mod paths;
+mod process;
 mod race;
 pub mod store;
 mod store_clock;
@@ -108,7 +109,7 @@ pub use checkpoint::Checkpoint;
 pub use checkpoint::Status;
 pub use config::Config;
 pub use error::{Error, ErrorKind, Result};
-pub use id::{validate_id, CheckpointId, InvalidId, OwnerId, MAX_ID_LEN};
+pub use id::{local_hostname, validate_id, CheckpointId, InvalidId, OwnerId, MAX_ID_LEN};
 pub use lease::{
     read_lease, read_lease_at, Keeper, LeaseRecord, LeaseState, OwnerLease, LEASE_FORMAT,
     MAX_EXPIRE_WINDOW, MAX_LEASE_BYTES, SWIFT_TTL_SLACK,
@@ -116,5 +117,6 @@ pub use lease::{
 pub use observe::{
     error_chain, judge, LeaseObserver, LeaseView, Read, ValidityCheck, WindowSource,
 };
+pub use process::{ProcessHere, ProcessStamp};
 pub use store_clock::{add_saturating, sub_saturating, StoreTime};
 pub use windows::LeaseWindows;

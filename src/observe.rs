@@ -318,6 +318,7 @@ mod tests {
             renewed_at: DateTime::<Utc>::MAX_UTC,
             generation: 1,
             token: "t".into(),
+            process: None,
         }
     }
 

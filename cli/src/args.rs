@@ -116,8 +116,8 @@ pub(crate) enum Command {
     /// version) unless it has one. Refuses a prefix holding anything but a bank's objects; a
     /// bank made before `init` existed is adopted. Exit 0 done, 2 error.
     Init {
-        /// Create the container first (Swift; `file:` and `memory:` banks need none). For S3,
-        /// Azure and GCS, create the bucket or container with the provider's tools.
+        /// Kept for scripts: on Swift `init` creates a missing container anyway (when the user
+        /// may); for S3, Azure and GCS it names the provider's command that creates it.
         #[arg(long)]
         create_container: bool,
     },

@@ -9,6 +9,7 @@ use banklease::{error_chain, LeaseView, OwnerId};
 use object_store::ObjectStoreExt;
 use serde::Serialize;
 
+use crate::lease::advice;
 use crate::output::to_second;
 use crate::{human, out_json, out_line, Ctx, Outcome};
 
@@ -31,6 +32,14 @@ struct Explanation {
     marker: Option<bool>,
     /// The owner's lease now, on the store's clock.
     owner_now: Option<String>,
+    /// What this host can tell of the owner's process (advice only).
+    owner_process: Option<String>,
+    /// From when the gc may collect the checkpoint, if it is protecting and its owner does not
+    /// renew (store clock; advice, the gc judges for itself).
+    collectable_from: Option<String>,
+    /// Partial uploads still staged for it once collected (`file:` banks), and when each goes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    staged: Vec<String>,
     /// Why it is in this state.
     why: String,
     /// What happens next, or what a human must do.
@@ -68,12 +77,17 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         },
         None => None,
     };
-    let owner_now = match &owner {
+    let (owner_now, read) = match &owner {
         Some(o) => {
             let t = ctx.store_time().await?;
-            Some(ctx.observer().view(o, &t).await)
+            let (view, read) = ctx.observer().view_read(o, &t).await;
+            (Some(view), Some(read))
         }
-        None => None,
+        None => (None, None),
+    };
+    let advice = match (&owner, &owner_now, &read) {
+        (Some(o), Some(v), Some(r)) => advice::advise(ctx, o, v, r).await,
+        _ => None,
     };
     // An owner whose lease is gone may have been reaped; a reap record that cannot be read
     // only leaves that unsaid.
@@ -95,7 +109,15 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         }
         return Ok(Outcome::No);
     }
-    let (why, next) = conclude(ctx, id, &index, &decision, owner_now.as_ref(), marker);
+    let (why, next) = conclude(
+        ctx,
+        id,
+        &index,
+        &decision,
+        owner_now.as_ref(),
+        marker,
+        advice.as_ref(),
+    );
     let explanation = Explanation {
         checkpoint_id: id.to_owned(),
         index: match &index {
@@ -129,6 +151,12 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
             ),
             _ => lease_now(v, ctx),
         }),
+        owner_process: advice.as_ref().and_then(|a| a.process.clone()),
+        collectable_from: advice
+            .as_ref()
+            .and_then(|a| a.collectable_from)
+            .map(|t| t.to_rfc3339()),
+        staged: crate::gc::staged_for(ctx, id, &decision).await,
         why,
         next,
     };
@@ -150,7 +178,7 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         }) = &explanation.decided
         {
             lines.push(("decided_at", to_second(&decided_at.to_rfc3339())));
-            lines.push(("collector", format!("{} (pass {})", e.collector, e.pass)));
+            lines.push(("collector", collector(e)));
         }
         let rebuilt = |what: &str, r: &Rebuilt, lost: &str| {
             format!(
@@ -182,6 +210,12 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
             }),
         ));
         lines.push(("owner now", opt(&explanation.owner_now)));
+        if let Some(p) = &explanation.owner_process {
+            lines.push(("process", p.clone()));
+        }
+        for staged in &explanation.staged {
+            lines.push(("staged", staged.clone()));
+        }
         lines.push(("why", explanation.why.clone()));
         lines.push(("next", explanation.next.clone()));
         for (key, value) in lines {
@@ -227,6 +261,16 @@ fn newer_format(e: &banklease::Error) -> bool {
         if reason.contains("is newer than this banklease understands"))
 }
 
+/// `ID on host `h`, pid 7 (pass P)`: who collected, host and pid beside the id when the
+/// decision records them.
+pub(crate) fn collector(e: &Evidence) -> String {
+    let at = match (&e.collector_host, e.collector_pid) {
+        (Some(h), Some(p)) => format!(" on host `{h}`, pid {p}"),
+        _ => String::new(),
+    };
+    format!("{}{at} (pass {})", e.collector, e.pass)
+}
+
 /// What a collector judged an owner dead on (a collection's or a reap's evidence), in words.
 pub(crate) fn judged_dead(e: &Evidence) -> String {
     let ms = |ms: u64| human(Duration::from_millis(ms));
@@ -256,6 +300,7 @@ fn conclude(
     decision: &banklease::Result<Option<Decision>>,
     owner_now: Option<&LeaseView>,
     marker: Option<bool>,
+    advice: Option<&advice::Advice>,
 ) -> (String, String) {
     match decision {
         Err(e) => (
@@ -356,8 +401,24 @@ fn conclude(
             ),
             Ok(Some(r)) if r.status == Status::Protecting => match owner_now {
                 Some(LeaseView::Alive { .. }) => (
-                    "protecting: its owner is alive and writing it".to_owned(),
-                    "nothing: its owner completes it".to_owned(),
+                    match advice.and_then(|a| a.process_gone.as_ref()) {
+                        Some(gone) => format!(
+                            "protecting: its owner's lease is alive, but {gone}: it will not \
+                             complete this checkpoint"
+                        ),
+                        None => "protecting: its owner is alive and writing it".to_owned(),
+                    },
+                    match advice.map(|a| (a.process_gone.is_some(), &a.collectable_from_words)) {
+                        Some((true, Some(from))) => format!(
+                            "nothing can renew its lease any more: the gc may collect it from \
+                             {from}"
+                        ),
+                        Some((false, Some(from))) => format!(
+                            "nothing while its owner renews its lease; if it stops, the gc may \
+                             collect it from {from}"
+                        ),
+                        _ => "nothing: its owner completes it".to_owned(),
+                    },
                 ),
                 Some(LeaseView::Unreadable { .. }) => (
                     "protecting: its owner's lease cannot be read".to_owned(),
@@ -366,12 +427,21 @@ fn conclude(
                 ),
                 _ => (
                     "protecting, and its owner's lease is gone".to_owned(),
-                    format!(
-                        "the gc collects it once its owner has been dead for the grace ({}) \
-                         past the margin ({})",
-                        human(ctx.config.gc.grace),
-                        human(ctx.config.lease.skew_margin)
-                    ),
+                    match advice.and_then(|a| a.collectable_from_words.as_ref()) {
+                        Some(from) => format!(
+                            "the gc collects it from {from} (its owner dead for the grace of {} \
+                             past the margin of {}), at its first pass since",
+                            human(ctx.config.gc.grace),
+                            human(ctx.config.lease.skew_margin)
+                        ),
+                        None => format!(
+                            "the gc collects it once its owner has been dead for the grace ({}) \
+                             past the margin ({}); a missing lease is timed from the first gc \
+                             pass that finds it missing, which none has yet",
+                            human(ctx.config.gc.grace),
+                            human(ctx.config.lease.skew_margin)
+                        ),
+                    },
                 ),
             },
             Ok(Some(r)) => (

@@ -3,6 +3,8 @@
 use std::time::Duration;
 
 use anyhow::{bail, Result};
+use banklease::add_saturating;
+use chrono::{DateTime, Utc};
 
 use crate::{human, out_json, out_line, Ctx, Outcome};
 
@@ -35,10 +37,16 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool, beside: bool) -> R
         }
     };
     let report = &single.report;
-    if let banklease_gc::PassLease::Beside { holder } = &single.lease {
+    if let banklease_gc::PassLease::Beside {
+        holder,
+        holder_host,
+        holder_pid,
+    } = &single.lease
+    {
         eprintln!(
-            "warning: --beside-daemon: this pass ran beside the active gc daemon holder=`{holder}`, \
-             without the gc lease"
+            "warning: --beside-daemon: this pass ran beside the active gc daemon \
+             holder=`{holder}`{}, without the gc lease",
+            banklease_gc::daemon::host_pid(holder_host.as_deref(), *holder_pid)
         );
     }
     if ctx.json {
@@ -83,6 +91,14 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool, beside: bool) -> R
             },
         ))?;
     }
+    // Space still taken by collected checkpoints: where, and when it is given back.
+    let now = DateTime::<Utc>::from(ctx.clock.system_now());
+    for staged in &report.staged_uploads {
+        eprintln!(
+            "note: {}",
+            staged_line(staged, now, ctx.config.gc.late_write_window)
+        );
+    }
     // The pass completed; say on stderr, one line each, what an operator must look at.
     for problem in &report.problems {
         eprintln!(
@@ -118,4 +134,65 @@ fn pass_outcome(report: &banklease_gc::PassReport) -> Outcome {
     } else {
         Outcome::Yes
     }
+}
+
+/// One staged partial upload of a collected checkpoint, and when it goes, in words.
+pub(crate) fn staged_line(
+    staged: &banklease_gc::StagedUpload,
+    now: DateTime<Utc>,
+    window: Duration,
+) -> String {
+    let goes = match staged.goes_from {
+        Some(t) => format!(
+            "it goes from {}, at the gc's first temporaries sweep since",
+            crate::lease::advice::instant(t, now)
+        ),
+        None => format!(
+            "its writer still holds it (a live process): it goes {} after that writer lets go",
+            human(window)
+        ),
+    };
+    format!(
+        "a partial upload of collected checkpoint `{}` is staged in `_banklease/staging/` \
+         (key=`{}`, {} bytes); {goes}",
+        staged.checkpoint_id, staged.key, staged.bytes
+    )
+}
+
+/// The partial uploads staged for `id` once the gc collected it (`file:` banks), in words.
+pub(crate) async fn staged_for(
+    ctx: &Ctx,
+    id: &str,
+    decision: &banklease::Result<Option<banklease::checkpoint::Decision>>,
+) -> Vec<String> {
+    let (Some(local), Ok(Some(d))) = (ctx.bank.local(), decision) else {
+        return Vec::new();
+    };
+    if d.by != banklease::checkpoint::Decider::Gc {
+        return Vec::new();
+    }
+    let prefix = banklease::paths::Prefix::Data(id).path(&ctx.bank);
+    let window = ctx.config.gc.late_write_window;
+    let now = DateTime::<Utc>::from(ctx.clock.system_now());
+    let staged = local
+        .staged_writes(banklease_gc::pass::TEMPORARY_SWEEP_BUDGET)
+        .await
+        .unwrap_or_default();
+    staged
+        .into_iter()
+        .filter_map(|w| {
+            let key = w.key?;
+            key.starts_with(&format!("{prefix}/")).then(|| {
+                let upload = banklease_gc::StagedUpload {
+                    checkpoint_id: id.to_owned(),
+                    key,
+                    bytes: w.bytes,
+                    held: w.held,
+                    goes_from: (!w.held)
+                        .then(|| add_saturating(DateTime::<Utc>::from(w.modified), window)),
+                };
+                staged_line(&upload, now, window)
+            })
+        })
+        .collect()
 }

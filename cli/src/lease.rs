@@ -1,5 +1,7 @@
 //! `banklease lease list` and `lease show`: owner leases judged on the store's clock.
 
+pub(crate) mod advice;
+
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -7,6 +9,7 @@ use banklease::paths::{Key, Prefix};
 use banklease::read_lease;
 use banklease::{error_chain, judge};
 use banklease::{LeaseView, OwnerId, StoreTime};
+use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectMeta, ObjectStoreExt};
 use serde::Serialize;
@@ -19,6 +22,8 @@ pub(crate) struct JudgedLease {
     owner_id: String,
     view: LeaseView,
     meta: Option<ObjectMeta>,
+    /// The store's time the lease was judged at.
+    judged_at: DateTime<Utc>,
 }
 
 /// Read `owner`'s lease and judge it against `t`, like [`LeaseObserver::view`] but keeping the
@@ -26,10 +31,10 @@ pub(crate) struct JudgedLease {
 pub(crate) async fn judge_lease(ctx: &Ctx, owner: &OwnerId, t: &StoreTime) -> JudgedLease {
     // Judged at the instant before the read was sent (see `StoreTime::at_send`).
     let sent = ctx.clock.now();
+    let store_now = t.at_send(sent, ctx.config.gc.read_staleness);
     let (view, meta) = match read_lease(&ctx.bank, owner).await {
         Ok(None) => (LeaseView::Missing, None),
         Ok(Some((record, meta))) => {
-            let store_now = t.at_send(sent, ctx.config.gc.read_staleness);
             let view = judge(
                 record,
                 meta.last_modified,
@@ -49,6 +54,7 @@ pub(crate) async fn judge_lease(ctx: &Ctx, owner: &OwnerId, t: &StoreTime) -> Ju
         owner_id: owner.to_string(),
         view,
         meta,
+        judged_at: store_now,
     }
 }
 
@@ -80,6 +86,13 @@ pub(crate) struct LeaseDetail {
     /// Stamped by the store; expiry is judged from this, not from the owner's clock.
     last_modified: Option<String>,
     format: Option<u32>,
+    /// What this host can tell of the owner's process (advice only).
+    process: Option<String>,
+    /// Until when the lease counts (store clock): its expiry, the owner's drift and the margin.
+    counts_until: Option<String>,
+    /// From when the gc may collect the owner's protecting checkpoints if the lease is not
+    /// renewed: `counts_until` plus the grace (store clock).
+    collectable_from: Option<String>,
 }
 
 impl JudgedLease {
@@ -106,6 +119,7 @@ impl JudgedLease {
     }
 
     fn detail(&self, ctx: &Ctx) -> LeaseDetail {
+        let advice = self.advice(ctx);
         let record = match &self.view {
             LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. } => Some(record),
             _ => None,
@@ -126,7 +140,27 @@ impl JudgedLease {
             renewed_at: record.map(|r| r.renewed_at.to_rfc3339()),
             last_modified: self.meta.as_ref().map(|m| m.last_modified.to_rfc3339()),
             format: record.map(|r| r.format),
+            counts_until: advice.as_ref().map(|a| a.counts_until.to_rfc3339()),
+            collectable_from: advice.as_ref().map(|a| a.collectable_from.to_rfc3339()),
+            process: advice.map(|a| a.process),
         }
+    }
+
+    /// Until when the lease counts, from when its owner's checkpoints may be collected, and
+    /// its process as this host sees it: for a lease that was read.
+    fn advice(&self, ctx: &Ctx) -> Option<Advice> {
+        let record = match &self.view {
+            LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. } => record,
+            _ => return None,
+        };
+        let meta = self.meta.as_ref()?;
+        let counts_until =
+            advice::counts_until(record, meta.last_modified, ctx.config.lease.skew_margin);
+        Some(Advice {
+            process: advice::process(record, counts_until, self.judged_at),
+            counts_until,
+            collectable_from: banklease::add_saturating(counts_until, ctx.config.gc.grace),
+        })
     }
 
     /// "alive, 1s 200ms left" and the like.
@@ -218,6 +252,13 @@ pub(crate) async fn owners_starting_with(
             _ => None,
         })
         .collect())
+}
+
+/// What [`JudgedLease::advice`] tells.
+struct Advice {
+    process: String,
+    counts_until: DateTime<Utc>,
+    collectable_from: DateTime<Utc>,
 }
 
 /// `banklease lease list`
@@ -348,6 +389,21 @@ pub(crate) async fn lease_show(ctx: &Ctx, owner: &str) -> Result<Outcome> {
         };
         push("host", detail.row.host.clone());
         push("pid", detail.row.pid.map(|p| p.to_string()));
+        if let Some(a) = lease.advice(ctx) {
+            push("process", Some(a.process));
+            let from = advice::instant(a.collectable_from, lease.judged_at);
+            push(
+                "collectable",
+                Some(match lease.view {
+                    LeaseView::Alive { .. } => format!(
+                        "its protecting checkpoints, from {from} unless it is renewed (the \
+                         grace of {} after the lease stops counting)",
+                        human(ctx.config.gc.grace)
+                    ),
+                    _ => format!("its protecting checkpoints, from {from}"),
+                }),
+            );
+        }
         push("generation", detail.row.generation.map(|g| g.to_string()));
         let window = |w: Option<u64>| w.map(|w| human(Duration::from_millis(w)));
         push("renew_window", window(detail.renew_window_ms));
@@ -366,10 +422,7 @@ pub(crate) async fn lease_show(ctx: &Ctx, owner: &str) -> Result<Outcome> {
                     crate::explain::judged_dead(&r.evidence)
                 ),
             ));
-            lines.push((
-                "reaped_by",
-                format!("{} (pass {})", r.evidence.collector, r.evidence.pass),
-            ));
+            lines.push(("reaped_by", crate::explain::collector(&r.evidence)));
             if let Some(l) = &r.lease {
                 lines.push((
                     "reaped_lease",

@@ -389,6 +389,8 @@ mod tests {
         // An active GC daemon (`banklease gc`): try again later.
         let active = anyhow::Error::new(banklease_gc::Error::from(banklease_gc::ActiveElsewhere {
             holder: banklease::OwnerId::parse("gc-1").unwrap(),
+            holder_host: None,
+            holder_pid: None,
             bank: "file:///b".into(),
         }));
         let kind = banklease_gc::error::kind_of(&active);

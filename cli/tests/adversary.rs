@@ -291,7 +291,10 @@ impl Run {
             )
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "warn")
-            .env(procs::MARK_VAR, &self.mark);
+            .env(procs::MARK_VAR, &self.mark)
+            // `run`'s private directory goes with the test's, even from a `run` killed outright.
+            .env("TMPDIR", self.dir.path())
+            .env("XDG_RUNTIME_DIR", self.dir.path());
         if let Some(proxy) = proxy {
             cmd.env("AWS_ENDPOINT", format!("http://{}", proxy.addr));
         }

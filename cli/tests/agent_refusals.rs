@@ -58,7 +58,10 @@ impl Env {
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "warn")
             .env("PATH", std::env::join_paths(paths).unwrap())
-            .env("WORK", self.dir.path());
+            .env("WORK", self.dir.path())
+            // `run`'s private directory goes with the test's, even from a `run` killed outright.
+            .env("TMPDIR", self.dir.path())
+            .env("XDG_RUNTIME_DIR", self.dir.path());
         cmd
     }
 

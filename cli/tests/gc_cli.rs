@@ -199,8 +199,13 @@ fn a_manual_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(75), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
+    // Named by its host and pid beside its id (the daemon runs in this test's process).
     assert!(
-        err.contains(&format!("holder=`{holder}` is active")),
+        err.contains(&format!(
+            "holder=`{holder}` (host=`{}`, pid=`{}`) is active",
+            banklease::local_hostname(),
+            std::process::id()
+        )),
         "{err}"
     );
     assert!(err.contains("--beside-daemon"), "{err}");

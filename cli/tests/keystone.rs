@@ -76,6 +76,51 @@ fn an_operator_with_an_openrc_makes_and_checks_a_bank() {
     }
 }
 
+/// Through Keystone, as with TempAuth, `init` makes a missing container (a PUT on it, as restic
+/// does) and says so; a second `init` finds it there.
+#[test]
+fn init_through_keystone_creates_a_missing_container() {
+    use banklease::store::{SwiftBuilder, SwiftConfigKey};
+    use object_store::{ObjectStore, ObjectStoreExt};
+
+    let Some(ks) = KeystoneEnv::load() else {
+        return;
+    };
+    let vars = ks.password_vars();
+    let container = format!("cli-ks-init-{}", uuid::Uuid::new_v4().simple());
+    let url = format!("swift://{container}/p");
+    let init = cli(&vars, &url, &["init"], "warn");
+    let again = cli(&vars, &url, &["init"], "warn");
+    // Remove what the test made before judging it.
+    let mut b = SwiftBuilder::new().with_container(&container);
+    for (k, v) in &vars {
+        if let Ok(key) = k.parse::<SwiftConfigKey>() {
+            b = b.with_config(key, v);
+        }
+    }
+    let store = b.build().unwrap();
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use futures::TryStreamExt;
+        let all: Vec<_> = store.list(None).try_collect().await.unwrap_or_default();
+        for meta in all {
+            let _ = store.delete(&meta.location).await;
+        }
+        let _ = store.delete_container().await;
+    });
+    assert_eq!(init.status.code(), Some(0), "{}", text(&init.stderr));
+    assert!(
+        text(&init.stdout).contains(&format!("container created: container=`{container}`")),
+        "{}",
+        text(&init.stdout)
+    );
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    assert!(
+        text(&again.stdout).starts_with("already a bank"),
+        "{}",
+        text(&again.stdout)
+    );
+}
+
 #[test]
 fn each_refusal_is_one_line_naming_the_cause_and_no_secret() {
     let Some(ks) = KeystoneEnv::load() else {

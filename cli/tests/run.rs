@@ -156,7 +156,10 @@ impl Env {
             .env("RUST_LOG", "warn")
             // The job finds the CLI as `banklease` and talks to the test through files.
             .env("PATH", path_with_cli())
-            .env("WORK", self.dir.path());
+            .env("WORK", self.dir.path())
+            // `run`'s private directory goes with the test's, even from a `run` killed outright.
+            .env("TMPDIR", self.dir.path())
+            .env("XDG_RUNTIME_DIR", self.dir.path());
         cmd
     }
 

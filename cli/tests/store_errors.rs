@@ -121,51 +121,88 @@ fn s3_errors_name_their_cause() {
     );
 }
 
+/// `banklease --bank url ARGS` with the environment as the test runs (the servers' variables).
+fn cli(url: &str, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(["--bank", url])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Delete every object of a Swift bank's container, then the container (best effort: a
+/// container listing may lag its deletions, 409).
+fn remove_swift_container(url: &str) {
+    let bank = banklease::Bank::open(url).unwrap();
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use futures::TryStreamExt;
+        use object_store::ObjectStoreExt;
+        let all: Vec<_> = bank
+            .store()
+            .list(None)
+            .try_collect()
+            .await
+            .unwrap_or_default();
+        for meta in all {
+            let _ = bank.store().delete(&meta.location).await;
+        }
+        let _ = bank.swift().unwrap().delete_container().await;
+    });
+}
+
 #[test]
-fn init_creates_a_swift_container_and_refuses_to_create_s3_buckets() {
-    if on("BANKLEASE_TEST_SWIFT") {
-        let container = format!("banklease-init-{}", uuid::Uuid::new_v4().simple());
-        let url = format!("swift://{container}/p");
-        let run = |args: &[&str]| {
-            Command::new(BIN)
-                .args(["--bank", &url])
-                .args(args)
-                .output()
-                .unwrap()
-        };
-        let out = run(&["init", "--create-container"]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{stderr}");
-        assert!(String::from_utf8_lossy(&out.stdout).starts_with("bank created"));
-        assert_eq!(run(&["lease", "list"]).status.code(), Some(0));
-        // Clean up, best effort (a container listing may lag its deletions: 409).
-        let bank = banklease::Bank::open(&url).unwrap();
-        tokio::runtime::Runtime::new().unwrap().block_on(async {
-            use futures::TryStreamExt;
-            use object_store::ObjectStoreExt;
-            let all: Vec<_> = bank.store().list(None).try_collect().await.unwrap();
-            for meta in all {
-                let _ = bank.store().delete(&meta.location).await;
-            }
-            let _ = bank.swift().unwrap().delete_container().await;
-        });
+fn init_creates_a_missing_swift_container_and_says_so() {
+    if !on("BANKLEASE_TEST_SWIFT") {
+        eprintln!("note: skipped: set BANKLEASE_TEST_SWIFT=1 (.ci/run does)");
+        return;
     }
-    if on("BANKLEASE_TEST_S3") {
-        let bucket = std::env::var("S3_BUCKET").unwrap_or_else(|_| "banklease-test".into());
-        let out = Command::new(BIN)
-            .args([
-                "--bank",
-                &format!("s3://{bucket}/init"),
-                "init",
-                "--create-container",
-            ])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2));
-        let stderr = String::from_utf8_lossy(&out.stderr);
+    let container = format!("banklease-init-{}", uuid::Uuid::new_v4().simple());
+    let url = format!("swift://{container}/p");
+    // Without any flag, as restic does: a PUT on the container.
+    let out = cli(&url, &["init"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    remove_swift_container_after(&url, || {
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
         assert!(
-            stderr.contains("create it with the provider's tools"),
-            "{stderr}"
+            stdout.contains(&format!("container created: container=`{container}`")),
+            "{stdout}"
+        );
+        assert!(stdout.contains("bank created"), "{stdout}");
+        assert_eq!(cli(&url, &["lease", "list"]).status.code(), Some(0));
+        // Again: the container is there, nothing is created, nothing is said of it.
+        let again = cli(&url, &["init", "--create-container"]);
+        let again_out = String::from_utf8_lossy(&again.stdout).into_owned();
+        assert_eq!(again.status.code(), Some(0), "{again_out}");
+        assert!(!again_out.contains("container created"), "{again_out}");
+        assert!(again_out.starts_with("already a bank"), "{again_out}");
+    });
+}
+
+/// Run `check`, then remove the container of `url` whether it passed or not.
+fn remove_swift_container_after(url: &str, check: impl FnOnce() + std::panic::UnwindSafe) {
+    let result = std::panic::catch_unwind(check);
+    remove_swift_container(url);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[test]
+fn init_names_the_command_that_makes_a_missing_s3_bucket() {
+    if !on("BANKLEASE_TEST_S3") {
+        eprintln!("note: skipped: set BANKLEASE_TEST_S3=1 (.ci/run does)");
+        return;
+    }
+    let bucket = format!("banklease-init-{}", uuid::Uuid::new_v4().simple());
+    for args in [&["init"][..], &["init", "--create-container"][..]] {
+        let out = cli(&format!("s3://{bucket}/init"), args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("`aws s3 mb s3://{bucket}`")),
+            "{args:?}: {stderr}"
         );
     }
 }

@@ -48,7 +48,7 @@ use crate::pass::Collector;
 use crate::report::PassReport;
 
 mod single;
-pub use single::{ActiveElsewhere, PassLease, Single};
+pub use single::{host_pid, ActiveElsewhere, PassLease, Single};
 
 /// How long open `/metrics` requests may take to finish once the daemon stops; a client that
 /// holds its connection longer is cut off rather than delay the exit.
@@ -181,7 +181,9 @@ impl Daemon {
         shutdown: impl Future<Output = ()>,
     ) -> Result<Option<Single>> {
         let cancel = CancellationToken::new();
-        let span = tracing::info_span!("gc", owner_id = %self.owner);
+        // Every line names this collector by its host and pid beside its id.
+        let span = tracing::info_span!("gc", owner_id = %self.owner,
+            host = %banklease::local_hostname(), pid = std::process::id());
         let work = self.work(once, cancel.clone()).instrument(span);
         tokio::pin!(work);
         // The work is not dropped when shutdown comes: it is told to stop and then awaited, so
@@ -245,6 +247,9 @@ impl Daemon {
             })?,
         }
         match probed {
+            Some((renewal, basis)) if once => info!(bank = self.bank.label(), ?renewal,
+                owner_lease = %basis, dry_run = self.config.gc.dry_run,
+                "bank probed; running one pass"),
             Some((renewal, basis)) => info!(bank = self.bank.label(), ?renewal,
                 owner_lease = %basis,
                 interval = %humantime::format_duration(self.config.gc.interval),
@@ -368,7 +373,10 @@ impl Daemon {
                     failure.reset();
                     let ours = owner_id == self.owner;
                     if holder.changed(owner_id.as_str()) {
-                        info!(holder = %owner_id, ours, "standby: the gc lease is held and alive");
+                        let (host, pid) = self.holder_process().await;
+                        info!(holder = %owner_id, holder_host = host.as_deref().unwrap_or("-"),
+                            holder_pid = pid.unwrap_or(0), ours,
+                            "standby: the gc lease is held and alive");
                     } else {
                         debug!(holder = %owner_id, ours, "standby: the gc lease is still held");
                     }

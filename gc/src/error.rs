@@ -148,12 +148,14 @@ mod tests {
         assert!(wrapped.banklease().is_some());
         let active = Error::from(ActiveElsewhere {
             holder: banklease::OwnerId::parse("gc-1").unwrap(),
+            holder_host: Some("h".into()),
+            holder_pid: Some(7),
             bank: "file:///b".into(),
         });
         assert_eq!(active.kind(), ErrorKind::Unavailable);
         assert!(active
             .to_string()
-            .starts_with("refusing a gc pass: the gc daemon holder=`gc-1`"));
+            .starts_with("refusing a gc pass: the gc daemon holder=`gc-1` (host=`h`, pid=`7`)"));
         let cases = [
             (
                 Error::LeasesUnsupported {

@@ -36,5 +36,5 @@ pub use daemon::{ActiveElsewhere, Daemon, PassLease, Single};
 pub use error::{Error, Result};
 pub use metrics::Metrics;
 pub use options::{GcOptions, GcOptionsBuilder};
-pub use pass::{Collector, PassReport};
+pub use pass::{Collector, PassReport, StagedUpload};
 pub use report::{Problem, MAX_PROBLEMS};

@@ -63,8 +63,8 @@ mod tests {
             error_line(&e),
             "cannot list `b/leases` in bank=`s3://b`: store request failed: op=`list` \
              path=`b/leases`: the bucket or container does not exist; create it (Swift: \
-             `banklease init --create-container`; S3, Azure, GCS: the provider's tools, e.g. \
-             `aws s3 mb`) or fix the bank url"
+             `banklease init`; S3, Azure, GCS: the provider's tools, e.g. `aws s3 mb`, which \
+             `banklease init` names) or fix the bank url"
         );
     }
 

@@ -48,7 +48,7 @@ use crate::records::{forget_clock_probes, forget_missing};
 pub use crate::report::PassReport;
 use crate::sweep::sweep_due;
 use crate::temporaries::TemporarySweep;
-pub use crate::temporaries::TEMPORARY_SWEEP_BUDGET;
+pub use crate::temporaries::{StagedUpload, TEMPORARY_SWEEP_BUDGET};
 use crate::zombies;
 
 /// Runs GC passes on one bank. Clones share what the collector remembers between passes (the
@@ -170,6 +170,9 @@ impl Collector {
             }
             let (swept, errors) = self.temporaries.sweep(&ctx).await;
             report.temporaries_swept += swept;
+            report.failed_all(errors);
+            let (staged, errors) = crate::temporaries::staged_of_collected(&ctx).await;
+            report.staged_uploads = staged;
             report.failed_all(errors);
         }
 

@@ -79,6 +79,9 @@ pub struct PassReport {
     /// `file:` banks: temporaries of writers killed before publishing, older than
     /// `late_write_window`, removed (or, dry run, found). Swept at most once per that window.
     pub temporaries_swept: u64,
+    /// `file:` banks: partial uploads still staged for checkpoints the GC collected, and when
+    /// each goes (the sweep decides; this only names them).
+    pub staged_uploads: Vec<crate::temporaries::StagedUpload>,
     /// Whether this was a dry run.
     pub dry_run: bool,
     /// Why the brake refused the pass, if it did.

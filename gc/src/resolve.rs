@@ -535,6 +535,8 @@ async fn dead(
         skew_margin_ms: millis(options.skew_margin),
         grace_ms: millis(options.grace),
         collector: format!("operator {operator} (checkpoint resolve)"),
+        collector_host: Some(banklease::local_hostname()),
+        collector_pid: Some(std::process::id()),
         pass: uuid::Uuid::new_v4().simple().to_string(),
     }))
 }

@@ -5,7 +5,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use banklease::checkpoint::{read_decision, Decider};
+use banklease::paths::Key;
 use banklease::store::SweepWalk;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
 
 use crate::context::PassContext;
 use crate::report::Problem;
@@ -88,4 +92,79 @@ impl TemporarySweep {
             }
         }
     }
+}
+
+/// A partial upload still staged (`file:` banks, `_banklease/staging/`) for a checkpoint the GC
+/// collected: the data a collected job was writing when it died, which the sweep removes once
+/// no writer holds it and `late_write_window` has passed since its last write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StagedUpload {
+    /// The collected checkpoint.
+    pub checkpoint_id: String,
+    /// The data object it was to become.
+    pub key: String,
+    /// Bytes staged.
+    pub bytes: u64,
+    /// Whether a live writer still holds it (a paused owner): it stays until that writer lets
+    /// go, then `late_write_window` more.
+    pub held: bool,
+    /// When no writer holds it: from when the sweep removes it (its last write plus
+    /// `late_write_window`, store clock), at the gc's first temporaries sweep since.
+    pub goes_from: Option<DateTime<Utc>>,
+}
+
+/// The partial uploads staged for checkpoints the GC collected (`file:` banks; others stage
+/// nothing). For the report only: what goes is decided by the sweep alone.
+pub(crate) async fn staged_of_collected(ctx: &PassContext) -> (Vec<StagedUpload>, Option<Problem>) {
+    let bank = &ctx.bank;
+    let Some(local) = bank.local() else {
+        return (Vec::new(), None);
+    };
+    let staged = match local.staged_writes(TEMPORARY_SWEEP_BUDGET).await {
+        Ok(staged) => staged,
+        Err(e) => {
+            let problem = Problem::new(
+                "`_banklease/staging/`",
+                format!("cannot list the staged writes: {e}"),
+            );
+            return (Vec::new(), Some(problem));
+        }
+    };
+    let mut found = Vec::new();
+    let mut collected: std::collections::HashMap<String, bool> = Default::default();
+    for write in staged {
+        let Some(key) = write.key else { continue };
+        let Some(Key::Data { checkpoint, .. }) = Key::parse(bank, &key.as_str().into()) else {
+            continue;
+        };
+        if !collected.contains_key(&checkpoint) {
+            // A decision that cannot be read leaves the upload unnamed here (the pass counts
+            // that decision's problem where it meets it).
+            let by_gc = matches!(read_decision(bank, &checkpoint).await,
+                Ok(Some(d)) if d.by == Decider::Gc);
+            collected.insert(checkpoint.clone(), by_gc);
+        }
+        if collected[&checkpoint] {
+            found.push(StagedUpload {
+                checkpoint_id: checkpoint,
+                key,
+                bytes: write.bytes,
+                held: write.held,
+                goes_from: (!write.held).then(|| {
+                    banklease::add_saturating(
+                        DateTime::<Utc>::from(write.modified),
+                        ctx.options.late_write_window,
+                    )
+                }),
+            });
+        }
+    }
+    if !found.is_empty() {
+        tracing::info!(
+            bank = bank.label(),
+            staged = found.len(),
+            "partial uploads of collected checkpoints are staged until the temporaries sweep"
+        );
+    }
+    (found, None)
 }

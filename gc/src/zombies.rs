@@ -204,6 +204,8 @@ pub(crate) fn evidence(
         skew_margin_ms: millis(ctx.options.skew_margin),
         grace_ms: millis(ctx.options.grace),
         collector: ctx.options.collector.clone(),
+        collector_host: Some(banklease::local_hostname()),
+        collector_pid: Some(std::process::id()),
         pass: ctx.pass.clone(),
     }
 }

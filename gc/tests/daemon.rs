@@ -342,9 +342,19 @@ fn a_single_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
     let status = once.wait_exit(START_TIMEOUT);
     let logs = once.logs();
     assert_eq!(status.code(), Some(75), "{logs}");
-    for needle in ["is active on bank=", "holder=`", "--beside-daemon"] {
+    // The active daemon is named by its host and pid beside its id.
+    let host = banklease::local_hostname();
+    let named = format!("(host=`{host}`, pid=`{}`) is active on bank=", active.pid());
+    for needle in [named.as_str(), "holder=`", "--beside-daemon"] {
         assert!(logs.contains(needle), "{needle}\n{logs}");
     }
+    // It said who it is when it started; a single pass never says "standby".
+    let started = active.logs();
+    assert!(
+        started.contains(&format!("pid={}", active.pid())) && started.contains("host="),
+        "{started}"
+    );
+    assert!(!logs.contains("standby"), "{logs}");
     assert!(
         !logs.contains("address"),
         "the metrics port is not bound: {logs}"
@@ -362,6 +372,9 @@ fn a_single_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
     let report = json(&forced);
     assert_eq!(report["gc_lease"], "beside", "{report}");
     assert!(report["holder"].is_string(), "{report}");
+    assert_eq!(report["holder_pid"], active.pid(), "{report}");
+    assert_eq!(report["holder_host"], host.as_str(), "{report}");
+    assert!(!forced.logs().contains("standby"), "{}", forced.logs());
     assert_eq!(active.active(), Some(true), "{}", active.logs());
 
     active.terminate();
@@ -374,6 +387,7 @@ fn a_single_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
     let status = alone.wait_exit(START_TIMEOUT);
     assert_eq!(status.code(), Some(0), "{}", alone.logs());
     assert_eq!(json(&alone)["gc_lease"], "held");
+    assert!(!alone.logs().contains("standby"), "{}", alone.logs());
     assert!(
         !bank.join("gc/active").exists(),
         "released\n{}",

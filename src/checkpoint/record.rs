@@ -241,6 +241,12 @@ pub struct Evidence {
     pub grace_ms: u64,
     /// The collector that decided (the GC lease's owner id of a daemon or `banklease gc`).
     pub collector: String,
+    /// The host the collector ran on, for humans (absent from older releases' decisions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector_host: Option<String>,
+    /// The collector's process id, for humans (absent from older releases' decisions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector_pid: Option<u32>,
     /// The pass that decided (random per pass).
     pub pass: String,
 }

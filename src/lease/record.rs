@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::bank::Bank;
 use crate::error::{Error, Result};
 use crate::id::OwnerId;
+use crate::process::ProcessStamp;
 use crate::windows::MAX_EXPIRE_WINDOW;
 
 /// The lease body format this version writes and understands.
@@ -115,6 +116,13 @@ pub struct LeaseRecord {
     pub generation: u64,
     /// A random token unique to this write, to recognise it when reading back.
     pub token: String,
+    /// The owner's process: boot, pid namespace and start time, so that a human on its host
+    /// can be told whether it still runs ([`ProcessStamp::here`]). Absent from records of
+    /// releases before it, and where `/proc` does not say; readers that do not know it ignore
+    /// it (records are read without `deny_unknown_fields`), so the format stays `1`. Never
+    /// read by a judgement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessStamp>,
 }
 
 impl LeaseRecord {
@@ -165,4 +173,37 @@ pub async fn read_lease_at(bank: &Bank, path: &Path) -> Result<Option<(LeaseReco
 /// A fresh per-write token.
 pub(crate) fn new_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OLD: &str = r#"{"format":1,"owner_id":"o","host":"h","pid":7,"renew_window_ms":1,
+        "expire_window_ms":3000,"validity_window_ms":1,"acquired_at":"2026-01-01T00:00:00Z",
+        "renewed_at":"2026-01-01T00:00:00Z","generation":1,"token":"t"}"#;
+
+    #[test]
+    fn records_without_a_process_stamp_read_and_readers_ignore_fields_they_do_not_know() {
+        let path = Path::from("leases/o");
+        let old = LeaseRecord::parse(&path, OLD.as_bytes()).unwrap();
+        assert_eq!(old.process, None);
+        // A record with the stamp reads back whole; one with a field of a newer writer too.
+        let stamped = LeaseRecord {
+            process: Some(ProcessStamp {
+                boot_id: "b".into(),
+                pid_ns: 4026531836,
+                start_ticks: 42,
+            }),
+            ..old.clone()
+        };
+        let bytes = serde_json::to_vec(&stamped).unwrap();
+        assert_eq!(LeaseRecord::parse(&path, &bytes).unwrap(), stamped);
+        let newer = OLD.replace(r#""token":"t""#, r#""token":"t","someday":{"x":1}"#);
+        assert_eq!(LeaseRecord::parse(&path, newer.as_bytes()).unwrap(), old);
+        // And an unstamped record is written as before: no `process` key at all.
+        assert!(!String::from_utf8(serde_json::to_vec(&old).unwrap())
+            .unwrap()
+            .contains("process"));
+    }
 }

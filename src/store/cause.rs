@@ -66,9 +66,9 @@ impl fmt::Display for StoreCause {
         match self {
             StoreCause::ContainerMissing { status: s } => write!(
                 f,
-                "the bucket or container does not exist{}; create it (Swift: `banklease init \
-                 --create-container`; S3, Azure, GCS: the provider's tools, e.g. `aws s3 mb`) or \
-                 fix the bank url",
+                "the bucket or container does not exist{}; create it (Swift: `banklease init`; \
+                 S3, Azure, GCS: the provider's tools, e.g. `aws s3 mb`, which `banklease init` \
+                 names) or fix the bank url",
                 status(s)
             ),
             StoreCause::CredentialsRefused { status: s } => write!(

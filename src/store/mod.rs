@@ -14,7 +14,7 @@ pub(crate) mod swift;
 pub use crate::store_clock::{dated, DateRecorder, DATE_RESOLUTION};
 pub use cause::{classify, StoreCause};
 pub use counting::{Counters, CountingStore};
-pub use local::{LocalStore, SweepWalk, TemporarySweep};
+pub use local::{LocalStore, StagedWrite, SweepWalk, TemporarySweep};
 pub use swift::{
     SwiftBuilder, SwiftConfigKey, SwiftHead, SwiftStore, SwiftWrite, DEFAULT_LIST_LIMIT,
 };

@@ -6,11 +6,13 @@
 //!   library before every write.
 //! - [`upload`]: a request's body streamed into a data object, in parts when it is large.
 //! - [`client`]: `banklease agent …`, the API from a shell.
+//! - `dir`: the agent's private directory, and the removal of those killed `run`s left.
 //! - [`api`]: the JSON bodies both sides share, and the API's documentation.
 
 mod answer;
 pub mod api;
 pub mod client;
+mod dir;
 pub mod run;
 pub mod server;
 mod upload;

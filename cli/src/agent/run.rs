@@ -25,7 +25,6 @@
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
@@ -328,7 +327,7 @@ async fn start(
     guarded: Option<(&Proof, Duration)>,
 ) -> Result<Started, (u8, anyhow::Error)> {
     let failed = |e: anyhow::Error| (EXIT_RUN_FAILED, e);
-    let dir = socket_dir().map_err(failed)?;
+    let dir = super::dir::socket_dir().map_err(failed)?;
     let socket = dir.path().join("agent.sock");
     let listener = tokio::net::UnixListener::bind(&socket)
         .with_context(|| format!("cannot create the agent's socket=`{}`", socket.display()))
@@ -361,30 +360,6 @@ async fn start(
             Err(failed)
         }
     }
-}
-
-/// A private directory for the socket: in `$XDG_RUNTIME_DIR` (per user, tmpfs) when there is
-/// one, else in the temporary directory; mode 0700.
-fn socket_dir() -> Result<tempfile::TempDir> {
-    // A socket path holds at most 107 bytes (sun_path); a long $TMPDIR falls back to /tmp.
-    let fits = |p: &PathBuf| p.as_os_str().len() + "/banklease-agent-XXXXXX/agent.sock".len() < 108;
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|p| p.is_dir() && fits(p))
-        .or_else(|| Some(std::env::temp_dir()).filter(fits))
-        .unwrap_or_else(|| PathBuf::from("/tmp"));
-    let dir = tempfile::Builder::new()
-        .prefix("banklease-agent-")
-        .tempdir_in(&base)
-        .with_context(|| {
-            format!(
-                "cannot create a private directory for the agent's socket in `{}`",
-                base.display()
-            )
-        })?;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("cannot make `{}` private", dir.path().display()))?;
-    Ok(dir)
 }
 
 /// Completes when a write sent now would be refused for good reason: the lease is Lost or

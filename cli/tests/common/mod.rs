@@ -18,6 +18,11 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_banklease");
 
 /// `banklease --bank url args` with short windows, a small margin and grace.
 pub fn cli(url: &str, args: &[&str]) -> Output {
+    command(url, args).output().unwrap()
+}
+
+/// [`cli`]'s command, not yet run.
+pub fn command(url: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("BANKLEASE_") {
@@ -34,9 +39,8 @@ pub fn cli(url: &str, args: &[&str]) -> Output {
         .env("BANKLEASE_GC__LATE_WRITE_WINDOW", "1s")
         .env("NO_COLOR", "1")
         .env("USER", "ci-operator")
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap()
+        .env("RUST_LOG", "error");
+    cmd
 }
 
 pub fn text(b: &[u8]) -> String {

@@ -40,7 +40,10 @@ impl Env {
             .args(args)
             .env("RUST_LOG", "error")
             .env("NO_COLOR", "1")
-            .env("WORK", self.work());
+            .env("WORK", self.work())
+            // `run`'s private directory goes with the test's, even from a `run` killed outright.
+            .env("TMPDIR", self.work())
+            .env("XDG_RUNTIME_DIR", self.work());
         cmd
     }
 

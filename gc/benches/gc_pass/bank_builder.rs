@@ -127,6 +127,7 @@ fn lease_body(layout: &Layout, j: u64, now: DateTime<Utc>) -> PutPayload {
         renewed_at: now,
         generation: 1,
         token: format!("bench-{j}"),
+        process: None,
     })
 }
 

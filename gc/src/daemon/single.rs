@@ -29,6 +29,10 @@ pub enum PassLease {
     Beside {
         /// The active daemon's owner id.
         holder: String,
+        /// Its host, as its lease says (`None`: the lease could not be read).
+        holder_host: Option<String>,
+        /// Its pid, as its lease says.
+        holder_pid: Option<u32>,
     },
     /// A dry run deletes nothing: it takes no lease.
     NotNeeded,
@@ -48,6 +52,10 @@ pub struct Single {
 pub struct ActiveElsewhere {
     /// The active daemon's owner id.
     pub holder: banklease::OwnerId,
+    /// Its host, as its lease says (`None`: the lease could not be read).
+    pub holder_host: Option<String>,
+    /// Its pid, as its lease says.
+    pub holder_pid: Option<u32>,
     /// The bank.
     pub bank: String,
 }
@@ -56,17 +64,36 @@ impl std::fmt::Display for ActiveElsewhere {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "refusing a gc pass: the gc daemon holder=`{}` is active on bank=`{}` (it holds \
+            "refusing a gc pass: the gc daemon holder=`{}`{} is active on bank=`{}` (it holds \
              `gc/active`); let it collect, stop it first, or pass --beside-daemon to run \
              this pass beside it",
-            self.holder, self.bank
+            self.holder,
+            host_pid(self.holder_host.as_deref(), self.holder_pid),
+            self.bank
         )
     }
 }
 
 impl std::error::Error for ActiveElsewhere {}
 
+/// ` (host=`h`, pid=`7`)` beside a collector's id, or nothing when its lease could not be read.
+pub fn host_pid(host: Option<&str>, pid: Option<u32>) -> String {
+    match (host, pid) {
+        (Some(h), Some(p)) => format!(" (host=`{h}`, pid=`{p}`)"),
+        _ => String::new(),
+    }
+}
+
 impl Daemon {
+    /// The host and pid the GC lease's holder recorded, for humans; `None`s when it cannot be
+    /// read (it may have been released meanwhile).
+    pub(super) async fn holder_process(&self) -> (Option<String>, Option<u32>) {
+        match banklease::read_lease_at(&self.bank, &self.lease_path()).await {
+            Ok(Some((record, _))) => (Some(record.host), Some(record.pid)),
+            _ => (None, None),
+        }
+    }
+
     /// One pass: with the GC lease (taken at once or not at all), beside an active daemon when
     /// forced, without a lease when it is a dry run. `Ok(None)` when shutdown came first.
     pub(super) async fn single(
@@ -85,21 +112,29 @@ impl Daemon {
         let lease = match self.take_gc_lease().await {
             Ok(lease) => lease,
             Err(banklease::Error::LeaseExists { owner_id }) if self.beside => {
-                warn!(holder = %owner_id, "--beside-daemon: running the pass beside the active gc daemon");
+                let (holder_host, holder_pid) = self.holder_process().await;
+                warn!(holder = %owner_id, holder_host = holder_host.as_deref().unwrap_or("-"),
+                    holder_pid = holder_pid.unwrap_or(0),
+                    "--beside-daemon: running the pass beside the active gc daemon");
                 let report = self.pass(collector, tracker).await?;
                 return Ok(Some(Single {
                     report,
                     lease: PassLease::Beside {
                         holder: owner_id.to_string(),
+                        holder_host,
+                        holder_pid,
                     },
                 }));
             }
             Err(banklease::Error::LeaseExists { owner_id }) => {
+                let (holder_host, holder_pid) = self.holder_process().await;
                 return Err(ActiveElsewhere {
                     holder: owner_id,
+                    holder_host,
+                    holder_pid,
                     bank: self.bank.label().to_owned(),
                 }
-                .into())
+                .into());
             }
             Err(e) => {
                 return Err(e).with_context(|| {

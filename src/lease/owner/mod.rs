@@ -33,6 +33,7 @@ use crate::capability::RenewalMechanism;
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
 use crate::id::OwnerId;
+use crate::process::ProcessStamp;
 use crate::windows::LeaseWindows;
 
 static WORDS: Words = Words {
@@ -359,6 +360,7 @@ impl OwnerLease {
             renewed_at: self.shared.clock_system_now(),
             generation,
             token: token.to_owned(),
+            process: ProcessStamp::this_process(),
         };
         encode(&self.shared.path, "lease", &record)
     }

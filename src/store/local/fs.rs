@@ -29,6 +29,8 @@ pub(super) const STAGING: &str = "_banklease/staging";
 /// A staged file's name: `w-<32 hex digits>#0`. The `#<digits>` ending hides it from
 /// object_store's listings; the random part is never reused.
 const STAGED_PREFIX: &str = "w-";
+/// The extended attribute of a staged file that names the key it is staged for.
+pub(super) const KEY_XATTR: &str = "user.banklease.key";
 const STAGED_SUFFIX: &str = "#0";
 
 /// Bound on random names tried for one staged write (a collision is already vanishingly rare).
@@ -195,7 +197,7 @@ fn put_with(
     mode: &PutMode,
     before_publish: &BeforePublish,
 ) -> Result<PutResult, WriteError> {
-    let mut staged = Staged::new(root).map_err(WriteError::Io)?;
+    let mut staged = Staged::new(root, key).map_err(WriteError::Io)?;
     let result = fill(&mut staged.file)
         .map_err(|e| WriteError::Io(context(e, "write", &staged.path)))
         .and_then(|()| publish(root, key, path, &staged, mode, before_publish));
@@ -219,7 +221,10 @@ impl Staged {
     /// A new staged file with a random name never used before: a name a sweep freed is never
     /// taken again by another writer, whose half-written file the first one could otherwise
     /// publish.
-    pub(super) fn new(root: &FsPath) -> io::Result<Self> {
+    /// `key` is what it is staged for, kept in the extended attribute [`KEY_XATTR`] where the
+    /// file system keeps them (for what a report names; nothing is decided by it).
+    #[cfg_attr(not(target_os = "linux"), allow(unused_variables))]
+    pub(super) fn new(root: &FsPath, key: &str) -> io::Result<Self> {
         let dir = root.join(STAGING);
         for _ in 0..MAX_STAGED {
             let name = format!(
@@ -251,6 +256,14 @@ impl Staged {
             // A sweep that looked at this file just now holds it for a moment (and leaves it:
             // it is new); wait for that, then keep the lock until the write ends.
             file.lock().map_err(|e| context(e, "lock", &path))?;
+            // Best effort: a file system without user attributes stages all the same.
+            #[cfg(target_os = "linux")]
+            let _ = rustix::fs::fsetxattr(
+                &file,
+                KEY_XATTR,
+                key.as_bytes(),
+                rustix::fs::XattrFlags::empty(),
+            );
             return Ok(Self { file, path });
         }
         Err(io::Error::other(format!(
@@ -360,7 +373,7 @@ fn is_ours(path: &FsPath, _: &Metadata) -> bool {
 /// The scratch file is a staged write's (`_banklease/staging/`, never the store's root): one left
 /// by a crash is swept like any other.
 pub(super) fn keeps_exact_mtime(root: &FsPath) -> io::Result<bool> {
-    let staged = Staged::new(root)?;
+    let staged = Staged::new(root, "")?;
     let result = (|| {
         let odd = Duration::from_secs(1_700_000_000) + Duration::from_micros(123_457);
         staged.file.set_modified(UNIX_EPOCH + odd)?;

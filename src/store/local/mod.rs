@@ -72,6 +72,7 @@
 //! ```
 
 mod fs;
+mod staged;
 
 use std::fmt;
 use std::ops::Range;
@@ -94,6 +95,7 @@ use object_store::{
 pub(crate) use fs::store_clock;
 pub use fs::{SweepWalk, TemporarySweep};
 use fs::{WriteError, STORE};
+pub use staged::StagedWrite;
 
 /// The `file:` bank's store: [`LocalFileSystem`] plus atomic conditional overwrite. See the
 /// [module documentation](self).
@@ -212,6 +214,13 @@ impl LocalStore {
         let walk = Arc::new(std::sync::Mutex::new(SweepWalk::default()));
         self.sweep_temporaries_step(&walk, usize::MAX, older_than, dry_run)
             .await
+    }
+
+    /// The writes staged in `_banklease/staging/` now (at most `budget` entries looked at):
+    /// for reports only ([`StagedWrite`]).
+    pub async fn staged_writes(&self, budget: usize) -> Result<Vec<StagedWrite>> {
+        let root = Arc::clone(&self.root);
+        blocking(move || staged::list(&root, budget).map_err(generic)).await
     }
 
     /// Go on with `walk` for at most `budget` directory entries (a caller spreads a walk of a
@@ -336,7 +345,8 @@ impl ObjectStore for LocalStore {
         self.no_attributes("put_multipart_opts", &opts.attributes)?;
         let (key, path) = self.key_and_path(location)?;
         let root = Arc::clone(&self.root);
-        let staged = blocking(move || fs::Staged::new(&root).map_err(generic)).await?;
+        let staged_key = key.clone();
+        let staged = blocking(move || fs::Staged::new(&root, &staged_key).map_err(generic)).await?;
         Ok(Box::new(StagedUpload {
             staged: Some(Arc::new(std::sync::Mutex::new(staged))),
             offset: 0,

@@ -186,13 +186,15 @@ impl SwiftStore {
         Ok(self.client.session().await?.storage_url.to_string())
     }
 
-    /// Create the container (PUT; Ok if it exists already).
-    pub async fn create_container(&self) -> Result<()> {
+    /// Create the container (PUT; Ok if it exists already): `true` when this request created
+    /// it (201), `false` when it was there (202 or 204).
+    pub async fn create_container(&self) -> Result<bool> {
         let req = Request::new(Method::PUT, Target::Container)
             .header(CONTENT_LENGTH, HeaderValue::from_static("0"));
         let response = self.client.send(&req).await?;
         match response.status() {
-            StatusCode::CREATED | StatusCode::ACCEPTED | StatusCode::NO_CONTENT => Ok(()),
+            StatusCode::CREATED => Ok(true),
+            StatusCode::ACCEPTED | StatusCode::NO_CONTENT => Ok(false),
             _ => Err(self
                 .client
                 .status_error(&req.method, "", response)

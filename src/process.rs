@@ -1,0 +1,251 @@
+//! Which process a lease names, precisely enough for a human on some host to be told whether
+//! it is a process of *this* host and whether it still runs ([`ProcessStamp`], [`ProcessHere`]).
+//!
+//! A hostname alone proves nothing (cloned machines share one) and a pid is reused. So a lease
+//! records, beside `host` and `pid`, the kernel's boot id (random at every boot: equal only on
+//! the same machine since the same boot), the pid namespace (a pid means one process only
+//! inside it) and the process's start time in clock ticks after boot (a reused pid has
+//! another). Linux only (`/proc`); elsewhere nothing is recorded and nothing is claimed.
+//!
+//! **Invariant:** for an owner lease this is advice to a human only: no judgement of a lease,
+//! and nothing the GC collects, reads it. A named lock held by `lock run` is bound to its
+//! processes the same way, and there the kernel's proof that they are all gone frees the lock
+//! ([`crate::lock::ProcessBinding`]; the rule is stated there).
+
+use std::os::unix::fs::MetadataExt;
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+/// Where and when a process was started, as its lease records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessStamp {
+    /// `/proc/sys/kernel/random/boot_id` of the process's host.
+    pub boot_id: String,
+    /// The inode of the process's pid namespace (`/proc/self/ns/pid`).
+    pub pid_ns: u64,
+    /// When the process started, in clock ticks after boot (`/proc/<pid>/stat`, field 22).
+    pub start_ticks: u64,
+}
+
+/// What this host can tell of a process a lease names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessHere {
+    /// The lease proves nothing about this host: it records no stamp, or one of another boot
+    /// (another machine, or this one before a reboot) or another pid namespace.
+    Unproven {
+        /// Whether a process with that pid runs here, in this pid namespace (`None`: cannot be
+        /// read, or not Linux). Not proof that it is the lease's.
+        pid_running: Option<bool>,
+    },
+    /// It is a process of this host, since this boot, and it has exited (no process has its
+    /// pid, or one that is a zombie).
+    Exited,
+    /// It is a process of this host and it still runs (same pid, same start time).
+    Running,
+    /// It is a process of this host and it has exited: its pid now belongs to a process
+    /// started later.
+    PidReused,
+}
+
+impl ProcessStamp {
+    /// Whether the stamp was made on this host's kernel since this boot, in this pid namespace:
+    /// only then do its pids name processes here.
+    pub fn is_here(&self) -> bool {
+        Some(self.boot_id.as_str()) == boot_id().as_deref() && Some(self.pid_ns) == pid_ns()
+    }
+
+    /// The stamp of this process, read once; `None` where `/proc` does not say.
+    pub fn this_process() -> Option<ProcessStamp> {
+        static THIS: OnceLock<Option<ProcessStamp>> = OnceLock::new();
+        THIS.get_or_init(|| {
+            Some(ProcessStamp {
+                boot_id: boot_id()?,
+                pid_ns: pid_ns()?,
+                start_ticks: stat(std::process::id())?.start_ticks,
+            })
+        })
+        .clone()
+    }
+
+    /// What this host can tell of process `pid`, stamped `stamp` (if at all) by its lease.
+    pub fn here(stamp: Option<&ProcessStamp>, pid: u32) -> ProcessHere {
+        let ours = stamp.is_some_and(ProcessStamp::is_here);
+        let Some(stamp) = stamp.filter(|_| ours) else {
+            return ProcessHere::Unproven {
+                pid_running: match stat_status(pid) {
+                    Status::Unreadable => None,
+                    Status::Gone => Some(false),
+                    Status::Found(s) => Some(!s.zombie),
+                },
+            };
+        };
+        match stat_status(pid) {
+            Status::Gone => ProcessHere::Exited,
+            Status::Found(s) if s.start_ticks != stamp.start_ticks => ProcessHere::PidReused,
+            Status::Found(s) if s.zombie => ProcessHere::Exited,
+            Status::Found(_) => ProcessHere::Running,
+            // /proc answers for this process but not for that one: nothing is claimed.
+            Status::Unreadable => ProcessHere::Unproven { pid_running: None },
+        }
+    }
+}
+
+/// What `/proc/<pid>/stat` says, of what a stamp compares.
+pub(crate) struct Stat {
+    pub start_ticks: u64,
+    pub zombie: bool,
+    /// The process group.
+    pub group: u32,
+}
+
+pub(crate) enum Status {
+    Found(Stat),
+    /// No such process (`/proc` answers for this process, not for that one).
+    Gone,
+    Unreadable,
+}
+
+pub(crate) fn stat_status(pid: u32) -> Status {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(text) => parse_stat(&text).map_or(Status::Unreadable, Status::Found),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // No `/proc` at all is not "gone".
+            if std::path::Path::new("/proc/self/stat").exists() {
+                Status::Gone
+            } else {
+                Status::Unreadable
+            }
+        }
+        Err(_) => Status::Unreadable,
+    }
+}
+
+fn stat(pid: u32) -> Option<Stat> {
+    match stat_status(pid) {
+        Status::Found(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// Fields after the command (which may hold spaces and parentheses, so split after the last
+/// `)`): the state is field 3, the start time field 22.
+fn parse_stat(text: &str) -> Option<Stat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(Stat {
+        zombie: matches!(*fields.first()?, "Z" | "X" | "x"),
+        group: fields.get(2)?.parse().ok()?,
+        start_ticks: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// Read once: the boot does not change while this process runs.
+fn boot_id() -> Option<String> {
+    static BOOT: OnceLock<Option<String>> = OnceLock::new();
+    BOOT.get_or_init(|| {
+        let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let id = id.trim();
+        (!id.is_empty()).then(|| id.to_owned())
+    })
+    .clone()
+}
+
+/// Read once: a process never changes its own pid namespace.
+fn pid_ns() -> Option<u64> {
+    static NS: OnceLock<Option<u64>> = OnceLock::new();
+    *NS.get_or_init(|| std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino()))
+}
+
+/// Whether no live process is in process group `group`: the kernel finds none
+/// (`kill(-group, 0)`), or `/proc` shows only zombies in it. Any doubt answers false.
+#[cfg(target_os = "linux")]
+pub(crate) fn group_gone(group: u32) -> bool {
+    use rustix::io::Errno;
+    use rustix::process::{test_kill_process_group, Pid};
+    let Some(pgid) = i32::try_from(group).ok().and_then(Pid::from_raw) else {
+        return false;
+    };
+    if test_kill_process_group(pgid) == Err(Errno::SRCH) {
+        return true;
+    }
+    // Someone is in it (EPERM: another user's): gone only if every member is a zombie.
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    let mut zombies = 0usize;
+    for entry in entries {
+        let Ok(entry) = entry else {
+            return false;
+        };
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        match stat_status(pid) {
+            Status::Found(s) if s.group == group && !s.zombie => return false,
+            Status::Found(s) if s.group == group => zombies += 1,
+            Status::Found(_) | Status::Gone => {}
+            // One we cannot read may be a member.
+            Status::Unreadable => return false,
+        }
+    }
+    // The kernel saw a member a moment ago: if `/proc` shows none, ask the kernel again.
+    zombies > 0 || test_kill_process_group(pgid) == Err(Errno::SRCH)
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn group_gone(_group: u32) -> bool {
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_is_read_after_the_last_parenthesis() {
+        let line = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 \
+                    50 18446744073709551615";
+        let s = parse_stat(line).unwrap();
+        assert_eq!((s.start_ticks, s.zombie), (987654, false));
+        assert!(parse_stat(&line.replace(") S", ") Z")).unwrap().zombie);
+        assert!(parse_stat("garbage").is_none());
+    }
+
+    #[test]
+    fn this_process_runs_here_and_a_later_one_is_a_reused_pid() {
+        let Some(me) = ProcessStamp::this_process() else {
+            return; // not Linux
+        };
+        let pid = std::process::id();
+        assert_eq!(ProcessStamp::here(Some(&me), pid), ProcessHere::Running);
+        let earlier = ProcessStamp {
+            start_ticks: me.start_ticks.wrapping_sub(1),
+            ..me.clone()
+        };
+        assert_eq!(
+            ProcessStamp::here(Some(&earlier), pid),
+            ProcessHere::PidReused
+        );
+        let other_boot = ProcessStamp {
+            boot_id: "another-boot".to_owned(),
+            ..me.clone()
+        };
+        assert_eq!(
+            ProcessStamp::here(Some(&other_boot), pid),
+            ProcessHere::Unproven {
+                pid_running: Some(true)
+            }
+        );
+        assert_eq!(
+            ProcessStamp::here(None, pid),
+            ProcessHere::Unproven {
+                pid_running: Some(true)
+            }
+        );
+    }
+}
