@@ -12,6 +12,7 @@ use std::time::Duration;
 use object_store::path::Path;
 
 use crate::id::{CheckpointId, OwnerId};
+use crate::lock::name::{LockHolder, LockName, LockNames};
 
 /// A specialised `Result` for banklease operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -291,10 +292,11 @@ pub enum Error {
          to be released or to expire, or use another key"
     )]
     Unavailable {
-        /// The lock key (`<namespace>/<key>`; several keys are joined by `,`).
-        key: String,
-        /// Who holds it (or the first waiter it is promised to).
-        holder: String,
+        /// The lock (`<namespace>/<key>`), or every key of an acquire-any (printed joined by
+        /// `,`).
+        key: LockNames,
+        /// Who holds it, or the first waiter it is promised to, or that it was contended.
+        holder: LockHolder,
         /// Its time left on the store's clock, as judged (zero when unknown).
         remaining: Duration,
     },
@@ -306,10 +308,11 @@ pub enum Error {
          and acquire it again"
     )]
     LockLost {
-        /// The lock key (`<namespace>/<key>`).
-        key: String,
-        /// The owner that thought it held the lock.
-        owner: String,
+        /// The lock (`<namespace>/<key>`).
+        key: LockName,
+        /// The holder that thought it held the lock (an owner name, with its session for
+        /// `lock run`).
+        owner: OwnerId,
         /// Why the hold is considered gone.
         reason: String,
     },
@@ -320,8 +323,8 @@ pub enum Error {
          in its own object and put a reference in the payload"
     )]
     PayloadTooLarge {
-        /// The lock key (`<namespace>/<key>`).
-        key: String,
+        /// The lock (`<namespace>/<key>`).
+        key: LockName,
         /// The payload's size in bytes.
         size: usize,
         /// The largest payload accepted, in bytes.
@@ -333,8 +336,8 @@ pub enum Error {
         "invalid lock term: key=`{key}`: {detail}; give a positive duration or a future end time"
     )]
     InvalidTerm {
-        /// The lock key (`<namespace>/<key>`).
-        key: String,
+        /// The lock (`<namespace>/<key>`).
+        key: LockName,
         /// What is wrong with it.
         detail: String,
     },
@@ -348,10 +351,10 @@ pub enum Error {
     OtherLock {
         /// The guarded object.
         path: Path,
-        /// The lock whose tokens guard it.
-        guarded_by: String,
-        /// The lock whose token was given.
-        lock: String,
+        /// The lock whose tokens guard it (`<namespace>/<key>`).
+        guarded_by: LockName,
+        /// The lock whose token was given (`<namespace>/<key>`).
+        lock: LockName,
     },
 
     /// A fenced write named a token the lock never issued.
@@ -361,7 +364,7 @@ pub enum Error {
     )]
     UnknownFence {
         /// The lock (`<namespace>/<key>`).
-        lock: String,
+        lock: LockName,
         /// The token given.
         fence: u64,
         /// The lock's counter: the highest token issued.
@@ -377,8 +380,8 @@ pub enum Error {
     StaleFence {
         /// The guarded object.
         path: Path,
-        /// The lock whose fencing tokens guard it.
-        lock: String,
+        /// The lock whose fencing tokens guard it (`<namespace>/<key>`).
+        lock: LockName,
         /// The fencing token of the refused write.
         fence: u64,
         /// The highest fencing token already seen by the object.
@@ -583,19 +586,20 @@ mod tests {
         let store = |source| Error::store("put", &path, source);
         let s = String::new;
         let cp = || CheckpointId::parse("cp").unwrap();
+        let lock = || LockName::new("t", "k").unwrap();
         let cases = [
             (Error::config("x"), K::InvalidInput),
             (Error::InvalidWindows { rule: "r", detail: s() }, K::InvalidInput),
             (Error::InvalidId { kind: "owner", given: s(), reason: "r" }, K::InvalidInput),
             (Error::InvalidUrl { url: s(), reason: s() }, K::InvalidInput),
             (Error::NoBankGiven, K::InvalidInput),
-            (Error::PayloadTooLarge { key: s(), size: 2, limit: 1 }, K::InvalidInput),
-            (Error::InvalidTerm { key: s(), detail: s() }, K::InvalidInput),
+            (Error::PayloadTooLarge { key: lock(), size: 2, limit: 1 }, K::InvalidInput),
+            (Error::InvalidTerm { key: lock(), detail: s() }, K::InvalidInput),
             (
-                Error::OtherLock { path: path.clone(), guarded_by: s(), lock: s() },
+                Error::OtherLock { path: path.clone(), guarded_by: lock(), lock: lock() },
                 K::InvalidInput,
             ),
-            (Error::UnknownFence { lock: s(), fence: 1, counter: 0 }, K::InvalidInput),
+            (Error::UnknownFence { lock: lock(), fence: 1, counter: 0 }, K::InvalidInput),
             (
                 Error::UnknownLayout { bank: s(), found: 9, created_by: s(), known: 1 },
                 K::NotABank,
@@ -605,7 +609,7 @@ mod tests {
             (Error::ReadOnly { bank: s(), cause: s() }, K::RefusedByStore),
             (Error::Permission { bank: s(), what: s(), cause: s() }, K::RefusedByStore),
             (Error::LeaseLost { owner_id: owner(), reason: s() }, K::Lost),
-            (Error::LockLost { key: s(), owner: s(), reason: s() }, K::Lost),
+            (Error::LockLost { key: lock(), owner: owner(), reason: s() }, K::Lost),
             (
                 Error::ValidityTooShort {
                     owner_id: owner(),
@@ -619,14 +623,18 @@ mod tests {
                 K::Fenced,
             ),
             (
-                Error::StaleFence { path: path.clone(), lock: s(), fence: 1, seen: 2 },
+                Error::StaleFence { path: path.clone(), lock: lock(), fence: 1, seen: 2 },
                 K::Fenced,
             ),
             (Error::LeaseExists { owner_id: owner() }, K::Unavailable),
             (Error::CheckpointExists { checkpoint_id: cp() }, K::Unavailable),
             (Error::CheckpointAmbiguous { checkpoint_id: cp() }, K::Unavailable),
             (
-                Error::Unavailable { key: s(), holder: s(), remaining: Duration::ZERO },
+                Error::Unavailable {
+                    key: lock().into(),
+                    holder: LockHolder::Contended,
+                    remaining: Duration::ZERO,
+                },
                 K::Unavailable,
             ),
             (Error::Corrupt { path: path.clone(), reason: s() }, K::Corrupt),
@@ -691,6 +699,46 @@ mod tests {
             .to_string()
             .starts_with("lease lost: owner_id=`svc-1` reason=`deleted`;"));
         assert_eq!(ErrorKind::RefusedByStore.to_string(), "refused_by_store");
+    }
+
+    #[test]
+    fn lock_names_and_holders_print_as_the_strings_they_replace() {
+        let lock = |k| LockName::new("t", k).unwrap();
+        let both: LockNames = [lock("k1"), lock("k2")].into_iter().collect();
+        let e = Error::Unavailable {
+            key: both,
+            holder: LockHolder::Promised(owner()),
+            remaining: Duration::ZERO,
+        };
+        assert_eq!(
+            e.to_string(),
+            "lock unavailable: key=`t/k1,t/k2` holder=`svc-1 (first in the wait queue)` \
+             remaining=`0ns`; wait for it to be released or to expire, or use another key"
+        );
+        let e = Error::Unavailable {
+            key: lock("k").into(),
+            holder: LockHolder::Held(owner()),
+            remaining: Duration::from_secs(3),
+        };
+        assert!(e
+            .to_string()
+            .starts_with("lock unavailable: key=`t/k` holder=`svc-1` remaining=`3s`;"));
+        let e = Error::LockLost {
+            key: lock("jobs/nightly"),
+            owner: owner(),
+            reason: "expired".into(),
+        };
+        assert!(e
+            .to_string()
+            .starts_with("lock lost: key=`t/jobs/nightly` owner=`svc-1` reason=`expired`;"));
+        let e = Error::OtherLock {
+            path: Path::from("fenced/r"),
+            guarded_by: lock("a"),
+            lock: lock("b"),
+        };
+        assert!(e
+            .to_string()
+            .starts_with("refused: path=`fenced/r` is guarded by lock=`t/a`, not lock=`t/b`;"));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use object_store::path::{Path, PathPart};
 
-use crate::id::{validate_id, OwnerId};
+use crate::id::{validate_id, InvalidId, OwnerId};
 
 /// What the layout's keys live under: a [`crate::Bank`] (its root prefix), or a bare prefix.
 pub trait Prefixed {
@@ -254,7 +254,10 @@ fn valid_lock(namespace: &str, stored: &str) -> Option<String> {
 /// Check a lock key: one or more `/`-separated segments (`jobs/nightly`) of ASCII letters,
 /// digits, `-`, `_` and `.`, none empty, `.` or `..`; at most [`MAX_LOCK_KEY_BYTES`]; not
 /// ending with [`QUEUE_SUFFIX`]. Each key is one object (see [`KEY_SEPARATOR_STORED`]).
-pub fn validate_lock_key(key: &str) -> crate::Result<()> {
+///
+/// Fails with an [`InvalidId`] (not a [`crate::Error`], which it converts into) so that the
+/// error module may name the lock names built on this check without an import circle.
+pub fn validate_lock_key(key: &str) -> Result<(), InvalidId> {
     let segment_ok = |s: &str| {
         s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
@@ -278,7 +281,7 @@ pub fn validate_lock_key(key: &str) -> crate::Result<()> {
     };
     match reason {
         None => Ok(()),
-        Some(reason) => Err(crate::Error::InvalidId {
+        Some(reason) => Err(InvalidId {
             kind: "lock key",
             given: key.escape_debug().take(80).collect(),
             reason,
@@ -289,8 +292,8 @@ pub fn validate_lock_key(key: &str) -> crate::Result<()> {
 /// Check the name of a fenced object (`reports/nightly.json`, stored as
 /// `fenced/reports/nightly.json`): `/`-separated segments as lock keys have them, not ending
 /// with `.fence` (which names a guarded object's sidecar).
-pub fn validate_fenced_object(object: &str) -> crate::Result<()> {
-    let refuse = |reason| crate::Error::InvalidId {
+pub fn validate_fenced_object(object: &str) -> Result<(), InvalidId> {
+    let refuse = |reason| InvalidId {
         kind: "object",
         given: object.escape_debug().take(80).collect(),
         reason,

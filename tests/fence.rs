@@ -24,7 +24,7 @@ use object_store::{ObjectStoreExt, PutPayload};
 async fn a_paused_stale_holder_never_overwrites_an_identical_rewrite(bank: Bank) {
     let path = bank.path(&["reports", "nightly.json"]);
     let fence = |value| Fence {
-        lock: "jobs/nightly".to_owned(),
+        lock: "jobs/nightly".parse().unwrap(),
         value,
     };
     // A's store: the same bank, whose PUTs can be held back on a clock the test drives.

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use banklease::clock::{Clock, Jitter, MockClock, SharedClock, SystemClock};
 use banklease::lock::{
-    fence_path, guarded_put, Blocking, Fence, LockState, Locks, Order, Release, Term, Wait,
-    MAX_PAYLOAD_BYTES,
+    fence_path, guarded_put, Blocking, Fence, LockHolder, LockState, Locks, Order, Release, Term,
+    Wait, MAX_PAYLOAD_BYTES,
 };
 use banklease::{Bank, Error};
 use banklease_testkit::backends::{Backend, TestBank};
@@ -155,10 +155,19 @@ async fn wait_waiters(locks: &Locks, key: &str, n: usize) {
     }
 }
 
-fn unavailable_holder(err: &Error) -> String {
+/// The one who keeps the key, as an [`Error::Unavailable`] names it (holder or promised waiter).
+fn unavailable_holder(err: &Error) -> &LockHolder {
     match err {
-        Error::Unavailable { holder, .. } => holder.clone(),
+        Error::Unavailable { holder, .. } => holder,
         other => panic!("expected Unavailable, got {other}"),
+    }
+}
+
+/// The holder of the key, as an [`Error::Unavailable`] for a held key names it.
+fn held_by(err: &Error) -> String {
+    match unavailable_holder(err) {
+        LockHolder::Held(owner) => owner.to_string(),
+        other => panic!("expected a holder, got {other:?}: {err}"),
     }
 }
 
@@ -227,7 +236,7 @@ async fn acquire_succeeds_when_free_expired_or_already_ours(env: &Env) {
         .acquire("k", "bob", Term::For(env.long()), None)
         .await
         .unwrap_err();
-    assert_eq!(unavailable_holder(&err), "alice");
+    assert_eq!(held_by(&err), "alice");
     assert!(matches!(err, Error::Unavailable { remaining, .. } if remaining > Duration::ZERO));
 
     // The same owner replaces its holding (new payload, new fencing token); the old handle's
@@ -276,7 +285,10 @@ async fn acquire_any_fails_only_if_every_key_is_held(env: &Env) {
         .await
         .unwrap_err();
     match &err {
-        Error::Unavailable { key, .. } => assert_eq!(key, "t/k1,t/k2,t/k3"),
+        Error::Unavailable { key, .. } => {
+            assert_eq!(key.names().len(), 3);
+            assert_eq!(key.to_string(), "t/k1,t/k2,t/k3");
+        }
         other => panic!("{other}"),
     }
 
@@ -348,12 +360,9 @@ async fn release_is_ok_when_free_and_unavailable_when_held_by_another(env: &Env)
         .await
         .unwrap();
     let err = locks.release("k", "bob").await.unwrap_err();
-    assert_eq!(unavailable_holder(&err), "alice");
+    assert_eq!(held_by(&err), "alice");
     let bob = locks.lock("k", "bob").unwrap();
-    assert_eq!(
-        unavailable_holder(&bob.release().await.unwrap_err()),
-        "alice"
-    );
+    assert_eq!(held_by(&bob.release().await.unwrap_err()), "alice");
 
     alice.release().await.unwrap();
     assert!(!alice.am_owner());
@@ -524,9 +533,9 @@ async fn claim_fails_while_held_even_by_the_same_holder(env: &Env) {
     let g = locks.claim("leader", "u0", env.short).await.unwrap();
     assert!(g.wrote);
     let err = locks.claim("leader", "u0", env.short).await.unwrap_err();
-    assert_eq!(unavailable_holder(&err), "u0");
+    assert_eq!(held_by(&err), "u0");
     let err = locks.claim("leader", "u1", env.short).await.unwrap_err();
-    assert_eq!(unavailable_holder(&err), "u0");
+    assert_eq!(held_by(&err), "u0");
     wait_expired(&locks, "leader").await;
     let g2 = locks.claim("leader", "u1", env.long()).await.unwrap();
     assert!(g2.fence.value > g.fence.value);
@@ -594,7 +603,7 @@ async fn expire_succeeds_only_after_start_plus_duration_on_the_store_clock(env: 
     let start = Instant::now();
     let g = locks.claim("k", "u0", env.short).await.unwrap();
     let err = locks.expire("k").await.unwrap_err();
-    assert_eq!(unavailable_holder(&err), "u0");
+    assert_eq!(held_by(&err), "u0");
     let deadline = start + Duration::from_secs(30);
     let expired = loop {
         match locks.expire("k").await {
@@ -738,7 +747,7 @@ async fn blocking_acquire_waits_gives_up_and_times_out(env: &Env) {
         )
         .await
         .unwrap_err();
-    assert_eq!(unavailable_holder(&err), "alice");
+    assert_eq!(held_by(&err), "alice");
     assert!(locks.waiters("k").await.unwrap().is_empty());
 
     // Waits until alice's lock expires on the store's clock.
@@ -771,7 +780,7 @@ async fn blocking_acquire_waits_gives_up_and_times_out(env: &Env) {
         )
         .await
         .unwrap_err();
-    assert_eq!(unavailable_holder(&err), "bob");
+    assert_eq!(held_by(&err), "bob");
     assert!(start.elapsed() >= wait);
     assert!(
         locks.waiters("k").await.unwrap().is_empty(),
@@ -904,7 +913,7 @@ async fn a_dead_waiters_ticket_expires_and_a_newcomer_cannot_jump_the_queue(env:
         .acquire("k", "newcomer", Term::For(env.short), None)
         .await
         .unwrap_err();
-    assert!(unavailable_holder(&err).contains("wait queue"), "{err}");
+    assert!(unavailable_holder(&err).is_promised(), "{err}");
 
     let lock = live.await.unwrap();
     assert!(lock.am_owner());
@@ -952,8 +961,8 @@ async fn an_expired_holder_does_not_jump_the_queue(env: &Env) {
         .acquire(Term::For(env.short), None)
         .await
         .unwrap_err();
-    let who = unavailable_holder(&err);
-    assert!(who == "w" || who.contains("wait queue"), "{err}");
+    let who = unavailable_holder(&err).owner().map(|o| o.as_str());
+    assert_eq!(who, Some("w"), "{err}");
     assert!(waiter.await.unwrap().am_owner());
 }
 
@@ -1105,7 +1114,7 @@ async fn fencing_tokens_strictly_increase_across_holders(env: &Env) {
 /// the suites of guarded writes check only that refusal (tests/fence.rs has the scenario).
 async fn fenced_writes_refused(env: &Env) -> bool {
     let fence = Fence {
-        lock: "t/probe".to_owned(),
+        lock: "t/probe".parse().unwrap(),
         value: 1,
     };
     let path = env.bank.path(&["fence-probe"]);
@@ -1182,7 +1191,7 @@ async fn a_paused_holders_late_write_is_rejected(env: &Env) {
         .await
         .unwrap();
     let other = Fence {
-        lock: "t/other".to_owned(),
+        lock: "t/other".parse().unwrap(),
         value: 1_000,
     };
     assert!(matches!(
@@ -1201,7 +1210,7 @@ async fn guarded_writes_racing_keep_the_highest_fence(env: &Env) {
         let (bank, path) = (env.bank.clone(), path.clone());
         async move {
             let fence = Fence {
-                lock: "t/k".to_owned(),
+                lock: "t/k".parse().unwrap(),
                 value,
             };
             let r = guarded_put(&bank, &fence, &path, PutPayload::from(value.to_string())).await;
@@ -1327,7 +1336,7 @@ async fn assert_every_operation_refused(bank: &Bank, needle: &str) {
             .unwrap_err(),
     ];
     let fence = Fence {
-        lock: "t/k".to_owned(),
+        lock: "t/k".parse().unwrap(),
         value: 1,
     };
     errors.push(

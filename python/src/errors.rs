@@ -134,8 +134,8 @@ fn details(e: banklease::Error) -> Vec<(&'static str, Attr)> {
             ("reason", Attr::Str(reason)),
         ],
         E::LockLost { key, owner, reason } => vec![
-            ("key", Attr::Str(key)),
-            ("owner", Attr::Str(owner)),
+            ("key", Attr::Str(key.to_string())),
+            ("owner", Attr::Str(owner.to_string())),
             ("reason", Attr::Str(reason)),
         ],
         E::ValidityTooShort {

@@ -17,9 +17,10 @@ use super::fence::Fence;
 use super::info::{LockInfo, LockState};
 use super::ops::info_of;
 use super::record::{judge, read_record, update_of, write_record, Judged};
-use super::take::{new_record, take, Mode, Spec};
-use super::{support, Locks};
+use super::take::{kept_by, new_record, take, unavailable, Mode, Spec};
+use super::{support, LockHolder, Locks};
 use crate::error::{Error, Result};
+use crate::id::OwnerId;
 use crate::lease::{Landed, Written};
 use crate::paths::Key;
 use crate::store_clock::LazyStoreTime;
@@ -70,7 +71,7 @@ impl Locks {
         Ok(Grant {
             holder: holder.to_owned(),
             fence: Fence {
-                lock: self.full_key(key),
+                lock: self.name(key),
                 value: granted.record.fence,
             },
             valid_until: granted.landed.t_send + duration,
@@ -89,13 +90,13 @@ impl Locks {
     pub async fn extend(&self, key: &str, holder: &str, duration: Duration) -> Result<Grant> {
         let t_start = self.clock.now();
         Self::validate_key(key)?;
-        crate::id::validate_id("owner", holder)?;
+        let owner = OwnerId::parse(holder)?;
         let duration = super::Term::For(duration).resolve(self, key)?;
         support::ensure_supported(&self.bank).await?;
         let path = self.lock_path(key);
         let lost = |reason: String| Error::LockLost {
-            key: self.full_key(key),
-            owner: holder.to_owned(),
+            key: self.name(key),
+            owner: owner.clone(),
             reason,
         };
         let mut sc = LazyStoreTime::new();
@@ -110,7 +111,7 @@ impl Locks {
                 None => return Err(lost("the key is free".to_owned())),
             }
             let fence = Fence {
-                lock: self.full_key(key),
+                lock: self.name(key),
                 value: rec.fence,
             };
             match &first_seen {
@@ -182,11 +183,7 @@ impl Locks {
                 Written::Conflict(_) => continue,
             }
         }
-        Err(Error::Unavailable {
-            key: self.full_key(key),
-            holder: "(contended)".to_owned(),
-            remaining: Duration::ZERO,
-        })
+        Err(kept_by(self, key, LockHolder::Contended, Duration::ZERO))
     }
 
     /// Expire `key`: succeeds only once the store's clock is past the lease's start (its
@@ -206,11 +203,7 @@ impl Locks {
             };
             let now = sc.lower_at(&self.bank, &self.clock, sent).await?;
             if let Judged::Held { remaining } = judge(&rec, meta.last_modified, now, self.margin) {
-                return Err(Error::Unavailable {
-                    key: self.full_key(key),
-                    holder,
-                    remaining,
-                });
+                return Err(unavailable(self, key, &holder, remaining));
             }
             let free = new_record(
                 self,
@@ -226,11 +219,7 @@ impl Locks {
                 Written::Conflict(_) => continue,
             }
         }
-        Err(Error::Unavailable {
-            key: self.full_key(key),
-            holder: "(contended)".to_owned(),
-            remaining: Duration::ZERO,
-        })
+        Err(kept_by(self, key, LockHolder::Contended, Duration::ZERO))
     }
 
     /// Every lease of the namespace: the listing finds the lock objects, and each is then read

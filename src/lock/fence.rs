@@ -21,7 +21,7 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, PutResult};
 use serde::{Deserialize, Serialize};
 
 use super::record::update_of;
-use super::support;
+use super::{support, LockName};
 use crate::bank::Bank;
 use crate::error::{Error, Result};
 use crate::lease::new_token;
@@ -35,7 +35,7 @@ const MAX_SIDECAR_BYTES: u64 = 4 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Fence {
     /// The lock it comes from (`<namespace>/<key>`); tokens of different locks do not compare.
-    pub lock: String,
+    pub lock: LockName,
     /// The token: greater than every earlier holder's.
     pub value: u64,
 }
@@ -44,7 +44,7 @@ pub struct Fence {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Sidecar {
     format: u32,
-    lock: String,
+    lock: LockName,
     fence: u64,
     token: String,
 }
@@ -194,7 +194,7 @@ impl super::Locks {
         payload: PutPayload,
     ) -> Result<PutResult> {
         let fence = Fence {
-            lock: self.full_key(key),
+            lock: self.full_key(key)?,
             value: token,
         };
         let counter = self.inspect(key).await?.map_or(0, |info| info.fence);

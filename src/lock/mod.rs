@@ -97,6 +97,7 @@ mod claim;
 mod fence;
 mod heartbeat;
 mod info;
+pub(crate) mod name;
 mod named;
 mod ops;
 mod process;
@@ -114,13 +115,14 @@ use object_store::path::Path;
 use crate::bank::Bank;
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
-use crate::id::validate_id;
+use crate::id::{validate_id, OwnerId};
 use crate::paths::{Key, Prefix};
 
 pub use claim::{Grant, Snapshot};
 pub use fence::{fence_path, guarded_put, Fence};
 pub use heartbeat::{Heartbeat, HeartbeatFailure};
 pub use info::{Acquired, Current, LockInfo, LockState, Order, Release};
+pub use name::{LockHolder, LockName, LockNames};
 pub use named::Lock;
 pub use process::ProcessBinding;
 pub use queue::{Blocking, Wait, QUEUE_LOOK, WATCH_POLL};
@@ -152,7 +154,7 @@ pub enum Term {
 impl Term {
     fn resolve(self, locks: &Locks, key: &str) -> Result<Duration> {
         let bad = |detail: String| Error::InvalidTerm {
-            key: locks.full_key(key),
+            key: locks.name(key),
             detail,
         };
         let duration = match self {
@@ -227,9 +229,16 @@ impl Locks {
         self.margin
     }
 
-    /// `<namespace>/<key>`, as locks are named in records and messages.
-    pub fn full_key(&self, key: &str) -> String {
-        format!("{}/{key}", self.namespace)
+    /// The name of `key`'s lock, `<namespace>/<key>` as locks are named in records and
+    /// messages; fails with [`Error::InvalidId`] when the key is not valid (see
+    /// [`Locks::validate_key`]).
+    pub fn full_key(&self, key: &str) -> Result<LockName> {
+        Ok(LockName::new(&self.namespace, key)?)
+    }
+
+    /// [`Locks::full_key`] of a key the caller has already validated.
+    pub(crate) fn name(&self, key: &str) -> LockName {
+        LockName::of_valid(&self.namespace, key)
     }
 
     /// `locks/<namespace>/<key>` (the key must be valid: see [`Locks::validate_key`]).
@@ -276,13 +285,13 @@ impl Locks {
     /// Check a key: `/`-separated segments such as `jobs/nightly` (see
     /// [`crate::paths::validate_lock_key`]).
     pub fn validate_key(key: &str) -> Result<()> {
-        crate::paths::validate_lock_key(key)
+        Ok(crate::paths::validate_lock_key(key)?)
     }
 
     fn check_payload(&self, key: &str, payload: Option<&str>) -> Result<()> {
         match payload {
             Some(p) if p.len() > MAX_PAYLOAD_BYTES => Err(Error::PayloadTooLarge {
-                key: self.full_key(key),
+                key: self.name(key),
                 size: p.len(),
                 limit: MAX_PAYLOAD_BYTES,
             }),
@@ -293,7 +302,7 @@ impl Locks {
     /// A handle on `key` for `owner`: no request is made until it is used.
     pub fn lock(&self, key: &str, owner: &str) -> Result<Lock> {
         Self::validate_key(key)?;
-        validate_id("owner", owner)?;
+        let owner = OwnerId::parse(owner)?;
         Ok(Lock::new(self.clone(), key, owner))
     }
 

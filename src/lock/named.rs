@@ -12,9 +12,12 @@ use super::fence::Fence;
 use super::info::{Acquired, Current};
 use super::process::ProcessBinding;
 use super::record::{read_found, record_write, LockRecord};
-use super::take::{new_record, take_seeing, unavailable, Granted, Mode, Spec, CONTENTION_ROUNDS};
-use super::{Locks, Term};
+use super::take::{
+    kept_by, new_record, take_seeing, unavailable, Granted, Mode, Spec, CONTENTION_ROUNDS,
+};
+use super::{LockHolder, LockName, Locks, Term};
 use crate::error::{Error, Result};
+use crate::id::OwnerId;
 use crate::lease::{
     self, Cadence, Held, Holding, How, LeaseState, Phase, Renewable, Renewed, Words, Written,
 };
@@ -85,13 +88,13 @@ impl fmt::Debug for Lock {
 }
 
 impl Lock {
-    pub(crate) fn new(locks: Locks, key: &str, owner: &str) -> Self {
+    pub(crate) fn new(locks: Locks, key: &str, owner: OwnerId) -> Self {
         let path = locks.lock_path(key);
-        let (lost_key, lost_owner) = (locks.full_key(key), owner.to_owned());
+        let (lost_key, lost_owner) = (locks.name(key), owner.clone());
         let holding = Holding::new(
             locks.clock.clone(),
             &WORDS,
-            format!("key={} owner={owner}", locks.full_key(key)),
+            format!("key={} owner={owner}", locks.name(key)),
             "never acquired",
             move |reason| Error::LockLost {
                 key: lost_key.clone(),
@@ -103,7 +106,7 @@ impl Lock {
             inner: Arc::new(Inner {
                 locks,
                 key: key.to_owned(),
-                owner: owner.to_owned(),
+                owner: owner.to_string(),
                 path,
                 holding,
                 seen: Mutex::new(None),
@@ -118,9 +121,9 @@ impl Lock {
         &self.inner.key
     }
 
-    /// `<namespace>/<key>`.
-    pub fn full_key(&self) -> String {
-        self.inner.locks.full_key(&self.inner.key)
+    /// The lock's name, `<namespace>/<key>`.
+    pub fn full_key(&self) -> LockName {
+        self.inner.locks.name(&self.inner.key)
     }
 
     /// The owner this handle acts for.
@@ -186,7 +189,7 @@ impl Lock {
                 self.holding()
                     .lose_if_held(format!("the key is held by `{holder}`"));
                 *self.seen() = Some(Seen {
-                    holder: holder.clone(),
+                    holder: holder.to_string(),
                     payload: None,
                     until: now + remaining,
                     process: held_by,
@@ -367,10 +370,10 @@ impl Lock {
                 None => Ok(()),
             };
         }
-        Err(unavailable(
+        Err(kept_by(
             locks,
             &self.inner.key,
-            "(contended)",
+            LockHolder::Contended,
             Duration::ZERO,
         ))
     }

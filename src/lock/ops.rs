@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 use super::info::{Current, LockInfo, LockState, Order, Release};
 use super::named::Lock;
 use super::record::{judge, read_record, update_of, write_record, Judged, LockRecord};
-use super::take::{new_record, unavailable, CONTENTION_ROUNDS};
-use super::{Locks, Term};
+use super::take::{kept_by, new_record, unavailable, CONTENTION_ROUNDS};
+use super::{LockHolder, LockNames, Locks, Term};
 use crate::clock::Jitter;
 use crate::error::{Error, Result};
 use crate::lease::Written;
@@ -38,7 +38,7 @@ impl Locks {
         if let Order::Random(jitter) = &order {
             shuffle(&mut keys, jitter);
         }
-        let mut soonest: Option<(String, Duration)> = None;
+        let mut soonest: Option<(LockHolder, Duration)> = None;
         let mut other_error = None;
         for key in &keys {
             match self.acquire(key, owner, term, payload).await {
@@ -51,7 +51,8 @@ impl Locks {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(key = %self.full_key(key), error = %e, "acquire-any: key failed");
+                    tracing::warn!(namespace = %self.namespace, key, error = %e,
+                        "acquire-any: key failed");
                     other_error = Some(e);
                 }
             }
@@ -60,9 +61,10 @@ impl Locks {
             return Err(e);
         }
         let (holder, remaining) = soonest.expect("every key was unavailable");
-        let all: Vec<String> = keys.iter().map(|k| self.full_key(k)).collect();
+        // Every key was found held: each is valid.
+        let all: LockNames = keys.iter().map(|k| self.name(k)).collect();
         Err(Error::Unavailable {
-            key: all.join(","),
+            key: all,
             holder,
             remaining,
         })
@@ -99,7 +101,7 @@ impl Locks {
                 }
             }
         }
-        Err(unavailable(self, key, "(contended)", Duration::ZERO))
+        Err(kept_by(self, key, LockHolder::Contended, Duration::ZERO))
     }
 
     /// Who holds `key` now (store clock): `None` when it is free, expired or never used.
@@ -109,7 +111,7 @@ impl Locks {
         };
         Ok(match info.state {
             LockState::Held { holder, remaining } => Some(Current {
-                key: self.full_key(key),
+                key: self.name(key).to_string(),
                 holder,
                 payload: info.payload,
                 remaining,

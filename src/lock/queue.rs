@@ -25,11 +25,12 @@ use super::info::Acquired;
 use super::named::Lock;
 use super::process::ProcessBinding;
 use super::record::{read_found, record_write, write_record};
-use super::take::{new_record, promised};
+use super::take::{kept_by, new_record};
 use super::tickets::{list_tickets, TICKET_DIGITS};
-use super::{Locks, Term};
+use super::{LockHolder, Locks, Term};
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
+use crate::id::OwnerId;
 use crate::lease::{self, Holding, How, Renewed, Words, Written};
 
 /// Digits of a ticket name.
@@ -148,6 +149,7 @@ struct Ticket {
 
 impl Ticket {
     async fn take(locks: &Locks, key: &str, owner: &str, lease: Duration) -> Result<Self> {
+        let owner_id = OwnerId::parse(owner)?;
         for _ in 0..TICKET_ATTEMPTS {
             let next = list_tickets(locks, key)
                 .await?
@@ -159,7 +161,8 @@ impl Ticket {
             match write_record(&locks.bank, &locks.clock, &path, &record, PutMode::Create).await? {
                 Written::Ours(landed) => {
                     tracing::debug!(ticket = %path, owner, "queued");
-                    let (lost_key, lost_owner) = (path.to_string(), owner.to_owned());
+                    let (lost_key, lost_owner) = (locks.name(key), owner_id.clone());
+                    let ticket = name.clone();
                     let holding = Holding::new(
                         locks.clock.clone(),
                         &TICKET_WORDS,
@@ -168,7 +171,7 @@ impl Ticket {
                         move |reason| Error::LockLost {
                             key: lost_key.clone(),
                             owner: lost_owner.clone(),
-                            reason: reason.to_owned(),
+                            reason: format!("{reason}: queue ticket {ticket}"),
                         },
                     );
                     let (answered, t_send) = (landed.answered, landed.t_send);
@@ -189,11 +192,12 @@ impl Ticket {
                 Written::Conflict(_) => continue,
             }
         }
-        Err(Error::Unavailable {
-            key: locks.full_key(key),
-            holder: "(wait queue contended)".to_owned(),
-            remaining: Duration::ZERO,
-        })
+        Err(kept_by(
+            locks,
+            key,
+            LockHolder::QueueContended,
+            Duration::ZERO,
+        ))
     }
 
     /// Whether the ticket still holds on our clock.
@@ -525,7 +529,7 @@ impl Lock {
                             remaining, holder, ..
                         } = &e
                         {
-                            watch.unavailable(self, *remaining, promised(holder), e_tag);
+                            watch.unavailable(self, *remaining, holder.is_promised(), e_tag);
                         }
                         watch.processes(self.holders_processes());
                         unavailable = e;

@@ -7,21 +7,11 @@ use object_store::PutMode;
 
 use super::process::ProcessBinding;
 use super::record::{self, judge, read_record, update_of, write_record, Judged, LockRecord};
-use super::{support, tickets, Locks};
+use super::{support, tickets, LockHolder, Locks};
 use crate::error::{Error, Result};
-use crate::id::local_hostname;
+use crate::id::{local_hostname, OwnerId};
 use crate::lease::{new_token, Landed, Written};
 use crate::store_clock::LazyStoreTime;
-
-/// What follows the first waiter's name in the holder of an [`Error::Unavailable`] for a free
-/// key promised to that waiter (see [`promised`]).
-const PROMISED: &str = " (first in the wait queue)";
-
-/// Whether an [`Error::Unavailable`]'s holder says the key is free but promised to an earlier
-/// waiter (rather than held).
-pub(crate) fn promised(holder: &str) -> bool {
-    holder.ends_with(PROMISED)
-}
 
 /// Rounds of read-judge-write when the object keeps changing under us.
 pub(crate) const CONTENTION_ROUNDS: usize = 4;
@@ -62,7 +52,7 @@ pub(crate) fn new_record(
 ) -> LockRecord {
     LockRecord {
         format: record::LOCK_FORMAT,
-        key: locks.full_key(key),
+        key: locks.name(key).to_string(),
         holder: holder.map(str::to_owned),
         payload: payload.map(str::to_owned),
         // Rounded up: observers must never see a shorter duration than the holder uses.
@@ -77,10 +67,24 @@ pub(crate) fn new_record(
     }
 }
 
+/// [`Error::Unavailable`]: `key` is held by `holder`, as its lock record (or a waiter's ticket)
+/// names it. [`LockRecord::parse`] has checked that name as an owner id; one that is not is
+/// reported as the record's corruption.
 pub(crate) fn unavailable(locks: &Locks, key: &str, holder: &str, remaining: Duration) -> Error {
+    match OwnerId::parse(holder) {
+        Ok(holder) => kept_by(locks, key, LockHolder::Held(holder), remaining),
+        Err(e) => Error::Corrupt {
+            path: locks.lock_path(key),
+            reason: e.to_string(),
+        },
+    }
+}
+
+/// [`Error::Unavailable`]: `key` is kept from the caller by `holder`.
+pub(crate) fn kept_by(locks: &Locks, key: &str, holder: LockHolder, remaining: Duration) -> Error {
     Error::Unavailable {
-        key: locks.full_key(key),
-        holder: holder.to_owned(),
+        key: locks.name(key).into(),
+        holder,
         remaining,
     }
 }
@@ -153,12 +157,13 @@ pub(crate) async fn take_seeing(
         if !replacing_own {
             // Fairness: a free key goes to the first live waiter, if any.
             if let Some(waiter) = tickets::first_live(locks, key, spec.ticket, &mut sc).await? {
-                return Err(unavailable(
-                    locks,
-                    key,
-                    &format!("{}{PROMISED}", waiter.owner),
-                    Duration::ZERO,
-                ));
+                return Err(match OwnerId::parse(&waiter.owner) {
+                    Ok(w) => kept_by(locks, key, LockHolder::Promised(w), Duration::ZERO),
+                    Err(e) => Error::Corrupt {
+                        path: locks.ticket_path(key, &waiter.ticket),
+                        reason: e.to_string(),
+                    },
+                });
             }
         }
         let record = new_record(
@@ -179,9 +184,13 @@ pub(crate) async fn take_seeing(
         }
     }
     // Still changing after several rounds: somebody else is busy with it.
-    let holder = match read_record(&locks.bank, &path).await {
-        Ok(Some((rec, _))) => rec.holder.unwrap_or_else(|| "(contended)".to_owned()),
-        _ => "(contended)".to_owned(),
-    };
-    Err(unavailable(locks, key, &holder, Duration::ZERO))
+    Err(match read_record(&locks.bank, &path).await {
+        Ok(Some((
+            LockRecord {
+                holder: Some(h), ..
+            },
+            _,
+        ))) => unavailable(locks, key, &h, Duration::ZERO),
+        _ => kept_by(locks, key, LockHolder::Contended, Duration::ZERO),
+    })
 }

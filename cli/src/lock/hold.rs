@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 use banklease::clock::Jitter;
-use banklease::lock::{Acquired, Blocking, Heartbeat, HeartbeatFailure, Lock, Term, Wait};
+use banklease::lock::{
+    Acquired, Blocking, Heartbeat, HeartbeatFailure, Lock, LockHolder, LockName, Term, Wait,
+};
 use banklease::{error_chain, Error, LeaseState};
 use rustix::process::Signal;
 use tokio::sync::mpsc;
@@ -34,9 +36,9 @@ pub enum Outcome {
     Held(Held),
     /// Held by someone else (or promised to an earlier waiter) when the wait ran out.
     Unavailable {
-        /// `<namespace>/<key>`.
-        key: String,
-        holder: String,
+        key: LockName,
+        /// Who holds it, or the earlier waiter it is promised to.
+        holder: LockHolder,
         /// The holder's time left (store clock).
         remaining: Duration,
     },
@@ -99,7 +101,7 @@ pub async fn acquire(ctx: &Ctx, wanted: &Wanted<'_>, signals: &mut Signals) -> R
         Err(Error::Unavailable {
             holder, remaining, ..
         }) => Ok(Outcome::Unavailable {
-            key: locks.full_key(key),
+            key: locks.full_key(key)?,
             holder,
             remaining,
         }),

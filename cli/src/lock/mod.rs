@@ -378,7 +378,7 @@ async fn acquire(
                     acquired: false,
                     token: None,
                     remaining_ms: ms(remaining),
-                    holder: Some(holder),
+                    holder: Some(holder.to_string()),
                     payload: None,
                 })?;
             }
@@ -407,13 +407,13 @@ struct ReleaseReport<'a> {
 
 async fn release(ctx: &Ctx, ns: &Namespace, key: &str, owner: &str) -> Result<Outcome> {
     let locks = writer_locks_in(ctx, &ns.namespace).await?;
-    let full = locks.full_key(key);
+    let full = locks.full_key(key)?;
     let (outcome, holder, remaining, exit) = match locks.release(key, owner).await {
         Ok(Release::Released) => ("released", None, Duration::ZERO, Outcome::Yes),
         Ok(Release::Free) => ("free", None, Duration::ZERO, Outcome::Yes),
         Err(Error::Unavailable {
             holder, remaining, ..
-        }) => ("held", Some(holder), remaining, Outcome::No),
+        }) => ("held", Some(holder.to_string()), remaining, Outcome::No),
         Err(e) => return Err(e.into()),
     };
     if ctx.json {

@@ -5,6 +5,7 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use banklease::lock::LockName;
 use banklease::Error;
 use object_store::PutPayload;
 use serde::Serialize;
@@ -34,7 +35,8 @@ pub(crate) struct PutArgs {
 
 #[derive(Debug, Serialize)]
 struct PutReport<'a> {
-    key: String,
+    /// `<namespace>/<key>`.
+    key: LockName,
     object: &'a str,
     token: u64,
     written: bool,
@@ -46,11 +48,11 @@ struct PutReport<'a> {
 /// Exit 0 written, 1 refused (a newer token exists), 2 error.
 pub(crate) async fn put(ctx: &Ctx, args: PutArgs) -> Result<Outcome> {
     let locks = writer_locks_in(ctx, &args.ns.namespace).await?;
-    banklease::paths::validate_fenced_object(&args.object)?;
+    banklease::paths::validate_fenced_object(&args.object).map_err(banklease::Error::from)?;
     let path = banklease::paths::Key::Fenced(args.object.clone()).path(&ctx.bank);
     let body = read_body(&args.file)?;
     let bytes = body.len();
-    let full = locks.full_key(&args.key);
+    let full = locks.full_key(&args.key)?;
     let result = locks
         .fenced_put(&args.key, args.token, &path, PutPayload::from(body))
         .await;

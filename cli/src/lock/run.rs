@@ -133,7 +133,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     {
         out_json(&serde_json::json!({
             "key": args.key, "namespace": args.ns.namespace, "acquired": false,
-            "holder": holder, "remaining_ms": ms(*remaining),
+            "holder": holder.to_string(), "remaining_ms": ms(*remaining),
         }))?;
     }
     let held = match outcome {

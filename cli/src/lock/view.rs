@@ -102,7 +102,7 @@ struct ShowReport {
 
 pub(super) async fn show(ctx: &Ctx, ns: &Namespace, key: &str) -> Result<Outcome> {
     let locks = locks(ctx, ns)?;
-    let full = locks.full_key(key);
+    let full = locks.full_key(key)?;
     let Some(info) = locks.inspect(key).await? else {
         if ctx.json {
             out_json(&serde_json::json!({
@@ -144,7 +144,7 @@ pub(super) async fn show(ctx: &Ctx, ns: &Namespace, key: &str) -> Result<Outcome
                 .join(", ")
         };
         let lines = [
-            ("key", full),
+            ("key", full.to_string()),
             (
                 "state",
                 human_state(&info.state, locks.skew_margin(), info.duration),
@@ -198,7 +198,7 @@ pub(super) async fn list(ctx: &Ctx, ns: &Namespace, all: bool) -> Result<Outcome
     for (key, error) in &snapshot.unreadable {
         eprintln!(
             "warning: lock `{}` is unreadable: {error}",
-            locks.full_key(key)
+            locks.full_key(key)?
         );
     }
     if !snapshot.unreadable.is_empty() {
