@@ -1552,7 +1552,11 @@ fn cli_acquire_release_show_list(url: &str, m: Duration) {
         ],
     );
     assert_eq!(busy.code, 1, "{busy:#?}");
-    assert!(busy.stdout.contains("held by `a."), "{busy:#?}");
+    assert!(
+        busy.stderr.starts_with("error: ") && busy.stderr.contains("held by `a."),
+        "one error line on stderr: {busy:#?}"
+    );
+    assert!(busy.stdout.is_empty(), "{busy:#?}");
     let waited = run_cli(
         &url,
         m,
