@@ -46,9 +46,10 @@ use crate::probe::ClockProbe;
 use crate::reap::reap_leases;
 use crate::records::{forget_clock_probes, forget_missing};
 pub use crate::report::PassReport;
+pub use crate::report::StagedUpload;
 use crate::sweep::sweep_due;
 use crate::temporaries::TemporarySweep;
-pub use crate::temporaries::{StagedUpload, TEMPORARY_SWEEP_BUDGET};
+pub use crate::temporaries::TEMPORARY_SWEEP_BUDGET;
 use crate::zombies;
 
 /// Runs GC passes on one bank. Clones share what the collector remembers between passes (the

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 /// Errors a report names one by one; the rest are counted (`problems_omitted`).
@@ -81,7 +82,7 @@ pub struct PassReport {
     pub temporaries_swept: u64,
     /// `file:` banks: partial uploads still staged for checkpoints the GC collected, and when
     /// each goes (the sweep decides; this only names them).
-    pub staged_uploads: Vec<crate::temporaries::StagedUpload>,
+    pub staged_uploads: Vec<StagedUpload>,
     /// Whether this was a dry run.
     pub dry_run: bool,
     /// Why the brake refused the pass, if it did.
@@ -119,4 +120,23 @@ impl PassReport {
             self.failed(problem);
         }
     }
+}
+
+/// A partial upload still staged (`file:` banks, `_banklease/staging/`) for a checkpoint the GC
+/// collected: the data a collected job was writing when it died, which the sweep removes once
+/// no writer holds it and `late_write_window` has passed since its last write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StagedUpload {
+    /// The collected checkpoint.
+    pub checkpoint_id: String,
+    /// The data object it was to become.
+    pub key: String,
+    /// Bytes staged.
+    pub bytes: u64,
+    /// Whether a live writer still holds it (a paused owner): it stays until that writer lets
+    /// go, then `late_write_window` more.
+    pub held: bool,
+    /// When no writer holds it: from when the sweep removes it (its last write plus
+    /// `late_write_window`, store clock), at the gc's first temporaries sweep since.
+    pub goes_from: Option<DateTime<Utc>>,
 }

@@ -9,10 +9,9 @@ use banklease::checkpoint::{read_decision, Decider};
 use banklease::paths::Key;
 use banklease::store::SweepWalk;
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 
 use crate::context::PassContext;
-use crate::report::Problem;
+use crate::report::{Problem, StagedUpload};
 
 /// Entries of a `file:` bank's staging directory a pass reads at most looking for stale staged
 /// files (it holds one per write in flight or crashed, so one pass almost always reads it all).
@@ -92,25 +91,6 @@ impl TemporarySweep {
             }
         }
     }
-}
-
-/// A partial upload still staged (`file:` banks, `_banklease/staging/`) for a checkpoint the GC
-/// collected: the data a collected job was writing when it died, which the sweep removes once
-/// no writer holds it and `late_write_window` has passed since its last write.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct StagedUpload {
-    /// The collected checkpoint.
-    pub checkpoint_id: String,
-    /// The data object it was to become.
-    pub key: String,
-    /// Bytes staged.
-    pub bytes: u64,
-    /// Whether a live writer still holds it (a paused owner): it stays until that writer lets
-    /// go, then `late_write_window` more.
-    pub held: bool,
-    /// When no writer holds it: from when the sweep removes it (its last write plus
-    /// `late_write_window`, store clock), at the gc's first temporaries sweep since.
-    pub goes_from: Option<DateTime<Utc>>,
 }
 
 /// The partial uploads staged for checkpoints the GC collected (`file:` banks; others stage
