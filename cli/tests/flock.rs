@@ -5,72 +5,33 @@
 #![allow(clippy::disallowed_methods)] // real processes on real time
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Output;
 
 use rustix::process::{kill_process, Pid, Signal};
 
 mod common;
 
-use common::{output_text as text, wait_child, wait_for, BIN};
+use common::work::Env;
+use common::{output_text as text, wait_child, wait_for};
 
-/// A `file:` bank and a working directory for jobs.
-struct Env {
-    url: String,
-    work: tempfile::TempDir,
-    _dir: tempfile::TempDir,
+/// What the flock rows ask of the bank beyond running the binary.
+trait Rows {
+    fn ran(&self) -> bool;
+    fn state(&self, key: &str) -> String;
+    fn hold(&self, key: &str) -> String;
 }
 
-impl Env {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        Self {
-            url: banklease_testkit::file_bank(&dir.path().join("bank")),
-            work: tempfile::tempdir().unwrap(),
-            _dir: dir,
-        }
-    }
+/// A `file:` bank with a skew margin a `file:` bank allows, as an operator runs the binary.
+fn env() -> Env {
+    Env::with_vars(&[
+        ("BANKLEASE_LEASE__SKEW_MARGIN", "100ms"),
+        ("USER", "ci-operator"),
+    ])
+}
 
-    /// `banklease --bank URL args`, as an operator runs it: no `RUST_LOG`, no `BANKLEASE_*`.
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
-        for (name, _) in std::env::vars_os() {
-            let name = name.to_string_lossy();
-            if name.starts_with("BANKLEASE_") || name == "RUST_LOG" {
-                cmd.env_remove(&*name);
-            }
-        }
-        cmd.current_dir(self.work.path())
-            .args(["--bank", &self.url])
-            .args(args)
-            .env("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")
-            .env("NO_COLOR", "1")
-            .env("USER", "ci-operator");
-        cmd
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.command(args).output().expect("run the CLI")
-    }
-
-    fn spawn(&self, args: &[&str], name: &str) -> Child {
-        let file = |suffix: &str| {
-            Stdio::from(
-                std::fs::File::create(self.work.path().join(format!("{name}.{suffix}"))).unwrap(),
-            )
-        };
-        self.command(args)
-            .stdout(file("out"))
-            .stderr(file("err"))
-            .spawn()
-            .unwrap()
-    }
-
-    fn read(&self, name: &str) -> String {
-        std::fs::read_to_string(self.work.path().join(name)).unwrap_or_default()
-    }
-
+impl Rows for Env {
     fn ran(&self) -> bool {
-        self.work.path().join("ran").exists()
+        self.work().join("ran").exists()
     }
 
     fn state(&self, key: &str) -> String {
@@ -106,7 +67,7 @@ fn one_error_line(out: &Output) -> String {
 
 #[test]
 fn each_row_of_the_flock_table() {
-    let env = Env::new();
+    let env = env();
     env.hold("held");
     let touch = ["--", "touch", "ran"];
     // -n, --nb, --nonblock; -w, --wait, --timeout: a conflict exits 1, silent, as flock.
@@ -171,7 +132,7 @@ fn each_row_of_the_flock_table() {
         let out = env.run(args);
         assert_eq!(out.status.code(), Some(4), "{args:?}: {}", text(&out));
         assert_eq!(env.read("ran").trim(), "/bin/sh", "{args:?}");
-        std::fs::remove_file(env.work.path().join("ran")).unwrap();
+        std::fs::remove_file(env.work().join("ran")).unwrap();
     }
     // -c takes exactly one command, as flock: a usage error, nothing run.
     let out = env.run(&["lock", "run", "k", "-c", "touch ran", "extra"]);
@@ -204,7 +165,7 @@ fn each_row_of_the_flock_table() {
 
 #[test]
 fn each_row_of_the_lock_exit_code_table() {
-    let env = Env::new();
+    let env = env();
     // lock run: COMMAND's own status, 128 + N for a signal.
     let out = env.run(&["lock", "run", "k", "--", "sh", "-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7), "{}", text(&out));
@@ -232,7 +193,7 @@ fn each_row_of_the_lock_exit_code_table() {
         one_error_line(&out);
     }
     // 126, 127: COMMAND cannot be executed, not found.
-    std::fs::write(env.work.path().join("noexec"), "x").unwrap();
+    std::fs::write(env.work().join("noexec"), "x").unwrap();
     let out = env.run(&["lock", "run", "k", "--", "./noexec"]);
     assert_eq!(out.status.code(), Some(126), "{}", text(&out));
     one_error_line(&out);
@@ -322,7 +283,7 @@ fn each_row_of_the_lock_exit_code_table() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     one_error_line(&out);
     // lock put: 0 written, 1 a newer token exists (one `error:` line), 2 error.
-    std::fs::write(env.work.path().join("body"), "x").unwrap();
+    std::fs::write(env.work().join("body"), "x").unwrap();
     let token = |key: &str| -> String {
         let out = env.run(&["--json", "lock", "show", key]);
         let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -349,7 +310,7 @@ fn each_row_of_the_lock_exit_code_table() {
 
 #[test]
 fn lock_list_shows_free_locks_only_with_all() {
-    let env = Env::new();
+    let env = env();
     for key in ["done-1", "done-2"] {
         let out = env.run(&["lock", "run", key, "--", "true"]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));

@@ -12,13 +12,25 @@ use super::{output_text as text, BIN};
 pub struct Env {
     pub dir: tempfile::TempDir,
     pub url: String,
+    /// Variables every command of this env gets, over the defaults.
+    vars: Vec<(String, String)>,
 }
 
 impl Env {
+    /// With `RUST_LOG=error`: COMMAND's traces without the CLI's warnings.
     pub fn new() -> Self {
+        Self::with_vars(&[("RUST_LOG", "error")])
+    }
+
+    /// With `vars` set on every command (and no `RUST_LOG` unless given: as an operator runs it).
+    pub fn with_vars(vars: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("file://{}", dir.path().join("bank").display());
-        let env = Self { dir, url };
+        let vars = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let env = Self { dir, url, vars };
         let out = env.run(&["init"]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
         env
@@ -31,19 +43,20 @@ impl Env {
     pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(BIN);
         for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("BANKLEASE_") {
-                cmd.env_remove(name);
+            let name = name.to_string_lossy();
+            if name.starts_with("BANKLEASE_") || name == "RUST_LOG" {
+                cmd.env_remove(&*name);
             }
         }
         cmd.current_dir(self.work())
             .args(["--bank", &self.url])
             .args(args)
-            .env("RUST_LOG", "error")
             .env("NO_COLOR", "1")
             .env("WORK", self.work())
             // `run`'s private directory goes with the test's, even from a `run` killed outright.
             .env("TMPDIR", self.work())
-            .env("XDG_RUNTIME_DIR", self.work());
+            .env("XDG_RUNTIME_DIR", self.work())
+            .envs(self.vars.iter().map(|(k, v)| (k, v)));
         cmd
     }
 
