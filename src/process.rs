@@ -13,7 +13,6 @@
 //! ([`crate::lock::ProcessBinding`]; the rule is stated there).
 
 use std::os::unix::fs::MetadataExt;
-use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -55,17 +54,14 @@ impl ProcessStamp {
         Some(self.boot_id.as_str()) == boot_id().as_deref() && Some(self.pid_ns) == pid_ns()
     }
 
-    /// The stamp of this process, read once; `None` where `/proc` does not say.
+    /// The stamp of this process, read now (a process restored on another host by CRIU gets
+    /// that host's boot); `None` where `/proc` does not say.
     pub fn this_process() -> Option<ProcessStamp> {
-        static THIS: OnceLock<Option<ProcessStamp>> = OnceLock::new();
-        THIS.get_or_init(|| {
-            Some(ProcessStamp {
-                boot_id: boot_id()?,
-                pid_ns: pid_ns()?,
-                start_ticks: stat(std::process::id())?.start_ticks,
-            })
+        Some(ProcessStamp {
+            boot_id: boot_id()?,
+            pid_ns: pid_ns()?,
+            start_ticks: stat(std::process::id())?.start_ticks,
         })
-        .clone()
     }
 
     /// What this host can tell of process `pid`, stamped `stamp` (if at all) by its lease.
@@ -95,8 +91,6 @@ impl ProcessStamp {
 pub(crate) struct Stat {
     pub start_ticks: u64,
     pub zombie: bool,
-    /// The process group.
-    pub group: u32,
 }
 
 pub(crate) enum Status {
@@ -109,16 +103,26 @@ pub(crate) enum Status {
 pub(crate) fn stat_status(pid: u32) -> Status {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(text) => parse_stat(&text).map_or(Status::Unreadable, Status::Found),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            // No `/proc` at all is not "gone".
-            if std::path::Path::new("/proc/self/stat").exists() {
-                Status::Gone
-            } else {
-                Status::Unreadable
-            }
-        }
+        // A `/proc` mounted with `hidepid` hides other users' processes as if they were gone:
+        // only the kernel's own "no such process" says so.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && no_such_process(pid) => Status::Gone,
         Err(_) => Status::Unreadable,
     }
+}
+
+/// Whether the kernel says no process has this pid (`kill(pid, 0)` fails with ESRCH).
+#[cfg(target_os = "linux")]
+fn no_such_process(pid: u32) -> bool {
+    use rustix::process::{test_kill_process, Pid};
+    i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .is_some_and(|pid| test_kill_process(pid) == Err(rustix::io::Errno::SRCH))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn no_such_process(_pid: u32) -> bool {
+    false
 }
 
 fn stat(pid: u32) -> Option<Stat> {
@@ -135,66 +139,47 @@ fn parse_stat(text: &str) -> Option<Stat> {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     Some(Stat {
         zombie: matches!(*fields.first()?, "Z" | "X" | "x"),
-        group: fields.get(2)?.parse().ok()?,
         start_ticks: fields.get(19)?.parse().ok()?,
     })
 }
 
-/// Read once: the boot does not change while this process runs.
+/// Read each time: cheap, and a process restored elsewhere (CRIU) is on another boot.
 fn boot_id() -> Option<String> {
-    static BOOT: OnceLock<Option<String>> = OnceLock::new();
-    BOOT.get_or_init(|| {
-        let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-        let id = id.trim();
-        (!id.is_empty()).then(|| id.to_owned())
-    })
-    .clone()
+    if !proc_is_ours() {
+        return None;
+    }
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let id = id.trim();
+    (!id.is_empty()).then(|| id.to_owned())
 }
 
-/// Read once: a process never changes its own pid namespace.
 fn pid_ns() -> Option<u64> {
-    static NS: OnceLock<Option<u64>> = OnceLock::new();
-    *NS.get_or_init(|| std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino()))
+    if !proc_is_ours() {
+        return None;
+    }
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
 }
 
-/// Whether no live process is in process group `group`: the kernel finds none
-/// (`kill(-group, 0)`), or `/proc` shows only zombies in it. Any doubt answers false.
+/// Whether `/proc` is this process's pid namespace's: in a namespace without a `/proc` of its
+/// own (`unshare -p` without `--mount-proc`), `/proc/PID` would name other processes.
+fn proc_is_ours() -> bool {
+    std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|p| p.to_str().and_then(|s| s.parse::<u32>().ok()))
+        == Some(std::process::id())
+}
+
+/// Whether no process is left in process group `group`: the kernel finds none
+/// (`kill(-group, 0)` fails with ESRCH). A zombie still counts (only the kernel can tell a dead
+/// process from a zombie thread leader whose other threads run, and a member `/proc` hides is
+/// not listed): where nothing reaps a killed group's zombies, the lock runs out instead.
 #[cfg(target_os = "linux")]
 pub(crate) fn group_gone(group: u32) -> bool {
-    use rustix::io::Errno;
     use rustix::process::{test_kill_process_group, Pid};
-    let Some(pgid) = i32::try_from(group).ok().and_then(Pid::from_raw) else {
-        return false;
-    };
-    if test_kill_process_group(pgid) == Err(Errno::SRCH) {
-        return true;
-    }
-    // Someone is in it (EPERM: another user's): gone only if every member is a zombie.
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    let mut zombies = 0usize;
-    for entry in entries {
-        let Ok(entry) = entry else {
-            return false;
-        };
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        match stat_status(pid) {
-            Status::Found(s) if s.group == group && !s.zombie => return false,
-            Status::Found(s) if s.group == group => zombies += 1,
-            Status::Found(_) | Status::Gone => {}
-            // One we cannot read may be a member.
-            Status::Unreadable => return false,
-        }
-    }
-    // The kernel saw a member a moment ago: if `/proc` shows none, ask the kernel again.
-    zombies > 0 || test_kill_process_group(pgid) == Err(Errno::SRCH)
+    i32::try_from(group)
+        .ok()
+        .and_then(Pid::from_raw)
+        .is_some_and(|pgid| test_kill_process_group(pgid) == Err(rustix::io::Errno::SRCH))
 }
 
 #[cfg(not(target_os = "linux"))]

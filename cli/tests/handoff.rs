@@ -16,6 +16,13 @@ mod common;
 use common::work::{signal, state, Env};
 use common::{output_text as text, wait_child, wait_for};
 
+/// The start time of process `pid`, in clock ticks after boot (field 22 of `/proc/PID/stat`).
+fn start_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = stat.rsplit_once(')').unwrap().1;
+    rest.split_whitespace().nth(19).unwrap().parse().unwrap()
+}
+
 /// A COMMAND that writes its pid to `$WORK/<name>.pid`, then sleeps.
 fn sleeper(name: &str) -> String {
     format!(r#"echo $$ > "$WORK/{name}.pid"; exec sleep 60"#)
@@ -37,62 +44,134 @@ fn pid_in(env: &Env, name: &str) -> u32 {
 #[test]
 fn a_holder_killed_on_this_host_hands_over_at_once_and_never_beside_its_command() {
     let env = Env::new();
-    for (i, head) in [
-        vec!["lock", "run", "--duration", "30s", "k"],
-        vec!["run", "--lock", "k", "--lock-duration", "30s"],
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let first = format!("first{i}");
-        let mut args = head.clone();
-        let job = sleeper(&first);
-        args.extend(["--", "sh", "-c", &job]);
-        let mut holder = env.spawn(&args, &first);
-        let command = pid_in(&env, &first);
+    let job = sleeper("first");
+    let mut holder = env.spawn(
+        &[
+            "lock",
+            "run",
+            "--duration",
+            "30s",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            &job,
+        ],
+        "first",
+    );
+    let command = pid_in(&env, "first");
 
-        let check = witness(&first);
-        let mut waiter = env.spawn(
-            &[
-                "lock",
+    let check = witness("first");
+    let mut waiter = env.spawn(
+        &[
+            "lock",
+            "run",
+            "--duration",
+            "30s",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            &check,
+        ],
+        "waiter",
+    );
+    // Queued behind the holder (its ticket written) before the holder dies.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(waiter.try_wait().unwrap().is_none(), "the waiter waits");
+
+    let killed = Instant::now();
+    signal(&holder, Signal::KILL);
+    let status = wait_child(&mut waiter);
+    let took = killed.elapsed();
+    holder.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", env.read("waiter.err"));
+    assert_eq!(
+        env.read("witness").trim(),
+        "alone",
+        "the next COMMAND ran beside the first"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "the next holder waited {took:?} after the holder was killed (a 30 s lock)"
+    );
+    assert!(state(command).is_none_or(|s| s == 'Z'), "COMMAND is gone");
+}
+
+/// Holders whose work may go on after `lock run` died, or that asked for it: a waiter on this
+/// host waits for the lock's duration, as on any other host.
+#[test]
+fn a_holder_whose_work_may_go_on_is_not_taken_over_early() {
+    let env = Env::new();
+    let job = |name: &str| sleeper(name);
+    let left = format!(r#"exec setsid sh -c '{}'"#, sleeper("left"));
+    let cases: [(&str, Vec<String>); 3] = [
+        // `run --lock`: its agent's writes, sent from the supervisor, may still land.
+        (
+            "run-lock",
+            [
                 "run",
-                "--duration",
-                "30s",
-                "k",
+                "--lock",
+                "rl",
+                "--lock-duration",
+                "3s",
                 "--",
                 "sh",
                 "-c",
-                &check,
-            ],
-            &format!("waiter{i}"),
-        );
-        // Queued behind the holder (its ticket written) before the holder dies.
-        std::thread::sleep(Duration::from_millis(500));
-        assert!(waiter.try_wait().unwrap().is_none(), "the waiter waits");
-
-        let killed = Instant::now();
+            ]
+            .map(String::from)
+            .into_iter()
+            .chain([job("run-lock")])
+            .collect(),
+        ),
+        // Asked not to.
+        (
+            "asked",
+            [
+                "lock",
+                "run",
+                "--no-same-host-handoff",
+                "--duration",
+                "3s",
+                "asked",
+                "--",
+                "sh",
+                "-c",
+            ]
+            .map(String::from)
+            .into_iter()
+            .chain([job("asked")])
+            .collect(),
+        ),
+        // COMMAND left its process group (as `timeout` and `setsid` do): the guard cannot
+        // stop it, and it still runs.
+        (
+            "left",
+            ["lock", "run", "--duration", "3s", "left", "--", "sh", "-c"]
+                .map(String::from)
+                .into_iter()
+                .chain([left])
+                .collect(),
+        ),
+    ];
+    for (name, args) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut holder = env.spawn(&args, name);
+        let command = pid_in(&env, name);
         signal(&holder, Signal::KILL);
-        let status = wait_child(&mut waiter);
-        let took = killed.elapsed();
         holder.wait().unwrap();
+        let key = if name == "run-lock" { "rl" } else { name };
+        let out = env.run(&["lock", "run", "-w", "1", key, "--", "true"]);
         assert_eq!(
-            status.code(),
-            Some(0),
-            "{}",
-            env.read(&format!("waiter{i}.err"))
+            out.status.code(),
+            Some(1),
+            "{name}: taken over within 1 s of a 3 s lock: {}",
+            text(&out)
         );
-        assert_eq!(
-            env.read("witness").trim(),
-            "alone",
-            "the next COMMAND ran beside the first"
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(command as i32).unwrap(),
+            Signal::KILL,
         );
-        assert!(
-            took < Duration::from_secs(5),
-            "{}: the next holder waited {took:?} after the holder was killed (a 30 s lock)",
-            head.join(" ")
-        );
-        assert!(state(command).is_none_or(|s| s == 'Z'), "COMMAND is gone");
-        std::fs::remove_file(env.work().join("witness")).unwrap();
     }
 }
 
@@ -110,7 +189,8 @@ fn held_by_a_dead_supervisor(env: &Env, key: &str, group: u32) {
         "duration_ms": 30_000, "fence": 7, "generation": 2, "token": "t", "host": "vm",
         "pid": gone.id(), "written_at": "2026-11-26T00:00:00Z",
         "process": { "boot_id": boot_id.trim(), "pid_ns": pid_ns, "pid": gone.id(),
-                     "start_ticks": 1, "group": group },
+                     "start_ticks": 1, "group": group, "command": group,
+                     "command_start_ticks": start_ticks(group) },
     });
     let dir = env.work().join("bank/locks/default");
     std::fs::create_dir_all(&dir).unwrap();
@@ -136,6 +216,8 @@ fn a_dead_supervisor_whose_command_group_lives_is_waited_out() {
         text(&out)
     );
     command.kill().unwrap();
+    // Reaped: a zombie still counts as a member of its group.
+    command.wait().unwrap();
     let started = Instant::now();
     let out = env.run(&["lock", "run", "-w", "10", "k", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

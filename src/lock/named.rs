@@ -58,9 +58,9 @@ struct Inner {
     path: Path,
     holding: Holding<Holds>,
     seen: Mutex<Option<Seen>>,
-    /// The processes our holdings are bound to, named in each heartbeat's record
-    /// ([`Lock::bind_to_processes`]).
-    bound: Mutex<Option<ProcessBinding>>,
+    /// COMMAND's process group and pid that our holdings are bound to, named in each
+    /// heartbeat's record ([`Lock::bind_to_processes`]).
+    bound: Mutex<Option<(u32, u32)>>,
     /// Serialises the handle's writes; no state is held across an await.
     op: tokio::sync::Mutex<()>,
 }
@@ -267,15 +267,15 @@ impl Lock {
         ))
     }
 
-    /// Bind the holdings of this handle to this process and to process group `group` (where
-    /// COMMAND runs): from the next heartbeat on, their records name both, and a waiter on this
-    /// host's kernel takes the lock as soon as the kernel proves them all gone, instead of at
-    /// the lock's expiry ([`ProcessBinding`]). Only for a hold that must end with them, as
-    /// `lock run`'s does. False where the kernel cannot name them (then nothing changes).
-    pub fn bind_to_processes(&self, group: u32) -> bool {
-        let binding = ProcessBinding::of_this_process(group);
-        let bound = binding.is_some();
-        *self.inner.bound.lock().expect("lock state poisoned") = binding;
+    /// Bind the holdings of this handle to this process, to `command` and to its process group
+    /// `group`: from the next heartbeat on, their records name them ([`ProcessBinding`], stamped
+    /// anew at each write), and a waiter on this host's kernel takes the lock as soon as the
+    /// kernel proves them all gone, instead of at the lock's expiry. Only for a hold that must
+    /// end with them and whose work stays in them, as `lock run`'s does. False where the kernel
+    /// cannot name them (then nothing changes).
+    pub fn bind_to_processes(&self, group: u32, command: u32) -> bool {
+        let bound = ProcessBinding::of_this_process(group, command).is_some();
+        *self.inner.bound.lock().expect("lock state poisoned") = bound.then_some((group, command));
         bound
     }
 
@@ -295,12 +295,10 @@ impl Lock {
             held.extra.fence,
             generation,
         );
-        record.process = self
-            .inner
-            .bound
-            .lock()
-            .expect("lock state poisoned")
-            .clone();
+        let bound = *self.inner.bound.lock().expect("lock state poisoned");
+        // A COMMAND already gone (exited, a release follows) is named no more: nothing to prove.
+        record.process =
+            bound.and_then(|(group, command)| ProcessBinding::of_this_process(group, command));
         record
     }
 

@@ -19,7 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::process::{group_gone, ProcessHere, ProcessStamp};
+use crate::process::{group_gone, stat_status, ProcessHere, ProcessStamp, Status};
 
 /// The processes a holding lives by, as the kernel that runs them names them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,16 +31,28 @@ pub struct ProcessBinding {
     pub pid: u32,
     /// COMMAND's process group.
     pub group: u32,
+    /// COMMAND itself, which may leave the group (`timeout`, `setsid`), and its start time.
+    pub command: u32,
+    /// COMMAND's start time, in clock ticks after boot.
+    pub command_start_ticks: u64,
 }
 
 impl ProcessBinding {
-    /// This process as the supervisor of process group `group`; `None` where the kernel cannot
-    /// name them (not Linux, no `/proc`).
-    pub fn of_this_process(group: u32) -> Option<Self> {
+    /// This process as the supervisor of `command`, which runs in process group `group`;
+    /// `None` where the kernel cannot name them (not Linux, no `/proc` of our own, `command`
+    /// already gone).
+    pub fn of_this_process(group: u32, command: u32) -> Option<Self> {
+        let stamp = ProcessStamp::this_process()?;
+        let command_start_ticks = match stat_status(command) {
+            Status::Found(s) if !s.zombie => s.start_ticks,
+            _ => return None,
+        };
         Some(Self {
-            stamp: ProcessStamp::this_process()?,
+            stamp,
             pid: std::process::id(),
             group,
+            command,
+            command_start_ticks,
         })
     }
 
@@ -59,17 +71,26 @@ impl ProcessBinding {
         )
     }
 
-    /// Whether every process of the holding is proved gone on this kernel: the supervisor, and
-    /// every process of COMMAND's group. See the [module documentation](self).
+    /// Whether every process of the holding is proved gone on this kernel: the supervisor,
+    /// COMMAND, and every process of COMMAND's group. See the [module documentation](self).
     pub fn gone(&self) -> bool {
-        self.supervisor_gone() && group_gone(self.group)
+        self.supervisor_gone() && group_gone(self.group) && self.command_gone()
+    }
+
+    /// COMMAND proved gone: no such process, or its pid is now another process's. A zombie
+    /// still counts (its other threads may run).
+    fn command_gone(&self) -> bool {
+        match stat_status(self.command) {
+            Status::Gone => true,
+            Status::Found(s) => s.start_ticks != self.command_start_ticks,
+            Status::Unreadable => false,
+        }
     }
 }
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
-    use crate::process::{stat_status, Status};
     use std::os::unix::process::CommandExt;
     use std::process::Command;
 
@@ -91,7 +112,7 @@ mod tests {
             .process_group(0)
             .spawn()
             .unwrap();
-        let mut binding = ProcessBinding::of_this_process(child.id()).unwrap();
+        let mut binding = ProcessBinding::of_this_process(child.id(), child.id()).unwrap();
         binding.pid = child.id();
         binding.stamp.start_ticks = start_ticks(child.id());
         (child, binding)
@@ -99,7 +120,7 @@ mod tests {
 
     #[test]
     fn a_living_supervisor_or_group_is_never_gone() {
-        let me = ProcessBinding::of_this_process(std::process::id()).unwrap();
+        let me = ProcessBinding::of_this_process(std::process::id(), std::process::id()).unwrap();
         assert!(me.local());
         assert!(!me.supervisor_gone());
         assert!(!me.gone());
@@ -118,14 +139,13 @@ mod tests {
     }
 
     #[test]
-    fn a_dead_supervisor_and_group_are_gone_even_as_zombies() {
+    fn a_dead_group_is_gone_once_reaped_never_as_a_zombie() {
         let (mut child, binding) = child_leading_a_group();
         rustix::process::kill_process(
             rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
             rustix::process::Signal::KILL,
         )
         .unwrap();
-        // Not yet reaped: a zombie, which acts no more.
         for round in 0.. {
             if zombie(child.id()) {
                 break;
@@ -133,19 +153,41 @@ mod tests {
             assert!(round < 1000, "never a zombie");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        assert!(binding.gone(), "a zombie supervisor and group");
+        // Not yet reaped: the kernel still has the group and COMMAND.
+        assert!(
+            binding.supervisor_gone(),
+            "a zombie supervisor acts no more"
+        );
+        assert!(!binding.gone(), "a zombie in the group");
         child.wait().unwrap();
         assert!(binding.gone(), "reaped");
     }
 
     #[test]
+    fn a_command_that_left_the_group_keeps_the_holding() {
+        let (mut left, _) = child_leading_a_group();
+        let (mut group, mut binding) = child_leading_a_group();
+        // Supervisor gone, group gone, COMMAND (in a group of its own) alive.
+        binding.command = left.id();
+        binding.command_start_ticks = start_ticks(left.id());
+        group.kill().unwrap();
+        group.wait().unwrap();
+        assert!(binding.supervisor_gone());
+        assert!(!binding.gone(), "COMMAND lives outside the group");
+        left.kill().unwrap();
+        left.wait().unwrap();
+        assert!(binding.gone());
+    }
+
+    #[test]
     fn a_reused_pid_or_another_kernel_is_told_apart() {
-        let me = ProcessBinding::of_this_process(std::process::id()).unwrap();
+        let me = ProcessBinding::of_this_process(std::process::id(), std::process::id()).unwrap();
         let mut reused = ProcessBinding {
             group: u32::MAX / 2,
             ..me.clone()
         };
         reused.stamp.start_ticks += 1;
+        reused.command_start_ticks += 1;
         assert!(reused.supervisor_gone(), "another process under our pid");
         assert!(reused.gone());
         let mut other_boot = ProcessBinding {
@@ -165,9 +207,16 @@ mod tests {
 
     #[test]
     fn the_record_names_the_binding_flat() {
-        let b = ProcessBinding::of_this_process(7).unwrap();
+        let b = ProcessBinding::of_this_process(7, std::process::id()).unwrap();
         let json = serde_json::to_value(&b).unwrap();
-        for field in ["boot_id", "pid_ns", "start_ticks", "pid", "group"] {
+        for field in [
+            "boot_id",
+            "pid_ns",
+            "start_ticks",
+            "pid",
+            "group",
+            "command",
+        ] {
             assert!(json.get(field).is_some(), "{field} in {json}");
         }
         assert_eq!(serde_json::from_value::<ProcessBinding>(json).unwrap(), b);

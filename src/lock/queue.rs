@@ -351,8 +351,10 @@ impl Watch {
     /// Watch the processes the holding that kept the key is bound to, when this host's kernel
     /// can judge them.
     fn processes(&mut self, binding: Option<ProcessBinding>) {
+        // Passed on only when judged not all gone: a change to "all gone" after that judgement
+        // must still wake the waiter.
         self.local = binding.filter(ProcessBinding::local).map(|b| {
-            let said = (b.supervisor_gone(), b.gone());
+            let said = (b.supervisor_gone(), false);
             (b, said)
         });
     }

@@ -34,6 +34,8 @@ const FIRED: &str = "fired";
 const ARMED: &str = "armed";
 /// How the supervisor tells the guard it sent COMMAND's group SIGTERM itself.
 const TERMED: &str = "termed";
+/// How long a supervisor that saw COMMAND exit reads what its guard already wrote.
+const SETTLE: Duration = Duration::from_millis(10);
 /// How long a supervisor waits for its guard to arm.
 const ARMING: Duration = Duration::from_secs(10);
 
@@ -233,8 +235,9 @@ impl Guard {
             return false;
         }
         if !self.fired {
-            // It prints before it signals: a firing guard's line is already in the pipe.
-            let _ = tokio::time::timeout(Duration::from_millis(100), self.heard()).await;
+            // It prints before it signals: when the guard's signal ended COMMAND, its line was in
+            // the pipe before COMMAND died, so only the reactor's turn to see it is waited for.
+            let _ = tokio::time::timeout(SETTLE, self.heard()).await;
         }
         self.fired
     }

@@ -99,6 +99,12 @@ pub struct Running {
 }
 
 impl Running {
+    /// COMMAND's process group and COMMAND's pid (`None` once COMMAND was waited for).
+    pub fn ids(&self) -> Option<(u32, u32)> {
+        let group = self.group.as_raw_nonzero().get().unsigned_abs();
+        Some((group, self.child.id()?))
+    }
+
     /// After COMMAND's hold was released: stop the guard. Until then it has kept its last
     /// deadline for what COMMAND left running in the background (the group outlives its leader);
     /// dropped without this, it sees its stdin close and kills the whole group.
@@ -154,7 +160,6 @@ pub async fn spawn(
         return Err(failed(e));
     }
     let group = guard.group();
-    proof.bind_locks(group.as_raw_nonzero().get().unsigned_abs());
     match spawn_command(argv, env, group.as_raw_nonzero().get()) {
         Ok(child) => Ok(Running {
             child,

@@ -35,10 +35,18 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     who: Who,
     /// How long each renewal holds the lock; it is renewed every half of it while COMMAND runs,
-    /// and lapses this long after a crash of `lock run`.
+    /// and lapses this long after a crash of `lock run` (for a waiter on this host, as soon as
+    /// `lock run`, COMMAND and its process group are gone; see --no-same-host-handoff).
     #[arg(long, value_name = "DURATION", default_value = "30s",
           value_parser = banklease::config::parse_duration)]
     duration: Duration,
+    /// Do not let a waiter on this host take the lock as soon as the kernel shows `lock run`,
+    /// COMMAND and its process group gone: it waits for the duration instead. For a COMMAND
+    /// whose work goes on outside its process group (`docker run`, `ssh`, daemons, `setsid`
+    /// below COMMAND) or may still reach a server after it died, and for hosts cloned from one
+    /// memory snapshot.
+    #[arg(long)]
+    no_same_host_handoff: bool,
     /// A small text anyone can read while the lock is held (at most 4 KiB).
     #[arg(long, value_name = "TEXT")]
     payload: Option<String>,
@@ -151,7 +159,14 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     let mut kept = held.keep(ctx);
 
     let mut child = match child::spawn(&args.argv(), &env, Some((&proof, kill_after))).await {
-        Ok(child) => child,
+        Ok(child) => {
+            if !args.no_same_host_handoff {
+                if let Some((group, command)) = child.ids() {
+                    proof.bind_locks(group, command);
+                }
+            }
+            child
+        }
         Err((code, e)) => {
             eprintln!("error: {}", banklease_gc::logging::error_line(&e));
             kept.release().await;
