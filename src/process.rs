@@ -91,6 +91,8 @@ impl ProcessStamp {
 pub(crate) struct Stat {
     pub start_ticks: u64,
     pub zombie: bool,
+    /// The process group.
+    pub group: u32,
 }
 
 pub(crate) enum Status {
@@ -139,6 +141,7 @@ fn parse_stat(text: &str) -> Option<Stat> {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     Some(Stat {
         zombie: matches!(*fields.first()?, "Z" | "X" | "x"),
+        group: fields.get(2)?.parse().ok()?,
         start_ticks: fields.get(19)?.parse().ok()?,
     })
 }
@@ -169,17 +172,85 @@ fn proc_is_ours() -> bool {
         == Some(std::process::id())
 }
 
-/// Whether no process is left in process group `group`: the kernel finds none
-/// (`kill(-group, 0)` fails with ESRCH). A zombie still counts (only the kernel can tell a dead
-/// process from a zombie thread leader whose other threads run, and a member `/proc` hides is
-/// not listed): where nothing reaps a killed group's zombies, the lock runs out instead.
+/// Whether process `pid` is a zombie whose threads have all exited: dead, only waiting to be
+/// reaped. (A thread group leader that exited before its other threads also reads as a zombie;
+/// its `task/` still lists them.)
+pub(crate) fn dead_zombie(pid: u32) -> bool {
+    matches!(stat_status(pid), Status::Found(s) if s.zombie)
+        && std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|d| d.count() == 1)
+}
+
+/// Whether no live process is left in process group `group`: the kernel finds none
+/// (`kill(-group, 0)` fails with ESRCH), or every member is a dead zombie (a killed group whose
+/// members nothing has reaped yet), seen alike by two full looks at `/proc`, and only where
+/// `/proc` hides no process. Two looks, because one is not a snapshot: a member that forks as
+/// the look passes and then dies leaves its child unseen in one look, never in the next. Any
+/// doubt answers false.
 #[cfg(target_os = "linux")]
 pub(crate) fn group_gone(group: u32) -> bool {
     use rustix::process::{test_kill_process_group, Pid};
-    i32::try_from(group)
-        .ok()
-        .and_then(Pid::from_raw)
-        .is_some_and(|pgid| test_kill_process_group(pgid) == Err(rustix::io::Errno::SRCH))
+    let Some(pgid) = i32::try_from(group).ok().and_then(Pid::from_raw) else {
+        return false;
+    };
+    if test_kill_process_group(pgid) == Err(rustix::io::Errno::SRCH) {
+        return true;
+    }
+    if proc_hides_processes() {
+        return false;
+    }
+    match (dead_members(group), dead_members(group)) {
+        (Some(first), Some(second)) => !first.is_empty() && first == second,
+        _ => false,
+    }
+}
+
+/// The members of `group`, when every one is a dead zombie; `None` when one lives or cannot be
+/// read. In pid order (`/proc` lists in it).
+#[cfg(target_os = "linux")]
+fn dead_members(group: u32) -> Option<Vec<u32>> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").ok()? {
+        let entry = entry.ok()?;
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        match stat_status(pid) {
+            Status::Found(s) if s.group == group => {
+                if !dead_zombie(pid) {
+                    return None;
+                }
+                members.push(pid);
+            }
+            Status::Found(_) | Status::Gone => {}
+            Status::Unreadable => return None,
+        }
+    }
+    Some(members)
+}
+
+/// Whether `/proc` is mounted to hide processes (`hidepid`, `subset=pid`), or cannot be told:
+/// then a look at it proves no absence.
+#[cfg(target_os = "linux")]
+fn proc_hides_processes() -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return true;
+    };
+    // `ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - TYPE SOURCE SUPER_OPTIONS`
+    let Some(line) = info
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some("/proc") && l.contains(" - proc "))
+    else {
+        return true;
+    };
+    let options = line.rsplit(' ').next().unwrap_or_default();
+    options.split(',').any(|o| {
+        (o.starts_with("hidepid=") && o != "hidepid=0" && o != "hidepid=off")
+            || o.starts_with("subset=")
+    })
 }
 
 #[cfg(not(target_os = "linux"))]

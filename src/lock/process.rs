@@ -19,7 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::process::{group_gone, stat_status, ProcessHere, ProcessStamp, Status};
+use crate::process::{dead_zombie, group_gone, stat_status, ProcessHere, ProcessStamp, Status};
 
 /// The processes a holding lives by, as the kernel that runs them names them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,12 +77,14 @@ impl ProcessBinding {
         self.supervisor_gone() && group_gone(self.group) && self.command_gone()
     }
 
-    /// COMMAND proved gone: no such process, or its pid is now another process's. A zombie
-    /// still counts (its other threads may run).
+    /// COMMAND proved gone: no such process, a dead zombie, or its pid is now another
+    /// process's.
     fn command_gone(&self) -> bool {
         match stat_status(self.command) {
             Status::Gone => true,
-            Status::Found(s) => s.start_ticks != self.command_start_ticks,
+            Status::Found(s) => {
+                s.start_ticks != self.command_start_ticks || dead_zombie(self.command)
+            }
             Status::Unreadable => false,
         }
     }
@@ -139,7 +141,7 @@ mod tests {
     }
 
     #[test]
-    fn a_dead_group_is_gone_once_reaped_never_as_a_zombie() {
+    fn a_killed_group_is_gone_as_dead_zombies_and_once_reaped() {
         let (mut child, binding) = child_leading_a_group();
         rustix::process::kill_process(
             rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
@@ -153,14 +155,39 @@ mod tests {
             assert!(round < 1000, "never a zombie");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        // Not yet reaped: the kernel still has the group and COMMAND.
-        assert!(
-            binding.supervisor_gone(),
-            "a zombie supervisor acts no more"
-        );
-        assert!(!binding.gone(), "a zombie in the group");
+        // Not yet reaped: a zombie whose threads have all exited acts no more.
+        assert!(binding.supervisor_gone(), "a zombie supervisor");
+        assert!(binding.gone(), "a dead zombie in the group");
         child.wait().unwrap();
         assert!(binding.gone(), "reaped");
+    }
+
+    #[test]
+    fn a_zombie_beside_a_live_member_keeps_the_group() {
+        let (mut leader, binding) = child_leading_a_group();
+        let mut member = Command::new("sleep")
+            .arg("30")
+            .process_group(leader.id() as i32)
+            .spawn()
+            .unwrap();
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(leader.id() as i32).unwrap(),
+            rustix::process::Signal::KILL,
+        )
+        .unwrap();
+        for round in 0.. {
+            if zombie(leader.id()) {
+                break;
+            }
+            assert!(round < 1000, "never a zombie");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!binding.gone(), "a live member beside the zombie leader");
+        member.kill().unwrap();
+        member.wait().unwrap();
+        assert!(binding.gone(), "only the dead zombie is left");
+        leader.wait().unwrap();
+        assert!(binding.gone());
     }
 
     #[test]
