@@ -74,7 +74,8 @@ impl ProcessBinding {
     /// Whether every process of the holding is proved gone on this kernel: the supervisor,
     /// COMMAND, and every process of COMMAND's group. See the [module documentation](self).
     pub fn gone(&self) -> bool {
-        self.supervisor_gone() && group_gone(self.group) && self.command_gone()
+        // Cheapest first: the group's may be two full looks at `/proc`.
+        self.supervisor_gone() && self.command_gone() && group_gone(self.group)
     }
 
     /// COMMAND proved gone: no such process, a dead zombie, or its pid is now another
