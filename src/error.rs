@@ -166,6 +166,10 @@ pub enum Error {
     LeaseExists {
         /// The owner whose lease is present.
         owner_id: OwnerId,
+        /// The host its lease names, when it was read (for humans).
+        host: Option<String>,
+        /// The process id its lease names, when it was read (for humans).
+        pid: Option<u32>,
     },
 
     /// The lease is lost: it was deleted or replaced, or its validity ran out before a renewal

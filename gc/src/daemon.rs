@@ -369,11 +369,15 @@ impl Daemon {
             // A lease won just as shutdown comes is released by the caller at once.
             match self.take_gc_lease().await {
                 Ok(lease) => return Some(lease),
-                Err(banklease::Error::LeaseExists { owner_id }) => {
+                Err(banklease::Error::LeaseExists {
+                    owner_id,
+                    host,
+                    pid,
+                }) => {
                     failure.reset();
                     let ours = owner_id == self.owner;
                     if holder.changed(owner_id.as_str()) {
-                        let (host, pid) = self.holder_process().await;
+                        // From the read that judged it: no request of its own.
                         info!(holder = %owner_id, holder_host = host.as_deref().unwrap_or("-"),
                             holder_pid = pid.unwrap_or(0), ours,
                             "standby: the gc lease is held and alive");

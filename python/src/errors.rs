@@ -128,7 +128,7 @@ fn details(e: banklease::Error) -> Vec<(&'static str, Attr)> {
         E::UnknownLayout { bank, .. } | E::NotABank { bank, .. } | E::NoBank { bank, .. } => {
             vec![("bank", Attr::Str(bank))]
         }
-        E::LeaseExists { owner_id } => vec![("owner_id", Attr::Str(owner_id.to_string()))],
+        E::LeaseExists { owner_id, .. } => vec![("owner_id", Attr::Str(owner_id.to_string()))],
         E::LeaseLost { owner_id, reason } => vec![
             ("owner_id", Attr::Str(owner_id.to_string())),
             ("reason", Attr::Str(reason)),

@@ -58,7 +58,14 @@ fn every_variant_has_the_kind_a_caller_acts_on() {
             Error::StaleFence { path: path.clone(), lock: lock(), fence: 1, seen: 2 },
             K::Fenced,
         ),
-        (Error::LeaseExists { owner_id: owner() }, K::Unavailable),
+        (
+            Error::LeaseExists {
+                owner_id: owner(),
+                host: None,
+                pid: None,
+            },
+            K::Unavailable,
+        ),
         (Error::CheckpointExists { checkpoint_id: cp() }, K::Unavailable),
         (Error::CheckpointAmbiguous { checkpoint_id: cp() }, K::Unavailable),
         (

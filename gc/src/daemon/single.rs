@@ -85,15 +85,6 @@ pub fn host_pid(host: Option<&str>, pid: Option<u32>) -> String {
 }
 
 impl Daemon {
-    /// The host and pid the GC lease's holder recorded, for humans; `None`s when it cannot be
-    /// read (it may have been released meanwhile).
-    pub(super) async fn holder_process(&self) -> (Option<String>, Option<u32>) {
-        match banklease::read_lease_at(&self.bank, &self.lease_path()).await {
-            Ok(Some((record, _))) => (Some(record.host), Some(record.pid)),
-            _ => (None, None),
-        }
-    }
-
     /// One pass: with the GC lease (taken at once or not at all), beside an active daemon when
     /// forced, without a lease when it is a dry run. `Ok(None)` when shutdown came first.
     pub(super) async fn single(
@@ -111,8 +102,11 @@ impl Daemon {
         }
         let lease = match self.take_gc_lease().await {
             Ok(lease) => lease,
-            Err(banklease::Error::LeaseExists { owner_id }) if self.beside => {
-                let (holder_host, holder_pid) = self.holder_process().await;
+            Err(banklease::Error::LeaseExists {
+                owner_id,
+                host: holder_host,
+                pid: holder_pid,
+            }) if self.beside => {
                 warn!(holder = %owner_id, holder_host = holder_host.as_deref().unwrap_or("-"),
                     holder_pid = holder_pid.unwrap_or(0),
                     "--beside-daemon: running the pass beside the active gc daemon");
@@ -126,8 +120,11 @@ impl Daemon {
                     },
                 }));
             }
-            Err(banklease::Error::LeaseExists { owner_id }) => {
-                let (holder_host, holder_pid) = self.holder_process().await;
+            Err(banklease::Error::LeaseExists {
+                owner_id,
+                host: holder_host,
+                pid: holder_pid,
+            }) => {
                 return Err(ActiveElsewhere {
                     holder: owner_id,
                     holder_host,

@@ -92,7 +92,11 @@ impl OwnerLease {
             margin,
         );
         if !matches!(expiry, Expiry::Expired { .. }) {
-            return Err(Error::LeaseExists { owner_id: holder });
+            return Err(Error::LeaseExists {
+                owner_id: holder,
+                host: Some(record.host),
+                pid: Some(record.pid),
+            });
         }
         tracing::info!(path = %path, previous = %holder, "taking over an expired lease");
         if bank.capabilities().await?.renewal == RenewalMechanism::ConditionalUpdate {
@@ -174,12 +178,18 @@ impl OwnerLease {
                     .commit_new(answered, t_send, written, windows.expire_window, ())?;
                 Ok(lease)
             }
-            Written::Conflict(found) => Err(Error::LeaseExists {
-                owner_id: found.map_or_else(
-                    // Gone again since the store refused: still not ours to take.
-                    || lease.shared.owner.clone(),
-                    |f| f.record.owner_id,
-                ),
+            Written::Conflict(found) => Err(match found {
+                Some(f) => Error::LeaseExists {
+                    owner_id: f.record.owner_id,
+                    host: Some(f.record.host),
+                    pid: Some(f.record.pid),
+                },
+                // Gone again since the store refused: still not ours to take.
+                None => Error::LeaseExists {
+                    owner_id: lease.shared.owner.clone(),
+                    host: None,
+                    pid: None,
+                },
             }),
         }
     }
