@@ -103,55 +103,34 @@ fn a_holder_killed_on_this_host_hands_over_at_once_and_never_beside_its_command(
 #[test]
 fn a_holder_whose_work_may_go_on_is_not_taken_over_early() {
     let env = Env::new();
-    let job = |name: &str| sleeper(name);
-    let left = format!(r#"exec setsid sh -c '{}'"#, sleeper("left"));
-    let cases: [(&str, Vec<String>); 3] = [
+    // `HEAD -- sh -c JOB`: the supervisor's words, then the job.
+    let line = |head: &str, job: String| -> Vec<String> {
+        let mut args: Vec<String> = head.split(' ').map(String::from).collect();
+        args.extend(["--".into(), "sh".into(), "-c".into(), job]);
+        args
+    };
+    let cases = [
         // `run --lock`: its agent's writes, sent from the supervisor, may still land.
         (
             "run-lock",
-            [
-                "run",
-                "--lock",
-                "rl",
-                "--lock-duration",
-                "3s",
-                "--",
-                "sh",
-                "-c",
-            ]
-            .map(String::from)
-            .into_iter()
-            .chain([job("run-lock")])
-            .collect(),
+            line("run --lock rl --lock-duration 3s", sleeper("run-lock")),
         ),
         // Asked not to.
         (
             "asked",
-            [
-                "lock",
-                "run",
-                "--no-same-host-handoff",
-                "--duration",
-                "3s",
-                "asked",
-                "--",
-                "sh",
-                "-c",
-            ]
-            .map(String::from)
-            .into_iter()
-            .chain([job("asked")])
-            .collect(),
+            line(
+                "lock run --no-same-host-handoff --duration 3s asked",
+                sleeper("asked"),
+            ),
         ),
         // COMMAND left its process group (as `timeout` and `setsid` do): the guard cannot
         // stop it, and it still runs.
         (
             "left",
-            ["lock", "run", "--duration", "3s", "left", "--", "sh", "-c"]
-                .map(String::from)
-                .into_iter()
-                .chain([left])
-                .collect(),
+            line(
+                "lock run --duration 3s left",
+                format!(r#"exec setsid sh -c '{}'"#, sleeper("left")),
+            ),
         ),
     ];
     for (name, args) in cases {
