@@ -35,6 +35,22 @@ fn witness(of: &str) -> String {
     )
 }
 
+/// `lock run --duration 30s k -- sh -c JOB`, its output in `$WORK/<name>.out|err`.
+fn on_k_for_30s(env: &Env, job: &str, name: &str) -> std::process::Child {
+    let args = [
+        "lock",
+        "run",
+        "--duration",
+        "30s",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        job,
+    ];
+    env.spawn(&args, name)
+}
+
 fn pid_in(env: &Env, name: &str) -> u32 {
     let file = format!("{name}.pid");
     wait_for("COMMAND to start", || !env.read(&file).trim().is_empty());
@@ -45,37 +61,11 @@ fn pid_in(env: &Env, name: &str) -> u32 {
 fn a_holder_killed_on_this_host_hands_over_at_once_and_never_beside_its_command() {
     let env = Env::new();
     let job = sleeper("first");
-    let mut holder = env.spawn(
-        &[
-            "lock",
-            "run",
-            "--duration",
-            "30s",
-            "k",
-            "--",
-            "sh",
-            "-c",
-            &job,
-        ],
-        "first",
-    );
+    let mut holder = on_k_for_30s(&env, &job, "first");
     let command = pid_in(&env, "first");
 
     let check = witness("first");
-    let mut waiter = env.spawn(
-        &[
-            "lock",
-            "run",
-            "--duration",
-            "30s",
-            "k",
-            "--",
-            "sh",
-            "-c",
-            &check,
-        ],
-        "waiter",
-    );
+    let mut waiter = on_k_for_30s(&env, &check, "waiter");
     // Queued behind the holder (its ticket written) before the holder dies.
     std::thread::sleep(Duration::from_millis(500));
     assert!(waiter.try_wait().unwrap().is_none(), "the waiter waits");
