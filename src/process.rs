@@ -23,6 +23,11 @@ pub struct ProcessStamp {
     pub boot_id: String,
     /// The inode of the process's pid namespace (`/proc/self/ns/pid`).
     pub pid_ns: u64,
+    /// The inode of the process's time namespace (`/proc/self/ns/time`): `/proc` shows start
+    /// times shifted by the reader's boot-time offset, so they compare only within one. Absent
+    /// from stamps of older versions, which then prove nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_ns: Option<u64>,
     /// When the process started, in clock ticks after boot (`/proc/<pid>/stat`, field 22).
     pub start_ticks: u64,
 }
@@ -48,10 +53,13 @@ pub enum ProcessHere {
 }
 
 impl ProcessStamp {
-    /// Whether the stamp was made on this host's kernel since this boot, in this pid namespace:
-    /// only then do its pids name processes here.
+    /// Whether the stamp was made on this host's kernel since this boot, in this pid namespace
+    /// and this time namespace: only then do its pids and start times name processes here.
     pub fn is_here(&self) -> bool {
-        Some(self.boot_id.as_str()) == boot_id().as_deref() && Some(self.pid_ns) == pid_ns()
+        Some(self.boot_id.as_str()) == boot_id().as_deref()
+            && Some(self.pid_ns) == pid_ns()
+            && self.time_ns.is_some()
+            && self.time_ns == time_ns()
     }
 
     /// The stamp of this process, read now (a process restored on another host by CRIU gets
@@ -60,6 +68,7 @@ impl ProcessStamp {
         Some(ProcessStamp {
             boot_id: boot_id()?,
             pid_ns: pid_ns()?,
+            time_ns: time_ns(),
             start_ticks: stat(std::process::id())?.start_ticks,
         })
     }
@@ -163,6 +172,22 @@ fn pid_ns() -> Option<u64> {
     std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
 }
 
+/// The time namespace's inode; `None` on kernels without time namespaces (before 5.6), whose
+/// stamps then prove nothing here.
+fn time_ns() -> Option<u64> {
+    ns_inode("time")
+}
+
+/// The inode of this process's namespace of `kind` (`/proc/self/ns/KIND`).
+pub(crate) fn ns_inode(kind: &str) -> Option<u64> {
+    if !proc_is_ours() {
+        return None;
+    }
+    std::fs::metadata(format!("/proc/self/ns/{kind}"))
+        .ok()
+        .map(|m| m.ino())
+}
+
 /// Whether `/proc` is this process's pid namespace's: in a namespace without a `/proc` of its
 /// own (`unshare -p` without `--mount-proc`), `/proc/PID` would name other processes.
 fn proc_is_ours() -> bool {
@@ -239,10 +264,19 @@ fn proc_hides_processes() -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return true;
     };
-    // `ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - TYPE SOURCE SUPER_OPTIONS`
+    hides_processes(&info)
+}
+
+/// [`proc_hides_processes`] on the text of `/proc/self/mountinfo`.
+fn hides_processes(info: &str) -> bool {
+    // `ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - TYPE SOURCE SUPER_OPTIONS`. The mount
+    // that takes effect at `/proc` is the last one there (one stacked over another, as
+    // systemd's `ProtectProc=` and a private namespace's `mount -o hidepid=2` make); one that
+    // is not a proc is doubt.
     let Some(line) = info
         .lines()
-        .find(|l| l.split(' ').nth(4) == Some("/proc") && l.contains(" - proc "))
+        .rfind(|l| l.split(' ').nth(4) == Some("/proc"))
+        .filter(|l| l.contains(" - proc "))
     else {
         return true;
     };
@@ -261,6 +295,47 @@ pub(crate) fn group_gone(_group: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_proc_mount_that_takes_effect_is_the_last_one_at_proc() {
+        let plain = "22 27 0:21 / /proc rw,relatime - proc proc rw\n";
+        let hidden = "90 22 0:50 / /proc rw,relatime - proc proc rw,hidepid=invisible\n";
+        let other = "91 90 0:51 / /proc rw - tmpfs tmpfs rw\n";
+        assert!(!hides_processes(plain));
+        assert!(
+            hides_processes(&format!("{plain}{hidden}")),
+            "hidepid stacked over"
+        );
+        assert!(
+            !hides_processes(&format!("{hidden}{plain}")),
+            "a plain /proc over it"
+        );
+        assert!(
+            hides_processes(&format!("{plain}{other}")),
+            "not a proc: doubt"
+        );
+        assert!(hides_processes(""), "no /proc: doubt");
+    }
+
+    #[test]
+    fn a_stamp_of_another_time_namespace_or_none_proves_nothing() {
+        let Some(me) = ProcessStamp::this_process() else {
+            return; // not Linux
+        };
+        assert!(me.is_here());
+        let pid = std::process::id();
+        for time_ns in [None, me.time_ns.map(|t| t + 1)] {
+            let other = ProcessStamp {
+                time_ns,
+                ..me.clone()
+            };
+            assert!(!other.is_here(), "{other:?}");
+            assert!(matches!(
+                ProcessStamp::here(Some(&other), pid),
+                ProcessHere::Unproven { .. }
+            ));
+        }
+    }
 
     #[test]
     fn a_stat_line_is_read_after_the_last_parenthesis() {

@@ -121,18 +121,42 @@ pub(crate) enum Command {
         #[arg(long)]
         create_container: bool,
     },
-    /// Internal: the guard `lock run` and `run --lock` start in COMMAND's process group.
+    /// Internal: the guard `lock run` and `run --lock` start; it starts COMMAND and holds its
+    /// tree.
     #[command(name = "__guard", hide = true)]
     Guard {
         /// The supervisor's pid.
         #[arg(long)]
         parent: i32,
-        /// The first deadline, in ns on CLOCK_BOOTTIME; later ones come on stdin.
+        /// The first deadline, in ns on CLOCK_BOOTTIME; later ones come on the socket.
         #[arg(long)]
         deadline_ns: u64,
         /// Time between SIGTERM and SIGKILL when the deadline passes.
         #[arg(long, value_parser = humantime::parse_duration)]
         kill_after: Duration,
+        /// The supervisor's abstract Unix socket.
+        #[arg(long)]
+        socket: String,
+        /// COMMAND's cgroup.
+        #[arg(long)]
+        cgroup: Option<PathBuf>,
+        /// COMMAND and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// Internal: what the guard starts in COMMAND's place (dies with the guard, joins the
+    /// cgroup, then becomes COMMAND).
+    #[command(name = "__exec", hide = true)]
+    Exec {
+        /// The guard's pid.
+        #[arg(long)]
+        parent: i32,
+        /// COMMAND's cgroup.
+        #[arg(long)]
+        cgroup: Option<PathBuf>,
+        /// COMMAND and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
     },
     /// Owner operations for a command started by `banklease run`, sent to its agent (the Unix
     /// socket in `BANKLEASE_AGENT`). Exit 0 done, 1 refused (lease not valid or lost, checkpoint

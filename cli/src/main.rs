@@ -294,10 +294,26 @@ async fn run(cli: Cli) -> Result<Outcome> {
             parent,
             deadline_ns,
             kill_after,
+            socket,
+            cgroup,
+            command,
         } => {
             let clock: SharedClock = Arc::new(SystemClock);
-            return Ok(child::guard(parent, deadline_ns, kill_after, &clock).await);
+            let args = child::GuardArgs {
+                parent,
+                deadline_ns,
+                kill_after,
+                socket,
+                cgroup,
+                argv: command,
+            };
+            return Ok(child::guard(args, &clock).await);
         }
+        Command::Exec {
+            parent,
+            cgroup,
+            command,
+        } => return Ok(child::exec(parent, cgroup, &command)),
         Command::Run(args) => {
             return Ok(match load() {
                 Ok(ctx) => agent::run::run(&ctx, args).await,
@@ -373,6 +389,7 @@ async fn run(cli: Cli) -> Result<Outcome> {
         | Command::Agent(_)
         | Command::Init { .. }
         | Command::Guard { .. }
+        | Command::Exec { .. }
         | Command::Completions { .. }
         | Command::Share { .. } => {
             unreachable!("dispatched above")

@@ -89,7 +89,8 @@ fn a_holder_killed_on_this_host_hands_over_at_once_and_never_beside_its_command(
 }
 
 /// Holders whose work may go on after `lock run` died, or that asked for it: a waiter on this
-/// host waits for the lock's duration, as on any other host.
+/// host waits for the lock's duration, as on any other host. (A COMMAND that left its process
+/// group is no longer one: the guard stops the whole tree, see tests/tree.rs.)
 #[test]
 fn a_holder_whose_work_may_go_on_is_not_taken_over_early() {
     let env = Env::new();
@@ -111,15 +112,6 @@ fn a_holder_whose_work_may_go_on_is_not_taken_over_early() {
             line(
                 "lock run --no-same-host-handoff --duration 3s asked",
                 sleeper("asked"),
-            ),
-        ),
-        // COMMAND left its process group (as `timeout` and `setsid` do): the guard cannot
-        // stop it, and it still runs.
-        (
-            "left",
-            line(
-                "lock run --duration 3s left",
-                format!(r#"exec setsid sh -c '{}'"#, sleeper("left")),
             ),
         ),
     ];
@@ -153,11 +145,13 @@ fn held_by_a_dead_supervisor(env: &Env, key: &str, group: u32) {
     gone.wait().unwrap();
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let pid_ns = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
+    let time_ns = std::fs::metadata("/proc/self/ns/time").unwrap().ino();
     let record = serde_json::json!({
         "format": 1, "key": format!("default/{key}"), "holder": "gone.vm.1.0badf00d",
         "duration_ms": 30_000, "fence": 7, "generation": 2, "token": "t", "host": "vm",
         "pid": gone.id(), "written_at": "2026-11-26T00:00:00Z",
-        "process": { "boot_id": boot_id.trim(), "pid_ns": pid_ns, "pid": gone.id(),
+        "process": { "boot_id": boot_id.trim(), "pid_ns": pid_ns, "time_ns": time_ns,
+                     "pid": gone.id(),
                      "start_ticks": 1, "group": group, "command": group,
                      "command_start_ticks": start_ticks(group) },
     });

@@ -15,6 +15,8 @@ const KNOWN: &[&str] = &[
     "BANKLEASE_LOCK_TOKEN",
     "BANKLEASE_LOCK_OWNER",
     "BANKLEASE_LOCK_SESSION",
+    // How `lock run` and `run --lock` hold COMMAND's tree (`auto`, `cgroup`, `subreaper`).
+    "BANKLEASE_TREE",
 ];
 
 /// Prefixes of the variables this repository's own tests and tools use.

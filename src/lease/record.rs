@@ -193,6 +193,7 @@ mod tests {
             process: Some(ProcessStamp {
                 boot_id: "b".into(),
                 pid_ns: 4026531836,
+                time_ns: Some(4026531834),
                 start_ticks: 42,
             }),
             ..old.clone()

@@ -164,13 +164,23 @@ pub enum LockHolder {
     /// The wait queue kept changing for several rounds, and no ticket could be taken. Printed
     /// as `(wait queue contended)`.
     QueueContended,
+    /// Expired, but a process of this holder's tree still runs on this host: the lock is not
+    /// taken beside it. Printed as `<holder> (expired; its process PID still runs on this
+    /// host)`.
+    Lingering {
+        holder: OwnerId,
+        /// The process waited for.
+        pid: u32,
+    },
 }
 
 impl LockHolder {
     /// The holder, or the waiter the lock is promised to; `None` when contended.
     pub fn owner(&self) -> Option<&OwnerId> {
         match self {
-            LockHolder::Held(o) | LockHolder::Promised(o) => Some(o),
+            LockHolder::Held(o)
+            | LockHolder::Promised(o)
+            | LockHolder::Lingering { holder: o, .. } => Some(o),
             LockHolder::Contended | LockHolder::QueueContended => None,
         }
     }
@@ -188,6 +198,10 @@ impl fmt::Display for LockHolder {
             LockHolder::Promised(o) => write!(f, "{o} (first in the wait queue)"),
             LockHolder::Contended => f.write_str("(contended)"),
             LockHolder::QueueContended => f.write_str("(wait queue contended)"),
+            LockHolder::Lingering { holder, pid } => write!(
+                f,
+                "{holder} (expired; its process {pid} still runs on this host)"
+            ),
         }
     }
 }

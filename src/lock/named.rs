@@ -42,6 +42,14 @@ pub(crate) struct Holds {
 }
 
 /// Another holder, as seen by our last successful call.
+/// What a holding is bound to ([`Lock::bind_to_processes`]).
+#[derive(Debug, Clone)]
+struct Bound {
+    group: u32,
+    command: u32,
+    cgroup: Option<std::path::PathBuf>,
+}
+
 #[derive(Debug, Clone)]
 struct Seen {
     holder: String,
@@ -60,7 +68,7 @@ struct Inner {
     seen: Mutex<Option<Seen>>,
     /// COMMAND's process group and pid that our holdings are bound to, named in each
     /// heartbeat's record ([`Lock::bind_to_processes`]).
-    bound: Mutex<Option<(u32, u32)>>,
+    bound: Mutex<Option<Bound>>,
     /// Serialises the handle's writes; no state is held across an await.
     op: tokio::sync::Mutex<()>,
 }
@@ -267,15 +275,25 @@ impl Lock {
         ))
     }
 
-    /// Bind the holdings of this handle to this process, to `command` and to its process group
-    /// `group`: from the next heartbeat on, their records name them ([`ProcessBinding`], stamped
-    /// anew at each write), and a waiter on this host's kernel takes the lock as soon as the
-    /// kernel proves them all gone, instead of at the lock's expiry. Only for a hold that must
+    /// Bind the holdings of this handle to this process, to `command`, to its process group
+    /// `group` and to the cgroup that holds its tree, if any: from the next heartbeat on, their
+    /// records name them ([`ProcessBinding`], stamped anew at each write), and a waiter on this
+    /// host's kernel takes the lock as soon as the kernel proves them all gone, instead of at
+    /// the lock's expiry — and not after it while COMMAND's tree runs. Only for a hold that must
     /// end with them and whose work stays in them, as `lock run`'s does. False where the kernel
     /// cannot name them (then nothing changes).
-    pub fn bind_to_processes(&self, group: u32, command: u32) -> bool {
-        let bound = ProcessBinding::of_this_process(group, command).is_some();
-        *self.inner.bound.lock().expect("lock state poisoned") = bound.then_some((group, command));
+    pub fn bind_to_processes(
+        &self,
+        group: u32,
+        command: u32,
+        cgroup: Option<&std::path::Path>,
+    ) -> bool {
+        let bound = ProcessBinding::of_this_process(group, command, cgroup).is_some();
+        *self.inner.bound.lock().expect("lock state poisoned") = bound.then(|| Bound {
+            group,
+            command,
+            cgroup: cgroup.map(std::path::Path::to_owned),
+        });
         bound
     }
 
@@ -295,10 +313,15 @@ impl Lock {
             held.extra.fence,
             generation,
         );
-        let bound = *self.inner.bound.lock().expect("lock state poisoned");
+        let bound = self
+            .inner
+            .bound
+            .lock()
+            .expect("lock state poisoned")
+            .clone();
         // A COMMAND already gone (exited, a release follows) is named no more: nothing to prove.
-        record.process =
-            bound.and_then(|(group, command)| ProcessBinding::of_this_process(group, command));
+        record.process = bound
+            .and_then(|b| ProcessBinding::of_this_process(b.group, b.command, b.cgroup.as_deref()));
         record
     }
 

@@ -1,30 +1,43 @@
 //! A holding bound to processes of one host: proved over by that host's kernel.
 //!
-//! `lock run` and `run --lock` hold a lock for the life of a supervisor and of COMMAND's process
-//! group. Their records name both ([`ProcessBinding`]), with what makes the names mean the same
-//! processes to another reader: the kernel's boot id, the pid namespace and the supervisor's
-//! start time ([`ProcessStamp`], the stamp an owner lease records too). A waiter on the same
-//! kernel may take the lock over as soon as the kernel shows the supervisor gone (exited, a
-//! zombie, or its pid reused by a process started at another instant) *and* no live process
-//! left in the group; until then, or on any other kernel, only the lock's expiry on the store's
-//! clock frees it.
+//! `lock run` holds a lock for the life of a supervisor and of COMMAND's process tree. Its
+//! records name them ([`ProcessBinding`]): the supervisor, COMMAND, COMMAND's process group
+//! (led by the guard), and the cgroup that holds the tree where the host delegates one
+//! ([`TreeCgroup`]), with what makes the names mean the same processes to another reader: the
+//! kernel's boot id, the pid and time namespaces and the supervisor's start time
+//! ([`ProcessStamp`], the stamp an owner lease records too). A waiter on the same kernel may
+//! take the lock over as soon as the kernel shows the supervisor gone (exited, a zombie, or its
+//! pid reused by a process started at another instant) *and* no live process left of COMMAND,
+//! its group and its cgroup; until then, or on any other kernel, only the lock's expiry on the
+//! store's clock frees it.
 //!
 //! Invariant: **a lock is taken before its expiry only from processes the kernel proved gone.**
-//! Every process that acts under the hold (the supervisor that renews and releases it, COMMAND
-//! and everything it started in its group, the guard) is dead when [`ProcessBinding::gone`]
-//! answers true: a dead process sends nothing more, and a request it sent before it died is a
+//! Every process that acts under the hold (the supervisor that renews and releases it, the
+//! guard, COMMAND and everything it started) is dead when [`ProcessBinding::gone`] answers
+//! true: a dead process sends nothing more, and a request it sent before it died is a
 //! conditional write on the ETag it knew, which the taker's write has replaced. Any doubt — a
-//! `/proc` that cannot be read, another boot or namespace, a process that may be ours — answers
-//! false.
+//! `/proc` or a cgroup that cannot be read, another boot or namespace, a process that may be
+//! ours — answers false.
+//!
+//! Invariant: **nor after it, while its tree runs here.** Past the lock's expiry, a waiter on
+//! the same kernel still does not take it while COMMAND or a process of its cgroup lives
+//! ([`ProcessBinding::lingering`]): supervisor and guard killed together (`pkill -9`) leave
+//! what COMMAND started out of anyone's reach but the kernel's. A waiter on another host
+//! cannot see them; fenced writes (`BANKLEASE_LOCK_TOKEN`, `lock put`) are what hold there.
+
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::process::{dead_zombie, group_gone, stat_status, ProcessHere, ProcessStamp, Status};
+use crate::process::{
+    dead_zombie, group_gone, ns_inode, stat_status, ProcessHere, ProcessStamp, Status,
+};
 
 /// The processes a holding lives by, as the kernel that runs them names them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessBinding {
-    /// The supervisor's boot, pid namespace and start time.
+    /// The supervisor's boot, pid and time namespaces and start time.
     #[serde(flatten)]
     pub stamp: ProcessStamp,
     /// The supervisor: the process that renews and releases the hold.
@@ -35,17 +48,99 @@ pub struct ProcessBinding {
     pub command: u32,
     /// COMMAND's start time, in clock ticks after boot.
     pub command_start_ticks: u64,
+    /// The cgroup that holds COMMAND's whole tree, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<TreeCgroup>,
+}
+
+/// The cgroup v2 that holds COMMAND's tree, as the supervisor's mount and cgroup namespaces
+/// name it: a reader in other ones cannot judge it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeCgroup {
+    /// Its directory.
+    pub path: PathBuf,
+    /// Its inode: the cgroup's id, never reused within a boot, so a directory made anew at the
+    /// same path is told apart.
+    pub id: u64,
+    /// The supervisor's mount namespace (`/proc/self/ns/mnt`'s inode).
+    pub mnt_ns: u64,
+    /// The supervisor's cgroup namespace.
+    pub cgroup_ns: u64,
+}
+
+/// What this kernel says of a tree's cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tree {
+    /// No live process in it (or it was removed: only an empty cgroup can be).
+    Gone,
+    /// This process of it lives.
+    Lives(u32),
+    /// It cannot be judged here.
+    Doubt,
+}
+
+impl TreeCgroup {
+    /// The cgroup at `path`, named from this process; `None` where it cannot be.
+    pub fn of_this_process(path: &Path) -> Option<Self> {
+        Some(Self {
+            path: path.to_owned(),
+            id: std::fs::metadata(path).ok()?.ino(),
+            mnt_ns: ns_inode("mnt")?,
+            cgroup_ns: ns_inode("cgroup")?,
+        })
+    }
+
+    fn judge(&self) -> Tree {
+        if ns_inode("mnt") != Some(self.mnt_ns) || ns_inode("cgroup") != Some(self.cgroup_ns) {
+            return Tree::Doubt;
+        }
+        match std::fs::metadata(&self.path) {
+            Ok(m) if m.ino() != self.id => Tree::Gone,
+            Ok(_) => {
+                let Ok(procs) = std::fs::read_to_string(self.path.join("cgroup.procs")) else {
+                    return Tree::Doubt;
+                };
+                let live = procs
+                    .lines()
+                    .filter_map(|l| l.trim().parse::<u32>().ok())
+                    .find(|&pid| match stat_status(pid) {
+                        Status::Found(s) => !s.zombie || !dead_zombie(pid),
+                        Status::Gone => false,
+                        Status::Unreadable => true,
+                    });
+                live.map_or(Tree::Gone, Tree::Lives)
+            }
+            // Removed, which only an empty cgroup can be — if its parent is there to say the
+            // hierarchy is the one it was made in.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let parent_is_cgroup = self
+                    .path
+                    .parent()
+                    .is_some_and(|p| p.join("cgroup.procs").is_file());
+                if parent_is_cgroup {
+                    Tree::Gone
+                } else {
+                    Tree::Doubt
+                }
+            }
+            Err(_) => Tree::Doubt,
+        }
+    }
 }
 
 impl ProcessBinding {
-    /// This process as the supervisor of `command`, which runs in process group `group`;
-    /// `None` where the kernel cannot name them (not Linux, no `/proc` of our own, `command`
-    /// already gone).
-    pub fn of_this_process(group: u32, command: u32) -> Option<Self> {
+    /// This process as the supervisor of `command`, which runs in process group `group`, its
+    /// tree in `cgroup` if it has one; `None` where the kernel cannot name them (not Linux, no
+    /// `/proc` of our own, `command` already gone, a cgroup that cannot be read).
+    pub fn of_this_process(group: u32, command: u32, cgroup: Option<&Path>) -> Option<Self> {
         let stamp = ProcessStamp::this_process()?;
         let command_start_ticks = match stat_status(command) {
             Status::Found(s) if !s.zombie => s.start_ticks,
             _ => return None,
+        };
+        let cgroup = match cgroup {
+            Some(path) => Some(TreeCgroup::of_this_process(path)?),
+            None => None,
         };
         Some(Self {
             stamp,
@@ -53,11 +148,12 @@ impl ProcessBinding {
             group,
             command,
             command_start_ticks,
+            cgroup,
         })
     }
 
-    /// Whether this host's kernel can judge the binding: the same boot, the same pid
-    /// namespace.
+    /// Whether this host's kernel can judge the binding: the same boot, the same pid and time
+    /// namespaces.
     pub fn local(&self) -> bool {
         self.stamp.is_here()
     }
@@ -72,10 +168,29 @@ impl ProcessBinding {
     }
 
     /// Whether every process of the holding is proved gone on this kernel: the supervisor,
-    /// COMMAND, and every process of COMMAND's group. See the [module documentation](self).
+    /// COMMAND, every process of COMMAND's group and of its cgroup. See the [module
+    /// documentation](self).
     pub fn gone(&self) -> bool {
         // Cheapest first: the group's may be two full looks at `/proc`.
-        self.supervisor_gone() && self.command_gone() && group_gone(self.group)
+        self.supervisor_gone()
+            && self.command_gone()
+            && self.cgroup.as_ref().is_none_or(|c| c.judge() == Tree::Gone)
+            && group_gone(self.group)
+    }
+
+    /// A process of the holding's tree that still runs on this kernel — COMMAND, or one of its
+    /// cgroup — for a holding past its expiry: the lock is not taken beside it. `None` when none
+    /// does, or this kernel cannot judge (another host, namespace or mount: then the expiry
+    /// alone frees the lock, as on another host). The supervisor and the guard are not asked
+    /// for: past the deadline they act no more (the guard has stopped the tree).
+    pub fn lingering(&self) -> Option<u32> {
+        if !self.local() {
+            return None;
+        }
+        if let Some(Tree::Lives(pid)) = self.cgroup.as_ref().map(TreeCgroup::judge) {
+            return Some(pid);
+        }
+        (!self.command_gone()).then_some(self.command)
     }
 
     /// COMMAND proved gone: no such process, a dead zombie, or its pid is now another
@@ -115,7 +230,7 @@ mod tests {
             .process_group(0)
             .spawn()
             .unwrap();
-        let mut binding = ProcessBinding::of_this_process(child.id(), child.id()).unwrap();
+        let mut binding = ProcessBinding::of_this_process(child.id(), child.id(), None).unwrap();
         binding.pid = child.id();
         binding.stamp.start_ticks = start_ticks(child.id());
         (child, binding)
@@ -123,7 +238,8 @@ mod tests {
 
     #[test]
     fn a_living_supervisor_or_group_is_never_gone() {
-        let me = ProcessBinding::of_this_process(std::process::id(), std::process::id()).unwrap();
+        let me =
+            ProcessBinding::of_this_process(std::process::id(), std::process::id(), None).unwrap();
         assert!(me.local());
         assert!(!me.supervisor_gone());
         assert!(!me.gone());
@@ -209,7 +325,8 @@ mod tests {
 
     #[test]
     fn a_reused_pid_or_another_kernel_is_told_apart() {
-        let me = ProcessBinding::of_this_process(std::process::id(), std::process::id()).unwrap();
+        let me =
+            ProcessBinding::of_this_process(std::process::id(), std::process::id(), None).unwrap();
         let mut reused = ProcessBinding {
             group: u32::MAX / 2,
             ..me.clone()
@@ -235,7 +352,7 @@ mod tests {
 
     #[test]
     fn the_record_names_the_binding_flat() {
-        let b = ProcessBinding::of_this_process(7, std::process::id()).unwrap();
+        let b = ProcessBinding::of_this_process(7, std::process::id(), None).unwrap();
         let json = serde_json::to_value(&b).unwrap();
         for field in [
             "boot_id",

@@ -140,6 +140,27 @@ pub(crate) async fn take_seeing(
                     Judged::Held { .. } => rec.process.clone(),
                     _ => None,
                 };
+                // Expired, but COMMAND's tree still runs on this host: not taken beside it (a
+                // waiter elsewhere cannot see it). The waiter watches the processes.
+                if let (Judged::Expired { .. }, Some(p), Some(h)) =
+                    (state, &rec.process, &rec.holder)
+                {
+                    if let Some(pid) = p.lingering() {
+                        *held_by = Some(p.clone());
+                        return Err(match OwnerId::parse(h) {
+                            Ok(holder) => kept_by(
+                                locks,
+                                key,
+                                LockHolder::Lingering { holder, pid },
+                                Duration::ZERO,
+                            ),
+                            Err(e) => Error::Corrupt {
+                                path: locks.lock_path(key),
+                                reason: e.to_string(),
+                            },
+                        });
+                    }
+                }
                 let replacing_own = match (state, &rec.holder) {
                     (Judged::Held { .. }, Some(h))
                         if h == spec.owner && spec.mode == Mode::Acquire =>

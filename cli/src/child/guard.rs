@@ -1,11 +1,15 @@
-//! The guard: a dead-man's switch in COMMAND's process group.
+//! The guard: a dead-man's switch over COMMAND's whole process tree.
 //!
-//! `lock run` and `run --lock` start it (`banklease __guard`, this binary) in COMMAND's group,
-//! armed with the first proved deadline, and send it each new deadline on its stdin as the holds
-//! are renewed. The guard stops COMMAND's group — SIGTERM, then SIGKILL after `--kill-after` —
-//! when the deadline passes, whatever the supervisor is doing (stopped, frozen in a cgroup,
-//! held by a debugger), and SIGKILLs the group at once when the supervisor dies. It tells the
-//! supervisor on its stdout that it fired.
+//! `lock run` and `run --lock` start it (`banklease __guard`, this binary) leading a process
+//! group of its own, armed with the first proved deadline; it starts COMMAND as its child
+//! (through `__exec`, which dies with it) and is the child subreaper of COMMAND's tree, so
+//! every process of the tree stays its descendant whatever group or session it moves to
+//! ([`super::tree`]). The supervisor sends it each new deadline as the holds are renewed, over
+//! a socket of their own: the guard's stdin, stdout and stderr are COMMAND's. The guard stops
+//! the whole tree — SIGTERM, then SIGKILL after `--kill-after` — when the deadline passes,
+//! whatever the supervisor is doing (stopped, frozen, held by a debugger), and SIGKILLs it at
+//! once when the supervisor dies. It tells the supervisor that it fired, and when COMMAND
+//! exited (it reaps the tree).
 //!
 //! Invariant: **a paused supervisor cannot outlive its lock.** A deadline is the instant up to
 //! which every hold is proved (send-time expiry on the holder's clock) less the stop margin the
@@ -14,30 +18,41 @@
 //! suspended. The guard only ever acts on the last deadline it was sent: a supervisor that
 //! stops renewing stops moving it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::PathBuf;
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use banklease::clock::SharedClock;
-use rustix::process::{Pid, Signal};
+use rustix::process::{Signal, WaitOptions};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::process::Child;
 use tokio::sync::watch;
 
-use super::{send, Signals, EXIT_HOLD_LOST};
+use super::tree::{Cgroup, Tree};
+use super::{Signals, EXIT_HOLD_LOST};
 
 /// How often the guard reads the clock and looks whether its supervisor is still there.
 const GUARD_POLL: Duration = Duration::from_millis(50);
-/// What the guard prints when it stops COMMAND at the deadline.
+/// What the guard says when it stops COMMAND's tree at the deadline.
 const FIRED: &str = "fired";
-/// What the guard prints once its handlers are installed.
+/// What the guard says once its handlers are installed.
 const ARMED: &str = "armed";
-/// How the supervisor tells the guard it sent COMMAND's group SIGTERM itself.
+/// What the guard says once it started COMMAND: `started PID`.
+const STARTED: &str = "started";
+/// What the guard says when it could not start COMMAND: `failed WHY`.
+const FAILED: &str = "failed";
+/// What the guard says when COMMAND exited: `exited RAW_WAIT_STATUS`.
+const EXITED: &str = "exited";
+/// How the supervisor tells the guard it sent COMMAND's tree SIGTERM itself.
 const TERMED: &str = "termed";
-/// How long a supervisor that saw COMMAND exit reads what its guard already wrote.
-const SETTLE: Duration = Duration::from_millis(10);
-/// How long a supervisor waits for its guard to arm.
+/// How long a supervisor waits for its guard to arm and start COMMAND.
 const ARMING: Duration = Duration::from_secs(10);
+/// Rounds (10 ms apart) of kill and reap a guard whose supervisor is gone makes before exiting.
+const GONE_ROUNDS: usize = 500;
 
 /// The host's `CLOCK_BOOTTIME`: the same in every process, and it counts suspended time.
 pub fn boottime() -> Duration {
@@ -46,10 +61,6 @@ pub fn boottime() -> Duration {
         t.tv_sec.max(0) as u64,
         t.tv_nsec.clamp(0, 999_999_999) as u32,
     )
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The deadline `left()` from now, on [`boottime`]. The clock is read first: a pause between
@@ -94,31 +105,42 @@ impl Told {
 #[derive(Debug)]
 pub struct Guard {
     child: Child,
-    /// What to tell the guard, written to its stdin by a task of its own (a stopped guard
+    /// What to tell the guard, written to its socket by a task of its own (a stopped guard
     /// must never block the supervisor; only the newest word matters).
     told: watch::Sender<Told>,
     feeder: tokio::task::JoinHandle<()>,
-    said: Lines<BufReader<ChildStdout>>,
-    fired: bool,
-    /// The earliest instant (ns on [`boottime`]) the guard was ever told to act at: it cannot
-    /// fire before it.
-    earliest: AtomicU64,
+    said: Lines<BufReader<OwnedReadHalf>>,
+    /// Once the guard is heard gone: nothing more will be said.
+    gone: bool,
 }
 
 /// What the guard said, or that it is gone.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Heard {
-    /// It stopped COMMAND at the deadline.
+    /// It began stopping COMMAND's tree at the deadline.
     Fired,
-    /// It exited (or was killed) without firing: COMMAND is unguarded.
+    /// COMMAND exited (the guard reaped it), with this status.
+    Exited(ExitStatus),
+    /// It exited (or was killed): COMMAND died with it (its death signal), the rest of the
+    /// tree is re-parented to the supervisor.
     Gone,
 }
 
+/// What the guard's command line needs besides the deadline.
+#[derive(Debug)]
+pub struct Spawn<'a> {
+    pub argv: &'a [OsString],
+    pub env: &'a [(&'a str, OsString)],
+    pub cgroup: Option<&'a Cgroup>,
+    pub kill_after: Duration,
+}
+
 impl Guard {
-    /// Start the guard leading a new process group (COMMAND joins it once the guard is
-    /// [`armed`](Self::armed)), armed with the proved time `left()` gives; `kill_after` between
-    /// its SIGTERM and SIGKILL.
-    pub fn spawn(left: impl FnOnce() -> Duration, kill_after: Duration) -> Result<Self> {
+    /// Start the guard leading a new process group, armed with the proved time `left()` gives;
+    /// it starts COMMAND (`spawn.argv`, with `spawn.env` added) as its child once armed. Talks
+    /// to it over an abstract Unix socket whose peer must be the guard (its pid, by
+    /// `SO_PEERCRED`): the guard's stdin, stdout and stderr are COMMAND's.
+    pub async fn spawn(left: impl FnOnce() -> Duration, spawn: Spawn<'_>) -> Result<Self> {
         // The program this process runs, even if its file was replaced or removed since (an
         // upgrade while `lock run` waited): `/proc/self/exe`, resolved in the forked child.
         let proc_exe = std::path::Path::new("/proc/self/exe");
@@ -127,29 +149,64 @@ impl Guard {
         } else {
             std::env::current_exe().context("cannot find this binary to start its guard")?
         };
+        let name = format!(
+            "banklease-guard-{}-{:016x}",
+            std::process::id(),
+            super::tree::nonce()
+        );
+        let listener =
+            listen(&name).with_context(|| format!("cannot open the guard's socket=`@{name}`"))?;
         let first = deadline(left);
-        // Not killed when dropped: a supervisor that unwinds without stopping it closes its
-        // stdin, and the guard then kills the group, as for a supervisor that died.
-        let mut child = tokio::process::Command::new(me)
+        let mut command = tokio::process::Command::new(me);
+        command
             .args(["__guard", "--parent"])
             .arg(std::process::id().to_string())
             .arg("--deadline-ns")
             .arg(first.as_nanos().to_string())
             .arg("--kill-after")
-            .arg(humantime::format_duration(kill_after).to_string())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
+            .arg(humantime::format_duration(spawn.kill_after).to_string())
+            .arg("--socket")
+            .arg(&name);
+        if let Some(cgroup) = spawn.cgroup {
+            command.arg("--cgroup").arg(cgroup.dir());
+        }
+        // Not killed when dropped: a supervisor that unwinds without stopping it closes its
+        // socket, and the guard then kills the tree, as for a supervisor that died.
+        let mut child = command
+            .arg("--")
+            .args(spawn.argv)
+            .envs(spawn.env.iter().map(|(k, v)| (k, v)))
             .process_group(0)
             .spawn()
-            .context("cannot start the guard of COMMAND's process group")?;
-        let mut stdin = child.stdin.take().context("the guard has no stdin")?;
-        let stdout = child.stdout.take().context("the guard has no stdout")?;
+            .context("cannot start the guard of COMMAND's tree")?;
+        let pid = child.id().and_then(|p| i32::try_from(p).ok());
+        let accepted = tokio::time::timeout(ARMING, listener.accept()).await;
+        let stream = match accepted {
+            Ok(Ok((stream, _))) => stream,
+            Ok(Err(e)) => {
+                let _ = child.start_kill();
+                return Err(anyhow::Error::new(e).context("the guard did not connect"));
+            }
+            Err(_) => {
+                let _ = child.start_kill();
+                anyhow::bail!(
+                    "the guard did not connect within {}",
+                    humantime::format_duration(ARMING)
+                );
+            }
+        };
+        let peer = stream.peer_cred().ok().and_then(|c| c.pid());
+        if peer.is_none() || peer != pid {
+            let _ = child.start_kill();
+            anyhow::bail!("a process other than the guard (pid {peer:?}) connected to its socket");
+        }
+        let (read, mut write) = stream.into_split();
         let (told, mut latest) = watch::channel(Told::Deadline(first));
         let feeder = tokio::spawn(async move {
             while latest.changed().await.is_ok() {
                 let line = latest.borrow_and_update().line();
-                if stdin.write_all(line.as_bytes()).await.is_err() {
-                    // The guard is gone: the supervisor hears it from its exit.
+                if write.write_all(line.as_bytes()).await.is_err() {
+                    // The guard is gone: the supervisor hears it from its socket.
                     return;
                 }
             }
@@ -158,16 +215,14 @@ impl Guard {
             child,
             told,
             feeder,
-            said: BufReader::new(stdout).lines(),
-            fired: false,
-            earliest: AtomicU64::new(nanos(first)),
+            said: BufReader::new(read).lines(),
+            gone: false,
         })
     }
 
     /// Move the deadline: the holds are proved for `left()` more before COMMAND must be stopped.
     pub fn prove(&self, left: impl FnOnce() -> Duration) {
         let next = deadline(left);
-        self.earliest.fetch_min(nanos(next), Ordering::SeqCst);
         self.told.send_if_modified(|told| match *told {
             // Unchanged to the millisecond: nothing worth a write.
             Told::Deadline(d) if d.abs_diff(next) < Duration::from_millis(1) => false,
@@ -180,70 +235,73 @@ impl Guard {
         });
     }
 
-    /// The supervisor has just sent COMMAND's group SIGTERM: the guard SIGKILLs it
+    /// The supervisor has just sent COMMAND's tree SIGTERM: the guard SIGKILLs it
     /// `kill_after` from now should the supervisor not (it is stopped, or dies), and sends no
     /// SIGTERM of its own.
     pub fn termed(&self) {
-        let now = boottime();
-        self.earliest.fetch_min(nanos(now), Ordering::SeqCst);
-        self.told.send_replace(Told::Termed(now));
+        self.told.send_replace(Told::Termed(boottime()));
     }
 
-    /// COMMAND's process group: the guard leads it.
-    pub fn group(&self) -> Pid {
+    /// The guard's pid: it leads COMMAND's process group and is the root of its tree.
+    pub fn pid(&self) -> u32 {
         self.child
             .id()
-            .and_then(|p| Pid::from_raw(i32::try_from(p).ok()?))
             .expect("a guard not yet waited for has a pid")
     }
 
-    /// Wait (at most `ARMING`) until the guard says it is armed: its handlers are installed and
-    /// its deadline running. Only then may COMMAND join its group.
-    pub async fn armed(&mut self) -> Result<()> {
-        let said = tokio::time::timeout(ARMING, self.said.next_line()).await;
-        match said {
-            Ok(Ok(Some(line))) if line.trim() == ARMED => Ok(()),
-            Ok(Ok(Some(line))) => anyhow::bail!("the guard said `{line}` instead of arming"),
-            Ok(_) => anyhow::bail!("the guard exited before it was armed"),
-            Err(_) => anyhow::bail!(
-                "the guard was not armed within {}",
-                humantime::format_duration(ARMING)
-            ),
+    /// Wait (at most `ARMING`) until the guard says it is armed and has started COMMAND: its
+    /// handlers are installed, its deadline running. COMMAND's pid.
+    pub async fn started(&mut self) -> Result<u32> {
+        for expected in [ARMED, STARTED] {
+            let said = tokio::time::timeout(ARMING, self.said.next_line()).await;
+            let line = match said {
+                Ok(Ok(Some(line))) => line,
+                Ok(_) => anyhow::bail!("the guard exited before it started COMMAND"),
+                Err(_) => anyhow::bail!(
+                    "the guard did not start COMMAND within {}",
+                    humantime::format_duration(ARMING)
+                ),
+            };
+            let line = line.trim();
+            if expected == ARMED && line == ARMED {
+                continue;
+            }
+            if let Some(pid) = line.strip_prefix(STARTED).map(str::trim) {
+                return pid
+                    .parse()
+                    .with_context(|| format!("the guard said `{line}`"));
+            }
+            match line.strip_prefix(FAILED) {
+                Some(why) => anyhow::bail!("{}", why.trim()),
+                None => anyhow::bail!("the guard said `{line}` instead of `{expected}`"),
+            }
         }
+        unreachable!("the loop returns at `started`")
     }
 
     /// The next thing the guard says (cancel-safe). Once it is gone, pending forever.
     pub async fn heard(&mut self) -> Heard {
+        if self.gone {
+            return std::future::pending().await;
+        }
         loop {
             match self.said.next_line().await {
-                Ok(Some(line)) if line.trim() == FIRED => {
-                    self.fired = true;
-                    return Heard::Fired;
+                Ok(Some(line)) if line.trim() == FIRED => return Heard::Fired,
+                Ok(Some(line)) => {
+                    let raw = line.trim().strip_prefix(EXITED).map(str::trim);
+                    if let Some(raw) = raw.and_then(|r| r.parse::<i32>().ok()) {
+                        return Heard::Exited(ExitStatus::from_raw(raw));
+                    }
                 }
-                Ok(Some(_)) => {}
-                Ok(None) | Err(_) => return Heard::Gone,
+                Ok(None) | Err(_) => {
+                    self.gone = true;
+                    return Heard::Gone;
+                }
             }
         }
     }
 
-    /// After COMMAND exited: whether the guard fired, reading what it may still have to say.
-    /// Before the earliest deadline it was ever told it cannot have fired (the supervisor is
-    /// alive, so it has no other cause to), and nothing is waited for: the next holder is not
-    /// kept waiting on a normal exit.
-    pub async fn settle(&mut self) -> bool {
-        if !self.fired && nanos(boottime()) < self.earliest.load(Ordering::SeqCst) {
-            return false;
-        }
-        if !self.fired {
-            // It prints before it signals: when the guard's signal ended COMMAND, its line was in
-            // the pipe before COMMAND died, so only the reactor's turn to see it is waited for.
-            let _ = tokio::time::timeout(SETTLE, self.heard()).await;
-        }
-        self.fired
-    }
-
-    /// Stop the guard (COMMAND is gone): killed before its stdin closes, which it would take for
-    /// its supervisor's death.
+    /// Stop the guard (COMMAND and its tree are gone): killed, which closes its socket.
     pub async fn stop(mut self) {
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;
@@ -251,95 +309,225 @@ impl Guard {
     }
 }
 
-/// `banklease __guard --parent PID --deadline-ns NS --kill-after D` (hidden), in COMMAND's
-/// process group: stop the group at the deadline (the last one read from stdin), kill it at once
-/// when PID is no longer this process's parent or stdin closes (the supervisor died).
-pub async fn run(
-    parent: i32,
-    deadline_ns: u64,
-    kill_after: Duration,
-    clock: &SharedClock,
-) -> crate::Outcome {
-    // The group's forwarded signals are COMMAND's, not ours; nor is a ^Z the supervisor
-    // forwards (the switch must keep counting while COMMAND is stopped), nor what a script
-    // sends its own group (`kill -USR1 0`).
-    let (Ok(_signals), Ok(_ignored)) = (Signals::new(), ignore_others()) else {
-        // Unarmed: the supervisor does not start COMMAND.
+/// The supervisor's end of the guard's socket, in the abstract namespace (nothing on disk to
+/// leave behind).
+fn listen(name: &str) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::linux::net::SocketAddrExt as _;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr)?;
+    listener.set_nonblocking(true)?;
+    tokio::net::UnixListener::from_std(listener)
+}
+
+fn connect(name: &str) -> std::io::Result<tokio::net::UnixStream> {
+    use std::os::linux::net::SocketAddrExt as _;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    let stream = std::os::unix::net::UnixStream::connect_addr(&addr)?;
+    stream.set_nonblocking(true)?;
+    tokio::net::UnixStream::from_std(stream)
+}
+
+/// `banklease __guard`'s command line.
+#[derive(Debug)]
+pub struct Args {
+    /// The supervisor's pid.
+    pub parent: i32,
+    /// The first deadline, in ns on [`boottime`].
+    pub deadline_ns: u64,
+    pub kill_after: Duration,
+    /// The abstract socket's name.
+    pub socket: String,
+    /// COMMAND's cgroup, if it has one.
+    pub cgroup: Option<PathBuf>,
+    pub argv: Vec<OsString>,
+}
+
+/// `banklease __guard` (hidden), leading COMMAND's process group and the child subreaper of
+/// its tree: start COMMAND (through `__exec`), reap the tree and say when COMMAND exited;
+/// stop the tree at the deadline (the last one read from the socket); kill it at once when the
+/// supervisor is gone (its socket closed, or no longer this process's parent).
+pub async fn run(args: Args, clock: &SharedClock) -> crate::Outcome {
+    // The tree's forwarded signals are COMMAND's, not ours; nor is a ^Z (the switch must keep
+    // counting while COMMAND is stopped), nor what a script sends its own group
+    // (`kill -USR1 0`).
+    let (Ok(_signals), Ok(_ignored), Ok(mut children)) = (
+        Signals::new(),
+        ignore_others(),
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()),
+    ) else {
+        // Unarmed: COMMAND is not started.
         return crate::Outcome::Exit(EXIT_HOLD_LOST);
     };
-    let group = rustix::process::getpgrp();
-    let mut told = Told::Deadline(Duration::from_nanos(deadline_ns));
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    let armed = deadline_armed();
-    if say(ARMED).is_err() {
+    let me = rustix::process::getpid();
+    if rustix::process::set_child_subreaper(Some(me)).is_err() {
         return crate::Outcome::Exit(EXIT_HOLD_LOST);
     }
-    loop {
-        let parent_now = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
-        if parent_now != parent {
-            send(group, Signal::KILL);
+    let Ok(stream) = connect(&args.socket) else {
+        return crate::Outcome::Exit(EXIT_HOLD_LOST);
+    };
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    let cgroup = args.cgroup.clone().map(Cgroup::at);
+    let tree = Tree::new(me.as_raw_nonzero().get().unsigned_abs(), cgroup.clone());
+    let mut guard = Guarding {
+        tree,
+        cgroup,
+        kill_after: args.kill_after,
+        told: Told::Deadline(Duration::from_nanos(args.deadline_ns)),
+        armed: deadline_armed(),
+        fired: false,
+        kill_at: None,
+        command: None,
+    };
+    if say(&mut write, ARMED).await.is_err() {
+        return crate::Outcome::Exit(EXIT_HOLD_LOST);
+    }
+    match start_command(&args) {
+        Ok(pid) => {
+            guard.command = Some(pid);
+            if say(&mut write, &format!("{STARTED} {pid}")).await.is_err() {
+                return guard.supervisor_gone(clock).await;
+            }
+        }
+        Err(e) => {
+            let _ = say(&mut write, &format!("{FAILED} {e:#}")).await;
             return crate::Outcome::Exit(EXIT_HOLD_LOST);
         }
-        let (Told::Deadline(deadline) | Told::Termed(deadline)) = told;
-        if armed && boottime() >= deadline {
-            let termed = matches!(told, Told::Termed(_));
-            return fire(group, deadline, kill_after, termed, clock).await;
+    }
+    loop {
+        for said in guard.reap() {
+            if say(&mut write, &said).await.is_err() {
+                return guard.supervisor_gone(clock).await;
+            }
+        }
+        let parent_now = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
+        if parent_now != args.parent {
+            return guard.supervisor_gone(clock).await;
+        }
+        if guard.due() && say(&mut write, FIRED).await.is_err() {
+            return guard.supervisor_gone(clock).await;
         }
         tokio::select! {
             line = lines.next_line() => match line {
-                Ok(Some(line)) => {
-                    told = match (told, Told::parse(&line)) {
-                        // Never later than the deadline already proved: the kill stays
-                        // inside the holds.
-                        (Told::Deadline(d), Some(Told::Termed(at))) => Told::Termed(d.min(at)),
-                        (Told::Deadline(_), Some(next)) => next,
-                        // After `termed`, nothing moves the kill.
-                        (told, _) => told,
-                    };
-                }
-                // The supervisor is gone (its end of the pipe closed with it).
-                Ok(None) | Err(_) => {
-                    send(group, Signal::KILL);
-                    return crate::Outcome::Exit(EXIT_HOLD_LOST);
-                }
+                Ok(Some(line)) => guard.heard(&line),
+                // The supervisor is gone (its end of the socket closed with it).
+                Ok(None) | Err(_) => return guard.supervisor_gone(clock).await,
             },
+            _ = children.recv() => {}
             () = clock.sleep(GUARD_POLL) => {}
         }
     }
 }
 
-/// One line to the supervisor.
-fn say(what: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{what}").and_then(|()| out.flush())
+/// Start COMMAND as `__exec` (this binary), in the guard's process group, with the guard's
+/// stdin, stdout and stderr (the supervisor's); its pid.
+fn start_command(args: &Args) -> Result<u32> {
+    use std::os::unix::process::CommandExt as _;
+    let me = std::path::Path::new("/proc/self/exe");
+    let mut command = std::process::Command::new(me);
+    command
+        .args(["__exec", "--parent"])
+        .arg(std::process::id().to_string());
+    if let Some(dir) = &args.cgroup {
+        command.arg("--cgroup").arg(dir);
+    }
+    let child = command
+        .arg("--")
+        .args(&args.argv)
+        .process_group(rustix::process::getpgrp().as_raw_nonzero().get())
+        .spawn()
+        .context("cannot start COMMAND")?;
+    // Reaped by `Guarding::reap`, as every process of the tree.
+    Ok(child.id())
 }
 
-/// The deadline passed: say so, SIGTERM the group (unless the supervisor did: `termed`),
-/// SIGKILL it `kill_after` after the deadline (this guard goes with it) — at once when that is
-/// past already (this guard ran late: it was stopped with the group, or the host was busy). A
-/// stopped COMMAND is not continued: SIGKILL ends it where it stands.
-async fn fire(
-    group: Pid,
-    deadline: Duration,
+/// The guard's state.
+struct Guarding {
+    tree: Tree,
+    cgroup: Option<Cgroup>,
     kill_after: Duration,
-    termed: bool,
-    clock: &SharedClock,
-) -> crate::Outcome {
-    let _ = say(FIRED);
-    let kill_at = deadline + kill_after;
-    if boottime() < kill_at {
-        if !termed {
-            send(group, Signal::TERM);
+    told: Told,
+    armed: bool,
+    fired: bool,
+    /// When the tree gets SIGKILL, once it was told SIGTERM.
+    kill_at: Option<Duration>,
+    /// COMMAND's pid, until it is reaped.
+    command: Option<u32>,
+}
+
+impl Guarding {
+    /// A line from the supervisor.
+    fn heard(&mut self, line: &str) {
+        if self.fired {
+            return;
         }
-        while boottime() < kill_at {
-            clock
-                .sleep(GUARD_POLL.min(kill_at.saturating_sub(boottime())))
-                .await;
-        }
+        self.told = match (self.told, Told::parse(line)) {
+            // Never later than the deadline already proved: the kill stays inside the holds.
+            (Told::Deadline(d), Some(Told::Termed(at))) => Told::Termed(d.min(at)),
+            (Told::Deadline(_), Some(next)) => next,
+            // After `termed`, nothing moves the kill.
+            (told, _) => told,
+        };
     }
-    send(group, Signal::KILL);
-    crate::Outcome::Exit(EXIT_HOLD_LOST)
+
+    /// Act on the deadline: at it, SIGTERM the tree (unless the supervisor did: `termed`) and
+    /// set the SIGKILL `kill_after` after it — at once when that is past already (this guard
+    /// ran late: the host was busy). A stopped tree is not continued: SIGKILL ends it where it
+    /// stands. True when it just fired (to be said).
+    fn due(&mut self) -> bool {
+        let now = boottime();
+        let mut fired_now = false;
+        let (Told::Deadline(deadline) | Told::Termed(deadline)) = self.told;
+        if self.armed && !self.fired && now >= deadline {
+            self.fired = true;
+            fired_now = true;
+            let kill_at = deadline + self.kill_after;
+            if now < kill_at && !matches!(self.told, Told::Termed(_)) {
+                self.tree.signal(Signal::TERM);
+            }
+            self.kill_at = Some(kill_at);
+        }
+        if self.kill_at.is_some_and(|at| now >= at) {
+            self.tree.kill();
+            self.kill_at = None;
+        }
+        fired_now
+    }
+
+    /// Reap every child that exited (the tree's orphans come to the guard); what to say of
+    /// COMMAND's exit.
+    fn reap(&mut self) -> Vec<String> {
+        let mut said = Vec::new();
+        while let Ok(Some((pid, status))) = rustix::process::wait(WaitOptions::NOHANG) {
+            let pid = pid.as_raw_nonzero().get().unsigned_abs();
+            if Some(pid) == self.command {
+                self.command = None;
+                said.push(format!("{EXITED} {}", status.as_raw()));
+            }
+        }
+        said
+    }
+
+    /// The supervisor is gone: kill the whole tree, reap it, remove its cgroup, and exit.
+    async fn supervisor_gone(mut self, clock: &SharedClock) -> crate::Outcome {
+        for _ in 0..GONE_ROUNDS {
+            self.tree.kill();
+            self.reap();
+            if self.tree.members().is_empty() {
+                break;
+            }
+            clock.sleep(Duration::from_millis(10)).await;
+        }
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.remove();
+        }
+        crate::Outcome::Exit(EXIT_HOLD_LOST)
+    }
+}
+
+/// One line to the supervisor.
+async fn say(to: &mut OwnedWriteHalf, what: &str) -> std::io::Result<()> {
+    to.write_all(format!("{what}\n").as_bytes()).await
 }
 
 /// The signals taken over besides [`Signals`]': job control's (their default stops the

@@ -1,19 +1,31 @@
-//! COMMAND under a hold: start it in a process group of its own, forward signals to the group,
-//! and stop it (SIGTERM, then SIGKILL) when the hold it runs under stops being valid.
+//! COMMAND under a hold: start it, forward signals to it, and stop it (SIGTERM, then SIGKILL)
+//! when the hold it runs under stops being valid.
 //!
-//! Shared by `banklease run` (an owner lease) and `banklease lock run` (a named lock): the two
-//! differ only in what they hold, given to [`watch`] as the future that completes when the hold
-//! can no longer be proved and as the [`Proof`] the guard and job control use.
+//! Shared by `banklease run` (an owner lease), `run --lock` and `banklease lock run` (a named
+//! lock): they differ only in what they hold, given to [`watch`] as the future that completes
+//! when the hold can no longer be proved and as the [`Proof`] the guard and job control use.
 //!
-//! Job control: a ^Z (SIGTSTP) to the supervisor stops COMMAND's group and then the supervisor;
-//! continued (SIGCONT, `fg`), the supervisor re-proves every hold with a request sent then,
-//! *before* it continues COMMAND, and when it cannot, kills the stopped group and exits 75.
+//! Under a lock, COMMAND is guarded ([`guard`]) and every stop reaches its whole process tree
+//! ([`tree`]): what leaves the process group (`timeout`, `setsid`, daemons) is stopped with it,
+//! and what COMMAND leaves running when it exits is stopped before the lock is released.
+//! Unguarded (`run` without `--lock`), COMMAND leads a process group of its own.
+//!
+//! Job control: a ^Z (SIGTSTP) to the supervisor stops COMMAND's tree (frozen, or SIGSTOPped)
+//! and then the supervisor; continued (SIGCONT, `fg`), the supervisor re-proves every hold with
+//! a request sent then, *before* it continues COMMAND, and when it cannot, kills the stopped
+//! tree and exits 75.
 
+mod exec;
 mod guard;
 mod proof;
+mod tree;
 
-pub use guard::run as guard;
+pub use exec::run as exec;
+pub use guard::{run as guard, Args as GuardArgs};
 pub use proof::Proof;
+pub use tree::Cgroup;
+
+use tree::Tree;
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -88,58 +100,180 @@ impl Signals {
     }
 }
 
-/// COMMAND, and the guard that stops its group when the supervisor can no longer.
+/// COMMAND as the supervisor reaches it.
 #[derive(Debug)]
 pub struct Running {
-    child: tokio::process::Child,
-    guard: Option<guard::Guard>,
-    /// COMMAND's process group: the guard's pid when guarded (it leads the group), else
-    /// COMMAND's.
-    group: Pid,
+    inner: Inner,
+}
+
+#[derive(Debug)]
+enum Inner {
+    /// Unguarded (`run` without `--lock`): COMMAND is the supervisor's child, leading a
+    /// process group of its own, and the agent's refusals fence its writes.
+    Plain {
+        child: tokio::process::Child,
+        group: Pid,
+    },
+    /// Guarded: COMMAND is the guard's child, and its tree the guard's descendants (and its
+    /// cgroup's processes).
+    Guarded {
+        guard: guard::Guard,
+        tree: Tree,
+        command: u32,
+    },
+}
+
+/// What became of COMMAND.
+enum Event {
+    Exited(ExitStatus),
+    /// COMMAND cannot be waited for (unguarded only).
+    WaitFailed(std::io::Error),
+    /// The guard began stopping the tree at its deadline.
+    Fired,
+    /// The guard is gone: COMMAND died with it.
+    GuardGone,
 }
 
 impl Running {
-    /// COMMAND's process group and COMMAND's pid (`None` once COMMAND was waited for).
+    /// COMMAND's process group and COMMAND's pid, for a lock's binding to its processes.
     pub fn ids(&self) -> Option<(u32, u32)> {
-        let group = self.group.as_raw_nonzero().get().unsigned_abs();
-        Some((group, self.child.id()?))
+        match &self.inner {
+            Inner::Plain { child, group } => {
+                Some((group.as_raw_nonzero().get().unsigned_abs(), child.id()?))
+            }
+            Inner::Guarded { guard, command, .. } => Some((guard.pid(), *command)),
+        }
     }
 
-    /// After COMMAND's hold was released: stop the guard. Until then it has kept its last
-    /// deadline for what COMMAND left running in the background (the group outlives its leader);
-    /// dropped without this, it sees its stdin close and kills the whole group.
-    pub async fn finish(mut self) {
-        if let Some(guard) = self.guard.take() {
-            guard.stop().await;
+    /// COMMAND's cgroup, when its tree is held by one.
+    pub fn cgroup(&self) -> Option<&Cgroup> {
+        match &self.inner {
+            Inner::Guarded { tree, .. } => tree.cgroup(),
+            Inner::Plain { .. } => None,
         }
+    }
+
+    /// What holds COMMAND's tree, in words (`--verbose`, `-v`).
+    pub fn held_by(&self) -> String {
+        match &self.inner {
+            Inner::Guarded { tree, .. } => tree.describe(),
+            Inner::Plain { .. } => "its process group".to_owned(),
+        }
+    }
+
+    /// After COMMAND's hold was released: stop the guard and remove the tree's cgroup. Until
+    /// then the guard has kept its last deadline.
+    pub async fn finish(self) {
+        if let Inner::Guarded { guard, tree, .. } = self.inner {
+            guard.stop().await;
+            if let Some(cgroup) = tree.cgroup() {
+                cgroup.remove();
+            }
+        }
+    }
+
+    async fn next(&mut self) -> Event {
+        match &mut self.inner {
+            Inner::Plain { child, .. } => match child.wait().await {
+                Ok(status) => Event::Exited(status),
+                Err(e) => Event::WaitFailed(e),
+            },
+            Inner::Guarded { guard, .. } => match guard.heard().await {
+                guard::Heard::Exited(status) => Event::Exited(status),
+                guard::Heard::Fired => Event::Fired,
+                guard::Heard::Gone => Event::GuardGone,
+            },
+        }
+    }
+
+    /// `signal` to COMMAND: its whole tree when guarded, else its group.
+    fn signal(&self, signal: Signal) {
+        match &self.inner {
+            Inner::Plain { group, .. } => send(*group, signal),
+            Inner::Guarded { tree, .. } => tree.signal(signal),
+        }
+    }
+
+    fn kill(&self) {
+        self.signal(Signal::KILL);
+    }
+
+    /// Job control: stop COMMAND (its whole tree: frozen, or SIGSTOPped) or continue it.
+    fn pause(&self, on: bool) {
+        match (&self.inner, on) {
+            (Inner::Plain { group, .. }, true) => send(*group, Signal::TSTP),
+            (Inner::Plain { group, .. }, false) => send(*group, Signal::CONT),
+            (Inner::Guarded { tree, .. }, true) => tree.pause(),
+            (Inner::Guarded { tree, .. }, false) => tree.resume(),
+        }
+    }
+
+    fn guard(&self) -> Option<&guard::Guard> {
+        match &self.inner {
+            Inner::Guarded { guard, .. } => Some(guard),
+            Inner::Plain { .. } => None,
+        }
+    }
+
+    /// The live processes left of COMMAND's tree (none tracked when unguarded).
+    fn left(&self) -> Vec<u32> {
+        match &self.inner {
+            Inner::Guarded { tree, .. } => tree.members(),
+            Inner::Plain { .. } => Vec::new(),
+        }
+    }
+
+    /// After the guard died: its orphans came to this process (a subreaper too); kill every
+    /// descendant and the cgroup, and take COMMAND's status if it can be had.
+    fn kill_orphans(&self) -> ExitStatus {
+        let killed = ExitStatus::from_raw(Signal::KILL.as_raw());
+        let Inner::Guarded { tree, command, .. } = &self.inner else {
+            return killed;
+        };
+        let me = rustix::process::getpid()
+            .as_raw_nonzero()
+            .get()
+            .unsigned_abs();
+        Tree::new(me, tree.cgroup().cloned()).kill();
+        let Some(pid) = i32::try_from(*command).ok().and_then(Pid::from_raw) else {
+            return killed;
+        };
+        for _ in 0..REAP_ROUNDS {
+            match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG) {
+                Ok(Some((_, status))) => return ExitStatus::from_raw(status.as_raw()),
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                Err(_) => break,
+            }
+        }
+        killed
     }
 }
 
-/// Start COMMAND (`argv`) with `env` added, in a process group of its own; on failure, the exit
-/// status to use (127 not found, 126 cannot be executed, 75 nothing left of the hold, 125
-/// otherwise) and why.
+/// Rounds (10 ms apart) spent on reaping COMMAND after its guard died.
+const REAP_ROUNDS: usize = 100;
+
+/// Start COMMAND (`argv`) with `env` added; on failure, the exit status to use (127 not found,
+/// 126 cannot be executed, 75 nothing left of the hold, 125 otherwise) and why.
 ///
 /// With `guarded` (the proof COMMAND runs under, and `kill_after`), the guard (`banklease
-/// __guard`, this binary; see [`guard`]) is started first, leading a new process group, and
-/// COMMAND joins that group only once the guard says it is armed: no instant in which COMMAND
-/// runs unguarded, nor one in which a signal forwarded to the group finds the guard without its
-/// handlers. COMMAND is not started at all when its holds prove no time left.
+/// __guard`, this binary; see [`guard`]) is started, leading a new process group, and starts
+/// COMMAND itself once armed: no instant in which COMMAND runs unguarded, nor one in which a
+/// signal finds the guard without its handlers. COMMAND is not started at all when its holds
+/// prove no time left. Without, COMMAND leads a process group of its own.
 pub async fn spawn(
     argv: &[OsString],
     env: &[(&str, OsString)],
     guarded: Option<(&Proof, Duration)>,
 ) -> Result<Running, (u8, anyhow::Error)> {
     let Some((proof, kill_after)) = guarded else {
-        let child = spawn_command(argv, env, 0)?;
+        let child = spawn_command(argv, env)?;
         let group = child
             .id()
             .and_then(|p| Pid::from_raw(i32::try_from(p).ok()?))
             .context("COMMAND exited before it could be watched")
             .map_err(|e| (EXIT_RUN_FAILED, e))?;
         return Ok(Running {
-            child,
-            guard: None,
-            group,
+            inner: Inner::Plain { child, group },
         });
     };
     if proof.left().is_zero() {
@@ -154,88 +288,92 @@ pub async fn spawn(
         ));
     }
     let failed = |e: anyhow::Error| (EXIT_RUN_FAILED, e);
-    let mut guard = guard::Guard::spawn(|| proof.left(), kill_after).map_err(failed)?;
-    if let Err(e) = guard.armed().await {
-        guard.stop().await;
-        return Err(failed(e));
+    let cgroup = Cgroup::for_command().map_err(failed)?;
+    // Should the guard die, the tree's orphans come here, where they can still be killed.
+    let me = rustix::process::getpid();
+    if let Err(e) = rustix::process::set_child_subreaper(Some(me)) {
+        tracing::debug!(error = %e, "cannot be the child subreaper of the guard's orphans");
     }
-    let group = guard.group();
-    match spawn_command(argv, env, group.as_raw_nonzero().get()) {
-        Ok(child) => Ok(Running {
-            child,
-            guard: Some(guard),
-            group,
-        }),
+    let spawned = guard::Guard::spawn(
+        || proof.left(),
+        guard::Spawn {
+            argv,
+            env,
+            cgroup: cgroup.as_ref(),
+            kill_after,
+        },
+    )
+    .await;
+    let mut guard = match spawned {
+        Ok(guard) => guard,
+        Err(e) => {
+            if let Some(c) = &cgroup {
+                c.remove();
+            }
+            return Err(failed(e));
+        }
+    };
+    let tree = Tree::new(guard.pid(), cgroup);
+    match guard.started().await {
+        Ok(command) => {
+            tracing::info!(held_by = %tree.describe(), command, "COMMAND started");
+            Ok(Running {
+                inner: Inner::Guarded {
+                    guard,
+                    tree,
+                    command,
+                },
+            })
+        }
         Err(e) => {
             guard.stop().await;
-            Err(e)
+            if let Some(c) = tree.cgroup() {
+                c.remove();
+            }
+            Err(failed(e))
         }
     }
 }
 
-/// COMMAND in process group `group` (0: a new one it leads).
+/// COMMAND leading a new process group, as the supervisor's child.
 fn spawn_command(
     argv: &[OsString],
     env: &[(&str, OsString)],
-    group: i32,
 ) -> Result<tokio::process::Child, (u8, anyhow::Error)> {
     let (program, rest) = argv.split_first().expect("clap requires COMMAND");
     let mut command = tokio::process::Command::new(program);
     command
         .args(rest)
         .envs(env.iter().map(|(k, v)| (k, v)))
-        // A group of its own (with its guard): signals reach every process of a shell
-        // pipeline, and a terminal's ^C reaches COMMAND once (forwarded), not twice.
-        .process_group(group);
+        // A group of its own: signals reach every process of a shell pipeline, and a
+        // terminal's ^C reaches COMMAND once (forwarded), not twice.
+        .process_group(0);
     let spawned = match command.spawn() {
         // No `#!` line: run it with /bin/sh, as execvp(3) and flock(1) do.
         Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOEXEC.raw_os_error()) => {
-            let script = resolve(program).unwrap_or_else(|| program.into());
+            let script = exec::resolve(program).unwrap_or_else(|| program.into());
             let mut sh = tokio::process::Command::new("/bin/sh");
             sh.arg(script)
                 .args(rest)
                 .envs(env.iter().map(|(k, v)| (k, v)))
-                .process_group(group);
+                .process_group(0);
             sh.spawn()
         }
         spawned => spawned,
     };
-    spawned.map_err(|e| {
-        let code = match e.kind() {
-            std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
-            std::io::ErrorKind::PermissionDenied => EXIT_CANNOT_EXECUTE,
-            _ => EXIT_RUN_FAILED,
-        };
-        let shown = program.to_string_lossy();
-        (
-            code,
-            anyhow::Error::new(e).context(format!("cannot start COMMAND=`{shown}`")),
-        )
-    })
-}
-
-/// Where `program` is: itself when it names a path, else the first executable file of that
-/// name in `PATH` (the search the failed exec made).
-fn resolve(program: &std::ffi::OsStr) -> Option<std::path::PathBuf> {
-    use std::os::unix::fs::PermissionsExt as _;
-    if program.as_encoded_bytes().contains(&b'/') {
-        return Some(program.into());
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|candidate| {
-            std::fs::metadata(candidate)
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+    spawned.map_err(|e| exec::cannot_start(program, e))
 }
 
 /// How often the supervisor hands the guard the deadline its holds now prove.
 const PROVE_EVERY: Duration = Duration::from_millis(200);
+/// How often the supervisor looks whether what COMMAND left of its tree is gone.
+const TREE_POLL: Duration = Duration::from_millis(20);
 
-/// Wait for COMMAND; forward signals to its group; when `lost` completes (with the reason),
-/// send the group SIGTERM, then SIGKILL after `kill_after`. Keeps the guard's deadline moving
-/// with `proof`, and stops and continues COMMAND with this process (job control).
+/// Wait for COMMAND; forward signals to its tree; when `lost` completes (with the reason),
+/// send the tree SIGTERM, then SIGKILL after `kill_after`. Keeps the guard's deadline moving
+/// with `proof`, and stops and continues COMMAND's tree with this process (job control). When
+/// COMMAND exits on its own, what is left of its tree is stopped (SIGTERM, SIGKILL after
+/// `kill_after`) before this returns, and so before the hold is released.
 pub async fn watch(
     running: &mut Running,
     lost: impl Future<Output = String>,
@@ -244,12 +382,11 @@ pub async fn watch(
     signals: &mut Signals,
     kill_after: Duration,
 ) -> Result<Ended> {
-    let group = running.group;
     let jobs = match JobControl::new() {
         Ok(jobs) => jobs,
         Err(e) => {
             // Unwatched, COMMAND must not run on.
-            send(group, Signal::KILL);
+            running.kill();
             return Err(anyhow::Error::new(e)
                 .context("cannot install the job-control signal handlers; COMMAND was killed"));
         }
@@ -259,16 +396,7 @@ pub async fn watch(
         clock,
         kill_after,
     };
-    watched
-        .watch_child(
-            &mut running.child,
-            group,
-            running.guard.as_mut(),
-            lost,
-            signals,
-            jobs,
-        )
-        .await
+    watched.watch_child(running, lost, signals, jobs).await
 }
 
 /// SIGTSTP and SIGCONT, for job control.
@@ -299,9 +427,7 @@ const GUARD_FIRED: &str = "COMMAND outlived the deadline its supervisor last pro
 impl Watched<'_> {
     async fn watch_child(
         &self,
-        child: &mut tokio::process::Child,
-        group: Pid,
-        mut guard: Option<&mut guard::Guard>,
+        running: &mut Running,
         lost: impl Future<Output = String>,
         signals: &mut Signals,
         mut jobs: JobControl,
@@ -312,52 +438,60 @@ impl Watched<'_> {
         // On the holder's clock, which counts time the host was suspended; checked at least
         // once a second.
         let mut kill_at: Option<Instant> = None;
-        let mut guarded = guard.is_some();
+        let guarded = running.guard().is_some();
         loop {
             let kill_wait = kill_at.map(|at| {
                 at.saturating_duration_since(clock.now())
                     .min(Duration::from_secs(1))
             });
-            let heard = async {
-                match guard.as_deref_mut() {
-                    Some(g) => g.heard().await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
-                status = child.wait() => {
-                    let status = match status {
-                        Ok(s) => s,
-                        Err(e) => {
-                            // COMMAND cannot be watched: it must not run on without its hold.
-                            send(group, Signal::KILL);
-                            return Err(anyhow::Error::new(e).context("cannot wait for COMMAND; it was killed"));
-                        }
-                    };
-                    if stopping.is_none() {
-                        if let Some(g) = guard.as_deref_mut() {
-                            if g.settle().await {
-                                stopping = Some(GUARD_FIRED.to_owned());
+                event = running.next() => match event {
+                    Event::Exited(status) => {
+                        return Ok(match stopping {
+                            Some(reason) => {
+                                // What ignored SIGTERM goes too, before the hold can expire.
+                                self.end_tree(running, true).await;
+                                Ended::Stopped { status, reason }
                             }
+                            None => {
+                                self.end_tree(running, false).await;
+                                Ended::Exited(status)
+                            }
+                        });
+                    }
+                    Event::WaitFailed(e) => {
+                        // COMMAND cannot be watched: it must not run on without its hold.
+                        running.kill();
+                        return Err(anyhow::Error::new(e).context("cannot wait for COMMAND; it was killed"));
+                    }
+                    Event::GuardGone => {
+                        let status = running.kill_orphans();
+                        let reason = stopping.unwrap_or_else(|| {
+                            "the guard of COMMAND's tree exited".to_owned()
+                        });
+                        return Ok(Ended::Stopped { status, reason });
+                    }
+                    Event::Fired => {
+                        // The guard backing up our own SIGTERM: it kills at the same instant
+                        // we do, and COMMAND keeps its `kill_after` to finish.
+                        if kill_at.is_none() {
+                            // Past the deadline the guard fired at (this process may hear it
+                            // late), or with no switch left should this process be paused
+                            // next.
+                            running.kill();
+                        }
+                        if stopping.is_none() {
+                            stopping = Some(GUARD_FIRED.to_owned());
                         }
                     }
-                    return Ok(match stopping {
-                        Some(reason) => {
-                            // Members of its group that ignored SIGTERM go too, before the hold
-                            // can expire (the group outlives its leader while any member lives).
-                            send(group, Signal::KILL);
-                            Ended::Stopped { status, reason }
-                        }
-                        None => Ended::Exited(status),
-                    });
-                }
-                signal = signals.recv() => send(group, signal),
+                },
+                signal = signals.recv() => running.signal(signal),
                 Some(()) = jobs.tstp.recv() => {
-                    if let Err(reason) = self.suspend(group, guard.as_deref()).await {
+                    if let Err(reason) = self.suspend(running).await {
                         if stopping.is_none() {
                             // Stopped, and never continued without its hold: killed where it
                             // stands.
-                            send(group, Signal::KILL);
+                            running.kill();
                             stopping = Some(reason);
                         }
                     }
@@ -365,28 +499,8 @@ impl Watched<'_> {
                 // Continued after a stop not ours (SIGSTOP): the deadline moves only if the
                 // keepers renew again.
                 Some(()) = jobs.cont.recv() => {}
-                heard = heard, if guarded => {
-                    guarded = false;
-                    // The guard backing up our own SIGTERM: it kills at the same instant we
-                    // do, and COMMAND keeps its `kill_after` to finish.
-                    let backing_up = heard == guard::Heard::Fired && kill_at.is_some();
-                    if !backing_up {
-                        // Past the deadline the guard fired at (this process may hear it
-                        // late), or with no switch left should this process be paused next.
-                        send(group, Signal::KILL);
-                        kill_at = None;
-                    }
-                    if stopping.is_none() {
-                        stopping = Some(match heard {
-                            guard::Heard::Fired => GUARD_FIRED.to_owned(),
-                            guard::Heard::Gone => {
-                                "the guard of COMMAND's process group exited".to_owned()
-                            }
-                        });
-                    }
-                }
                 () = clock.sleep(PROVE_EVERY), if guarded && stopping.is_none() => {
-                    if let Some(g) = guard.as_deref() {
+                    if let Some(g) = running.guard() {
                         g.prove(|| self.proof.left());
                     }
                 }
@@ -396,8 +510,8 @@ impl Watched<'_> {
                         "the hold stopped being valid: stopping COMMAND (SIGTERM now, SIGKILL after kill_after)");
                     // The guard backs this up from now, should this process stop: it kills when
                     // we would, without a second SIGTERM.
-                    send(group, Signal::TERM);
-                    if let Some(g) = guard.as_deref() {
+                    running.signal(Signal::TERM);
+                    if let Some(g) = running.guard() {
                         g.termed();
                     }
                     kill_at = Some(clock.now() + self.kill_after);
@@ -406,7 +520,7 @@ impl Watched<'_> {
                 () = clock.sleep(kill_wait.unwrap_or_default()), if kill_wait.is_some() => {
                     if kill_at.is_some_and(|at| clock.now() >= at) {
                         tracing::info!("COMMAND outlived --kill-after: SIGKILL");
-                        send(group, Signal::KILL);
+                        running.kill();
                         kill_at = None;
                     }
                 }
@@ -414,10 +528,55 @@ impl Watched<'_> {
         }
     }
 
-    /// ^Z: stop COMMAND's group, then this process. Continued, re-prove every hold before
+    /// COMMAND exited: stop what is left of its tree — SIGKILL at once when the hold is being
+    /// stopped (`now`), else SIGTERM and SIGKILL after `kill_after`, said in one line — and
+    /// wait until none of it lives (bounded: a process that cannot die is not waited for
+    /// longer than [`TREE_GONE`] after its SIGKILL).
+    async fn end_tree(&self, running: &Running, now: bool) {
+        if now {
+            // Unguarded, the group is all that is known of the tree: killed unlooked.
+            running.kill();
+        }
+        let left = running.left();
+        if left.is_empty() {
+            return;
+        }
+        let clock = self.clock;
+        if !now {
+            let shown: Vec<String> = left.iter().take(5).map(u32::to_string).collect();
+            let more = if left.len() > 5 { ", …" } else { "" };
+            eprintln!(
+                "note: COMMAND exited, leaving {} process(es) of its tree running (pid {}{more}): \
+                 stopping them (SIGTERM, then SIGKILL after {}) before the lock is released",
+                left.len(),
+                shown.join(", "),
+                human(self.kill_after)
+            );
+            running.signal(Signal::TERM);
+            let until = clock.now() + self.kill_after;
+            while clock.now() < until && !running.left().is_empty() {
+                clock.sleep(TREE_POLL).await;
+            }
+        }
+        let until = clock.now() + TREE_GONE;
+        loop {
+            let left = running.left();
+            if left.is_empty() {
+                return;
+            }
+            if clock.now() >= until {
+                tracing::warn!(pids = ?left, "processes of COMMAND's tree did not die after SIGKILL");
+                return;
+            }
+            running.kill();
+            clock.sleep(TREE_POLL).await;
+        }
+    }
+
+    /// ^Z: stop COMMAND's tree, then this process. Continued, re-prove every hold before
     /// COMMAND continues; `Err(reason)` (COMMAND left stopped) when that fails.
-    async fn suspend(&self, group: Pid, guard: Option<&guard::Guard>) -> Result<(), String> {
-        send(group, Signal::TSTP);
+    async fn suspend(&self, running: &Running) -> Result<(), String> {
+        running.pause(true);
         // The guard keeps its deadline while we are stopped: it stops COMMAND if we are not
         // back in time.
         if let Err(e) = rustix::process::kill_process(rustix::process::getpid(), Signal::STOP) {
@@ -433,14 +592,17 @@ impl Watched<'_> {
                     None => Ok(()),
                 });
         if proved.is_ok() {
-            if let Some(g) = guard {
+            if let Some(g) = running.guard() {
                 g.prove(|| self.proof.left());
             }
-            send(group, Signal::CONT);
+            running.pause(false);
         }
         proved.map_err(|reason| format!("after a stop, {reason}"))
     }
 }
+
+/// How long what is left of COMMAND's tree is waited for after its SIGKILL.
+const TREE_GONE: Duration = Duration::from_secs(5);
 
 /// Completes, with the reason, when a hold (an owner lease, a named lock) can no longer be
 /// proved: Lost, released, or less than `margin` of it left on the holder's clock (send-time

@@ -74,19 +74,20 @@ impl Proof {
         self
     }
 
-    /// Bind every lock COMMAND runs under to this supervisor, to COMMAND (`command`) and to
-    /// its process group `group`, and renew each at once so that its record names them: a
-    /// waiter on this host then takes the lock as soon as the kernel proves them all gone, not
-    /// at its expiry ([`Lock::bind_to_processes`]). A renewal that fails here is the
-    /// heartbeat's to retry. `lock run` only: `run --lock`'s agent writes checkpoints from the
-    /// supervisor, and a write sent before it died may still land (it drains them before it
-    /// releases), so its lock runs out instead.
-    pub fn bind_locks(&self, group: u32, command: u32) {
+    /// Bind every lock COMMAND runs under to this supervisor, to COMMAND (`command`), to its
+    /// process group `group` and to the cgroup that holds its tree, if any, and renew each at
+    /// once so that its record names them: a waiter on this host then takes the lock as soon
+    /// as the kernel proves them all gone, not at its expiry, and not after it while the tree
+    /// runs ([`Lock::bind_to_processes`]). A renewal that fails here is the heartbeat's to
+    /// retry. `lock run` only: `run --lock`'s agent writes checkpoints from the supervisor, and
+    /// a write sent before it died may still land (it drains them before it releases), so its
+    /// lock runs out instead.
+    pub fn bind_locks(&self, group: u32, command: u32, cgroup: Option<&std::path::Path>) {
         for hold in &self.holds {
             let Hold::Lock { lock, .. } = hold else {
                 continue;
             };
-            if lock.bind_to_processes(group, command) {
+            if lock.bind_to_processes(group, command, cgroup) {
                 let lock = lock.clone();
                 tokio::spawn(async move {
                     if let Err(e) = lock.heartbeat().await {

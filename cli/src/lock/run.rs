@@ -124,14 +124,9 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     match (&outcome, outcome.refusal()) {
         (hold::Outcome::Unavailable { .. }, Some(_)) if !args.say_why => {}
         (_, Some(line)) => eprintln!("error: {line}; COMMAND was not run"),
-        (hold::Outcome::Held(held), None) if args.say_why => eprintln!(
-            "note: acquired key=`{}` token={} after {}; running COMMAND",
-            held.lock().full_key(),
-            held.token(),
-            human(ctx.clock.now().saturating_duration_since(started))
-        ),
         _ => {}
     }
+    let took = ctx.clock.now().saturating_duration_since(started);
     if let (
         true,
         hold::Outcome::Unavailable {
@@ -152,6 +147,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         }
     };
     let full_key = held.lock().full_key();
+    let token = held.token();
     tracing::info!(key = %full_key, owner = held.lock().owner(), token = held.token(), "lock acquired");
     let mut env = held.env();
     env.push((crate::agent::api::BANK_ENV, ctx.bank.label().into()));
@@ -160,9 +156,18 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
 
     let mut child = match child::spawn(&args.argv(), &env, Some((&proof, kill_after))).await {
         Ok(child) => {
+            if args.say_why {
+                eprintln!(
+                    "note: acquired key=`{full_key}` token={} after {}; running COMMAND, its \
+                     tree held by {}",
+                    token,
+                    human(took),
+                    child.held_by()
+                );
+            }
             if !args.no_same_host_handoff {
                 if let Some((group, command)) = child.ids() {
-                    proof.bind_locks(group, command);
+                    proof.bind_locks(group, command, child.cgroup().map(|c| c.dir()));
                 }
             }
             child

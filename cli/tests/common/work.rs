@@ -36,6 +36,14 @@ impl Env {
         env
     }
 
+    /// The value this env gives variable `name`, if it sets it.
+    pub fn var(&self, name: &str) -> Option<&str> {
+        self.vars
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
     pub fn work(&self) -> PathBuf {
         self.dir.path().to_owned()
     }

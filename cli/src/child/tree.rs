@@ -1,0 +1,443 @@
+//! COMMAND's whole process tree, wherever its processes move.
+//!
+//! A supervisor that signals only COMMAND's process group misses what leaves it: `timeout`
+//! calls `setpgid`, `setsid` starts a session, a daemon double-forks, `nohup … &` outlives its
+//! parent. Two holds keep the tree within reach:
+//! - the guard (COMMAND's parent) is the tree's **child subreaper**: a process of the tree that
+//!   loses its parent is re-parented to the guard, not to init, so the tree is always the
+//!   guard's descendants, whatever group or session they moved to;
+//! - where the host delegates a cgroup v2 (one this user may create and move processes into),
+//!   COMMAND runs in a **cgroup of its own**: it is frozen and killed atomically, and it still
+//!   names the tree after supervisor and guard both died (a same-host waiter reads it:
+//!   [`banklease::lock::ProcessBinding`]).
+//!
+//! `BANKLEASE_TREE=subreaper` uses the subreaper alone; `BANKLEASE_TREE=cgroup` refuses to run
+//! without a cgroup.
+//!
+//! Invariant: **a stop reaches every process of the tree, race-free against forks.** The tree
+//! is frozen first (the cgroup's `cgroup.freeze`; without one, SIGSTOP to every member, again
+//! until a walk finds no new one: a process with SIGSTOP pending cannot complete a fork), then
+//! signalled, then thawed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use rustix::process::{Pid, Signal};
+
+/// The variable that chooses how the tree is held: `auto` (default), `cgroup`, `subreaper`.
+pub const TREE_ENV: &str = "BANKLEASE_TREE";
+/// Walks of the tree while stopping it by signals before giving up on new forks.
+const FREEZE_ROUNDS: usize = 200;
+/// How long a freeze of the cgroup is waited for (a process in an uninterruptible sleep
+/// freezes when it wakes).
+const FREEZE_WAIT: Duration = Duration::from_secs(1);
+/// What banklease names its cgroups (`banklease-<pid>-<nonce>`).
+const PREFIX: &str = "banklease-";
+
+/// A cgroup v2 that holds COMMAND's tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cgroup {
+    dir: PathBuf,
+}
+
+impl Cgroup {
+    /// A new cgroup for COMMAND below this process's own, as `BANKLEASE_TREE` asks: `None` for
+    /// the subreaper alone (asked, or `auto` on a host that delegates no cgroup v2 to this
+    /// user); an error when `cgroup` was asked and none can be made.
+    pub fn for_command() -> Result<Option<Cgroup>> {
+        let asked = std::env::var(TREE_ENV).unwrap_or_default();
+        match asked.as_str() {
+            "" | "auto" => Ok(Self::create().map_err(|e| {
+                tracing::debug!(error = %format!("{e:#}"), "no cgroup for COMMAND's tree; the guard holds it as child subreaper");
+            }).ok()),
+            "cgroup" => Self::create()
+                .map(Some)
+                .context("cannot make a cgroup for COMMAND's tree (BANKLEASE_TREE=cgroup)"),
+            "subreaper" => Ok(None),
+            other => bail!(
+                "{TREE_ENV}=`{other}` is not one of `auto`, `cgroup`, `subreaper`; unset it or \
+                 pick one"
+            ),
+        }
+    }
+
+    fn create() -> Result<Cgroup> {
+        let parent = own_cgroup_dir().context("no cgroup v2 of this process is mounted")?;
+        sweep(&parent);
+        let dir = parent.join(format!(
+            "{PREFIX}{}-{:08x}",
+            std::process::id(),
+            nonce() as u32
+        ));
+        std::fs::create_dir(&dir)
+            .with_context(|| format!("cannot create cgroup=`{}`", dir.display()))?;
+        let cgroup = Cgroup { dir };
+        // Moving a process needs write access to the cgroup.procs of both ends.
+        for procs in [parent.join("cgroup.procs"), cgroup.file("cgroup.procs")] {
+            if let Err(e) = std::fs::OpenOptions::new().write(true).open(&procs) {
+                cgroup.remove();
+                return Err(anyhow::Error::new(e)
+                    .context(format!("cannot move processes: `{}`", procs.display())));
+            }
+        }
+        Ok(cgroup)
+    }
+
+    /// The cgroup at `dir` (as made by [`Cgroup::for_command`]).
+    pub fn at(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Move the calling process into the cgroup.
+    pub fn join(&self) -> Result<()> {
+        let procs = self.file("cgroup.procs");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&procs)
+            .and_then(|mut f| f.write_all(b"0\n"))
+            .with_context(|| format!("cannot join cgroup=`{}`", self.dir.display()))
+    }
+
+    /// The processes in it; `None` when it cannot be read.
+    fn procs(&self) -> Option<Vec<u32>> {
+        let text = std::fs::read_to_string(self.file("cgroup.procs")).ok()?;
+        Some(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+    }
+
+    /// Freeze (or thaw) it; with `on`, wait (at most [`FREEZE_WAIT`]) until the kernel says
+    /// every process is frozen. `false` when the freezer cannot be used.
+    fn freeze(&self, on: bool) -> bool {
+        let value: &[u8] = if on { b"1" } else { b"0" };
+        if std::fs::write(self.file("cgroup.freeze"), value).is_err() {
+            return false;
+        }
+        if !on {
+            return true;
+        }
+        let rounds = FREEZE_WAIT.as_millis();
+        for _ in 0..rounds {
+            let events = std::fs::read_to_string(self.file("cgroup.events")).unwrap_or_default();
+            if events.lines().any(|l| l.trim() == "frozen 1") {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
+    /// SIGKILL every process in it at once (`cgroup.kill`, Linux 5.14), else one by one while
+    /// frozen.
+    fn kill(&self) {
+        if std::fs::write(self.file("cgroup.kill"), b"1").is_ok() {
+            return;
+        }
+        let frozen = self.freeze(true);
+        for pid in self.procs().unwrap_or_default() {
+            send(pid, Signal::KILL);
+        }
+        if frozen {
+            self.freeze(false);
+        }
+    }
+
+    /// Remove it once empty (best effort: a cgroup with processes stays, and is swept by the
+    /// next `lock run` once they are gone).
+    pub fn remove(&self) {
+        if let Err(e) = std::fs::remove_dir(&self.dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::debug!(cgroup = %self.dir.display(), error = %e, "cgroup not removed");
+            }
+        }
+    }
+}
+
+/// Remove the empty cgroups that earlier supervisors, killed before they could, left in
+/// `parent`: only those whose supervisor (the pid in the name) is gone, as a live one's cgroup
+/// is empty until its COMMAND joins it.
+fn sweep(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+            .and_then(Pid::from_raw)
+        else {
+            continue;
+        };
+        if rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH) {
+            // Fails, harmlessly, while processes are in it.
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
+}
+
+/// A random number, without a generator of our own: std's per-process random hash keys.
+pub(super) fn nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// This process's cgroup v2 directory: its path in `/proc/self/cgroup` (`0::/path`) below the
+/// cgroup2 mount that takes effect (the last in `/proc/self/mountinfo`).
+fn own_cgroup_dir() -> Option<PathBuf> {
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?.trim();
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // `ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - TYPE SOURCE SUPER_OPTIONS`
+    let (root, point) = info
+        .lines()
+        .filter_map(|line| {
+            let (head, tail) = line.split_once(" - ")?;
+            (tail.split(' ').next()? == "cgroup2").then_some(())?;
+            let mut fields = head.split(' ');
+            Some((fields.nth(3)?.to_owned(), fields.next()?.to_owned()))
+        })
+        .next_back()?;
+    // Escaped names (`\040`) are not worth the doubt.
+    if root.contains('\\') || point.contains('\\') || path.contains('\\') {
+        return None;
+    }
+    let below = if root == "/" {
+        path
+    } else {
+        path.strip_prefix(root.as_str())?
+    };
+    let dir = Path::new(&point).join(below.trim_start_matches('/'));
+    dir.is_dir().then_some(dir)
+}
+
+/// COMMAND's tree: the descendants of `root` (the guard, its subreaper; or, once the guard is
+/// gone, the supervisor), and the processes of its cgroup.
+#[derive(Debug, Clone)]
+pub struct Tree {
+    root: u32,
+    cgroup: Option<Cgroup>,
+}
+
+impl Tree {
+    pub fn new(root: u32, cgroup: Option<Cgroup>) -> Self {
+        Self { root, cgroup }
+    }
+
+    pub fn cgroup(&self) -> Option<&Cgroup> {
+        self.cgroup.as_ref()
+    }
+
+    /// What holds the tree, for `--verbose`, `-v` and `--help`.
+    pub fn describe(&self) -> String {
+        match &self.cgroup {
+            Some(c) => format!(
+                "cgroup `{}` and the guard as child subreaper",
+                c.dir().display()
+            ),
+            None => "the guard as child subreaper (no cgroup)".to_owned(),
+        }
+    }
+
+    /// The live processes of the tree, the root excluded (a dead zombie is not live).
+    pub fn members(&self) -> Vec<u32> {
+        let mut live: BTreeSet<u32> = self.descendants().into_iter().collect();
+        if let Some(c) = &self.cgroup {
+            live.extend(c.procs().unwrap_or_default());
+        }
+        live.remove(&self.root);
+        live.into_iter().filter(|&p| alive(p)).collect()
+    }
+
+    /// Send `signal` to every process of the tree, race-free against forks (see the module's
+    /// invariant); SIGSTOP leaves it stopped, anything else continues what was stopped for it.
+    pub fn signal(&self, signal: Signal) {
+        if signal == Signal::KILL {
+            return self.kill();
+        }
+        let frozen = self.cgroup.as_ref().is_some_and(|c| c.freeze(true));
+        let mut targets: BTreeSet<u32> = self
+            .cgroup
+            .as_ref()
+            .and_then(Cgroup::procs)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let stopped = self.stop_by_signals(&targets);
+        targets.extend(&stopped);
+        targets.remove(&self.root);
+        for &pid in &targets {
+            send(pid, signal);
+        }
+        if signal != Signal::STOP {
+            for &pid in &stopped {
+                send(pid, Signal::CONT);
+            }
+            if frozen {
+                self.cgroup.as_ref().map(|c| c.freeze(false));
+            }
+        }
+    }
+
+    /// Stop the whole tree where it stands (job control): frozen, or SIGSTOPped.
+    pub fn pause(&self) {
+        let frozen = self.cgroup.as_ref().is_some_and(|c| c.freeze(true));
+        let inside: BTreeSet<u32> = match (&self.cgroup, frozen) {
+            (Some(c), true) => c.procs().unwrap_or_default().into_iter().collect(),
+            _ => BTreeSet::new(),
+        };
+        self.stop_by_signals(&inside);
+    }
+
+    /// Continue what [`Tree::pause`] stopped.
+    pub fn resume(&self) {
+        for pid in self.descendants() {
+            send(pid, Signal::CONT);
+        }
+        if let Some(c) = &self.cgroup {
+            c.freeze(false);
+            for pid in c.procs().unwrap_or_default() {
+                send(pid, Signal::CONT);
+            }
+        }
+    }
+
+    /// SIGKILL the whole tree: the cgroup at once, then every descendant, stopped first so none
+    /// forks past the walk.
+    pub fn kill(&self) {
+        if let Some(c) = &self.cgroup {
+            c.kill();
+        }
+        for pid in self.stop_by_signals(&BTreeSet::new()) {
+            send(pid, Signal::KILL);
+        }
+    }
+
+    /// SIGSTOP every descendant not in `skip`, walking again until a walk finds none new;
+    /// the pids stopped.
+    fn stop_by_signals(&self, skip: &BTreeSet<u32>) -> BTreeSet<u32> {
+        let mut stopped = BTreeSet::new();
+        for _ in 0..FREEZE_ROUNDS {
+            let new: Vec<u32> = self
+                .descendants()
+                .into_iter()
+                .filter(|p| !skip.contains(p) && !stopped.contains(p))
+                .collect();
+            if new.is_empty() {
+                break;
+            }
+            for pid in new {
+                send(pid, Signal::STOP);
+                stopped.insert(pid);
+            }
+        }
+        stopped
+    }
+
+    /// The root's descendants now (one walk of `/proc`), the root excluded.
+    fn descendants(&self) -> Vec<u32> {
+        let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        for entry in entries.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            if let Some(ppid) = parent_of(pid) {
+                children.entry(ppid).or_default().push(pid);
+            }
+        }
+        let mut found = Vec::new();
+        let mut next = vec![self.root];
+        while let Some(pid) = next.pop() {
+            for &child in children.get(&pid).map(Vec::as_slice).unwrap_or_default() {
+                // A walk is bounded by the processes listed: each is visited once.
+                if child != self.root && !found.contains(&child) {
+                    found.push(child);
+                    next.push(child);
+                }
+            }
+        }
+        found
+    }
+}
+
+/// The parent of `pid` (field 4 of `/proc/PID/stat`).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Whether `pid` is a process that can still act (not gone, not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let state = s.rsplit_once(')')?.1.split_whitespace().next()?.to_owned();
+            Some(!matches!(state.as_str(), "Z" | "X" | "x"))
+        })
+        .unwrap_or(false)
+}
+
+fn send(pid: u32, signal: Signal) {
+    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return;
+    };
+    match rustix::process::kill_process(pid, signal) {
+        Ok(()) | Err(rustix::io::Errno::SRCH) => {}
+        Err(e) => tracing::warn!(pid = pid.as_raw_nonzero().get(), error = %e,
+            signal = signal.as_raw(), "cannot signal a process of COMMAND's tree"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+        for _ in 0..500 {
+            if done() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    /// A shell that starts a child in a session of its own and then goes on: the walk from the
+    /// shell finds it, and a kill of the tree reaches it (the root is left alone).
+    #[test]
+    fn the_walk_finds_what_left_the_group_and_a_kill_reaches_it() {
+        let mut sh = Command::new("sh")
+            .args(["-c", "setsid sleep 60 & exec sleep 60"])
+            .spawn()
+            .unwrap();
+        let tree = Tree::new(sh.id(), None);
+        wait_until("the member", || tree.members().len() == 1);
+        tree.kill();
+        wait_until("the tree gone", || tree.members().is_empty());
+        assert!(alive(sh.id()), "the root is not the tree's");
+        sh.kill().unwrap();
+        sh.wait().unwrap();
+    }
+}

@@ -1,0 +1,350 @@
+//! A lock holds COMMAND's whole process tree: whatever process group or session a process of
+//! the tree moves to (`timeout`, `setsid`, a double-forking daemon, `nohup … &`), it is stopped
+//! with the tree — by the guard when the supervisor is stopped or dies, by the supervisor when
+//! the lock is lost or COMMAND exits — and a waiter on this host never takes the lock while one
+//! of them runs, even past the lock's expiry.
+//!
+//! Each test runs the binary on a `file:` bank as an operator would. The tree's worker ignores
+//! SIGTERM (only SIGKILL ends it) and ticks the host's time into a file every 50 ms, so "it ran
+//! beside the next holder" is read off the ticks. Each case runs with the tree held by a cgroup
+//! where the host delegates one, and by the guard as child subreaper alone
+//! (`BANKLEASE_TREE=subreaper`).
+
+#![allow(clippy::disallowed_methods)] // real processes on real time
+
+use std::time::{Duration, Instant};
+
+use rustix::process::{kill_process, Pid, Signal};
+
+mod common;
+
+use common::work::{now_ns, signal, state, Env};
+use common::{output_text as text, wait_child, wait_for};
+
+/// The worker: records its pid and the lock's holder name, ignores SIGTERM, ticks for a minute.
+fn worker(env: &Env, name: &str) -> String {
+    let script = env.work().join(format!("{name}.sh"));
+    std::fs::write(
+        &script,
+        format!(
+            r#"echo $$ >> "$WORK/{name}.pids"
+echo "$BANKLEASE_LOCK_OWNER" > "$WORK/{name}.owner"
+trap '' TERM INT HUP
+i=0
+while [ $i -lt 1200 ]; do date +%s%N >> "$WORK/{name}.ticks"; sleep 0.05; i=$((i+1)); done
+"#
+        ),
+    )
+    .unwrap();
+    script.display().to_string()
+}
+
+/// COMMAND shapes whose worker leaves the guard's process group, or outlives COMMAND
+/// (`ends`: COMMAND itself exits after a second, leaving the worker).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Shape {
+    Timeout,
+    Setsid,
+    Daemon,
+    Nohup,
+    /// COMMAND starts a daemon and exits.
+    Ends,
+}
+
+const SHAPES: [Shape; 4] = [Shape::Timeout, Shape::Setsid, Shape::Daemon, Shape::Nohup];
+
+impl Shape {
+    fn argv(self, script: &str) -> Vec<String> {
+        let sh = |line: &str| vec!["sh".into(), "-c".into(), line.into(), script.into()];
+        match self {
+            Shape::Timeout => vec!["timeout".into(), "60".into(), "sh".into(), script.into()],
+            Shape::Setsid => vec!["setsid".into(), "sh".into(), script.into()],
+            // Double fork into a session of its own; COMMAND goes on.
+            Shape::Daemon => sh(r#"(setsid sh "$0" >/dev/null 2>&1 &); exec sleep 600"#),
+            Shape::Nohup => sh(r#"nohup sh "$0" >/dev/null 2>&1 & exec sleep 600"#),
+            Shape::Ends => sh(r#"(setsid sh "$0" >/dev/null 2>&1 &); sleep 1"#),
+        }
+    }
+}
+
+/// `lock run` or `run --lock` on `key` with a lock of `secs`, running `argv`.
+fn supervisor(which: &str, key: &str, secs: u32, argv: Vec<String>) -> Vec<String> {
+    let duration = format!("{secs}s");
+    let mut args: Vec<String> = match which {
+        "lock-run" => vec!["lock", "run", "--duration", &duration, key],
+        _ => vec!["run", "--lock", key, "--lock-duration", &duration],
+    }
+    .into_iter()
+    .map(String::from)
+    .collect();
+    args.push("--".into());
+    args.extend(argv);
+    args
+}
+
+const SUPERVISORS: [&str; 2] = ["lock-run", "run-lock"];
+
+/// The two ways the tree is held: a cgroup where the host delegates one, the subreaper alone.
+fn modes() -> Vec<Env> {
+    vec![
+        Env::new(),
+        Env::with_vars(&[("RUST_LOG", "error"), ("BANKLEASE_TREE", "subreaper")]),
+    ]
+}
+
+fn mode(env: &Env) -> &'static str {
+    if env.var("BANKLEASE_TREE").is_some() {
+        "subreaper"
+    } else {
+        "default"
+    }
+}
+
+/// The processes still running of those that ran `name`'s worker.
+fn running_workers(env: &Env, name: &str) -> Vec<u32> {
+    env.read(&format!("{name}.pids"))
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .filter(|&pid| state(pid).is_some_and(|s| s != 'Z'))
+        .collect()
+}
+
+fn kill_workers(env: &Env, name: &str) {
+    for pid in running_workers(env, name) {
+        let _ = kill_process(Pid::from_raw(pid as i32).unwrap(), Signal::KILL);
+    }
+}
+
+/// The last tick of `name`'s worker, once ticks have had time to land (each within 50 ms).
+fn last_tick(env: &Env, name: &str) -> u128 {
+    std::thread::sleep(Duration::from_millis(300));
+    *env.ticks(name).last().expect("the worker ticked")
+}
+
+fn after_ms(tick: u128, at: u128) -> u128 {
+    tick.saturating_sub(at) / 1_000_000
+}
+
+/// Stopped outright (SIGSTOP), the supervisor renews nothing: its guard stops the whole tree
+/// before the lock can lapse, wherever the worker went. (Before, only COMMAND's process group
+/// was stopped: the worker of `timeout`, `setsid` and a daemon ran on beside the next holder.)
+#[test]
+fn a_stopped_supervisors_tree_never_runs_beside_the_next_holder() {
+    for env in modes() {
+        for which in SUPERVISORS {
+            for shape in SHAPES {
+                let name = format!("stop-{which}-{shape:?}-{}", mode(&env));
+                let key = format!("stop/{which}/{shape:?}");
+                let args = supervisor(which, &key, 2, shape.argv(&worker(&env, &name)));
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let mut sup = env.spawn(&args, &name);
+                wait_for("the worker's first ticks", || env.ticks(&name).len() >= 3);
+                signal(&sup, Signal::STOP);
+                let taken_at = env.take_over(&key);
+                let last = last_tick(&env, &name);
+                let escaped = running_workers(&env, &name);
+                kill_workers(&env, &name);
+                signal(&sup, Signal::CONT);
+                let status = wait_child(&mut sup);
+                assert!(
+                    last < taken_at && escaped.is_empty(),
+                    "{name}: the worker ticked {} ms after the next holder took the lock \
+                     (still running: {escaped:?})",
+                    after_ms(last, taken_at)
+                );
+                let err = env.read(&format!("{name}.err"));
+                assert_eq!(status.code(), Some(75), "{name}: {err}");
+            }
+        }
+    }
+}
+
+/// The lock taken away under a running `lock run` (an operator's `lock release --owner`): the
+/// whole tree is stopped, and `lock run` exits 75 no later than the lock's end + --kill-after.
+/// (Before, only the group got the signals; the worker ran on beside the next holder, and the
+/// supervisor waited for it for ever.)
+#[test]
+fn a_lost_lock_stops_the_whole_tree_and_exits_75_in_time() {
+    for env in modes() {
+        for shape in SHAPES {
+            let name = format!("lost-{shape:?}-{}", mode(&env));
+            let key = format!("lost/{shape:?}");
+            let args = supervisor("lock-run", &key, 4, shape.argv(&worker(&env, &name)));
+            let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+            args.splice(2..2, ["--kill-after", "300ms"]);
+            let mut sup = env.spawn(&args, &name);
+            wait_for("the worker's first ticks", || env.ticks(&name).len() >= 3);
+            let owner = env.read(&format!("{name}.owner"));
+            let released = Instant::now();
+            let out = env.run(&["lock", "release", "--owner", owner.trim(), &key]);
+            assert_eq!(out.status.code(), Some(0), "{name}: {}", text(&out));
+            let status = wait_child(&mut sup);
+            let took = released.elapsed();
+            let exited_at = now_ns();
+            let last = last_tick(&env, &name);
+            let escaped = running_workers(&env, &name);
+            kill_workers(&env, &name);
+            let err = env.read(&format!("{name}.err"));
+            assert_eq!(status.code(), Some(75), "{name}: {err}");
+            assert!(
+                took < Duration::from_millis(4_300),
+                "{name}: exited {took:?} after the loss (a 4 s lock, --kill-after 300ms)"
+            );
+            assert!(
+                last < exited_at && escaped.is_empty(),
+                "{name}: the worker ticked {} ms after `lock run` exited (still running: \
+                 {escaped:?})",
+                after_ms(last, exited_at)
+            );
+        }
+    }
+}
+
+/// `kill -9` of the supervisor: the guard stops the whole tree at once, and the waiter on this
+/// host that takes the lock over never runs beside any of it.
+#[test]
+fn a_killed_supervisors_tree_is_gone_before_the_next_holder_runs() {
+    for env in modes() {
+        for shape in SHAPES {
+            let name = format!("kill-{shape:?}-{}", mode(&env));
+            let key = format!("kill/{shape:?}");
+            let args = supervisor("lock-run", &key, 30, shape.argv(&worker(&env, &name)));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut sup = env.spawn(&args, &name);
+            wait_for("the worker's first ticks", || env.ticks(&name).len() >= 3);
+            signal(&sup, Signal::KILL);
+            sup.wait().unwrap();
+            let taken_at = env.take_over(&key);
+            let last = last_tick(&env, &name);
+            let escaped = running_workers(&env, &name);
+            kill_workers(&env, &name);
+            assert!(
+                last < taken_at && escaped.is_empty(),
+                "{name}: the worker ticked {} ms after the next holder took the lock (still \
+                 running: {escaped:?})",
+                after_ms(last, taken_at)
+            );
+        }
+    }
+}
+
+/// COMMAND starts a daemon and exits: the rest of its tree is stopped before the lock is
+/// released, and `lock run` says so in one line. (Before, the lock was released while the
+/// daemon ran, and the next holder ran beside it.)
+#[test]
+fn commands_exit_ends_its_tree_before_the_lock_is_released() {
+    for env in modes() {
+        for which in SUPERVISORS {
+            let name = format!("ends-{which}-{}", mode(&env));
+            let key = format!("ends/{which}");
+            let args = supervisor(which, &key, 4, Shape::Ends.argv(&worker(&env, &name)));
+            let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+            if which == "lock-run" {
+                args.splice(2..2, ["--kill-after", "300ms"]);
+            }
+            let mut sup = env.spawn(&args, &name);
+            let status = wait_child(&mut sup);
+            let exited_at = now_ns();
+            let last = last_tick(&env, &name);
+            let escaped = running_workers(&env, &name);
+            kill_workers(&env, &name);
+            let err = env.read(&format!("{name}.err"));
+            assert_eq!(
+                status.code(),
+                Some(0),
+                "{name}: COMMAND's own status: {err}"
+            );
+            assert!(
+                last < exited_at && escaped.is_empty(),
+                "{name}: the daemon ticked {} ms after the lock was released (still running: \
+                 {escaped:?})",
+                after_ms(last, exited_at)
+            );
+            let notes: Vec<&str> = err.lines().filter(|l| l.starts_with("note: ")).collect();
+            assert_eq!(notes.len(), 1, "{name}: one line says so: {err}");
+            assert!(notes[0].contains("COMMAND exited"), "{name}: {err}");
+        }
+    }
+}
+
+/// The guard's pid: the supervisor's child running `__guard`.
+fn guard_of(supervisor: u32) -> u32 {
+    let mut found = None;
+    wait_for("the guard", || {
+        found = std::fs::read_dir("/proc").unwrap().find_map(|e| {
+            let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let ppid: u32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            (ppid == supervisor && String::from_utf8_lossy(&cmdline).contains("__guard"))
+                .then_some(pid)
+        });
+        found.is_some()
+    });
+    found.unwrap()
+}
+
+/// Supervisor and guard killed together (`pkill -9 banklease`): what is left of the tree is
+/// out of their reach, so a waiter on this host does not take the lock — even past its expiry —
+/// while any of it runs, and takes it once it is gone. Needs the tree in a cgroup.
+#[test]
+fn a_waiter_never_takes_the_lock_beside_a_dead_holders_tree() {
+    let env = Env::new();
+    for shape in [Shape::Timeout, Shape::Daemon] {
+        let name = format!("both-{shape:?}");
+        let key = format!("both/{shape:?}");
+        let args = supervisor("lock-run", &key, 2, shape.argv(&worker(&env, &name)));
+        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+        args.splice(2..2, ["--verbose"]);
+        let mut sup = env.spawn(&args, &name);
+        wait_for("the worker's first ticks", || env.ticks(&name).len() >= 3);
+        let err = env.read(&format!("{name}.err"));
+        if err.contains("child subreaper") && !err.contains("cgroup") {
+            eprintln!("skipped: this host delegates no cgroup ({err})");
+            kill_workers(&env, &name);
+            let _ = sup.kill();
+            sup.wait().unwrap();
+            return;
+        }
+        let guard = guard_of(sup.id());
+        signal(&sup, Signal::KILL);
+        let _ = kill_process(Pid::from_raw(guard as i32).unwrap(), Signal::KILL);
+        sup.wait().unwrap();
+        // Past the lock's expiry (2 s): the worker still runs, the lock is not taken.
+        let out = env.run(&["lock", "run", "-w", "6", "--verbose", &key, "--", "true"]);
+        let running = running_workers(&env, &name);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{name}: taken beside the dead holder's tree ({running:?} running): {}",
+            text(&out)
+        );
+        assert!(!running.is_empty(), "{name}: the worker was left running");
+        let said = text(&out);
+        assert!(
+            running.iter().any(|p| said.contains(&p.to_string())),
+            "{name}: the waiter names the pid it waits for ({running:?}): {said}"
+        );
+        let mut waiter = env.spawn(&["lock", "run", "-w", "20", &key, "--", "true"], "waiter");
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            waiter.try_wait().unwrap().is_none(),
+            "{name}: the waiter waits"
+        );
+        let killed = Instant::now();
+        kill_workers(&env, &name);
+        let status = wait_child(&mut waiter);
+        assert_eq!(status.code(), Some(0), "{}", env.read("waiter.err"));
+        assert!(
+            killed.elapsed() < Duration::from_secs(3),
+            "{name}: taken {:?} after the tree was gone",
+            killed.elapsed()
+        );
+    }
+}
