@@ -415,3 +415,48 @@ fn staged_partial_uploads_of_a_collected_checkpoint_are_named_with_when_they_go(
     let line = line_of(&explain, "staged");
     assert!(line.contains("goes from") && has_instant(line), "{explain}");
 }
+
+/// Asked from another time namespace (`unshare -T`, as CRIU restores into), where `/proc` shows
+/// start times shifted by that namespace's boot-time offset: a live owner's process is not
+/// called exited (its pid "now belonging to a process started later"), which would invite an
+/// operator to break a live lease; the answer proves nothing instead. Skipped where
+/// `unshare -T` cannot run.
+#[test]
+fn a_live_owner_asked_about_from_another_time_namespace_is_not_called_exited() {
+    let probe = Command::new("unshare")
+        .args(["-T", "--boottime", "100000", "true"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: `unshare -T` cannot run here");
+        return;
+    }
+    let env = Env::new();
+    let mut run = Running(env.start_job("cp-t"));
+    env.wait_for_file(&mut run.0, "ready");
+    let owner = std::fs::read_to_string(env.path("owner"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let pid = run.0.id();
+    let plain = env.command(&["lease", "show", &owner]);
+    let mut shifted = Command::new("unshare");
+    shifted
+        .args(["-T", "--boottime", "100000", "--"])
+        .arg(plain.get_program())
+        .args(plain.get_args())
+        .current_dir(plain.get_current_dir().unwrap())
+        .envs(plain.get_envs().filter_map(|(k, v)| Some((k, v?))));
+    for (name, value) in plain.get_envs() {
+        if value.is_none() {
+            shifted.env_remove(name);
+        }
+    }
+    let show = stdout_of("lease show", &shifted.output().unwrap());
+    let process = line_of(&show, "process");
+    assert!(
+        !process.contains("has exited") && !process.contains("started later"),
+        "a live owner's process {pid} called exited from another time namespace: {show}"
+    );
+    std::fs::write(env.path("go"), "").unwrap();
+    run.0.wait().unwrap();
+}
