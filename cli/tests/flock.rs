@@ -212,7 +212,7 @@ fn each_row_of_the_lock_exit_code_table() {
             "--",
             "sh",
             "-c",
-            "echo \"$BANKLEASE_LOCK_OWNER\" >owner; sleep 30",
+            "echo \"$BANKLEASE_LOCK_TOKEN\" >token; echo \"$BANKLEASE_LOCK_OWNER\" >owner; sleep 30",
         ],
         "lost",
     );
@@ -225,6 +225,8 @@ fn each_row_of_the_lock_exit_code_table() {
         "lost",
         "--owner",
         env.read("owner").trim(),
+        "--token",
+        env.read("token").trim(),
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     env.hold("lost");

@@ -29,6 +29,7 @@ fn worker(env: &Env, name: &str) -> String {
         format!(
             r#"echo $$ >> "$WORK/{name}.pids"
 echo "$BANKLEASE_LOCK_OWNER" > "$WORK/{name}.owner"
+echo "$BANKLEASE_LOCK_TOKEN" > "$WORK/{name}.token"
 trap '' TERM INT HUP
 i=0
 while [ $i -lt 1200 ]; do date +%s%N >> "$WORK/{name}.ticks"; sleep 0.05; i=$((i+1)); done
@@ -159,7 +160,7 @@ fn a_stopped_supervisors_tree_never_runs_beside_the_next_holder() {
     }
 }
 
-/// The lock taken away under a running `lock run` (an operator's `lock release --owner`): the
+/// The lock taken away under a running `lock run` (an operator's `lock release --token`): the
 /// whole tree is stopped, and `lock run` exits 75 no later than the lock's end + --kill-after.
 /// (Before, only the group got the signals; the worker ran on beside the next holder, and the
 /// supervisor waited for it for ever.)
@@ -175,8 +176,17 @@ fn a_lost_lock_stops_the_whole_tree_and_exits_75_in_time() {
             let mut sup = env.spawn(&args, &name);
             wait_for("the worker's first ticks", || env.ticks(&name).len() >= 3);
             let owner = env.read(&format!("{name}.owner"));
+            let token = env.read(&format!("{name}.token"));
             let released = Instant::now();
-            let out = env.run(&["lock", "release", "--owner", owner.trim(), &key]);
+            let out = env.run(&[
+                "lock",
+                "release",
+                "--owner",
+                owner.trim(),
+                "--token",
+                token.trim(),
+                &key,
+            ]);
             assert_eq!(out.status.code(), Some(0), "{name}: {}", text(&out));
             let status = wait_child(&mut sup);
             let took = released.elapsed();

@@ -164,6 +164,16 @@ pub enum LockHolder {
     /// The wait queue kept changing for several rounds, and no ticket could be taken. Printed
     /// as `(wait queue contended)`.
     QueueContended,
+    /// Held by a `lock run` whose processes are not proved gone: not taken over nor released
+    /// by the holder's name, only by its fencing token. Printed as `<holder> (its `lock run`,
+    /// pid PID on host HOST, still runs)`.
+    Running {
+        holder: OwnerId,
+        /// The supervisor's pid.
+        pid: u32,
+        /// The supervisor's host.
+        host: String,
+    },
     /// Expired, but a process of this holder's tree still runs on this host: the lock is not
     /// taken beside it. Printed as `<holder> (expired; its process PID still runs on this
     /// host)`.
@@ -180,6 +190,7 @@ impl LockHolder {
         match self {
             LockHolder::Held(o)
             | LockHolder::Promised(o)
+            | LockHolder::Running { holder: o, .. }
             | LockHolder::Lingering { holder: o, .. } => Some(o),
             LockHolder::Contended | LockHolder::QueueContended => None,
         }
@@ -198,6 +209,10 @@ impl fmt::Display for LockHolder {
             LockHolder::Promised(o) => write!(f, "{o} (first in the wait queue)"),
             LockHolder::Contended => f.write_str("(contended)"),
             LockHolder::QueueContended => f.write_str("(wait queue contended)"),
+            LockHolder::Running { holder, pid, host } => write!(
+                f,
+                "{holder} (its `lock run`, pid {pid} on host {host}, still runs)"
+            ),
             LockHolder::Lingering { holder, pid } => write!(
                 f,
                 "{holder} (expired; its process {pid} still runs on this host)"

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use super::info::{Current, LockInfo, LockState, Order, Release};
 use super::named::Lock;
 use super::record::{judge, read_record, update_of, write_record, Judged, LockRecord};
-use super::take::{kept_by, new_record, unavailable, CONTENTION_ROUNDS};
+use super::take::{kept_by, new_record, running, unavailable, CONTENTION_ROUNDS};
 use super::{LockHolder, LockNames, Locks, Term};
 use crate::clock::Jitter;
 use crate::error::{Error, Result};
@@ -71,8 +71,22 @@ impl Locks {
     }
 
     /// Release `key` if `owner` holds it, without a handle (the CLI's release). Not an error when
-    /// nobody holds the key; [`Error::Unavailable`] when someone else does.
+    /// nobody holds the key; [`Error::Unavailable`] when someone else does — or when a
+    /// `lock run` holds it under that name and its processes are not proved gone
+    /// ([`LockHolder::Running`]): see [`Locks::release_token`].
     pub async fn release(&self, key: &str, owner: &str) -> Result<Release> {
+        self.release_as(key, owner, None).await
+    }
+
+    /// [`Locks::release`] of the holding whose fencing token is `token`, even one a running
+    /// `lock run` holds (which then stops its COMMAND): an operator's deliberate act, or
+    /// COMMAND's own (`BANKLEASE_LOCK_TOKEN`). [`Error::Unavailable`] when `owner` holds it
+    /// with another token.
+    pub async fn release_token(&self, key: &str, owner: &str, token: u64) -> Result<Release> {
+        self.release_as(key, owner, Some(token)).await
+    }
+
+    async fn release_as(&self, key: &str, owner: &str, token: Option<u64>) -> Result<Release> {
         crate::id::validate_id("owner", owner)?;
         let path = self.checked_path(key).await?;
         let mut sc = LazyStoreTime::new();
@@ -83,6 +97,23 @@ impl Locks {
             };
             match rec.holder.as_deref() {
                 None => return Ok(Release::Free),
+                Some(h) if h == owner && token.is_some_and(|t| t != rec.fence) => {
+                    return Err(unavailable(self, key, h, Duration::ZERO));
+                }
+                // Bound to processes of a `lock run` that are not proved gone (whether or not
+                // the lock has expired: its tree may still run here): by name, never.
+                Some(h)
+                    if h == owner
+                        && token.is_none()
+                        && rec.process.as_ref().is_some_and(|p| !p.gone()) =>
+                {
+                    let now = sc.lower_at(&self.bank, &self.clock, sent).await?;
+                    let remaining = match judge(&rec, meta.last_modified, now, self.margin) {
+                        Judged::Held { remaining } => remaining,
+                        _ => Duration::ZERO,
+                    };
+                    return Err(running(self, key, &rec, remaining));
+                }
                 Some(h) if h == owner => {
                     let free = new_record(self, key, None, None, Duration::ZERO, rec.fence, 0);
                     match write_record(&self.bank, &self.clock, &path, &free, update_of(&meta))

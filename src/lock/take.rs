@@ -80,6 +80,28 @@ pub(crate) fn unavailable(locks: &Locks, key: &str, holder: &str, remaining: Dur
     }
 }
 
+/// [`Error::Unavailable`]: `key` is held by the `lock run` that `rec` names, whose processes
+/// are not proved gone (a bound record proved gone is judged expired before this is asked).
+pub(crate) fn running(locks: &Locks, key: &str, rec: &LockRecord, remaining: Duration) -> Error {
+    let holder = rec.holder.as_deref().unwrap_or_default();
+    match OwnerId::parse(holder) {
+        Ok(holder) => kept_by(
+            locks,
+            key,
+            LockHolder::Running {
+                holder,
+                pid: rec.process.as_ref().map_or(rec.pid, |p| p.pid),
+                host: rec.host.clone(),
+            },
+            remaining,
+        ),
+        Err(e) => Error::Corrupt {
+            path: locks.lock_path(key),
+            reason: e.to_string(),
+        },
+    }
+}
+
 /// [`Error::Unavailable`]: `key` is kept from the caller by `holder`.
 pub(crate) fn kept_by(locks: &Locks, key: &str, holder: LockHolder, remaining: Duration) -> Error {
     Error::Unavailable {
@@ -162,6 +184,15 @@ pub(crate) async fn take_seeing(
                     }
                 }
                 let replacing_own = match (state, &rec.holder) {
+                    // The owner's own name, but held by a `lock run` whose processes live (or
+                    // cannot be judged here): only its holder ends it.
+                    (Judged::Held { remaining }, Some(h))
+                        if h == spec.owner
+                            && spec.mode == Mode::Acquire
+                            && rec.process.is_some() =>
+                    {
+                        return Err(running(locks, key, rec, remaining));
+                    }
                     (Judged::Held { .. }, Some(h))
                         if h == spec.owner && spec.mode == Mode::Acquire =>
                     {

@@ -22,7 +22,7 @@ mod view;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use banklease::lock::{new_session, session_holder, Locks, Release, Wait};
+use banklease::lock::{new_session, session_holder, LockHolder, Locks, Release, Wait};
 use banklease::Error;
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -80,10 +80,16 @@ pub(crate) enum LockCommand {
         ns: Namespace,
     },
     /// Release KEY if OWNER (in SESSION) holds it: exit 0 released or already free, 1 held by
-    /// someone else, 2 error.
+    /// someone else — or by a `lock run` that still runs (only its fencing token, --token,
+    /// releases that one, and its COMMAND is then stopped), 2 error.
     Release {
         /// The lock key.
         key: String,
+        /// The holding's fencing token (`lock show`, or BANKLEASE_LOCK_TOKEN inside `lock
+        /// run`): needed to release a lock a running `lock run` holds, whose COMMAND is then
+        /// stopped.
+        #[arg(long, value_name = "TOKEN")]
+        token: Option<u64>,
         /// The owner that holds it: the owner and `--session` printed by `lock acquire`, or the
         /// whole holder name (`BANKLEASE_LOCK_OWNER`) [default: $USER, else `banklease`].
         #[arg(long, value_name = "OWNER")]
@@ -252,6 +258,7 @@ pub(crate) async fn run(ctx: &Ctx, command: LockCommand) -> Result<Outcome> {
         } => acquire(ctx, &ns, &key, &who, duration, payload.as_deref(), &waiting).await,
         LockCommand::Release {
             key,
+            token,
             owner,
             session,
             ns,
@@ -261,7 +268,7 @@ pub(crate) async fn run(ctx: &Ctx, command: LockCommand) -> Result<Outcome> {
                 Some(session) => session_holder(&owner, &session)?,
                 None => owner,
             };
-            release(ctx, &ns, &key, &holder).await
+            release(ctx, &ns, &key, &holder, token).await
         }
         LockCommand::Show { key, ns } => view::show(ctx, &ns, &key).await,
         LockCommand::List { ns, all } => view::list(ctx, &ns, all).await,
@@ -405,15 +412,29 @@ struct ReleaseReport<'a> {
     remaining_ms: u64,
 }
 
-async fn release(ctx: &Ctx, ns: &Namespace, key: &str, owner: &str) -> Result<Outcome> {
+async fn release(
+    ctx: &Ctx,
+    ns: &Namespace,
+    key: &str,
+    owner: &str,
+    token: Option<u64>,
+) -> Result<Outcome> {
     let locks = writer_locks_in(ctx, &ns.namespace).await?;
     let full = locks.full_key(key)?;
-    let (outcome, holder, remaining, exit) = match locks.release(key, owner).await {
+    let released = match token {
+        Some(token) => locks.release_token(key, owner, token).await,
+        None => locks.release(key, owner).await,
+    };
+    let mut running = false;
+    let (outcome, holder, remaining, exit) = match released {
         Ok(Release::Released) => ("released", None, Duration::ZERO, Outcome::Yes),
         Ok(Release::Free) => ("free", None, Duration::ZERO, Outcome::Yes),
         Err(Error::Unavailable {
             holder, remaining, ..
-        }) => ("held", Some(holder.to_string()), remaining, Outcome::No),
+        }) => {
+            running = matches!(holder, LockHolder::Running { .. });
+            ("held", Some(holder.to_string()), remaining, Outcome::No)
+        }
         Err(e) => return Err(e.into()),
     };
     if ctx.json {
@@ -431,11 +452,23 @@ async fn release(ctx: &Ctx, ns: &Namespace, key: &str, owner: &str) -> Result<Ou
             ("free", _) => out_line(&format!(
                 "free: key=`{full}` was not held; nothing to release"
             ))?,
-            (_, holder) => eprintln!(
-                "error: not released: key=`{full}` is held by `{}` ({} left), not by \
-                 `{owner}`; pass --owner and --session as `lock acquire` printed them",
+            (_, holder) if running => eprintln!(
+                "error: not released: key=`{full}` is held by {} ({} left); stop that \
+                 process, or pass --token with its fencing token (`lock show`) to release it \
+                 from under it (its COMMAND is then stopped)",
                 holder.unwrap_or_default(),
                 human(remaining)
+            ),
+            (_, holder) => eprintln!(
+                "error: not released: key=`{full}` is held by `{}` ({} left), not by \
+                 `{owner}`{}",
+                holder.unwrap_or_default(),
+                human(remaining),
+                if token.is_some() {
+                    " with that --token"
+                } else {
+                    "; pass --owner and --session as `lock acquire` printed them"
+                }
             ),
         }
     }

@@ -1,0 +1,141 @@
+//! A lock a running `lock run` holds is taken or released only by its holder: another process
+//! that names the same owner and session neither re-enters it nor releases it by name while
+//! the holder's processes live; the fencing token (`--token`) releases it deliberately, and the
+//! holder then stops its COMMAND and exits 75.
+//!
+//! Each test runs the binary on a `file:` bank as an operator would.
+
+#![allow(clippy::disallowed_methods)] // real processes on real time
+
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::work::Env;
+use common::{output_text as text, wait_child, wait_for};
+
+/// `lock run --owner o --session s --duration 20s k`, its COMMAND writing its token and then
+/// sleeping.
+fn holder(env: &Env) -> std::process::Child {
+    let job = r#"echo "$BANKLEASE_LOCK_TOKEN" > "$WORK/token"; exec sleep 60"#;
+    let args = [
+        "lock",
+        "run",
+        "--owner",
+        "o",
+        "--session",
+        "s",
+        "--duration",
+        "20s",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        job,
+    ];
+    let child = env.spawn(&args, "holder");
+    wait_for("the holder's COMMAND", || {
+        !env.read("token").trim().is_empty()
+    });
+    child
+}
+
+/// (Before, a second `lock run` or `lock acquire` in the holder's session replaced the held
+/// record, and both COMMANDs ran side by side until the first one's next heartbeat.)
+#[test]
+fn the_holders_own_name_does_not_take_a_running_lock_run_s_lock() {
+    let env = Env::new();
+    let mut first = holder(&env);
+    let out = env.run(&[
+        "lock",
+        "run",
+        "--owner",
+        "o",
+        "--session",
+        "s",
+        "-n",
+        "--verbose",
+        "k",
+        "--",
+        "touch",
+        "second",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        !env.work().join("second").exists(),
+        "a second COMMAND ran beside the first"
+    );
+    assert!(
+        text(&out).contains(&format!("pid {}", first.id())),
+        "names the running holder: {}",
+        text(&out)
+    );
+    let out = env.run(&[
+        "lock",
+        "acquire",
+        "--owner",
+        "o",
+        "--session",
+        "s",
+        "--duration",
+        "5s",
+        "k",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(first.try_wait().unwrap().is_none(), "the holder runs on");
+    let _ = first.kill();
+    first.wait().unwrap();
+}
+
+/// Released by name while `lock run` holds it: refused, saying what would release it; with the
+/// fencing token: released, and `lock run` stops its COMMAND and exits 75 within the lock.
+/// (Before, the name alone released it, and a waiting holder ran beside the first.)
+#[test]
+fn a_release_by_name_is_refused_and_the_token_releases_it_from_under_lock_run() {
+    let env = Env::new();
+    let mut first = holder(&env);
+    let out = env.run(&["lock", "release", "--owner", "o", "--session", "s", "k"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let said = text(&out);
+    assert!(
+        said.contains("--token") && said.contains(&format!("pid {}", first.id())),
+        "{said}"
+    );
+    assert!(first.try_wait().unwrap().is_none(), "the holder runs on");
+
+    let token = env.read("token").trim().to_owned();
+    let wrong = (token.parse::<u64>().unwrap() + 1).to_string();
+    let out = env.run(&[
+        "lock",
+        "release",
+        "--owner",
+        "o",
+        "--session",
+        "s",
+        "--token",
+        &wrong,
+        "k",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "another token: {}", text(&out));
+
+    let released = Instant::now();
+    let out = env.run(&[
+        "lock",
+        "release",
+        "--owner",
+        "o",
+        "--session",
+        "s",
+        "--token",
+        &token,
+        "k",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let status = wait_child(&mut first);
+    assert_eq!(status.code(), Some(75), "{}", env.read("holder.err"));
+    assert!(
+        released.elapsed() < Duration::from_secs(20),
+        "exited {:?} after the release (a 20 s lock)",
+        released.elapsed()
+    );
+}
