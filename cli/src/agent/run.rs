@@ -60,15 +60,17 @@ pub struct RunArgs {
     checkpoint_prefix: Option<String>,
 
     /// When the lease stops being valid, time between SIGTERM and SIGKILL to COMMAND's process
-    /// group [default: half the owner's validity window, so that COMMAND is gone before the
-    /// lease can expire].
+    /// group (with --lock: its whole tree) [default: half the owner's validity window, so that
+    /// COMMAND is gone before the lease can expire].
     #[arg(long, value_name = "DURATION", value_parser = banklease::config::parse_duration)]
     kill_after: Option<Duration>,
 
     /// Hold the named lock KEY (`jobs/nightly`) as well as the owner lease, for COMMAND's whole
     /// life: acquired first (waiting as --lock-block-for says), released with the lease. Two
     /// `run --lock KEY` jobs never run at once. COMMAND also gets BANKLEASE_LOCK_KEY,
-    /// BANKLEASE_LOCK_TOKEN and BANKLEASE_LOCK_OWNER.
+    /// BANKLEASE_LOCK_TOKEN and BANKLEASE_LOCK_OWNER. As under `lock run`, the lock holds
+    /// COMMAND's whole process tree, and what COMMAND leaves running when it exits is stopped
+    /// before the lock is released.
     #[arg(long, value_name = "KEY")]
     lock: Option<String>,
 

@@ -42,8 +42,15 @@ pub(crate) enum LockCommand {
     /// `lock run` itself failed; 126 when COMMAND cannot be executed; 127 when it is not found;
     /// 128 + N when signal N came while waiting (nothing was run). COMMAND gets
     /// BANKLEASE_LOCK_KEY, BANKLEASE_LOCK_NAMESPACE, BANKLEASE_LOCK_TOKEN (the fencing token),
-    /// BANKLEASE_LOCK_OWNER, BANKLEASE_LOCK_SESSION and BANKLEASE_BANK. If `lock run` itself is
-    /// killed (SIGKILL), COMMAND's process group is killed with it.
+    /// BANKLEASE_LOCK_OWNER, BANKLEASE_LOCK_SESSION and BANKLEASE_BANK.
+    ///
+    /// The lock holds COMMAND's whole process tree, whatever group or session its processes
+    /// move to (`timeout`, `setsid`, daemons): a guard is its parent and child subreaper, and
+    /// where the host delegates a cgroup v2, COMMAND runs in a cgroup of its own
+    /// (BANKLEASE_TREE=subreaper: no cgroup; =cgroup: refuse to run without one; --verbose says
+    /// which holds it). Signals, a lost lock, ^Z and the death of `lock run` reach the whole
+    /// tree; what COMMAND leaves running when it exits is stopped (SIGTERM, SIGKILL after
+    /// --kill-after) before the lock is released.
     #[command(
         after_help = "Examples:\n  banklease lock run jobs/nightly -- ./nightly.sh\n  \
                             banklease lock run -n jobs/nightly -- ./nightly.sh   # do not wait\n  \

@@ -1,14 +1,15 @@
 //! `banklease lock run KEY -- COMMAND`: run COMMAND while holding a named lock, as `flock(1)`,
 //! `consul lock` and `etcdctl lock` do.
 //!
-//! Acquire KEY (waiting as asked; forever by default), start COMMAND in a process group of its
-//! own with `BANKLEASE_LOCK_KEY`, `BANKLEASE_LOCK_NAMESPACE`, `BANKLEASE_LOCK_TOKEN` and
-//! `BANKLEASE_LOCK_OWNER` set, renew the lock while it runs, release it when it exits, and exit
-//! with its status. Signals are forwarded to COMMAND's group.
+//! Acquire KEY (waiting as asked; forever by default), start COMMAND under a guard that holds
+//! its whole process tree (`crate::child`) with `BANKLEASE_LOCK_KEY`,
+//! `BANKLEASE_LOCK_NAMESPACE`, `BANKLEASE_LOCK_TOKEN` and `BANKLEASE_LOCK_OWNER` set, renew the
+//! lock while it runs, stop what it left of its tree when it exits, release the lock, and exit
+//! with its status. Signals are forwarded to the tree.
 //!
-//! Invariant: **COMMAND is stopped before the lock can expire.** The lock counts as held while
-//! more than a quarter of its duration is left on the holder's clock (send-time expiry, never
-//! later than the store's); when it is lost or no heartbeat succeeded by then, COMMAND's group
+//! Invariant: **COMMAND's tree is stopped before the lock can expire.** The lock counts as held
+//! while more than a quarter of its duration is left on the holder's clock (send-time expiry,
+//! never later than the store's); when it is lost or no heartbeat succeeded by then, the tree
 //! gets SIGTERM, then SIGKILL after `--kill-after` (less than that quarter), and `lock run`
 //! exits 75.
 
@@ -36,15 +37,14 @@ pub(crate) struct RunArgs {
     who: Who,
     /// How long each renewal holds the lock; it is renewed every half of it while COMMAND runs,
     /// and lapses this long after a crash of `lock run` (for a waiter on this host, as soon as
-    /// `lock run`, COMMAND and its process group are gone; see --no-same-host-handoff).
+    /// `lock run` and COMMAND's whole tree are gone; see --no-same-host-handoff).
     #[arg(long, value_name = "DURATION", default_value = "30s",
           value_parser = banklease::config::parse_duration)]
     duration: Duration,
-    /// Do not let a waiter on this host take the lock as soon as the kernel shows `lock run`,
-    /// COMMAND and its process group gone: it waits for the duration instead. For a COMMAND
-    /// whose work goes on outside its process group (`docker run`, `ssh`, daemons, `setsid`
-    /// below COMMAND) or may still reach a server after it died, and for hosts cloned from one
-    /// memory snapshot.
+    /// Do not let a waiter on this host take the lock as soon as the kernel shows `lock run`
+    /// and COMMAND's tree gone: it waits for the duration instead. For a COMMAND whose work
+    /// goes on outside this host's processes (`docker run`'s container, `ssh`'s remote side) or
+    /// may still reach a server after it died, and for hosts cloned from one memory snapshot.
     #[arg(long)]
     no_same_host_handoff: bool,
     /// A small text anyone can read while the lock is held (at most 4 KiB).
@@ -52,9 +52,9 @@ pub(crate) struct RunArgs {
     payload: Option<String>,
     #[command(flatten)]
     waiting: Waiting,
-    /// When the lock can no longer be proved held, time between SIGTERM and SIGKILL to
-    /// COMMAND's process group [default: an eighth of the duration, so that COMMAND is gone
-    /// before the lock can expire].
+    /// When the lock can no longer be proved held, or COMMAND exited leaving processes of its
+    /// tree running, time between SIGTERM and SIGKILL to the tree [default: an eighth of the
+    /// duration, so that the tree is gone before the lock can expire].
     #[arg(long, value_name = "DURATION", value_parser = banklease::config::parse_duration)]
     kill_after: Option<Duration>,
     #[command(flatten)]
