@@ -179,7 +179,7 @@ fn time_ns() -> Option<u64> {
 }
 
 /// The inode of this process's namespace of `kind` (`/proc/self/ns/KIND`).
-pub(crate) fn ns_inode(kind: &str) -> Option<u64> {
+fn ns_inode(kind: &str) -> Option<u64> {
     if !proc_is_ours() {
         return None;
     }

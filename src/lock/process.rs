@@ -30,9 +30,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::process::{
-    dead_zombie, group_gone, ns_inode, stat_status, ProcessHere, ProcessStamp, Status,
-};
+use crate::process::{dead_zombie, group_gone, stat_status, ProcessHere, ProcessStamp, Status};
 
 /// The processes a holding lives by, as the kernel that runs them names them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,19 +51,18 @@ pub struct ProcessBinding {
     pub cgroup: Option<TreeCgroup>,
 }
 
-/// The cgroup v2 that holds COMMAND's tree, as the supervisor's mount and cgroup namespaces
-/// name it: a reader in other ones cannot judge it.
+/// The cgroup v2 that holds COMMAND's tree, by its path as the supervisor saw it and by the ids
+/// (inodes) of it and of its parent: cgroup ids are never reused within a boot, so a reader
+/// whose view of the hierarchy differs (another mount or cgroup namespace, another mount point)
+/// is told apart, and judges nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TreeCgroup {
     /// Its directory.
     pub path: PathBuf,
-    /// Its inode: the cgroup's id, never reused within a boot, so a directory made anew at the
-    /// same path is told apart.
+    /// Its inode: the cgroup's id.
     pub id: u64,
-    /// The supervisor's mount namespace (`/proc/self/ns/mnt`'s inode).
-    pub mnt_ns: u64,
-    /// The supervisor's cgroup namespace.
-    pub cgroup_ns: u64,
+    /// Its parent directory's inode.
+    pub parent_id: u64,
 }
 
 /// What this kernel says of a tree's cgroup.
@@ -85,18 +82,19 @@ impl TreeCgroup {
         Some(Self {
             path: path.to_owned(),
             id: std::fs::metadata(path).ok()?.ino(),
-            mnt_ns: ns_inode("mnt")?,
-            cgroup_ns: ns_inode("cgroup")?,
+            parent_id: std::fs::metadata(path.parent()?).ok()?.ino(),
         })
     }
 
     fn judge(&self) -> Tree {
-        if ns_inode("mnt") != Some(self.mnt_ns) || ns_inode("cgroup") != Some(self.cgroup_ns) {
-            return Tree::Doubt;
-        }
+        let same_parent = || {
+            self.path
+                .parent()
+                .and_then(|p| std::fs::metadata(p).ok())
+                .is_some_and(|m| m.ino() == self.parent_id)
+        };
         match std::fs::metadata(&self.path) {
-            Ok(m) if m.ino() != self.id => Tree::Gone,
-            Ok(_) => {
+            Ok(m) if m.ino() == self.id => {
                 let Ok(procs) = std::fs::read_to_string(self.path.join("cgroup.procs")) else {
                     return Tree::Doubt;
                 };
@@ -110,19 +108,16 @@ impl TreeCgroup {
                     });
                 live.map_or(Tree::Gone, Tree::Lives)
             }
-            // Removed, which only an empty cgroup can be — if its parent is there to say the
-            // hierarchy is the one it was made in.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let parent_is_cgroup = self
-                    .path
-                    .parent()
-                    .is_some_and(|p| p.join("cgroup.procs").is_file());
-                if parent_is_cgroup {
+            // Another cgroup at that path, or none, in the same parent: ours was removed, which
+            // only an empty cgroup can be. Elsewhere, this reader sees another hierarchy.
+            Ok(_) => {
+                if same_parent() {
                     Tree::Gone
                 } else {
                     Tree::Doubt
                 }
             }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && same_parent() => Tree::Gone,
             Err(_) => Tree::Doubt,
         }
     }
@@ -180,8 +175,8 @@ impl ProcessBinding {
 
     /// A process of the holding's tree that still runs on this kernel — COMMAND, or one of its
     /// cgroup — for a holding past its expiry: the lock is not taken beside it. `None` when none
-    /// does, or this kernel cannot judge (another host, namespace or mount: then the expiry
-    /// alone frees the lock, as on another host). The supervisor and the guard are not asked
+    /// does, or this kernel cannot judge (another host or namespace, a cgroup hierarchy seen
+    /// otherwise: then the expiry alone frees the lock, as on another host). The supervisor and the guard are not asked
     /// for: past the deadline they act no more (the guard has stopped the tree).
     pub fn lingering(&self) -> Option<u32> {
         if !self.local() {
@@ -348,6 +343,45 @@ mod tests {
             assert!(!other.local());
             assert!(!other.supervisor_gone() && !other.gone(), "{other:?}");
         }
+    }
+
+    /// The cgroup judged as a reader finds it: a live member, none, removed (its parent the
+    /// same), or a parent that is not the one recorded (another view of the hierarchy). On a
+    /// plain directory standing in for cgroupfs.
+    #[test]
+    fn a_trees_cgroup_is_judged_by_its_members_and_its_ids() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("banklease-1-0");
+        std::fs::create_dir(&dir).unwrap();
+        let procs = dir.join("cgroup.procs");
+        let cgroup = TreeCgroup::of_this_process(&dir).unwrap();
+        std::fs::write(&procs, format!("{}\n", std::process::id())).unwrap();
+        assert_eq!(cgroup.judge(), Tree::Lives(std::process::id()));
+        std::fs::write(&procs, "").unwrap();
+        assert_eq!(cgroup.judge(), Tree::Gone, "empty");
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(cgroup.judge(), Tree::Gone, "removed");
+        std::fs::create_dir(&dir).unwrap();
+        // (A cgroup made anew at its path has another id; a plain directory may reuse the inode.)
+        let elsewhere = TreeCgroup {
+            parent_id: cgroup.parent_id + 1,
+            id: cgroup.id + 1,
+            ..cgroup.clone()
+        };
+        assert_eq!(
+            elsewhere.judge(),
+            Tree::Doubt,
+            "another view of the hierarchy"
+        );
+        let mut binding =
+            ProcessBinding::of_this_process(std::process::id(), std::process::id(), None).unwrap();
+        binding.cgroup = Some(TreeCgroup::of_this_process(&dir).unwrap());
+        std::fs::write(
+            dir.join("cgroup.procs"),
+            format!("{}\n", std::process::id()),
+        )
+        .unwrap();
+        assert_eq!(binding.lingering(), Some(std::process::id()));
     }
 
     #[test]
