@@ -62,6 +62,12 @@ impl ProcessStamp {
             && self.time_ns == time_ns()
     }
 
+    /// Whether the stamp was made on this host's kernel since this boot (whatever the
+    /// namespaces): cgroup ids mean the same then.
+    pub fn same_boot(&self) -> bool {
+        Some(self.boot_id.as_str()) == boot_id().as_deref()
+    }
+
     /// The stamp of this process, read now (a process restored on another host by CRIU gets
     /// that host's boot); `None` where `/proc` does not say.
     pub fn this_process() -> Option<ProcessStamp> {

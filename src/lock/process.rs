@@ -179,13 +179,15 @@ impl ProcessBinding {
     /// otherwise: then the expiry alone frees the lock, as on another host). The supervisor and the guard are not asked
     /// for: past the deadline they act no more (the guard has stopped the tree).
     pub fn lingering(&self) -> Option<u32> {
-        if !self.local() {
+        // A cgroup's id means one cgroup for a whole boot, whatever the reader's time or mount
+        // namespace (a holder restored into a time namespace is judged by it too).
+        if !self.stamp.same_boot() {
             return None;
         }
         if let Some(Tree::Lives(pid)) = self.cgroup.as_ref().map(TreeCgroup::judge) {
             return Some(pid);
         }
-        (!self.command_gone()).then_some(self.command)
+        (self.local() && !self.command_gone()).then_some(self.command)
     }
 
     /// COMMAND proved gone: no such process, a dead zombie, or its pid is now another

@@ -48,6 +48,9 @@ impl Cgroup {
     /// the subreaper alone (asked, or `auto` on a host that delegates no cgroup v2 to this
     /// user); an error when `cgroup` was asked and none can be made.
     pub fn for_command() -> Result<Option<Cgroup>> {
+        if group_only() {
+            return Ok(None);
+        }
         let asked = std::env::var(TREE_ENV).unwrap_or_default();
         match asked.as_str() {
             "" | "auto" => Ok(Self::create().map_err(|e| {
@@ -254,6 +257,9 @@ impl Tree {
 
     /// The live processes of the tree, the root excluded (a dead zombie is not live).
     pub fn members(&self) -> Vec<u32> {
+        if group_only() {
+            return Vec::new();
+        }
         let mut live: BTreeSet<u32> = self.descendants().into_iter().collect();
         if let Some(c) = &self.cgroup {
             live.extend(c.procs().unwrap_or_default());
@@ -265,6 +271,9 @@ impl Tree {
     /// Send `signal` to every process of the tree, race-free against forks (see the module's
     /// invariant); SIGSTOP leaves it stopped, anything else continues what was stopped for it.
     pub fn signal(&self, signal: Signal) {
+        if group_only() {
+            return self.group(signal);
+        }
         if signal == Signal::KILL {
             return self.kill();
         }
@@ -294,6 +303,9 @@ impl Tree {
 
     /// Stop the whole tree where it stands (job control): frozen, or SIGSTOPped.
     pub fn pause(&self) {
+        if group_only() {
+            return self.group(Signal::TSTP);
+        }
         let frozen = self.cgroup.as_ref().is_some_and(|c| c.freeze(true));
         let inside: BTreeSet<u32> = match (&self.cgroup, frozen) {
             (Some(c), true) => c.procs().unwrap_or_default().into_iter().collect(),
@@ -304,6 +316,9 @@ impl Tree {
 
     /// Continue what [`Tree::pause`] stopped.
     pub fn resume(&self) {
+        if group_only() {
+            return self.group(Signal::CONT);
+        }
         for pid in self.descendants() {
             send(pid, Signal::CONT);
         }
@@ -318,12 +333,23 @@ impl Tree {
     /// SIGKILL the whole tree: the cgroup at once, then every descendant, stopped first so none
     /// forks past the walk.
     pub fn kill(&self) {
+        if group_only() {
+            return self.group(Signal::KILL);
+        }
         if let Some(c) = &self.cgroup {
             c.kill();
         }
         for pid in self.stop_by_signals(&BTreeSet::new()) {
             send(pid, Signal::KILL);
         }
+    }
+
+    /// `signal` to the root's process group alone (the chaos build's "before").
+    fn group(&self, signal: Signal) {
+        let Some(group) = i32::try_from(self.root).ok().and_then(Pid::from_raw) else {
+            return;
+        };
+        let _ = rustix::process::kill_process_group(group, signal);
     }
 
     /// SIGSTOP every descendant not in `skip`, walking again until a walk finds none new;
@@ -374,6 +400,18 @@ impl Tree {
         }
         found
     }
+}
+
+/// Whether every stop reaches COMMAND's process group only, with no cgroup, as before the lock
+/// held the whole tree: only in a build with the `chaos` feature and
+/// `BANKLEASE_CHAOS_GROUP_ONLY=1`, which the process-level adversary uses to show that it
+/// finds what holding the whole tree prevents.
+fn group_only() -> bool {
+    #[cfg(feature = "chaos")]
+    if std::env::var_os("BANKLEASE_CHAOS_GROUP_ONLY").is_some_and(|v| v == "1") {
+        return true;
+    }
+    false
 }
 
 /// The parent of `pid` (field 4 of `/proc/PID/stat`).
