@@ -235,6 +235,45 @@ pub(crate) fn group_gone(group: u32) -> bool {
     }
 }
 
+/// A live process of `group` other than `except` (a dead zombie is not live); `None` when the
+/// kernel finds none, or every other member is a dead zombie. Where `/proc` hides processes or
+/// cannot be read, the group itself is named: what lives in it cannot be told apart.
+#[cfg(target_os = "linux")]
+pub(crate) fn group_member(group: u32, except: Option<u32>) -> Option<u32> {
+    use rustix::process::{test_kill_process_group, Pid};
+    let pgid = i32::try_from(group).ok().and_then(Pid::from_raw)?;
+    if test_kill_process_group(pgid) == Err(rustix::io::Errno::SRCH) {
+        return None;
+    }
+    if proc_hides_processes() {
+        return Some(group);
+    }
+    let entries = std::fs::read_dir("/proc").ok();
+    let Some(entries) = entries else {
+        return Some(group);
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Status::Found(s) = stat_status(pid) {
+            if s.group == group && Some(pid) != except && !dead_zombie(pid) {
+                return Some(pid);
+            }
+        }
+    }
+    None
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn group_member(group: u32, _except: Option<u32>) -> Option<u32> {
+    Some(group)
+}
+
 /// The members of `group`, when every one is a dead zombie; `None` when one lives or cannot be
 /// read. In pid order (`/proc` lists in it).
 #[cfg(target_os = "linux")]

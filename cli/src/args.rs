@@ -140,6 +140,9 @@ pub(crate) enum Command {
         /// COMMAND's cgroup.
         #[arg(long)]
         cgroup: Option<PathBuf>,
+        /// Without a cgroup: where to say the tree was proved gone after the supervisor died.
+        #[arg(long)]
+        done: Option<PathBuf>,
         /// COMMAND and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,

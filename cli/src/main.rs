@@ -296,6 +296,7 @@ async fn run(cli: Cli) -> Result<Outcome> {
             kill_after,
             socket,
             cgroup,
+            done,
             command,
         } => {
             let clock: SharedClock = Arc::new(SystemClock);
@@ -305,6 +306,7 @@ async fn run(cli: Cli) -> Result<Outcome> {
                 kill_after,
                 socket,
                 cgroup,
+                done,
                 argv: command,
             };
             return Ok(child::guard(args, &clock).await);

@@ -726,8 +726,8 @@ impl Run {
                 procs::signal(&mark, pid, Signal::KILL).then(|| format!("{chosen} pid {pid}"))
             }
             "SIGKILL supervisor and guard" if !guard_out => guard.and_then(|g| {
-                let both = procs::signal(&mark, pid, Signal::KILL)
-                    & procs::signal(&mark, g, Signal::KILL);
+                let both =
+                    procs::signal(&mark, pid, Signal::KILL) & procs::signal(&mark, g, Signal::KILL);
                 both.then(|| {
                     sup.guard_dead = true;
                     sup.resumes_at = None;

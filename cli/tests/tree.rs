@@ -358,3 +358,37 @@ fn a_waiter_never_takes_the_lock_beside_a_dead_holders_tree() {
         );
     }
 }
+
+/// Without a cgroup, supervisor and guard killed together leave what COMMAND started outside
+/// its process group beyond anyone's sight but the guard's, which is dead: a waiter on this
+/// host does not take the lock over early (only the guard's word that it stopped the tree
+/// hands it over before the expiry). (Before, the kernel showed supervisor, COMMAND and group
+/// gone, and the lock was taken at once beside `timeout`'s worker.)
+#[test]
+fn without_a_cgroup_a_dead_pair_is_not_taken_over_early() {
+    let env = Env::with_vars(&[("RUST_LOG", "error"), ("BANKLEASE_TREE", "subreaper")]);
+    let name = "pair";
+    let args = supervisor(
+        "lock-run",
+        "pair",
+        30,
+        Shape::Timeout.argv(&worker(&env, name)),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut sup = env.spawn(&args, name);
+    wait_for("the worker's first ticks", || env.ticks(name).len() >= 3);
+    let guard = guard_of(sup.id());
+    signal(&sup, Signal::KILL);
+    let _ = kill_process(Pid::from_raw(guard as i32).unwrap(), Signal::KILL);
+    sup.wait().unwrap();
+    let out = env.run(&["lock", "run", "-w", "2", "pair", "--", "true"]);
+    let running = running_workers(&env, name);
+    kill_workers(&env, name);
+    assert!(!running.is_empty(), "the worker was left running");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "taken over early beside the dead pair's worker ({running:?}): {}",
+        text(&out)
+    );
+}

@@ -124,7 +124,7 @@ pub use heartbeat::{Heartbeat, HeartbeatFailure};
 pub use info::{Acquired, Current, LockInfo, LockState, Order, Release};
 pub use name::{LockHolder, LockName, LockNames};
 pub use named::Lock;
-pub use process::{ProcessBinding, TreeCgroup};
+pub use process::{ProcessBinding, Processes, TreeCgroup};
 pub use queue::{Blocking, Wait, QUEUE_LOOK, WATCH_POLL};
 pub use record::MAX_DURATION;
 pub use record::{judge, Judged, LockRecord, MAX_PAYLOAD_BYTES};

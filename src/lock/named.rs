@@ -10,7 +10,7 @@ use object_store::PutMode;
 
 use super::fence::Fence;
 use super::info::{Acquired, Current};
-use super::process::ProcessBinding;
+use super::process::{ProcessBinding, Processes};
 use super::record::{read_found, record_write, LockRecord};
 use super::take::{
     kept_by, new_record, take_seeing, unavailable, Granted, Mode, Spec, CONTENTION_ROUNDS,
@@ -41,15 +41,14 @@ pub(crate) struct Holds {
     payload: Option<String>,
 }
 
-/// Another holder, as seen by our last successful call.
-/// What a holding is bound to ([`Lock::bind_to_processes`]).
+/// What a holding is bound to ([`Lock::bind_to_processes`]), stamped anew at each write.
 #[derive(Debug, Clone)]
 struct Bound {
-    group: u32,
-    command: u32,
-    cgroup: Option<std::path::PathBuf>,
+    binding: ProcessBinding,
+    handoff: bool,
 }
 
+/// Another holder, as seen by our last successful call.
 #[derive(Debug, Clone)]
 struct Seen {
     holder: String,
@@ -275,24 +274,21 @@ impl Lock {
         ))
     }
 
-    /// Bind the holdings of this handle to this process, to `command`, to its process group
-    /// `group` and to the cgroup that holds its tree, if any: from the next heartbeat on, their
-    /// records name them ([`ProcessBinding`], stamped anew at each write), and a waiter on this
-    /// host's kernel takes the lock as soon as the kernel proves them all gone, instead of at
-    /// the lock's expiry — and not after it while COMMAND's tree runs. Only for a hold that must
-    /// end with them and whose work stays in them, as `lock run`'s does. False where the kernel
-    /// cannot name them (then nothing changes).
-    pub fn bind_to_processes(
-        &self,
-        group: u32,
-        command: u32,
-        cgroup: Option<&std::path::Path>,
-    ) -> bool {
-        let bound = ProcessBinding::of_this_process(group, command, cgroup).is_some();
-        *self.inner.bound.lock().expect("lock state poisoned") = bound.then(|| Bound {
-            group,
-            command,
-            cgroup: cgroup.map(std::path::Path::to_owned),
+    /// Bind the holdings of this handle to this process and to `to`: COMMAND, its process
+    /// group, and what names its whole tree (its cgroup, or the guard's word that it is gone).
+    /// From the next heartbeat on, their records name them ([`ProcessBinding`], stamped anew at
+    /// each write): only this holder then takes or releases the lock while they live, and a
+    /// waiter on this host's kernel does not take it past its expiry while COMMAND's tree runs.
+    /// With `to.handoff`, such a waiter also takes it as soon as the kernel proves them all
+    /// gone, instead of at its expiry: only for a hold that must end with them and whose work
+    /// stays in them, as `lock run`'s does. False where the kernel cannot name them (then
+    /// nothing changes).
+    pub fn bind_to_processes(&self, to: &Processes) -> bool {
+        let binding = ProcessBinding::of_this_process(to);
+        let bound = binding.is_some();
+        *self.inner.bound.lock().expect("lock state poisoned") = binding.map(|binding| Bound {
+            binding,
+            handoff: to.handoff,
         });
         bound
     }
@@ -319,9 +315,15 @@ impl Lock {
             .lock()
             .expect("lock state poisoned")
             .clone();
-        // A COMMAND already gone (exited, a release follows) is named no more: nothing to prove.
-        record.process = bound
-            .and_then(|b| ProcessBinding::of_this_process(b.group, b.command, b.cgroup.as_deref()));
+        // Named until the release, COMMAND gone or not: what it started may still run.
+        if let Some(b) = bound {
+            let binding = b.binding.restamped();
+            if b.handoff {
+                record.process = binding;
+            } else {
+                record.tree = binding;
+            }
+        }
         record
     }
 

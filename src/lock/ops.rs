@@ -103,9 +103,7 @@ impl Locks {
                 // Bound to processes of a `lock run` that are not proved gone (whether or not
                 // the lock has expired: its tree may still run here): by name, never.
                 Some(h)
-                    if h == owner
-                        && token.is_none()
-                        && rec.process.as_ref().is_some_and(|p| !p.gone()) =>
+                    if h == owner && token.is_none() && rec.bound().is_some_and(|p| !p.gone()) =>
                 {
                     let now = sc.lower_at(&self.bank, &self.clock, sent).await?;
                     let remaining = match judge(&rec, meta.last_modified, now, self.margin) {

@@ -30,7 +30,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::process::{dead_zombie, group_gone, stat_status, ProcessHere, ProcessStamp, Status};
+use crate::process::{
+    dead_zombie, group_gone, group_member, stat_status, ProcessHere, ProcessStamp, Status,
+};
 
 /// The processes a holding lives by, as the kernel that runs them names them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +51,27 @@ pub struct ProcessBinding {
     /// The cgroup that holds COMMAND's whole tree, when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<TreeCgroup>,
+    /// Without a cgroup: the file the guard writes once it has proved the tree it holds empty
+    /// after its supervisor died (nothing else can name the tree then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done: Option<PathBuf>,
+}
+
+/// What [`crate::lock::Lock::bind_to_processes`] binds a holding to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Processes {
+    /// COMMAND's process group.
+    pub group: u32,
+    /// COMMAND.
+    pub command: u32,
+    /// The cgroup that holds COMMAND's tree, if any.
+    pub cgroup: Option<PathBuf>,
+    /// Without a cgroup, the file the guard writes once the tree is proved gone.
+    pub done: Option<PathBuf>,
+    /// Whether a waiter on this host may take the lock as soon as all are proved gone (`lock
+    /// run`); otherwise the binding serves only the checks that need no early takeover: the
+    /// holder-only rule and the wait past expiry (`run --lock`, `--no-same-host-handoff`).
+    pub handoff: bool,
 }
 
 /// The cgroup v2 that holds COMMAND's tree, by its path as the supervisor saw it and by the ids
@@ -124,26 +147,36 @@ impl TreeCgroup {
 }
 
 impl ProcessBinding {
-    /// This process as the supervisor of `command`, which runs in process group `group`, its
-    /// tree in `cgroup` if it has one; `None` where the kernel cannot name them (not Linux, no
-    /// `/proc` of our own, `command` already gone, a cgroup that cannot be read).
-    pub fn of_this_process(group: u32, command: u32, cgroup: Option<&Path>) -> Option<Self> {
+    /// This process as the supervisor of `to`'s COMMAND; `None` where the kernel cannot name
+    /// them (not Linux, no `/proc` of our own, COMMAND already gone, a cgroup that cannot be
+    /// read). COMMAND's start time is read now: the binding still names it once it exited.
+    pub fn of_this_process(to: &Processes) -> Option<Self> {
         let stamp = ProcessStamp::this_process()?;
-        let command_start_ticks = match stat_status(command) {
+        let command_start_ticks = match stat_status(to.command) {
             Status::Found(s) if !s.zombie => s.start_ticks,
             _ => return None,
         };
-        let cgroup = match cgroup {
+        let cgroup = match &to.cgroup {
             Some(path) => Some(TreeCgroup::of_this_process(path)?),
             None => None,
         };
         Some(Self {
             stamp,
             pid: std::process::id(),
-            group,
-            command,
+            group: to.group,
+            command: to.command,
             command_start_ticks,
             cgroup,
+            done: to.done.clone(),
+        })
+    }
+
+    /// The binding stamped anew by this process (at each write: a process restored elsewhere
+    /// by CRIU names its new boot).
+    pub(crate) fn restamped(&self) -> Option<Self> {
+        Some(Self {
+            stamp: ProcessStamp::this_process()?,
+            ..self.clone()
         })
     }
 
@@ -167,10 +200,18 @@ impl ProcessBinding {
     /// documentation](self).
     pub fn gone(&self) -> bool {
         // Cheapest first: the group's may be two full looks at `/proc`.
-        self.supervisor_gone()
-            && self.command_gone()
-            && self.cgroup.as_ref().is_none_or(|c| c.judge() == Tree::Gone)
-            && group_gone(self.group)
+        self.supervisor_gone() && self.command_gone() && self.tree_gone() && group_gone(self.group)
+    }
+
+    /// The whole tree proved gone: its cgroup has no live process (or was removed), or,
+    /// without one, the guard said it proved it empty. A record of an older version names
+    /// neither: its group and COMMAND are all it knows of.
+    fn tree_gone(&self) -> bool {
+        match (&self.cgroup, &self.done) {
+            (Some(cgroup), _) => cgroup.judge() == Tree::Gone,
+            (None, Some(done)) => done.is_file(),
+            (None, None) => true,
+        }
     }
 
     /// A process of the holding's tree that still runs on this kernel — COMMAND, or one of its
@@ -187,7 +228,15 @@ impl ProcessBinding {
         if let Some(Tree::Lives(pid)) = self.cgroup.as_ref().map(TreeCgroup::judge) {
             return Some(pid);
         }
-        (self.local() && !self.command_gone()).then_some(self.command)
+        if !self.local() {
+            return None;
+        }
+        if !self.command_gone() {
+            return Some(self.command);
+        }
+        // Its leader is the guard, which outlives an expired holding whose supervisor is
+        // stopped, and acts under it no more (it stopped the tree at the deadline).
+        group_member(self.group, Some(self.group))
     }
 
     /// COMMAND proved gone: no such process, a dead zombie, or its pid is now another
@@ -209,6 +258,16 @@ mod tests {
     use std::os::unix::process::CommandExt;
     use std::process::Command;
 
+    fn to(group: u32, command: u32) -> Processes {
+        Processes {
+            group,
+            command,
+            cgroup: None,
+            done: None,
+            handoff: true,
+        }
+    }
+
     fn start_ticks(pid: u32) -> u64 {
         match stat_status(pid) {
             Status::Found(s) => s.start_ticks,
@@ -227,7 +286,7 @@ mod tests {
             .process_group(0)
             .spawn()
             .unwrap();
-        let mut binding = ProcessBinding::of_this_process(child.id(), child.id(), None).unwrap();
+        let mut binding = ProcessBinding::of_this_process(&to(child.id(), child.id())).unwrap();
         binding.pid = child.id();
         binding.stamp.start_ticks = start_ticks(child.id());
         (child, binding)
@@ -236,7 +295,7 @@ mod tests {
     #[test]
     fn a_living_supervisor_or_group_is_never_gone() {
         let me =
-            ProcessBinding::of_this_process(std::process::id(), std::process::id(), None).unwrap();
+            ProcessBinding::of_this_process(&to(std::process::id(), std::process::id())).unwrap();
         assert!(me.local());
         assert!(!me.supervisor_gone());
         assert!(!me.gone());
@@ -323,7 +382,7 @@ mod tests {
     #[test]
     fn a_reused_pid_or_another_kernel_is_told_apart() {
         let me =
-            ProcessBinding::of_this_process(std::process::id(), std::process::id(), None).unwrap();
+            ProcessBinding::of_this_process(&to(std::process::id(), std::process::id())).unwrap();
         let mut reused = ProcessBinding {
             group: u32::MAX / 2,
             ..me.clone()
@@ -376,7 +435,7 @@ mod tests {
             "another view of the hierarchy"
         );
         let mut binding =
-            ProcessBinding::of_this_process(std::process::id(), std::process::id(), None).unwrap();
+            ProcessBinding::of_this_process(&to(std::process::id(), std::process::id())).unwrap();
         binding.cgroup = Some(TreeCgroup::of_this_process(&dir).unwrap());
         std::fs::write(
             dir.join("cgroup.procs"),
@@ -388,7 +447,7 @@ mod tests {
 
     #[test]
     fn the_record_names_the_binding_flat() {
-        let b = ProcessBinding::of_this_process(7, std::process::id(), None).unwrap();
+        let b = ProcessBinding::of_this_process(&to(7, std::process::id())).unwrap();
         let json = serde_json::to_value(&b).unwrap();
         for field in [
             "boot_id",

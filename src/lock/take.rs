@@ -64,6 +64,7 @@ pub(crate) fn new_record(
         pid: std::process::id(),
         written_at: locks.clock.system_now().into(),
         process: None,
+        tree: None,
     }
 }
 
@@ -90,7 +91,7 @@ pub(crate) fn running(locks: &Locks, key: &str, rec: &LockRecord, remaining: Dur
             key,
             LockHolder::Running {
                 holder,
-                pid: rec.process.as_ref().map_or(rec.pid, |p| p.pid),
+                pid: rec.bound().map_or(rec.pid, |p| p.pid),
                 host: rec.host.clone(),
             },
             remaining,
@@ -158,6 +159,7 @@ pub(crate) async fn take_seeing(
                         };
                     }
                 }
+                // Watched for an early takeover: only a binding that allows one.
                 *held_by = match state {
                     Judged::Held { .. } => rec.process.clone(),
                     _ => None,
@@ -165,7 +167,7 @@ pub(crate) async fn take_seeing(
                 // Expired, but COMMAND's tree still runs on this host: not taken beside it (a
                 // waiter elsewhere cannot see it). The waiter watches the processes.
                 if let (Judged::Expired { .. }, Some(p), Some(h)) =
-                    (state, &rec.process, &rec.holder)
+                    (state, rec.bound(), &rec.holder)
                 {
                     if let Some(pid) = p.lingering() {
                         *held_by = Some(p.clone());
@@ -189,7 +191,7 @@ pub(crate) async fn take_seeing(
                     (Judged::Held { remaining }, Some(h))
                         if h == spec.owner
                             && spec.mode == Mode::Acquire
-                            && rec.process.is_some() =>
+                            && rec.bound().is_some() =>
                     {
                         return Err(running(locks, key, rec, remaining));
                     }

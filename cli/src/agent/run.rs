@@ -178,6 +178,12 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     }
     let guarded = lock.is_some().then_some((&proof, kill_after));
     let started = start(ctx, &args, &lease, lock_env, guarded).await;
+    if let Ok((.., child)) = &started {
+        // No handoff: the agent's writes, sent from this process, may land after it died.
+        if let Some(to) = child.binding(false) {
+            proof.bind_locks(&to);
+        }
+    }
     let (socket_dir, agent, server, cancel, mut child) = match started {
         Ok(s) => s,
         Err((code, e)) => {
@@ -229,6 +235,27 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     // The lock goes with the lease, once COMMAND's writes in flight are done: a second
     // `run --lock` job must not start while they may still land. Until it is released, the
     // guard keeps what COMMAND left in the background from outliving it.
+    let stuck = child.still_running();
+    if !stuck.is_empty() {
+        // Released, the lock would go to the next holder beside them (see `lock run`).
+        if let Some(kept) = lock.take() {
+            kept.abandon().await;
+        }
+        eprintln!(
+            "error: processes of COMMAND's tree could not be stopped (pid {}); the lock \
+             key=`{}` is left to run out instead of being released beside them",
+            stuck
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            args.lock.as_deref().unwrap_or_default()
+        );
+        if let Err(e) = keeper.release().await {
+            tracing::debug!(error = %error_chain(&e), "the lease was not released");
+        }
+        return Ok(EXIT_LEASE_LOST);
+    }
     release_lock(&mut lock).await;
     child.finish().await;
 

@@ -3,8 +3,10 @@
 //! follow.
 //!
 //! Before it becomes COMMAND, it asks the kernel to kill it when the guard dies
-//! (`PR_SET_PDEATHSIG`, kept across exec) — then checks the guard did not die before that —
-//! and joins COMMAND's cgroup: from its first instruction, COMMAND is within the tree's reach.
+//! (`PR_SET_PDEATHSIG`, kept across exec, but cleared when COMMAND execs a setuid or
+//! file-capability program) — then checks the guard did not die before that — and joins
+//! COMMAND's cgroup: from its first instruction, COMMAND is within the tree's reach (the guard's
+//! descendants, and its cgroup).
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt as _;

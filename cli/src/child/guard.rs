@@ -43,6 +43,8 @@ const FIRED: &str = "fired";
 const ARMED: &str = "armed";
 /// What the guard says once it started COMMAND: `started PID`.
 const STARTED: &str = "started";
+/// What the supervisor says once it checked that its peer is the guard: start COMMAND.
+const GO: &str = "go";
 /// What the guard says when it could not start COMMAND: `failed WHY`.
 const FAILED: &str = "failed";
 /// What the guard says when COMMAND exited: `exited RAW_WAIT_STATUS`.
@@ -73,16 +75,16 @@ fn deadline(left: impl FnOnce() -> Duration) -> Duration {
 /// What the supervisor last told the guard, on [`boottime`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Told {
-    /// The holds are proved up to here: SIGTERM the group then, SIGKILL `kill_after` later.
+    /// The holds are proved up to here: SIGTERM the tree then, SIGKILL `kill_after` later.
     Deadline(Duration),
-    /// The supervisor sent the group SIGTERM at this instant: SIGKILL it `kill_after` later,
+    /// The supervisor sent the tree SIGTERM at this instant: SIGKILL it `kill_after` later,
     /// with no SIGTERM of the guard's own (a second one cuts short the shutdown the first
     /// began, as in programs that exit at once on a repeated ^C).
     Termed(Duration),
 }
 
 impl Told {
-    /// The line that carries it on the guard's stdin.
+    /// The line that carries it on the guard's socket.
     fn line(self) -> String {
         match self {
             Told::Deadline(at) => format!("{}\n", at.as_nanos()),
@@ -121,7 +123,8 @@ pub enum Heard {
     Fired,
     /// COMMAND exited (the guard reaped it), with this status.
     Exited(ExitStatus),
-    /// It exited (or was killed): COMMAND died with it (its death signal), the rest of the
+    /// It exited (or was killed): COMMAND died with it (its death signal, unless it exec'd a
+    /// setuid program, which clears it), the rest of the
     /// tree is re-parented to the supervisor.
     Gone,
 }
@@ -132,6 +135,9 @@ pub struct Spawn<'a> {
     pub argv: &'a [OsString],
     pub env: &'a [(&'a str, OsString)],
     pub cgroup: Option<&'a Cgroup>,
+    /// Without a cgroup, where the guard says it proved the tree gone after the supervisor
+    /// died.
+    pub done: Option<&'a std::path::Path>,
     pub kill_after: Duration,
 }
 
@@ -170,6 +176,9 @@ impl Guard {
         if let Some(cgroup) = spawn.cgroup {
             command.arg("--cgroup").arg(cgroup.dir());
         }
+        if let Some(done) = spawn.done {
+            command.arg("--done").arg(done);
+        }
         // Not killed when dropped: a supervisor that unwinds without stopping it closes its
         // socket, and the guard then kills the tree, as for a supervisor that died.
         let mut child = command
@@ -201,6 +210,11 @@ impl Guard {
             anyhow::bail!("a process other than the guard (pid {peer:?}) connected to its socket");
         }
         let (read, mut write) = stream.into_split();
+        // The peer proved to be the guard: it may start COMMAND.
+        if let Err(e) = write.write_all(format!("{GO}\n").as_bytes()).await {
+            let _ = child.start_kill();
+            return Err(anyhow::Error::new(e).context("cannot tell the guard to start COMMAND"));
+        }
         let (told, mut latest) = watch::channel(Told::Deadline(first));
         let feeder = tokio::spawn(async move {
             while latest.changed().await.is_ok() {
@@ -242,7 +256,7 @@ impl Guard {
         self.told.send_replace(Told::Termed(boottime()));
     }
 
-    /// The guard's pid: it leads COMMAND's process group and is the root of its tree.
+    /// The guard's pid: the root of COMMAND's tree, and the leader of COMMAND's process group.
     pub fn pid(&self) -> u32 {
         self.child
             .id()
@@ -301,6 +315,26 @@ impl Guard {
         }
     }
 
+    /// SIGCONT the guard if it is stopped: a dead-man's switch that does not run is none.
+    pub fn continue_if_stopped(&self) {
+        let Some(pid) = self.child.id() else {
+            return;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let stopped = stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'));
+        if stopped {
+            tracing::warn!(pid, "COMMAND's guard was stopped; continuing it");
+            if let Some(pid) = i32::try_from(pid)
+                .ok()
+                .and_then(rustix::process::Pid::from_raw)
+            {
+                let _ = rustix::process::kill_process(pid, Signal::CONT);
+            }
+        }
+    }
+
     /// Stop the guard (COMMAND and its tree are gone): killed, which closes its socket.
     pub async fn stop(mut self) {
         let _ = self.child.start_kill();
@@ -339,10 +373,12 @@ pub struct Args {
     pub socket: String,
     /// COMMAND's cgroup, if it has one.
     pub cgroup: Option<PathBuf>,
+    /// Without one, where to say the tree was proved gone after the supervisor died.
+    pub done: Option<PathBuf>,
     pub argv: Vec<OsString>,
 }
 
-/// `banklease __guard` (hidden), leading COMMAND's process group and the child subreaper of
+/// `banklease __guard` (hidden), leading a process group of its own and the child subreaper of
 /// its tree: start COMMAND (through `__exec`), reap the tree and say when COMMAND exited;
 /// stop the tree at the deadline (the last one read from the socket); kill it at once when the
 /// supervisor is gone (its socket closed, or no longer this process's parent).
@@ -372,6 +408,7 @@ pub async fn run(args: Args, clock: &SharedClock) -> crate::Outcome {
     let mut guard = Guarding {
         tree,
         cgroup,
+        done: args.done.clone(),
         kill_after: args.kill_after,
         told: Told::Deadline(Duration::from_nanos(args.deadline_ns)),
         armed: deadline_armed(),
@@ -382,9 +419,15 @@ pub async fn run(args: Args, clock: &SharedClock) -> crate::Outcome {
     if say(&mut write, ARMED).await.is_err() {
         return crate::Outcome::Exit(EXIT_HOLD_LOST);
     }
+    // Not before the supervisor checked that this is its guard (its socket could be anyone's).
+    let go = tokio::time::timeout(ARMING, lines.next_line()).await;
+    if !matches!(&go, Ok(Ok(Some(line))) if line.trim() == GO) {
+        return crate::Outcome::Exit(EXIT_HOLD_LOST);
+    }
     match start_command(&args) {
         Ok(pid) => {
             guard.command = Some(pid);
+            guard.tree = guard.tree.clone().with_group(pid);
             if say(&mut write, &format!("{STARTED} {pid}")).await.is_err() {
                 return guard.supervisor_gone(clock).await;
             }
@@ -419,8 +462,11 @@ pub async fn run(args: Args, clock: &SharedClock) -> crate::Outcome {
     }
 }
 
-/// Start COMMAND as `__exec` (this binary), in the guard's process group, with the guard's
-/// stdin, stdout and stderr (the supervisor's); its pid.
+/// Start COMMAND as `__exec` (this binary), in the guard's process group — not leading one of
+/// its own, so that `setsid` as COMMAND starts its session in place (a group leader's `setsid`
+/// forks and exits at once) — with the guard's stdin, stdout and stderr (the supervisor's); its
+/// pid. What COMMAND sends its group reaches the guard, which ignores all but SIGSTOP; the
+/// supervisor continues a stopped guard.
 fn start_command(args: &Args) -> Result<u32> {
     use std::os::unix::process::CommandExt as _;
     let me = std::path::Path::new("/proc/self/exe");
@@ -445,6 +491,7 @@ fn start_command(args: &Args) -> Result<u32> {
 struct Guarding {
     tree: Tree,
     cgroup: Option<Cgroup>,
+    done: Option<PathBuf>,
     kill_after: Duration,
     told: Told,
     armed: bool,
@@ -487,9 +534,10 @@ impl Guarding {
             }
             self.kill_at = Some(kill_at);
         }
-        if self.kill_at.is_some_and(|at| now >= at) {
+        // Killed again at every look until none of it lives: a process in an uninterruptible
+        // sleep, or one that forked as a walk passed, is not let go.
+        if self.kill_at.is_some_and(|at| now >= at) && !self.tree.members().is_empty() {
             self.tree.kill();
-            self.kill_at = None;
         }
         fired_now
     }
@@ -508,18 +556,27 @@ impl Guarding {
         said
     }
 
-    /// The supervisor is gone: kill the whole tree, reap it, remove its cgroup, and exit.
+    /// The supervisor is gone: kill the whole tree, reap it, remove its cgroup — or, without
+    /// one, say it is gone where a waiter on this host looks — and exit.
     async fn supervisor_gone(mut self, clock: &SharedClock) -> crate::Outcome {
+        let mut gone = false;
         for _ in 0..GONE_ROUNDS {
             self.tree.kill();
             self.reap();
             if self.tree.members().is_empty() {
+                gone = true;
                 break;
             }
             clock.sleep(Duration::from_millis(10)).await;
         }
         if let Some(cgroup) = &self.cgroup {
             cgroup.remove();
+        }
+        if let (true, Some(done)) = (gone, &self.done) {
+            if let Err(e) = std::fs::write(done, b"") {
+                tracing::warn!(path = %done.display(), error = %e,
+                    "cannot say COMMAND's tree is gone; a waiter on this host waits for the lock's expiry");
+            }
         }
         crate::Outcome::Exit(EXIT_HOLD_LOST)
     }

@@ -30,6 +30,7 @@ use tree::Tree;
 use std::ffi::OsString;
 use std::future::Future;
 use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
@@ -115,11 +116,14 @@ enum Inner {
         group: Pid,
     },
     /// Guarded: COMMAND is the guard's child, and its tree the guard's descendants (and its
-    /// cgroup's processes).
+    /// cgroup's processes); seen from here, this process's descendants but the guard (orphans
+    /// come here should the guard die).
     Guarded {
         guard: guard::Guard,
         tree: Tree,
         command: u32,
+        /// Without a cgroup, the file the guard writes once it proved the tree gone.
+        done: Option<PathBuf>,
     },
 }
 
@@ -135,21 +139,24 @@ enum Event {
 }
 
 impl Running {
-    /// COMMAND's process group and COMMAND's pid, for a lock's binding to its processes.
-    pub fn ids(&self) -> Option<(u32, u32)> {
+    /// What a lock's record names of COMMAND's tree ([`Proof::bind_locks`]); `handoff` lets a
+    /// waiter on this host take the lock as soon as it is all gone. `None` when unguarded.
+    pub fn binding(&self, handoff: bool) -> Option<banklease::lock::Processes> {
         match &self.inner {
-            Inner::Plain { child, group } => {
-                Some((group.as_raw_nonzero().get().unsigned_abs(), child.id()?))
-            }
-            Inner::Guarded { guard, command, .. } => Some((guard.pid(), *command)),
-        }
-    }
-
-    /// COMMAND's cgroup, when its tree is held by one.
-    pub fn cgroup(&self) -> Option<&Cgroup> {
-        match &self.inner {
-            Inner::Guarded { tree, .. } => tree.cgroup(),
             Inner::Plain { .. } => None,
+            Inner::Guarded {
+                guard,
+                tree,
+                command,
+                done,
+            } => Some(banklease::lock::Processes {
+                // The guard leads COMMAND's process group.
+                group: guard.pid(),
+                command: *command,
+                cgroup: tree.cgroup().map(|c| c.dir().to_owned()),
+                done: done.clone(),
+                handoff,
+            }),
         }
     }
 
@@ -161,8 +168,17 @@ impl Running {
         }
     }
 
-    /// After COMMAND's hold was released: stop the guard and remove the tree's cgroup. Until
-    /// then the guard has kept its last deadline.
+    /// The live processes left of COMMAND's tree (none tracked when unguarded). After
+    /// [`watch`], any left could not be stopped: the hold must not be released.
+    pub fn still_running(&self) -> Vec<u32> {
+        match &self.inner {
+            Inner::Guarded { tree, .. } => tree.members(),
+            Inner::Plain { .. } => Vec::new(),
+        }
+    }
+
+    /// After COMMAND's hold was released (or left to run out): stop the guard and remove the
+    /// tree's cgroup. Until then the guard has kept its last deadline.
     pub async fn finish(self) {
         if let Inner::Guarded { guard, tree, .. } = self.inner {
             guard.stop().await;
@@ -215,26 +231,24 @@ impl Running {
         }
     }
 
-    /// The live processes left of COMMAND's tree (none tracked when unguarded).
-    fn left(&self) -> Vec<u32> {
+    /// COMMAND and its whole tree are gone (COMMAND at most a zombie the guard has not
+    /// reaped). Guarded only.
+    fn gone_unheard(&self) -> bool {
         match &self.inner {
-            Inner::Guarded { tree, .. } => tree.members(),
-            Inner::Plain { .. } => Vec::new(),
+            Inner::Guarded { tree, command, .. } => {
+                tree.members().is_empty() && !tree::alive(*command)
+            }
+            Inner::Plain { .. } => false,
         }
     }
 
-    /// After the guard died: its orphans came to this process (a subreaper too); kill every
-    /// descendant and the cgroup, and take COMMAND's status if it can be had.
-    fn kill_orphans(&self) -> ExitStatus {
+    /// After the guard died: its orphans came to this process (a subreaper too), and are of
+    /// the tree seen from here; COMMAND's status if it can be had (it died with the guard).
+    fn reap_command(&self) -> ExitStatus {
         let killed = ExitStatus::from_raw(Signal::KILL.as_raw());
-        let Inner::Guarded { tree, command, .. } = &self.inner else {
+        let Inner::Guarded { command, .. } = &self.inner else {
             return killed;
         };
-        let me = rustix::process::getpid()
-            .as_raw_nonzero()
-            .get()
-            .unsigned_abs();
-        Tree::new(me, tree.cgroup().cloned()).kill();
         let Some(pid) = i32::try_from(*command).ok().and_then(Pid::from_raw) else {
             return killed;
         };
@@ -289,17 +303,22 @@ pub async fn spawn(
     }
     let failed = |e: anyhow::Error| (EXIT_RUN_FAILED, e);
     let cgroup = Cgroup::for_command().map_err(failed)?;
+    // Without a cgroup, nothing names the tree once the guard is gone but the guard's own word
+    // that it proved it empty (a waiter on this host reads it).
+    let done = cgroup.is_none().then(tree::done_marker);
     // Should the guard die, the tree's orphans come here, where they can still be killed.
     let me = rustix::process::getpid();
     if let Err(e) = rustix::process::set_child_subreaper(Some(me)) {
         tracing::debug!(error = %e, "cannot be the child subreaper of the guard's orphans");
     }
+    let me = me.as_raw_nonzero().get().unsigned_abs();
     let spawned = guard::Guard::spawn(
         || proof.left(),
         guard::Spawn {
             argv,
             env,
             cgroup: cgroup.as_ref(),
+            done: done.as_deref(),
             kill_after,
         },
     )
@@ -313,26 +332,51 @@ pub async fn spawn(
             return Err(failed(e));
         }
     };
-    let tree = Tree::new(guard.pid(), cgroup);
+    let guard_pid = guard.pid();
+    let tree = Tree::new(me, cgroup).outside(guard_pid);
     match guard.started().await {
         Ok(command) => {
             tracing::info!(held_by = %tree.describe(), command, "COMMAND started");
             Ok(Running {
                 inner: Inner::Guarded {
                     guard,
-                    tree,
+                    tree: tree.with_group(guard_pid),
                     command,
+                    done,
                 },
             })
         }
         Err(e) => {
+            // COMMAND may have started: it dies with the guard, and what it started comes
+            // here.
             guard.stop().await;
+            let gone = end(&tree, TREE_GONE);
             if let Some(c) = tree.cgroup() {
                 c.remove();
+            }
+            if !gone {
+                return Err(failed(e.context(format!(
+                    "processes COMMAND started could not be stopped (pid {:?})",
+                    tree.members()
+                ))));
             }
             Err(failed(e))
         }
     }
+}
+
+/// SIGKILL `tree` until none of it lives, for at most `limit`; whether none does. Blocking:
+/// only on the way out of a failed start.
+fn end(tree: &Tree, limit: Duration) -> bool {
+    let rounds = (limit.as_millis() / TREE_POLL.as_millis()).max(1);
+    for _ in 0..rounds {
+        if tree.members().is_empty() {
+            return true;
+        }
+        tree.kill();
+        std::thread::sleep(TREE_POLL);
+    }
+    tree.members().is_empty()
 }
 
 /// COMMAND leading a new process group, as the supervisor's child.
@@ -439,6 +483,8 @@ impl Watched<'_> {
         // once a second.
         let mut kill_at: Option<Instant> = None;
         let guarded = running.guard().is_some();
+        // Looks that found COMMAND and its tree gone with no word from the guard.
+        let mut silent = 0;
         loop {
             let kill_wait = kill_at.map(|at| {
                 at.saturating_duration_since(clock.now())
@@ -465,7 +511,9 @@ impl Watched<'_> {
                         return Err(anyhow::Error::new(e).context("cannot wait for COMMAND; it was killed"));
                     }
                     Event::GuardGone => {
-                        let status = running.kill_orphans();
+                        // COMMAND died with it; what it started is ours now.
+                        self.end_tree(running, true).await;
+                        let status = running.reap_command();
                         let reason = stopping.unwrap_or_else(|| {
                             "the guard of COMMAND's tree exited".to_owned()
                         });
@@ -499,9 +547,24 @@ impl Watched<'_> {
                 // Continued after a stop not ours (SIGSTOP): the deadline moves only if the
                 // keepers renew again.
                 Some(()) = jobs.cont.recv() => {}
-                () = clock.sleep(PROVE_EVERY), if guarded && stopping.is_none() => {
+                () = clock.sleep(PROVE_EVERY), if guarded => {
                     if let Some(g) = running.guard() {
-                        g.prove(|| self.proof.left());
+                        if stopping.is_none() {
+                            g.prove(|| self.proof.left());
+                        }
+                        // The switch must not stay stopped (a stray SIGSTOP): it alone tells
+                        // COMMAND's exit.
+                        g.continue_if_stopped();
+                    }
+                    // Stopping, with COMMAND and its whole tree gone, and the guard silent:
+                    // COMMAND's status is not waited for longer.
+                    if stopping.is_some() && running.gone_unheard() {
+                        silent += 1;
+                        if silent >= SILENT_LOOKS {
+                            let status = ExitStatus::from_raw(Signal::KILL.as_raw());
+                            let reason = stopping.take().unwrap_or_default();
+                            return Ok(Ended::Stopped { status, reason });
+                        }
                     }
                 }
                 reason = &mut lost, if stopping.is_none() => {
@@ -530,14 +593,14 @@ impl Watched<'_> {
 
     /// COMMAND exited: stop what is left of its tree — SIGKILL at once when the hold is being
     /// stopped (`now`), else SIGTERM and SIGKILL after `kill_after`, said in one line — and
-    /// wait until none of it lives (bounded: a process that cannot die is not waited for
-    /// longer than [`TREE_GONE`] after its SIGKILL).
+    /// wait until none of it lives, killing again (bounded: what cannot die within
+    /// [`TREE_GONE`] of its SIGKILL is left, and [`Running::still_running`] names it).
     async fn end_tree(&self, running: &Running, now: bool) {
         if now {
             // Unguarded, the group is all that is known of the tree: killed unlooked.
             running.kill();
         }
-        let left = running.left();
+        let left = running.still_running();
         if left.is_empty() {
             return;
         }
@@ -554,13 +617,13 @@ impl Watched<'_> {
             );
             running.signal(Signal::TERM);
             let until = clock.now() + self.kill_after;
-            while clock.now() < until && !running.left().is_empty() {
+            while clock.now() < until && !running.still_running().is_empty() {
                 clock.sleep(TREE_POLL).await;
             }
         }
         let until = clock.now() + TREE_GONE;
         loop {
-            let left = running.left();
+            let left = running.still_running();
             if left.is_empty() {
                 return;
             }
@@ -600,6 +663,10 @@ impl Watched<'_> {
         proved.map_err(|reason| format!("after a stop, {reason}"))
     }
 }
+
+/// Looks ([`PROVE_EVERY`] apart) that must find COMMAND gone, its guard silent, before the
+/// supervisor stops waiting for its word.
+const SILENT_LOOKS: u32 = 10;
 
 /// How long what is left of COMMAND's tree is waited for after its SIGKILL.
 const TREE_GONE: Duration = Duration::from_secs(5);

@@ -74,20 +74,20 @@ impl Proof {
         self
     }
 
-    /// Bind every lock COMMAND runs under to this supervisor, to COMMAND (`command`), to its
-    /// process group `group` and to the cgroup that holds its tree, if any, and renew each at
-    /// once so that its record names them: a waiter on this host then takes the lock as soon
-    /// as the kernel proves them all gone, not at its expiry, and not after it while the tree
-    /// runs ([`Lock::bind_to_processes`]). A renewal that fails here is the heartbeat's to
-    /// retry. `lock run` only: `run --lock`'s agent writes checkpoints from the supervisor, and
-    /// a write sent before it died may still land (it drains them before it releases), so its
-    /// lock runs out instead.
-    pub fn bind_locks(&self, group: u32, command: u32, cgroup: Option<&std::path::Path>) {
+    /// Bind every lock COMMAND runs under to this supervisor and to COMMAND's tree (`to`), and
+    /// renew each at once so that its record names them: only this holder then takes or
+    /// releases the lock while they live, a waiter on this host does not take it past its
+    /// expiry while the tree runs, and with `to.handoff` takes it as soon as the kernel proves
+    /// them all gone, not at its expiry ([`Lock::bind_to_processes`]). A renewal that fails here
+    /// is the heartbeat's to retry. No handoff for `run --lock`: its agent writes checkpoints
+    /// from the supervisor, and a write sent before it died may still land (it drains them
+    /// before it releases), so its lock runs out instead.
+    pub fn bind_locks(&self, to: &banklease::lock::Processes) {
         for hold in &self.holds {
             let Hold::Lock { lock, .. } = hold else {
                 continue;
             };
-            if lock.bind_to_processes(group, command, cgroup) {
+            if lock.bind_to_processes(to) {
                 let lock = lock.clone();
                 tokio::spawn(async move {
                     if let Err(e) = lock.heartbeat().await {

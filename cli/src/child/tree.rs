@@ -15,9 +15,12 @@
 //! without a cgroup.
 //!
 //! Invariant: **a stop reaches every process of the tree, race-free against forks.** The tree
-//! is frozen first (the cgroup's `cgroup.freeze`; without one, SIGSTOP to every member, again
-//! until a walk finds no new one: a process with SIGSTOP pending cannot complete a fork), then
-//! signalled, then thawed.
+//! is frozen first — the cgroup's `cgroup.freeze`, waited for until the kernel says it is
+//! frozen; without one (or a freeze that did not complete), SIGSTOP to every member, each
+//! waited for until it is seen stopped, and again until a walk finds no new one: a stopped
+//! process forks no more, and one whose fork was under way shows its child by then — then
+//! signalled, then thawed. What was stopped before (a ^Z, a user's SIGSTOP) is not continued.
+//! A kill is repeated by its callers until no process of the tree lives.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
@@ -33,7 +36,7 @@ pub const TREE_ENV: &str = "BANKLEASE_TREE";
 const FREEZE_ROUNDS: usize = 200;
 /// How long a freeze of the cgroup is waited for (a process in an uninterruptible sleep
 /// freezes when it wakes).
-const FREEZE_WAIT: Duration = Duration::from_secs(1);
+const FREEZE_WAIT: Duration = Duration::from_millis(200);
 /// What banklease names its cgroups (`banklease-<pid>-<nonce>`).
 const PREFIX: &str = "banklease-";
 
@@ -118,8 +121,14 @@ impl Cgroup {
         Some(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
     }
 
+    /// Whether it is frozen (or being frozen) already: by a ^Z of ours.
+    fn frozen(&self) -> bool {
+        std::fs::read_to_string(self.file("cgroup.freeze")).is_ok_and(|v| v.trim() == "1")
+    }
+
     /// Freeze (or thaw) it; with `on`, wait (at most [`FREEZE_WAIT`]) until the kernel says
-    /// every process is frozen. `false` when the freezer cannot be used.
+    /// every process is frozen. `false` when the freezer cannot be used or did not freeze in
+    /// time (a process in an uninterruptible sleep): then the caller stops by signals.
     fn freeze(&self, on: bool) -> bool {
         let value: &[u8] = if on { b"1" } else { b"0" };
         if std::fs::write(self.file("cgroup.freeze"), value).is_err() {
@@ -136,7 +145,7 @@ impl Cgroup {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        true
+        false
     }
 
     /// SIGKILL every process in it at once (`cgroup.kill`, Linux 5.14), else one by one while
@@ -190,6 +199,49 @@ fn sweep(parent: &Path) {
     }
 }
 
+/// Where a guard without a cgroup says it proved its tree gone after its supervisor died: a
+/// new name in `/dev/shm` (else the temporary directory), read by a waiter on this host. Old
+/// ones are swept here.
+pub fn done_marker() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        shm.to_owned()
+    } else {
+        std::env::temp_dir()
+    };
+    sweep_markers(&dir);
+    dir.join(format!(
+        "{PREFIX}tree-{}-{:016x}.done",
+        std::process::id(),
+        nonce()
+    ))
+}
+
+/// How long a guard's word that its tree is gone is kept: a waiter reads it within moments.
+const MARKER_KEPT: Duration = Duration::from_secs(3600);
+
+fn sweep_markers(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with(&format!("{PREFIX}tree-")) && name.ends_with(".done")) {
+            continue;
+        }
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > MARKER_KEPT);
+        if old {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// A random number, without a generator of our own: std's per-process random hash keys.
 pub(super) fn nonce() -> u64 {
     use std::hash::{BuildHasher, Hasher};
@@ -227,17 +279,43 @@ fn own_cgroup_dir() -> Option<PathBuf> {
     dir.is_dir().then_some(dir)
 }
 
-/// COMMAND's tree: the descendants of `root` (the guard, its subreaper; or, once the guard is
-/// gone, the supervisor), and the processes of its cgroup.
+/// COMMAND's tree: the descendants of `root` (the guard, its subreaper; or the supervisor,
+/// a subreaper too, with the guard `outside` it), and the processes of its cgroup.
 #[derive(Debug, Clone)]
 pub struct Tree {
     root: u32,
+    /// A descendant of the root that is not of the tree (the guard, seen from the supervisor):
+    /// walked through, never signalled nor counted.
+    outside: Option<u32>,
+    /// COMMAND's process group, once known (the chaos build signals it alone).
+    group: Option<u32>,
     cgroup: Option<Cgroup>,
 }
 
 impl Tree {
     pub fn new(root: u32, cgroup: Option<Cgroup>) -> Self {
-        Self { root, cgroup }
+        Self {
+            root,
+            outside: None,
+            group: None,
+            cgroup,
+        }
+    }
+
+    /// The same tree with `pid` walked through but not of it.
+    pub fn outside(self, pid: u32) -> Self {
+        Self {
+            outside: Some(pid),
+            ..self
+        }
+    }
+
+    /// The same tree, COMMAND's process group known.
+    pub fn with_group(self, group: u32) -> Self {
+        Self {
+            group: Some(group),
+            ..self
+        }
     }
 
     pub fn cgroup(&self) -> Option<&Cgroup> {
@@ -255,21 +333,23 @@ impl Tree {
         }
     }
 
-    /// The live processes of the tree, the root excluded (a dead zombie is not live).
+    /// The live processes of the tree (a dead zombie is not live).
     pub fn members(&self) -> Vec<u32> {
         if group_only() {
             return Vec::new();
         }
-        let mut live: BTreeSet<u32> = self.descendants().into_iter().collect();
+        let mut all: BTreeSet<u32> = self.descendants().into_iter().collect();
         if let Some(c) = &self.cgroup {
-            live.extend(c.procs().unwrap_or_default());
+            all.extend(c.procs().unwrap_or_default());
         }
-        live.remove(&self.root);
-        live.into_iter().filter(|&p| alive(p)).collect()
+        all.into_iter()
+            .filter(|&p| self.of_tree(p) && alive(p))
+            .collect()
     }
 
     /// Send `signal` to every process of the tree, race-free against forks (see the module's
-    /// invariant); SIGSTOP leaves it stopped, anything else continues what was stopped for it.
+    /// invariant). What was stopped before (a ^Z, a user's SIGSTOP) stays stopped; what this
+    /// stopped to signal it is continued, unless `signal` is SIGSTOP.
     pub fn signal(&self, signal: Signal) {
         if group_only() {
             return self.group(signal);
@@ -277,26 +357,25 @@ impl Tree {
         if signal == Signal::KILL {
             return self.kill();
         }
-        let frozen = self.cgroup.as_ref().is_some_and(|c| c.freeze(true));
-        let mut targets: BTreeSet<u32> = self
-            .cgroup
-            .as_ref()
-            .and_then(Cgroup::procs)
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
+        let cgroup = self.cgroup.as_ref();
+        let was_frozen = cgroup.is_some_and(Cgroup::frozen);
+        let frozen = cgroup.is_some_and(|c| c.freeze(true));
+        let mut targets: BTreeSet<u32> = match (cgroup, frozen) {
+            (Some(c), true) => c.procs().unwrap_or_default().into_iter().collect(),
+            _ => BTreeSet::new(),
+        };
         let stopped = self.stop_by_signals(&targets);
-        targets.extend(&stopped);
-        targets.remove(&self.root);
-        for &pid in &targets {
+        targets.extend(&stopped.ours);
+        targets.extend(&stopped.theirs);
+        for &pid in targets.iter().filter(|&&p| self.of_tree(p)) {
             send(pid, signal);
         }
         if signal != Signal::STOP {
-            for &pid in &stopped {
+            for &pid in &stopped.ours {
                 send(pid, Signal::CONT);
             }
-            if frozen {
-                self.cgroup.as_ref().map(|c| c.freeze(false));
+            if frozen && !was_frozen {
+                cgroup.map(|c| c.freeze(false));
             }
         }
     }
@@ -314,24 +393,22 @@ impl Tree {
         self.stop_by_signals(&inside);
     }
 
-    /// Continue what [`Tree::pause`] stopped.
+    /// Continue the whole tree ([`Tree::pause`]; `fg` continues the whole job).
     pub fn resume(&self) {
         if group_only() {
             return self.group(Signal::CONT);
         }
-        for pid in self.descendants() {
-            send(pid, Signal::CONT);
-        }
         if let Some(c) = &self.cgroup {
             c.freeze(false);
-            for pid in c.procs().unwrap_or_default() {
-                send(pid, Signal::CONT);
-            }
+        }
+        for pid in self.members() {
+            send(pid, Signal::CONT);
         }
     }
 
     /// SIGKILL the whole tree: the cgroup at once, then every descendant, stopped first so none
-    /// forks past the walk.
+    /// forks past the walk. One pass: a caller that must see it gone asks [`Tree::members`]
+    /// and kills again.
     pub fn kill(&self) {
         if group_only() {
             return self.group(Signal::KILL);
@@ -339,41 +416,71 @@ impl Tree {
         if let Some(c) = &self.cgroup {
             c.kill();
         }
-        for pid in self.stop_by_signals(&BTreeSet::new()) {
+        let stopped = self.stop_by_signals(&BTreeSet::new());
+        for &pid in stopped.ours.iter().chain(&stopped.theirs) {
             send(pid, Signal::KILL);
         }
     }
 
-    /// `signal` to the root's process group alone (the chaos build's "before").
+    /// `signal` to COMMAND's process group alone (the chaos build's "before").
     fn group(&self, signal: Signal) {
-        let Some(group) = i32::try_from(self.root).ok().and_then(Pid::from_raw) else {
+        let Some(group) = self
+            .group
+            .and_then(|g| i32::try_from(g).ok())
+            .and_then(Pid::from_raw)
+        else {
             return;
         };
         let _ = rustix::process::kill_process_group(group, signal);
     }
 
-    /// SIGSTOP every descendant not in `skip`, walking again until a walk finds none new;
-    /// the pids stopped.
-    fn stop_by_signals(&self, skip: &BTreeSet<u32>) -> BTreeSet<u32> {
-        let mut stopped = BTreeSet::new();
-        for _ in 0..FREEZE_ROUNDS {
+    fn of_tree(&self, pid: u32) -> bool {
+        pid != self.root && Some(pid) != self.outside
+    }
+
+    /// SIGSTOP every descendant not in `skip` and not stopped already, waiting until each is
+    /// seen stopped, and walk again until a walk finds none new: a process with SIGSTOP pending
+    /// cannot start a fork, and one whose fork was under way shows its child by the time it
+    /// is seen stopped.
+    fn stop_by_signals(&self, skip: &BTreeSet<u32>) -> Stopped {
+        let mut stopped = Stopped::default();
+        for round in 0..FREEZE_ROUNDS {
             let new: Vec<u32> = self
                 .descendants()
                 .into_iter()
-                .filter(|p| !skip.contains(p) && !stopped.contains(p))
+                .filter(|p| {
+                    self.of_tree(*p)
+                        && !skip.contains(p)
+                        && !stopped.ours.contains(p)
+                        && !stopped.theirs.contains(p)
+                })
                 .collect();
             if new.is_empty() {
-                break;
+                return stopped;
             }
+            let mut sent = Vec::new();
             for pid in new {
-                send(pid, Signal::STOP);
-                stopped.insert(pid);
+                if matches!(state(pid), Some('T' | 't')) {
+                    stopped.theirs.insert(pid);
+                } else {
+                    send(pid, Signal::STOP);
+                    stopped.ours.insert(pid);
+                    sent.push(pid);
+                }
+            }
+            wait_stopped(&sent);
+            if round + 1 == FREEZE_ROUNDS {
+                tracing::warn!(
+                    "COMMAND's tree kept forking through {FREEZE_ROUNDS} walks; what forked last \
+                     may have been missed"
+                );
             }
         }
         stopped
     }
 
-    /// The root's descendants now (one walk of `/proc`), the root excluded.
+    /// The root's descendants now (one walk of `/proc`), the root excluded; through the
+    /// `outside` process, which is left out too.
     fn descendants(&self) -> Vec<u32> {
         let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
         let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -387,20 +494,43 @@ impl Tree {
                 children.entry(ppid).or_default().push(pid);
             }
         }
-        let mut found = Vec::new();
+        let mut seen = BTreeSet::new();
         let mut next = vec![self.root];
         while let Some(pid) = next.pop() {
             for &child in children.get(&pid).map(Vec::as_slice).unwrap_or_default() {
                 // A walk is bounded by the processes listed: each is visited once.
-                if child != self.root && !found.contains(&child) {
-                    found.push(child);
+                if child != self.root && seen.insert(child) {
                     next.push(child);
                 }
             }
         }
-        found
+        seen.into_iter().filter(|&p| self.of_tree(p)).collect()
     }
 }
+
+/// What a stop walk stopped itself, and what it found stopped already.
+#[derive(Debug, Default)]
+struct Stopped {
+    ours: BTreeSet<u32>,
+    theirs: BTreeSet<u32>,
+}
+
+/// Wait (at most [`STOP_WAIT`] in all) until each of `pids` is seen stopped, dead or gone.
+fn wait_stopped(pids: &[u32]) {
+    let rounds = STOP_WAIT.as_millis();
+    for _ in 0..rounds {
+        if pids
+            .iter()
+            .all(|&p| !matches!(state(p), Some(s) if !matches!(s, 'T' | 't' | 'Z' | 'X' | 'x')))
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// How long a stop walk waits for the processes it sent SIGSTOP to be seen stopped.
+const STOP_WAIT: Duration = Duration::from_millis(200);
 
 /// Whether every stop reaches COMMAND's process group only, with no cgroup, as before the lock
 /// held the whole tree: only in a build with the `chaos` feature and
@@ -425,15 +555,26 @@ fn parent_of(pid: u32) -> Option<u32> {
         .ok()
 }
 
-/// Whether `pid` is a process that can still act (not gone, not a zombie).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let state = s.rsplit_once(')')?.1.split_whitespace().next()?.to_owned();
-            Some(!matches!(state.as_str(), "Z" | "X" | "x"))
-        })
-        .unwrap_or(false)
+/// The state letter of `pid` (field 3 of `/proc/PID/stat`), `None` once it is gone.
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// Whether `pid` is a process that can still act: not gone, and not a dead zombie (a thread
+/// group leader that exited before its threads reads as a zombie while they run: its `task/`
+/// lists them).
+pub(super) fn alive(pid: u32) -> bool {
+    match state(pid) {
+        None | Some('X' | 'x') => false,
+        Some('Z') => std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|d| d.count() > 1),
+        Some(_) => true,
+    }
 }
 
 fn send(pid: u32, signal: Signal) {

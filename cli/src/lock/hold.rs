@@ -224,6 +224,12 @@ impl Kept {
         self.heartbeat.lock()
     }
 
+    /// Stop the heartbeat and leave the lock to run out on its own: processes of COMMAND's
+    /// tree could not be stopped, and its record still names them for waiters on this host.
+    pub async fn abandon(self) {
+        self.heartbeat.stop().await;
+    }
+
     /// Stop the heartbeat and release the lock, giving up when the lock runs out on its own
     /// (its `valid_until`, on the holder's clock), as an owner lease's release does: a store
     /// that does not answer must not keep the supervisor (and COMMAND's status) for the client's

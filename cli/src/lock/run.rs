@@ -165,10 +165,8 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
                     child.held_by()
                 );
             }
-            if !args.no_same_host_handoff {
-                if let Some((group, command)) = child.ids() {
-                    proof.bind_locks(group, command, child.cgroup().map(|c| c.dir()));
-                }
+            if let Some(to) = child.binding(!args.no_same_host_handoff) {
+                proof.bind_locks(&to);
             }
             child
         }
@@ -187,8 +185,24 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         kill_after,
     )
     .await;
+    let stuck = child.still_running();
+    if !stuck.is_empty() {
+        // Released, the lock would go to the next holder beside them; its record names them,
+        // so a waiter on this host waits for them, and one elsewhere for its expiry.
+        kept.abandon().await;
+        eprintln!(
+            "error: processes of COMMAND's tree could not be stopped (pid {}); the lock \
+             key=`{full_key}` is left to run out instead of being released beside them",
+            stuck
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        // The guard, left running, goes on killing them once this process is gone.
+        return Ok(EXIT_HOLD_LOST);
+    }
     kept.release().await;
-    // The guard kept what COMMAND left in the background from outliving the lock until now.
     child.finish().await;
     match ended {
         Ok(Ended::Exited(status)) => Ok(exit_code(status)),

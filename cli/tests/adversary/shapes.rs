@@ -39,7 +39,8 @@ pub const SHAPES: [Shape; 7] = [
 pub const ESCAPING: [Shape; 4] = [Shape::Timeout, Shape::Setsid, Shape::Daemon, Shape::Early];
 
 /// Waits (bounded: 10 minutes of 50 ms) for the script's `$ADV_DONE`.
-const WAIT_DONE: &str = r#"i=0; while [ ! -e "$ADV_DONE" ] && [ $i -lt 12000 ]; do sleep 0.05; i=$((i+1)); done"#;
+const WAIT_DONE: &str =
+    r#"i=0; while [ ! -e "$ADV_DONE" ] && [ $i -lt 12000 ]; do sleep 0.05; i=$((i+1)); done"#;
 
 const THREADS: &str = "import os, subprocess, threading\n\
 t = threading.Thread(target=subprocess.run, args=(['sh', '-c', os.environ['ADV_SCRIPT']],))\n\
