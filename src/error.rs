@@ -106,6 +106,23 @@ pub enum Error {
         found: String,
     },
 
+    /// The bank's prefix holds names a bank's own could have (`index`, `locks/`, `gc/`) but no
+    /// bank descriptor: no proof that banklease made them, so every command, owner and
+    /// collector refuses it, writing nothing; `init` adopts it, by someone who knows it is a
+    /// bank made before descriptors.
+    #[error(
+        "refusing bank=`{bank}`: its prefix holds `{found}` but no bank descriptor \
+         (banklease.json), so nothing proves banklease made it; if it is a bank made before \
+         descriptors, adopt it once with `banklease --bank {bank} init`, else choose an empty \
+         prefix"
+    )]
+    NoDescriptor {
+        /// The bank.
+        bank: String,
+        /// The first name found.
+        found: String,
+    },
+
     /// Nothing at the bank's URL is a bank: no descriptor and no banklease object (a mistyped
     /// URL, or a bank not made yet). Every command, owner and collector refuses it, so that a
     /// typo never reads as a healthy empty bank.
@@ -518,9 +535,10 @@ impl Error {
             | Error::InvalidTerm { .. }
             | Error::OtherLock { .. }
             | Error::UnknownFence { .. } => K::InvalidInput,
-            Error::UnknownLayout { .. } | Error::NotABank { .. } | Error::NoBank { .. } => {
-                K::NotABank
-            }
+            Error::UnknownLayout { .. }
+            | Error::NotABank { .. }
+            | Error::NoDescriptor { .. }
+            | Error::NoBank { .. } => K::NotABank,
             Error::ReadOnly { .. } | Error::Permission { .. } => K::RefusedByStore,
             Error::Store { source, .. } => store_kind(source),
             Error::LeaseLost { .. } | Error::LockLost { .. } => K::Lost,

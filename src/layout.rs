@@ -10,8 +10,12 @@
 //! Invariant: **a bank in a layout this release does not know is refused, never touched.**
 //! The CLI's commands, `banklease run`, the GC daemon, the Python package and
 //! [`OwnerLease::acquire`](crate::OwnerLease::acquire) call [`check`] before anything else.
-//! A bank without a descriptor (every bank made before `init` existed) is layout 1 and keeps
-//! working.
+//!
+//! Invariant: **only `init` makes a bank.** [`check`] refuses a prefix without a descriptor,
+//! whatever its names look like (a user's `index`, `locks/` or `gc/`), before anything is
+//! written there; a bank made before descriptors existed is adopted by `banklease init` once
+//! ([`Initialised::Adopted`]). A `file:` bank's directory that vanishes while a command runs is
+//! never made anew by a write (its store creates directories only below the bank's).
 //!
 //! Invariant: **a typo never reads as a healthy empty bank.** A prefix with neither a
 //! descriptor nor any banklease object is refused by [`check`] ([`Error::NoBank`], naming the
@@ -20,10 +24,10 @@
 //! `validity-check`, owners and the GC would otherwise answer "nothing here" about the wrong
 //! place while the real bank's zombies pile up.
 //!
-//! Invariant: **banklease never acts on what it did not make.** A prefix without a descriptor
-//! is a bank only if everything at its top is a bank's own ([`BANK_ENTRIES`]): a user's
-//! directory named by mistake (`--bank file:///home/me`) is refused by [`check`] with the
-//! message `init` gives, before anything is read, written or swept in it.
+//! Invariant: **banklease never acts on what it did not make.** `init` adopts a prefix without
+//! a descriptor only if everything at its top is a bank's own ([`BANK_ENTRIES`]): a user's
+//! directory named by mistake (`--bank file:///home/me`) is refused with the foreign name it
+//! holds, before anything is read, written or swept in it.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> banklease::Result<()> {
@@ -120,9 +124,10 @@ pub async fn read(bank: &Bank) -> Result<Option<Descriptor>> {
 }
 
 /// Refuse a bank whose layout this release does not know, a prefix that is not a bank (no
-/// descriptor, and objects banklease did not make: [`Error::NotABank`]) and an empty one (no
-/// descriptor and nothing else: [`Error::NoBank`], a mistyped URL or a bank not made yet). One
-/// GET, and one listing of the prefix's top level when there is no descriptor.
+/// descriptor, and objects banklease did not make: [`Error::NotABank`]; or only names a bank's
+/// own could have: [`Error::NoDescriptor`]) and an empty one (no descriptor and nothing else:
+/// [`Error::NoBank`], a mistyped URL or a bank not made yet). One GET, and one listing of the
+/// prefix's top level when there is no descriptor. Writes nothing, but on `memory://`.
 pub async fn check(bank: &Bank) -> Result<()> {
     match read(bank).await? {
         Some(d) if d.layout != LAYOUT_VERSION => Err(Error::UnknownLayout {
@@ -132,28 +137,35 @@ pub async fn check(bank: &Bank) -> Result<()> {
             known: LAYOUT_VERSION,
         }),
         Some(_) => Ok(()),
-        None if top_level(bank).await? && !bank.made_at_open() => Err(Error::NoBank {
-            bank: bank.label().to_owned(),
-            reason:
-                "it holds no bank descriptor (banklease.json), and no lease, checkpoint or lock"
-                    .to_owned(),
-        }),
-        // A bank made before descriptors: adopted by its first writer, so that it stays a bank
-        // once idle (its last lease released, its emptied directories gone). Best effort: a
-        // refused or failed write leaves it as it was, which still passes this check.
-        None if !bank.is_reading_only() => {
+        // `memory://`: nothing else can name it, so there is no bank to mistype.
+        None if bank.made_at_open() => {
             if let Err(e) = write_descriptor(bank).await {
-                tracing::debug!(bank = bank.label(), error = %e, "cannot adopt the bank yet");
+                tracing::debug!(bank = bank.label(), error = %e, "no descriptor written");
             }
             Ok(())
         }
-        None => Ok(()),
+        // Only `init` makes a bank: names that look like a bank's are no proof (a user's
+        // `index`, `locks/` or `gc/`), and a bank made before descriptors is adopted by `init`
+        // once, by someone who knows it is one.
+        None => Err(match top_level(bank).await? {
+            None => Error::NoBank {
+                bank: bank.label().to_owned(),
+                reason:
+                    "it holds no bank descriptor (banklease.json), and no lease, checkpoint or lock"
+                        .to_owned(),
+            },
+            Some(found) => Error::NoDescriptor {
+                bank: bank.label().to_owned(),
+                found,
+            },
+        }),
     }
 }
 
-/// What sits at the top of the bank's prefix: `Ok(true)` when nothing but housekeeping,
-/// `Ok(false)` when only a bank's own objects (some of them leases, checkpoints, locks...), [`Error::NotABank`] naming the first foreign one otherwise.
-async fn top_level(bank: &Bank) -> Result<bool> {
+/// What sits at the top of the bank's prefix: `Ok(None)` when nothing but housekeeping,
+/// `Ok(Some(name))` when only names a bank's own could have (the first of them), and
+/// [`Error::NotABank`] naming the first foreign one otherwise.
+async fn top_level(bank: &Bank) -> Result<Option<String>> {
     let prefix = bank.prefix();
     let names: Vec<String> = match bank.local() {
         // The directory itself: a listing hides names ending in `#<digits>` (`photo#1`), and a
@@ -177,7 +189,7 @@ async fn top_level(bank: &Bank) -> Result<bool> {
                 .collect()
         }
     };
-    let mut empty = true;
+    let mut first = None;
     for name in names {
         // Housekeeping (the clock probe, staging, `file:` lock stripes, an older release's
         // timestamp check) is what a command of an older release left in a mistyped prefix: it
@@ -191,9 +203,11 @@ async fn top_level(bank: &Bank) -> Result<bool> {
                 found: name,
             });
         }
-        empty &= housekeeping;
+        if !housekeeping && first.is_none() {
+            first = Some(name);
+        }
     }
-    Ok(empty)
+    Ok(first)
 }
 
 /// The top-level entry of banklease's housekeeping objects (`_banklease/clock`, staging).
@@ -206,7 +220,7 @@ pub async fn init(bank: &Bank) -> Result<Initialised> {
         check(bank).await?;
         return Ok(Initialised::Already);
     }
-    let empty = top_level(bank).await?;
+    let empty = top_level(bank).await?.is_none();
     let path = descriptor_path(bank);
     match write_descriptor(bank).await {
         Ok(_) => Ok(if empty {

@@ -646,11 +646,12 @@ async fn swift_renewals_share_a_delete_at_and_never_shorten_it() {
     lease.release().await.unwrap();
 }
 
-/// A bank made before descriptors (a lease in it, no `banklease.json`) is adopted by
-/// its first writer — a reader writes nothing — so it stays a bank once idle, when its last
-/// lease is released and its emptied directories are gone.
+/// A bank made before descriptors (a lease in it, no `banklease.json`) is refused by readers
+/// and writers alike, naming `banklease init` — its names are no proof that it is a bank (a
+/// user's `index` or `gc/` look the same) — and `init` adopts it, once, without touching what
+/// is in it.
 #[tokio::test]
-async fn a_bank_made_before_descriptors_is_adopted_by_its_first_writer() {
+async fn a_bank_made_before_descriptors_is_refused_until_init_adopts_it() {
     let dir = tempfile::tempdir().unwrap();
     let b =
         banklease_testkit::made(Bank::open(&format!("file://{}", dir.path().display())).unwrap());
@@ -660,17 +661,31 @@ async fn a_bank_made_before_descriptors_is_adopted_by_its_first_writer() {
         .unwrap();
     let descriptor = dir.path().join("banklease.json");
     std::fs::remove_file(&descriptor).unwrap();
-    banklease::layout::check(&b.reading_only()).await.unwrap();
-    assert!(!descriptor.exists(), "a reader adopted the bank");
+    for refused in [
+        banklease::layout::check(&b.reading_only()).await,
+        OwnerLease::acquire(&b, owner("legacy-2"), windows(), clock.clone())
+            .await
+            .map(drop),
+    ] {
+        let err = refused.unwrap_err();
+        assert!(
+            matches!(err, banklease::Error::NoDescriptor { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("banklease init"), "{err}");
+    }
+    assert!(
+        !descriptor.exists(),
+        "a refused command wrote the descriptor"
+    );
+    assert_eq!(
+        banklease::layout::init(&b).await.unwrap(),
+        banklease::layout::Initialised::Adopted
+    );
     let second = OwnerLease::acquire(&b, owner("legacy-2"), windows(), clock)
         .await
         .unwrap();
-    assert!(descriptor.exists(), "the first writer adopts the bank");
     first.release().await.unwrap();
     second.release().await.unwrap();
-    assert!(
-        !dir.path().join("leases").exists(),
-        "emptied directories are pruned"
-    );
     banklease::layout::check(&b).await.unwrap();
 }

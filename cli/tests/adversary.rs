@@ -341,9 +341,14 @@ impl Run {
                 Err(why) => eprintln!("adversary: COMMAND shape `{}` skipped: {why}", shape.name()),
             }
         }
+        // Finding mode puts every supervisor in a time namespace of its own, where none can
+        // judge another's processes — as on other hosts: there only the guard's deadline
+        // keeps a paused holder's COMMAND from the next holder (on one host, a waiter also
+        // waits for the tree itself).
         let wraps: &[Wrap] = match self.mode {
             Mode::Safe => &[Wrap::None, Wrap::TimeNs, Wrap::Hidepid],
-            _ => &[Wrap::None],
+            Mode::Finding => &[Wrap::TimeNs],
+            Mode::Escaping => &[Wrap::None],
         };
         for &wrap in wraps {
             match wrap.available(&self.bin) {
@@ -424,8 +429,9 @@ impl Run {
             i if i < self.shapes.len() => self.shapes[i],
             _ => self.shapes[0],
         };
-        let wrap = match self.rng.gen_range(0..self.wraps.len() + 3) {
-            i if i < self.wraps.len() => self.wraps[i],
+        let wrap = match (self.mode, self.rng.gen_range(0..self.wraps.len() + 3)) {
+            (Mode::Finding, _) => self.wraps.first().copied().unwrap_or(Wrap::None),
+            (_, i) if i < self.wraps.len() => self.wraps[i],
             _ => Wrap::None,
         };
         let wrap = if reenter.is_some() { Wrap::None } else { wrap };
@@ -479,7 +485,10 @@ impl Run {
         }
         match self.mode {
             Mode::Finding => {
-                cmd.env("BANKLEASE_CHAOS_NO_DEADLINE", "1");
+                // No cgroup either: its ids would let one supervisor judge another's tree
+                // across time namespaces.
+                cmd.env("BANKLEASE_CHAOS_NO_DEADLINE", "1")
+                    .env("BANKLEASE_TREE", "subreaper");
             }
             Mode::Escaping => {
                 cmd.env("BANKLEASE_CHAOS_GROUP_ONLY", "1");

@@ -4,45 +4,15 @@
 
 #![allow(clippy::disallowed_methods)] // real processes
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
 const BIN: &str = env!("CARGO_BIN_EXE_banklease");
 
-/// `banklease-gc`, built next to `banklease` (a narrower `cargo test` builds only this
-/// package's binary; a stale one would test old code).
-fn gc_bin() -> PathBuf {
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    let bin = Path::new(BIN).with_file_name("banklease-gc");
-    BUILT.call_once(|| {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-        let profile_dir = Path::new(BIN).parent().unwrap();
-        let mut cmd = Command::new(cargo);
-        cmd.args([
-            "build",
-            "--quiet",
-            "-p",
-            "banklease-gc",
-            "--bin",
-            "banklease-gc",
-        ])
-        .arg("--manifest-path")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
-        .arg("--target-dir")
-        .arg(profile_dir.parent().unwrap());
-        if profile_dir.ends_with("release") {
-            cmd.arg("--release");
-        }
-        let out = cmd.output().expect("run cargo");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    });
-    bin
-}
+mod common;
+
+use common::gc_bin;
 
 /// `program args` with nothing from the caller's `BANKLEASE_*` but `env`.
 fn run(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {

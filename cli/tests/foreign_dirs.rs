@@ -11,6 +11,8 @@ use std::time::{Duration, SystemTime};
 
 const BIN: &str = env!("CARGO_BIN_EXE_banklease");
 
+mod common;
+
 /// A user's directory: documents, one of which looks like a staged temporary, and names that
 /// look like a bank's own (a lease, a protecting marker) beside them. Old enough for any sweep.
 fn plant(root: &Path) {
@@ -256,4 +258,131 @@ fn a_directory_of_files_named_with_hash_is_not_a_bank_and_init_refuses_it() {
     let wrong = every_command_refuses_and_changes_nothing(&root);
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     assert!(!root.join("banklease.json").exists());
+}
+
+/// Runs `program` (the CLI, or `banklease-gc` with `BANKLEASE_BANK`) on `root` and says what
+/// went wrong: a command that did not refuse the URL for holding no bank descriptor, in one
+/// line, or anything it changed, to the modification time.
+fn refuses_with_no_descriptor(root: &Path, runs: &[(&Path, &[&str])]) -> Vec<String> {
+    let url = format!("file://{}", root.display());
+    let mut before = exact_snapshot(root);
+    let mut wrong = Vec::new();
+    for (program, args) in runs {
+        std::thread::sleep(Duration::from_millis(20));
+        let mut cmd = Command::new(program);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("BANKLEASE_") {
+                cmd.env_remove(name);
+            }
+        }
+        let out = cmd
+            .args(["--bank", &url])
+            .args(*args)
+            .env("BANKLEASE_BANK", &url)
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        // The daemon says it in its log's one line; the CLI in one `error:` line.
+        let refused = err.lines().count() == 1
+            && (err.starts_with("error: ") || !program.ends_with("banklease"))
+            && err.contains("but no bank descriptor");
+        if out.status.success() || !refused {
+            wrong.push(format!(
+                "{program:?} {args:?} was not refused: exit {:?}, stderr `{err}`",
+                out.status.code()
+            ));
+        }
+        let after = exact_snapshot(root);
+        if after != before {
+            let changed: Vec<_> = before
+                .iter()
+                .filter(|(k, v)| after.get(*k) != Some(*v))
+                .map(|(k, _)| if k.is_empty() { "." } else { k.as_str() })
+                .collect();
+            let made: Vec<_> = after.keys().filter(|k| !before.contains_key(*k)).collect();
+            wrong.push(format!(
+                "{program:?} {args:?} changed the directory: changed or removed {changed:?}, \
+                 created {made:?}"
+            ));
+            before = after;
+        }
+    }
+    wrong
+}
+
+/// Only `init` makes a bank: a directory whose names merely look like a bank's — a user's file
+/// `index`, a `gc/` with notes and a `gc/missing/old-entry` — is refused by every command and
+/// by the daemon, and left as it was. (Before, the first writer adopted it: `lock acquire`
+/// wrote `banklease.json`, `_banklease/`, lock stripes and `locks/`, and `banklease-gc --once`
+/// deleted the user's `gc/missing/old-entry`.)
+#[test]
+fn a_directory_that_only_looks_like_a_bank_is_refused_and_left_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let gc = common::gc_bin();
+    let cli_runs: Vec<(&Path, &[&str])> = EVERY_COMMAND
+        .iter()
+        .filter(|a| a[0] != "init")
+        .map(|a| (Path::new(BIN), *a))
+        .collect();
+    for (name, files) in [
+        ("index-only", &[("index", "my index")][..]),
+        (
+            "gc-notes",
+            &[
+                ("gc/notes.txt", "notes"),
+                ("gc/missing/old-entry", "keep me"),
+            ][..],
+        ),
+    ] {
+        let root = dir.path().join(name);
+        for (file, body) in files {
+            let path = root.join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, body).unwrap();
+        }
+        let mut runs = cli_runs.clone();
+        let once: &[&str] = &["--once"];
+        runs.push((gc.as_path(), once));
+        let wrong = refuses_with_no_descriptor(&root, &runs);
+        assert!(wrong.is_empty(), "{name}:\n{}", wrong.join("\n"));
+    }
+}
+
+/// A `file:` bank moved away (or its disk unmounted) while `lock run` holds a lock there: `lock
+/// run` stops COMMAND and exits 75, and nothing is made at the bank's old path. (Before, its
+/// heartbeat made `bank/` again, with a lock stripe and `_banklease/staging`.)
+#[test]
+fn a_bank_that_vanished_under_lock_run_is_not_made_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = dir.path().join("bank");
+    let url = format!("file://{}", bank.display());
+    let out = cli(&url, &["init"]);
+    assert!(out.status.success(), "{out:?}");
+    let mut run = Command::new(BIN)
+        .args(["--bank", &url])
+        .args(["lock", "run", "--duration", "2s", "k", "--", "sleep", "30"])
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "error")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::rename(&bank, dir.path().join("moved")).unwrap();
+    let mut status = None;
+    for _ in 0..200 {
+        status = run.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let Some(status) = status else {
+        let _ = run.kill();
+        run.wait().unwrap();
+        panic!("lock run did not exit within 10 s of its bank vanishing (a 2 s lock)");
+    };
+    assert_eq!(status.code(), Some(75));
+    assert!(!bank.exists(), "the bank's directory was made again");
 }

@@ -87,15 +87,15 @@ pub(crate) async fn forget_clock_probes(ctx: &PassContext, sent: Instant) -> Vec
 /// Remove the missing-since records of owners that `keep` rejects; returns what failed.
 ///
 /// Safe whatever the listing shows or omits: removing a record only restarts the grace of an
-/// owner whose lease is missing (collection comes later, never earlier).
+/// owner whose lease is missing (collection comes later, never earlier). Only what a pass wrote
+/// is removed: an empty object at a key of the layout — never a name that merely parses as an
+/// owner id with something in it.
 pub(crate) async fn forget_missing(bank: &Bank, keep: impl Fn(&OwnerId) -> bool) -> Vec<Problem> {
     let prefix = Prefix::GcMissing.path(bank);
-    delete_listed(
-        bank,
-        &prefix,
-        "missing-since record",
-        |meta| matches!(Key::parse(bank, &meta.location), Some(Key::GcMissing(o)) if !keep(&o)),
-    )
+    delete_listed(bank, &prefix, "missing-since record", |meta| {
+        meta.size == 0
+            && matches!(Key::parse(bank, &meta.location), Some(Key::GcMissing(o)) if !keep(&o))
+    })
     .await
 }
 

@@ -219,6 +219,26 @@ async fn a_missing_lease_waits_grace_from_first_seen_missing() {
     assert!(!w.exists(&Path::from("gc/missing/owner-c")).await);
 }
 
+/// Under `gc/missing/` a pass removes only the empty records it wrote: a file with something
+/// in it at a name that parses as an owner id is not the GC's, and stays.
+#[tokio::test]
+async fn a_missing_since_record_the_gc_did_not_write_is_never_removed() {
+    use object_store::ObjectStoreExt as _;
+    let w = world();
+    let foreign = Path::from("gc/missing/old-entry");
+    w.sim
+        .put(&foreign, object_store::PutPayload::from_static(b"keep me"))
+        .await
+        .unwrap();
+    let gc = w.collector(Duration::from_secs(600));
+    pass(&gc).await;
+    pass(&gc).await;
+    assert!(
+        w.exists(&foreign).await,
+        "a file the GC did not write was removed"
+    );
+}
+
 /// A marker beside an `available` index.json with no decision (pruned decisions, a
 /// restored bank) was collected. Only a protecting checkpoint may be collected; the stray marker
 /// is repaired (removed) and the checkpoint's data stays.

@@ -125,7 +125,10 @@ fn details(e: banklease::Error) -> Vec<(&'static str, Attr)> {
             ("detail", Attr::Str(cause)),
             ("bank", Attr::Str(bank)),
         ],
-        E::UnknownLayout { bank, .. } | E::NotABank { bank, .. } | E::NoBank { bank, .. } => {
+        E::UnknownLayout { bank, .. }
+        | E::NotABank { bank, .. }
+        | E::NoDescriptor { bank, .. }
+        | E::NoBank { bank, .. } => {
             vec![("bank", Attr::Str(bank))]
         }
         E::LeaseExists { owner_id, .. } => vec![("owner_id", Attr::Str(owner_id.to_string()))],

@@ -37,6 +37,7 @@ fn every_variant_has_the_kind_a_caller_acts_on() {
             K::NotABank,
         ),
         (Error::NotABank { bank: s(), found: s() }, K::NotABank),
+        (Error::NoDescriptor { bank: s(), found: s() }, K::NotABank),
         (Error::NoBank { bank: s(), reason: s() }, K::NotABank),
         (Error::ReadOnly { bank: s(), cause: s() }, K::RefusedByStore),
         (Error::Permission { bank: s(), what: s(), cause: s() }, K::RefusedByStore),

@@ -123,3 +123,37 @@ pub fn wait_child(child: &mut Child) -> ExitStatus {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `banklease-gc`, built next to `banklease` (a narrower `cargo test` builds only this
+/// package's binary; a stale one would test old code).
+pub fn gc_bin() -> std::path::PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let bin = Path::new(BIN).with_file_name("banklease-gc");
+    BUILT.call_once(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+        let profile_dir = Path::new(BIN).parent().unwrap();
+        let mut cmd = Command::new(cargo);
+        cmd.args([
+            "build",
+            "--quiet",
+            "-p",
+            "banklease-gc",
+            "--bin",
+            "banklease-gc",
+        ])
+        .arg("--manifest-path")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
+        .arg("--target-dir")
+        .arg(profile_dir.parent().unwrap());
+        if profile_dir.ends_with("release") {
+            cmd.arg("--release");
+        }
+        let out = cmd.output().expect("run cargo");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    bin
+}

@@ -175,14 +175,14 @@ pub(super) fn rename(
 ) -> Result<(), WriteError> {
     let _guard = lock_keys(root, &[from_key, to_key]).map_err(WriteError::Io)?;
     if create {
-        match with_parent(to, || std::fs::hard_link(from, to)) {
+        match with_parent(root, to, || std::fs::hard_link(from, to)) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::AlreadyExists => return Err(WriteError::Exists),
             Err(e) => return Err(WriteError::Io(context(e, "link", to))),
         }
         std::fs::remove_file(from).map_err(|e| WriteError::Io(context(e, "remove", from)))?;
     } else {
-        with_parent(to, || std::fs::rename(from, to))
+        with_parent(root, to, || std::fs::rename(from, to))
             .map_err(|e| WriteError::Io(context(e, "rename", from)))?;
     }
     prune_empty_parents(root, from);
@@ -243,8 +243,7 @@ impl Staged {
                 Ok(f) => f,
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
                 Err(e) if e.kind() == ErrorKind::NotFound => {
-                    std::fs::create_dir_all(&dir)
-                        .map_err(|e| context(e, "create directory", &dir))?;
+                    create_below(root, &dir)?;
                     match open() {
                         Ok(f) => f,
                         Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
@@ -331,7 +330,8 @@ pub(super) fn publish(
         )));
     }
     match mode {
-        PutMode::Create => match with_parent(path, || std::fs::hard_link(&staged.path, path)) {
+        PutMode::Create => match with_parent(root, path, || std::fs::hard_link(&staged.path, path))
+        {
             Ok(()) => {
                 // A failure here only leaves a staged file for the sweep.
                 let _ = std::fs::remove_file(&staged.path);
@@ -340,7 +340,7 @@ pub(super) fn publish(
             Err(e) => return Err(WriteError::Io(context(e, "link", path))),
         },
         PutMode::Overwrite | PutMode::Update(_) => {
-            with_parent(path, || std::fs::rename(&staged.path, path))
+            with_parent(root, path, || std::fs::rename(&staged.path, path))
                 .map_err(|e| WriteError::Io(context(e, "rename onto", path)))?
         }
     }
@@ -438,15 +438,48 @@ fn prune_empty_parents(root: &FsPath, path: &FsPath) {
     }
 }
 
-/// Run `op` (a link or rename onto `path`) after making `path`'s directory; made again, a few
-/// times, when a concurrent delete pruned it in between.
-fn with_parent<T>(path: &FsPath, mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+/// Create `dir` and its missing parents below `root`, never `root` itself: a bank whose
+/// directory vanished while a command ran (moved away, a backup disk unmounted) is not made
+/// anew, in the bare mount point or anywhere — only `init` makes a bank.
+fn create_below(root: &FsPath, dir: &FsPath) -> io::Result<()> {
+    let below = dir.strip_prefix(root).map_err(|_| {
+        io::Error::other(format!(
+            "`{}` is not below the bank's directory `{}`",
+            dir.display(),
+            root.display()
+        ))
+    })?;
+    if !root.is_dir() {
+        return Err(context(
+            io::Error::from(ErrorKind::NotFound),
+            "find the bank's directory (gone since the bank was opened; only `banklease init` \
+             makes one)",
+            root,
+        ));
+    }
+    let mut at = root.to_owned();
+    for part in below.components() {
+        at.push(part);
+        match std::fs::create_dir(&at) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(context(e, "create directory", &at)),
+        }
+    }
+    Ok(())
+}
+
+/// Run `op` (a link or rename onto `path`) after making `path`'s directory below `root`; made
+/// again, a few times, when a concurrent delete pruned it in between.
+fn with_parent<T>(
+    root: &FsPath,
+    path: &FsPath,
+    mut op: impl FnMut() -> io::Result<T>,
+) -> io::Result<T> {
     let mut tries = 0;
     loop {
         let made = match path.parent() {
-            Some(parent) => {
-                std::fs::create_dir_all(parent).map_err(|e| context(e, "create directory", parent))
-            }
+            Some(parent) => create_below(root, parent),
             None => Ok(()),
         };
         // Not found: a directory on the way was pruned in between (by a delete), make it again.

@@ -1,5 +1,21 @@
 use super::*;
 
+/// The bank's own directory is never made by a write: gone, a write fails, and nothing is
+/// created where it was.
+#[test]
+fn a_write_never_makes_the_banks_directory_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("bank");
+    let target = root.join("locks/ns/k");
+    let err = with_parent(&root, &target, || std::fs::write(&target, "x")).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    assert!(
+        err.to_string().contains("only `banklease init` makes one"),
+        "{err}"
+    );
+    assert!(!root.exists());
+}
+
 #[test]
 fn a_directory_pruned_between_making_it_and_linking_is_made_again() {
     let dir = tempfile::tempdir().unwrap();
@@ -7,9 +23,9 @@ fn a_directory_pruned_between_making_it_and_linking_is_made_again() {
     std::fs::write(&source, "x").unwrap();
     let target = dir.path().join("a/b/object");
     let mut pruned = false;
-    with_parent(&target, || {
+    with_parent(dir.path(), &target, || {
         if !pruned {
-            // A concurrent delete's prune, between create_dir_all and the link.
+            // A concurrent delete's prune, between making the directory and the link.
             pruned = true;
             std::fs::remove_dir(target.parent().unwrap()).unwrap();
         }
