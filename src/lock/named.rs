@@ -11,7 +11,7 @@ use object_store::PutMode;
 use super::fence::Fence;
 use super::info::{Acquired, Current};
 use super::process::{ProcessBinding, Processes};
-use super::record::{read_found, record_write, LockRecord};
+use super::record::{read_found, read_record, record_write, LockRecord};
 use super::take::{
     kept_by, new_record, take_seeing, unavailable, Granted, Mode, Spec, CONTENTION_ROUNDS,
 };
@@ -483,6 +483,24 @@ impl Lock {
             Some(h) => (h.t_send + h.length / 2).saturating_duration_since(self.now()),
             None => Duration::ZERO,
         }
+    }
+
+    /// Whether the lock's record still names our holding — its holder and fencing token — read
+    /// now (one GET): `Ok(false)` once it was taken or released under us (`lock release
+    /// --token`) or removed, or when we hold nothing. A heartbeat of ours changes neither.
+    pub async fn record_names_us(&self) -> Result<bool> {
+        let Some(fence) = self.fence() else {
+            return Ok(false);
+        };
+        Ok(
+            match read_record(&self.inner.locks.bank, &self.inner.path).await? {
+                Some((rec, _)) => {
+                    rec.holder.as_deref() == Some(self.inner.owner.as_str())
+                        && rec.fence == fence.value
+                }
+                None => false,
+            },
+        )
     }
 
     /// The fencing token of our holding, while we hold the lock.
