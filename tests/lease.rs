@@ -672,7 +672,7 @@ async fn a_bank_made_before_descriptors_is_refused_until_init_adopts_it() {
             matches!(err, banklease::Error::NoDescriptor { .. }),
             "{err}"
         );
-        assert!(err.to_string().contains("banklease init"), "{err}");
+        assert!(err.to_string().contains(" init`"), "{err}");
     }
     assert!(
         !descriptor.exists(),

@@ -241,16 +241,8 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         if let Some(kept) = lock.take() {
             kept.abandon().await;
         }
-        eprintln!(
-            "error: processes of COMMAND's tree could not be stopped (pid {}); the lock \
-             key=`{}` is left to run out instead of being released beside them",
-            stuck
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(", "),
-            args.lock.as_deref().unwrap_or_default()
-        );
+        let key = args.lock.as_deref().unwrap_or_default();
+        eprintln!("{}", child::left_to_run_out(&stuck, key));
         if let Err(e) = keeper.release().await {
             tracing::debug!(error = %error_chain(&e), "the lease was not released");
         }

@@ -714,6 +714,17 @@ fn send(group: Pid, signal: Signal) {
     }
 }
 
+/// The one line a supervisor says when processes of COMMAND's tree could not be stopped and
+/// the lock `key` is left to run out instead of being released beside them.
+pub fn left_to_run_out(stuck: &[u32], key: &str) -> String {
+    let pids: Vec<String> = stuck.iter().map(u32::to_string).collect();
+    format!(
+        "error: processes of COMMAND's tree could not be stopped (pid {}); the lock key=`{key}` \
+         is left to run out instead of being released beside them",
+        pids.join(", ")
+    )
+}
+
 /// A supervisor's exit status: its own, or [`EXIT_RUN_FAILED`] after reporting why it failed.
 pub fn reported(result: Result<u8>) -> crate::Outcome {
     match result {

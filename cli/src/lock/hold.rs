@@ -166,6 +166,7 @@ impl Held {
         Kept {
             heartbeat,
             failures,
+            taken: false,
         }
     }
 }
@@ -175,6 +176,8 @@ impl Held {
 pub struct Kept {
     heartbeat: Heartbeat,
     failures: mpsc::Receiver<HeartbeatFailure>,
+    /// Its record was seen naming another holding: nothing of ours is left to release.
+    taken: bool,
 }
 
 /// The part of a lock's duration that must be left for it to count as held: a quarter. The
@@ -234,7 +237,10 @@ impl Kept {
         loop {
             tokio::select! {
                 reason = &mut ended => return reason,
-                reason = &mut taken => return reason,
+                reason = &mut taken => {
+                    self.taken = true;
+                    return reason;
+                }
                 failure = self.failures.recv(), if reporting => match failure {
                     // Retried; if the lock ends for it, the `error:` line says why.
                     Some(f) if !f.lost => tracing::info!(key = %lock.full_key(),
@@ -265,7 +271,7 @@ impl Kept {
     pub async fn release(self) {
         let lock = self.heartbeat.lock().clone();
         let key = lock.full_key();
-        if matches!(*lock.subscribe().borrow(), LeaseState::Lost { .. }) {
+        if self.taken || matches!(*lock.subscribe().borrow(), LeaseState::Lost { .. }) {
             // Dropped, the heartbeat stops; nothing of ours is left to release.
             tracing::debug!(key = %key, "the lock was lost; nothing to release");
             return;

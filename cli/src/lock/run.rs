@@ -190,15 +190,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         // Released, the lock would go to the next holder beside them; its record names them,
         // so a waiter on this host waits for them, and one elsewhere for its expiry.
         kept.abandon().await;
-        eprintln!(
-            "error: processes of COMMAND's tree could not be stopped (pid {}); the lock \
-             key=`{full_key}` is left to run out instead of being released beside them",
-            stuck
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        eprintln!("{}", child::left_to_run_out(&stuck, &full_key.to_string()));
         // The guard, left running, goes on killing them once this process is gone.
         return Ok(EXIT_HOLD_LOST);
     }
