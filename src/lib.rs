@@ -92,6 +92,9 @@ pub mod lock;
 mod observe;
 pub mod paths;
 mod process;
+/// Whether this process's `/proc` may hide processes (`hidepid`, `subset=pid`, or it cannot
+/// tell): then a walk of it proves no absence.
+pub use process::proc_hides_processes;
 mod race;
 pub mod store;
 mod store_clock;

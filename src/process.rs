@@ -25,7 +25,8 @@ pub struct ProcessStamp {
     pub pid_ns: u64,
     /// The inode of the process's time namespace (`/proc/self/ns/time`): `/proc` shows start
     /// times shifted by the reader's boot-time offset, so they compare only within one. Absent
-    /// from stamps of older versions, which then prove nothing.
+    /// on kernels without time namespaces, and from stamps of older versions, which then prove
+    /// nothing where the reader has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_ns: Option<u64>,
     /// When the process started, in clock ticks after boot (`/proc/<pid>/stat`, field 22).
@@ -56,9 +57,9 @@ impl ProcessStamp {
     /// Whether the stamp was made on this host's kernel since this boot, in this pid namespace
     /// and this time namespace: only then do its pids and start times name processes here.
     pub fn is_here(&self) -> bool {
+        // A kernel without time namespaces (before 5.6) has but one: `None` on both sides.
         Some(self.boot_id.as_str()) == boot_id().as_deref()
             && Some(self.pid_ns) == pid_ns()
-            && self.time_ns.is_some()
             && self.time_ns == time_ns()
     }
 
@@ -305,11 +306,16 @@ fn dead_members(group: u32) -> Option<Vec<u32>> {
 /// Whether `/proc` is mounted to hide processes (`hidepid`, `subset=pid`), or cannot be told:
 /// then a look at it proves no absence.
 #[cfg(target_os = "linux")]
-fn proc_hides_processes() -> bool {
+pub fn proc_hides_processes() -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return true;
     };
     hides_processes(&info)
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn proc_hides_processes() -> bool {
+    true
 }
 
 /// [`proc_hides_processes`] on the text of `/proc/self/mountinfo`.

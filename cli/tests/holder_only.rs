@@ -141,3 +141,60 @@ fn a_release_by_name_is_refused_and_the_token_releases_it_from_under_lock_run() 
         released.elapsed()
     );
 }
+
+/// Released from under `lock run` by its token, the lock is not taken on this host beside what
+/// is left of the holder's tree: its COMMAND ignores SIGTERM and lives until the SIGKILL after
+/// `--kill-after`, and the next holder starts only then. (Before, the free record named no
+/// processes, and a waiter took it at once, beside the old COMMAND.)
+#[test]
+fn a_lock_released_by_its_token_is_not_taken_beside_what_is_left_of_its_tree() {
+    let env = Env::new();
+    let job = r#"echo "$BANKLEASE_LOCK_TOKEN" > "$WORK/token"; echo $$ > "$WORK/first.pid"; trap '' TERM; exec sleep 60"#;
+    let args = [
+        "lock",
+        "run",
+        "--owner",
+        "o",
+        "--session",
+        "s",
+        "--duration",
+        "20s",
+        "--kill-after",
+        "2s",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        job,
+    ];
+    let mut first = env.spawn(&args, "first");
+    wait_for("the holder's COMMAND", || {
+        !env.read("token").trim().is_empty() && !env.read("first.pid").trim().is_empty()
+    });
+    let pid = env.read("first.pid").trim().to_owned();
+    let witness = format!(
+        r#"s=$(sed 's/.*) //' /proc/{pid}/stat 2>/dev/null | cut -c1); if [ -n "$s" ] && [ "$s" != Z ]; then echo overlap; else echo alone; fi > "$WORK/witness""#
+    );
+    let token = env.read("token").trim().to_owned();
+    let out = env.run(&[
+        "lock",
+        "release",
+        "--owner",
+        "o",
+        "--session",
+        "s",
+        "--token",
+        &token,
+        "k",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = env.run(&["lock", "run", "-w", "15", "k", "--", "sh", "-c", &witness]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        env.read("witness").trim(),
+        "alone",
+        "the next holder ran beside the old COMMAND"
+    );
+    let status = wait_child(&mut first);
+    assert_eq!(status.code(), Some(75), "{}", env.read("first.err"));
+}

@@ -32,6 +32,14 @@ pub(crate) async fn missing_for(
     let bank = &ctx.bank;
     let path = missing_path(bank, owner);
     match bank.store().head(&path).await {
+        // A pass writes it empty: anything else there is not ours to time the grace by (nor
+        // to remove), so the grace never starts — no collection on doubt.
+        Ok(meta) if meta.size != 0 => {
+            tracing::warn!(path = %path, size = meta.size,
+                "a file the GC did not write sits where its missing-since record goes; \
+                 remove it for the owner's checkpoints to be collected");
+            Ok(MissingFor::JustNow)
+        }
         Ok(meta) => Ok(MissingFor::AtLeast(
             ctx.elapsed_since(meta.last_modified, sent),
         )),

@@ -174,6 +174,13 @@ pub enum LockHolder {
         /// The supervisor's host.
         host: String,
     },
+    /// Free — released from under its holder by its token — but a process of that holder's
+    /// tree still runs on this host: the lock is not taken beside it. Printed as `(released;
+    /// its last holder's process PID still runs on this host)`.
+    Freed {
+        /// The process waited for.
+        pid: u32,
+    },
     /// Expired, but a process of this holder's tree still runs on this host: the lock is not
     /// taken beside it. Printed as `<holder> (expired; its process PID still runs on this
     /// host)`.
@@ -192,7 +199,7 @@ impl LockHolder {
             | LockHolder::Promised(o)
             | LockHolder::Running { holder: o, .. }
             | LockHolder::Lingering { holder: o, .. } => Some(o),
-            LockHolder::Contended | LockHolder::QueueContended => None,
+            LockHolder::Contended | LockHolder::QueueContended | LockHolder::Freed { .. } => None,
         }
     }
 
@@ -212,6 +219,10 @@ impl fmt::Display for LockHolder {
             LockHolder::Running { holder, pid, host } => write!(
                 f,
                 "{holder} (its `lock run`, pid {pid} on host {host}, still runs)"
+            ),
+            LockHolder::Freed { pid } => write!(
+                f,
+                "(released; its last holder's process {pid} still runs on this host)"
             ),
             LockHolder::Lingering { holder, pid } => write!(
                 f,

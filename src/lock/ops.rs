@@ -100,20 +100,27 @@ impl Locks {
                 Some(h) if h == owner && token.is_some_and(|t| t != rec.fence) => {
                     return Err(unavailable(self, key, h, Duration::ZERO));
                 }
-                // Bound to processes of a `lock run` that are not proved gone (whether or not
-                // the lock has expired: its tree may still run here): by name, never.
-                Some(h)
-                    if h == owner && token.is_none() && rec.bound().is_some_and(|p| !p.gone()) =>
-                {
-                    let now = sc.lower_at(&self.bank, &self.clock, sent).await?;
-                    let remaining = match judge(&rec, meta.last_modified, now, self.margin) {
-                        Judged::Held { remaining } => remaining,
-                        _ => Duration::ZERO,
-                    };
-                    return Err(running(self, key, &rec, remaining));
-                }
                 Some(h) if h == owner => {
-                    let free = new_record(self, key, None, None, Duration::ZERO, rec.fence, 0);
+                    // Bound to processes of a `lock run` not proved gone — held and not all
+                    // gone, or expired and its tree still running here: by name, never.
+                    if let (None, Some(p)) = (token, rec.bound()) {
+                        let now = sc.lower_at(&self.bank, &self.clock, sent).await?;
+                        let judged = judge(&rec, meta.last_modified, now, self.margin);
+                        let (live, remaining) = match judged {
+                            Judged::Held { remaining } => (!p.gone(), remaining),
+                            _ => (p.lingering().is_some(), Duration::ZERO),
+                        };
+                        if live {
+                            return Err(running(self, key, &rec, remaining));
+                        }
+                    }
+                    let mut free = new_record(self, key, None, None, Duration::ZERO, rec.fence, 0);
+                    // Released from under a running holder by its token: its tree is named on,
+                    // and a waiter on its host does not take the lock beside what is left of it
+                    // (the holder stops it as soon as it reads its record).
+                    if token.is_some() {
+                        free.tree = rec.bound().cloned();
+                    }
                     match write_record(&self.bank, &self.clock, &path, &free, update_of(&meta))
                         .await?
                     {

@@ -52,9 +52,13 @@ pub struct ProcessBinding {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<TreeCgroup>,
     /// Without a cgroup: the file the guard writes once it has proved the tree it holds empty
-    /// after its supervisor died (nothing else can name the tree then).
+    /// after its supervisor died (nothing else can name the tree then). Believed only as a
+    /// regular file of the supervisor's user (`uid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub done: Option<PathBuf>,
+    /// The supervisor's effective user id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
 }
 
 /// What [`crate::lock::Lock::bind_to_processes`] binds a holding to.
@@ -68,6 +72,9 @@ pub struct Processes {
     pub cgroup: Option<PathBuf>,
     /// Without a cgroup, the file the guard writes once the tree is proved gone.
     pub done: Option<PathBuf>,
+    /// COMMAND's start time (clock ticks after boot), when its starter read it: COMMAND may
+    /// have exited by the time the binding is made (`sh -c 'daemon &'`).
+    pub command_start_ticks: Option<u64>,
     /// Whether a waiter on this host may take the lock as soon as all are proved gone (`lock
     /// run`); otherwise the binding serves only the checks that need no early takeover: the
     /// holder-only rule and the wait past expiry (`run --lock`, `--no-same-host-handoff`).
@@ -118,18 +125,16 @@ impl TreeCgroup {
         };
         match std::fs::metadata(&self.path) {
             Ok(m) if m.ino() == self.id => {
-                let Ok(procs) = std::fs::read_to_string(self.path.join("cgroup.procs")) else {
+                // `populated` counts the cgroups below it too (a nested `lock run`'s, one a
+                // process of the tree made or moved into): `cgroup.procs` lists its own only.
+                let Ok(events) = std::fs::read_to_string(self.path.join("cgroup.events")) else {
                     return Tree::Doubt;
                 };
-                let live = procs
-                    .lines()
-                    .filter_map(|l| l.trim().parse::<u32>().ok())
-                    .find(|&pid| match stat_status(pid) {
-                        Status::Found(s) => !s.zombie || !dead_zombie(pid),
-                        Status::Gone => false,
-                        Status::Unreadable => true,
-                    });
-                live.map_or(Tree::Gone, Tree::Lives)
+                match events.lines().find_map(|l| l.strip_prefix("populated ")) {
+                    Some("0") => Tree::Gone,
+                    Some(_) => Tree::Lives(live_in(&self.path).unwrap_or(0)),
+                    None => Tree::Doubt,
+                }
             }
             // Another cgroup at that path, or none, in the same parent: ours was removed, which
             // only an empty cgroup can be. Elsewhere, this reader sees another hierarchy.
@@ -146,14 +151,49 @@ impl TreeCgroup {
     }
 }
 
+/// A live process of the cgroup at `dir` or of one below it (a bounded walk: a cgroup tree
+/// has at most `cgroup.max.descendants` cgroups), to name in a message.
+fn live_in(dir: &Path) -> Option<u32> {
+    let mut dirs = vec![dir.to_owned()];
+    let mut looked = 0;
+    while let Some(dir) = dirs.pop() {
+        looked += 1;
+        if looked > 10_000 {
+            return None;
+        }
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        let live = procs
+            .lines()
+            .filter_map(|l| l.trim().parse::<u32>().ok())
+            .find(|&pid| match stat_status(pid) {
+                Status::Found(s) => !s.zombie || !dead_zombie(pid),
+                Status::Gone => false,
+                Status::Unreadable => true,
+            });
+        if live.is_some() {
+            return live;
+        }
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            dirs.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    None
+}
+
 impl ProcessBinding {
     /// This process as the supervisor of `to`'s COMMAND; `None` where the kernel cannot name
     /// them (not Linux, no `/proc` of our own, COMMAND already gone, a cgroup that cannot be
     /// read). COMMAND's start time is read now: the binding still names it once it exited.
     pub fn of_this_process(to: &Processes) -> Option<Self> {
         let stamp = ProcessStamp::this_process()?;
-        let command_start_ticks = match stat_status(to.command) {
-            Status::Found(s) if !s.zombie => s.start_ticks,
+        let command_start_ticks = match (to.command_start_ticks, stat_status(to.command)) {
+            (Some(ticks), _) => ticks,
+            (None, Status::Found(s)) if !s.zombie => s.start_ticks,
             _ => return None,
         };
         let cgroup = match &to.cgroup {
@@ -168,6 +208,7 @@ impl ProcessBinding {
             command_start_ticks,
             cgroup,
             done: to.done.clone(),
+            uid: Some(rustix::process::geteuid().as_raw()),
         })
     }
 
@@ -209,7 +250,10 @@ impl ProcessBinding {
     fn tree_gone(&self) -> bool {
         match (&self.cgroup, &self.done) {
             (Some(cgroup), _) => cgroup.judge() == Tree::Gone,
-            (None, Some(done)) => done.is_file(),
+            // Made by the guard (create-new, no symlink followed) as the supervisor's user:
+            // a file anyone could have put there proves nothing.
+            (None, Some(done)) => std::fs::symlink_metadata(done)
+                .is_ok_and(|m| m.file_type().is_file() && Some(m.uid()) == self.uid),
             (None, None) => true,
         }
     }
@@ -235,7 +279,9 @@ impl ProcessBinding {
             return Some(self.command);
         }
         // Its leader is the guard, which outlives an expired holding whose supervisor is
-        // stopped, and acts under it no more (it stopped the tree at the deadline).
+        // stopped, and acts under it no more (it stopped the tree at the deadline). Behind a
+        // `/proc` that hides processes the group itself is named while any member lives, the
+        // guard included.
         group_member(self.group, Some(self.group))
     }
 
@@ -264,6 +310,7 @@ mod tests {
             command,
             cgroup: None,
             done: None,
+            command_start_ticks: None,
             handoff: true,
         }
     }
@@ -415,10 +462,21 @@ mod tests {
         let dir = root.path().join("banklease-1-0");
         std::fs::create_dir(&dir).unwrap();
         let procs = dir.join("cgroup.procs");
+        let events = dir.join("cgroup.events");
         let cgroup = TreeCgroup::of_this_process(&dir).unwrap();
+        std::fs::write(&events, "populated 1\nfrozen 0\n").unwrap();
         std::fs::write(&procs, format!("{}\n", std::process::id())).unwrap();
         assert_eq!(cgroup.judge(), Tree::Lives(std::process::id()));
+        // Populated through a cgroup below it (a nested `lock run`'s): its own list is empty.
         std::fs::write(&procs, "").unwrap();
+        std::fs::create_dir(dir.join("inner")).unwrap();
+        std::fs::write(
+            dir.join("inner/cgroup.procs"),
+            format!("{}\n", std::process::id()),
+        )
+        .unwrap();
+        assert_eq!(cgroup.judge(), Tree::Lives(std::process::id()), "nested");
+        std::fs::write(&events, "populated 0\nfrozen 0\n").unwrap();
         assert_eq!(cgroup.judge(), Tree::Gone, "empty");
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(cgroup.judge(), Tree::Gone, "removed");
@@ -437,12 +495,33 @@ mod tests {
         let mut binding =
             ProcessBinding::of_this_process(&to(std::process::id(), std::process::id())).unwrap();
         binding.cgroup = Some(TreeCgroup::of_this_process(&dir).unwrap());
+        std::fs::write(dir.join("cgroup.events"), "populated 1\n").unwrap();
         std::fs::write(
             dir.join("cgroup.procs"),
             format!("{}\n", std::process::id()),
         )
         .unwrap();
         assert_eq!(binding.lingering(), Some(std::process::id()));
+    }
+
+    /// Without a cgroup, the guard's word that the tree is gone is a regular file of the
+    /// supervisor's user: a symlink, or a file of another user, proves nothing.
+    #[test]
+    fn the_guards_word_counts_only_as_its_own_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let done = dir.path().join("banklease-tree-1-0.done");
+        let mut b =
+            ProcessBinding::of_this_process(&to(std::process::id(), std::process::id())).unwrap();
+        b.done = Some(done.clone());
+        assert!(!b.tree_gone(), "no word yet");
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), &done).unwrap();
+        std::fs::write(dir.path().join("elsewhere"), "").unwrap();
+        assert!(!b.tree_gone(), "a symlink");
+        std::fs::remove_file(&done).unwrap();
+        std::fs::write(&done, "").unwrap();
+        assert!(b.tree_gone(), "the guard's file");
+        b.uid = b.uid.map(|u| u.wrapping_add(1));
+        assert!(!b.tree_gone(), "another user's file");
     }
 
     #[test]

@@ -531,7 +531,14 @@ impl Lock {
                             remaining, holder, ..
                         } = &e
                         {
-                            watch.unavailable(self, *remaining, holder.is_promised(), e_tag);
+                            // Waiting for what is left of a holder's tree: looked at as for a
+                            // promise; the kernel's watch wakes the waiter when it is gone.
+                            let slow = holder.is_promised()
+                                || matches!(
+                                    holder,
+                                    LockHolder::Lingering { .. } | LockHolder::Freed { .. }
+                                );
+                            watch.unavailable(self, *remaining, slow, e_tag);
                         }
                         watch.processes(self.holders_processes());
                         unavailable = e;

@@ -166,6 +166,18 @@ pub(crate) async fn take_seeing(
                 };
                 // Expired, but COMMAND's tree still runs on this host: not taken beside it (a
                 // waiter elsewhere cannot see it). The waiter watches the processes.
+                // Free from a release by token: the same, for what is left of its tree.
+                if let (Judged::Free, Some(p), None) = (state, rec.bound(), &rec.holder) {
+                    if let Some(pid) = p.lingering() {
+                        *held_by = Some(p.clone());
+                        return Err(kept_by(
+                            locks,
+                            key,
+                            LockHolder::Freed { pid },
+                            Duration::ZERO,
+                        ));
+                    }
+                }
                 if let (Judged::Expired { .. }, Some(p), Some(h)) =
                     (state, rec.bound(), &rec.holder)
                 {

@@ -264,8 +264,9 @@ impl Guard {
     }
 
     /// Wait (at most `ARMING`) until the guard says it is armed and has started COMMAND: its
-    /// handlers are installed, its deadline running. COMMAND's pid.
-    pub async fn started(&mut self) -> Result<u32> {
+    /// handlers are installed, its deadline running. COMMAND's pid, and its start time (clock
+    /// ticks after boot) as the guard read it before COMMAND could be reaped.
+    pub async fn started(&mut self) -> Result<(u32, Option<u64>)> {
         for expected in [ARMED, STARTED] {
             let said = tokio::time::timeout(ARMING, self.said.next_line()).await;
             let line = match said {
@@ -280,10 +281,14 @@ impl Guard {
             if expected == ARMED && line == ARMED {
                 continue;
             }
-            if let Some(pid) = line.strip_prefix(STARTED).map(str::trim) {
-                return pid
-                    .parse()
-                    .with_context(|| format!("the guard said `{line}`"));
+            if let Some(rest) = line.strip_prefix(STARTED).map(str::trim) {
+                let mut words = rest.split_whitespace();
+                let pid = words
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .with_context(|| format!("the guard said `{line}`"))?;
+                let ticks = words.next().and_then(|t| t.parse().ok());
+                return Ok((pid, ticks));
             }
             match line.strip_prefix(FAILED) {
                 Some(why) => anyhow::bail!("{}", why.trim()),
@@ -428,7 +433,12 @@ pub async fn run(args: Args, clock: &SharedClock) -> crate::Outcome {
         Ok(pid) => {
             guard.command = Some(pid);
             guard.tree = guard.tree.clone().with_group(pid);
-            if say(&mut write, &format!("{STARTED} {pid}")).await.is_err() {
+            // Read before this guard can reap it: COMMAND may exit at once.
+            let ticks = start_ticks(pid).map_or_else(String::new, |t| t.to_string());
+            if say(&mut write, &format!("{STARTED} {pid} {ticks}"))
+                .await
+                .is_err()
+            {
                 return guard.supervisor_gone(clock).await;
             }
         }
@@ -485,6 +495,17 @@ fn start_command(args: &Args) -> Result<u32> {
         .context("cannot start COMMAND")?;
     // Reaped by `Guarding::reap`, as every process of the tree.
     Ok(child.id())
+}
+
+/// Process `pid`'s start time in clock ticks after boot (field 22 of `/proc/PID/stat`).
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
 }
 
 /// The guard's state.
@@ -572,14 +593,30 @@ impl Guarding {
         if let Some(cgroup) = &self.cgroup {
             cgroup.remove();
         }
-        if let (true, Some(done)) = (gone, &self.done) {
-            if let Err(e) = std::fs::write(done, b"") {
+        // Only a walk that saw every process proves the tree gone: behind a `/proc` that hides
+        // some (a setuid program of the tree, under `hidepid`) the lock runs to its expiry.
+        let seen_all = !banklease::proc_hides_processes();
+        if let (true, true, Some(done)) = (gone, seen_all, &self.done) {
+            // New, never through a symlink, and the supervisor's user's (the waiter checks).
+            use std::os::unix::fs::OpenOptionsExt as _;
+            let made = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc_nofollow())
+                .open(done);
+            if let Err(e) = made {
                 tracing::warn!(path = %done.display(), error = %e,
                     "cannot say COMMAND's tree is gone; a waiter on this host waits for the lock's expiry");
             }
         }
         crate::Outcome::Exit(EXIT_HOLD_LOST)
     }
+}
+
+/// `O_NOFOLLOW`, from the kernel's own definition.
+fn libc_nofollow() -> i32 {
+    rustix::fs::OFlags::NOFOLLOW.bits() as i32
 }
 
 /// One line to the supervisor.

@@ -122,6 +122,8 @@ enum Inner {
         guard: guard::Guard,
         tree: Tree,
         command: u32,
+        /// COMMAND's start time, as the guard read it.
+        command_start_ticks: Option<u64>,
         /// Without a cgroup, the file the guard writes once it proved the tree gone.
         done: Option<PathBuf>,
     },
@@ -148,6 +150,7 @@ impl Running {
                 guard,
                 tree,
                 command,
+                command_start_ticks,
                 done,
             } => Some(banklease::lock::Processes {
                 // The guard leads COMMAND's process group.
@@ -155,6 +158,7 @@ impl Running {
                 command: *command,
                 cgroup: tree.cgroup().map(|c| c.dir().to_owned()),
                 done: done.clone(),
+                command_start_ticks: *command_start_ticks,
                 handoff,
             }),
         }
@@ -335,13 +339,14 @@ pub async fn spawn(
     let guard_pid = guard.pid();
     let tree = Tree::new(me, cgroup).outside(guard_pid);
     match guard.started().await {
-        Ok(command) => {
+        Ok((command, command_start_ticks)) => {
             tracing::info!(held_by = %tree.describe(), command, "COMMAND started");
             Ok(Running {
                 inner: Inner::Guarded {
                     guard,
                     tree: tree.with_group(guard_pid),
                     command,
+                    command_start_ticks,
                     done,
                 },
             })
