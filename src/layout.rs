@@ -15,7 +15,8 @@
 //! whatever its names look like (a user's `index`, `locks/` or `gc/`), before anything is
 //! written there; a bank made before descriptors existed is adopted by `banklease init` once
 //! ([`Initialised::Adopted`]). A `file:` bank's directory that vanishes while a command runs is
-//! never made anew by a write (its store creates directories only below the bank's).
+//! never made anew by a write: its store writes only in the directory it was opened on (by
+//! device and inode), and creates directories only below it.
 //!
 //! Invariant: **a typo never reads as a healthy empty bank.** A prefix with neither a
 //! descriptor nor any banklease object is refused by [`check`] ([`Error::NoBank`], naming the

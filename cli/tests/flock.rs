@@ -43,7 +43,18 @@ impl Rows for Env {
 
     /// `key` held by `lock acquire` for 60 s; its whole holder name.
     fn hold(&self, key: &str) -> String {
-        let out = self.run(&["--json", "lock", "acquire", key, "--duration", "60s"]);
+        // Waiting: a key released from under a `lock run` by its token is taken once what is
+        // left of that holder's tree is gone.
+        let out = self.run(&[
+            "--json",
+            "lock",
+            "acquire",
+            key,
+            "--duration",
+            "60s",
+            "-w",
+            "20",
+        ]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
         let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         j["holder"].as_str().unwrap().to_owned()

@@ -54,7 +54,51 @@ pub(super) fn stripe_of(key: &str) -> u64 {
 
 /// Lock the stripes of `keys` (deduplicated, in stripe order, so two multi-key operations never
 /// deadlock; locking one stripe twice would wait on ourselves).
+/// The identity (device, inode) of each store root opened in this process, latest open first:
+/// a write checks that its root is still that directory.
+static ROOTS: std::sync::OnceLock<
+    std::sync::Mutex<std::collections::HashMap<PathBuf, (u64, u64)>>,
+> = std::sync::OnceLock::new();
+
+fn identity(path: &FsPath) -> io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(path)?;
+    Ok((m.dev(), m.ino()))
+}
+
+/// Remember `root`'s identity: the directory the store was opened on.
+pub(super) fn opened(root: &FsPath) {
+    if let Ok(id) = identity(root) {
+        let roots = ROOTS.get_or_init(Default::default);
+        roots
+            .lock()
+            .expect("roots poisoned")
+            .insert(root.to_owned(), id);
+    }
+}
+
+/// Refuse to write under `root` when it is no longer the directory the store was opened on:
+/// gone, or another one at its path — the bare mount point of an unmounted disk, a bank moved
+/// away and a directory made in its place. Nothing is created there (only `init` makes a bank).
+fn still_root(root: &FsPath) -> io::Result<()> {
+    let known = ROOTS
+        .get()
+        .and_then(|r| r.lock().expect("roots poisoned").get(root).copied());
+    let now = identity(root).ok();
+    match (known, now) {
+        (Some(known), Some(now)) if known == now => Ok(()),
+        (None, Some(_)) => Ok(()),
+        _ => Err(context(
+            io::Error::from(ErrorKind::NotFound),
+            "find the bank's directory (gone, or another directory in its place, since the bank \
+             was opened: moved, or its disk unmounted; only `banklease init` makes a bank)",
+            root,
+        )),
+    }
+}
+
 pub(super) fn lock_keys(root: &FsPath, keys: &[&str]) -> io::Result<Vec<StripeGuard>> {
+    still_root(root)?;
     let mut stripes: Vec<u64> = keys.iter().map(|k| stripe_of(k)).collect();
     stripes.sort_unstable();
     stripes.dedup();
@@ -449,14 +493,7 @@ fn create_below(root: &FsPath, dir: &FsPath) -> io::Result<()> {
             root.display()
         ))
     })?;
-    if !root.is_dir() {
-        return Err(context(
-            io::Error::from(ErrorKind::NotFound),
-            "find the bank's directory (gone since the bank was opened; only `banklease init` \
-             makes one)",
-            root,
-        ));
-    }
+    still_root(root)?;
     let mut at = root.to_owned();
     for part in below.components() {
         at.push(part);

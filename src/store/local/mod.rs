@@ -130,6 +130,7 @@ impl LocalStore {
         let root = root.into();
         let root = std::fs::canonicalize(&root)
             .map_err(|e| generic(fs::context(e, "resolve the store root", &root)))?;
+        fs::opened(&root);
         Ok(Self {
             inner: Arc::new(LocalFileSystem::new_with_prefix(&root)?),
             root: Arc::new(root),

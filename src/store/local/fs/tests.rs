@@ -10,10 +10,29 @@ fn a_write_never_makes_the_banks_directory_again() {
     let err = with_parent(&root, &target, || std::fs::write(&target, "x")).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
     assert!(
-        err.to_string().contains("only `banklease init` makes one"),
+        err.to_string().contains("only `banklease init` makes a bank"),
         "{err}"
     );
     assert!(!root.exists());
+}
+
+/// A directory in the bank's place (the bare mount point of an unmounted disk, a directory
+/// made where the bank was moved from) is not written in: not even a lock stripe.
+#[test]
+fn a_write_never_lands_in_another_directory_at_the_banks_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("bank");
+    std::fs::create_dir(&root).unwrap();
+    opened(&root);
+    std::fs::rename(&root, dir.path().join("moved")).unwrap();
+    std::fs::create_dir(&root).unwrap();
+    let err = lock_keys(&root, &["k"]).map(drop).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    assert_eq!(
+        std::fs::read_dir(&root).unwrap().count(),
+        0,
+        "written in the new directory"
+    );
 }
 
 #[test]
