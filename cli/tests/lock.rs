@@ -359,7 +359,7 @@ fn a_lock_that_can_no_longer_be_proved_held_stops_the_command_with_75() {
     let env = Env::new(Backend::File);
     // The trap takes 150 ms of the 1 s allowed; a second SIGTERM would cut its sleep short
     // (143), an early SIGKILL would leave no `slept` line.
-    let job = r#"trap 'echo TERM >> "$WORK/stopped"; sleep 0.15; echo "slept $?" >> "$WORK/stopped"; exit 0' TERM; sleep 60 & wait"#;
+    let job = r#"trap 'echo TERM >> "$WORK/stopped"; sleep 0.15; echo "slept $?" >> "$WORK/stopped"; exit 0' TERM; : > "$WORK/ready"; sleep 60 & wait"#;
     let mut run = env.spawn(
         &[
             "lock",
@@ -377,6 +377,8 @@ fn a_lock_that_can_no_longer_be_proved_held_stops_the_command_with_75() {
         "run",
     );
     env.wait_held("k");
+    // Under the job, once its trap is set (a SIGTERM before would end it at once, rightly).
+    wait_for("the job's trap", || env.work.path().join("ready").exists());
     let object = Path::new(env.url().strip_prefix("file://").unwrap()).join("locks/default/k");
     std::fs::remove_file(&object).unwrap();
     let status = wait_child(&mut run);

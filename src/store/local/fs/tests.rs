@@ -10,7 +10,8 @@ fn a_write_never_makes_the_banks_directory_again() {
     let err = with_parent(&root, &target, || std::fs::write(&target, "x")).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
     assert!(
-        err.to_string().contains("only `banklease init` makes a bank"),
+        err.to_string()
+            .contains("only `banklease init` makes a bank"),
         "{err}"
     );
     assert!(!root.exists());
