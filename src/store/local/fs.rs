@@ -88,11 +88,9 @@ fn still_root(root: &FsPath) -> io::Result<()> {
     match (known, now) {
         (Some(known), Some(now)) if known == now => Ok(()),
         (None, Some(_)) => Ok(()),
-        _ => Err(context(
-            io::Error::from(ErrorKind::NotFound),
-            "find the bank's directory (gone, or another directory in its place, since the bank \
-             was opened: moved, or its disk unmounted; only `banklease init` makes a bank)",
-            root,
+        _ => Err(io::Error::new(
+            ErrorKind::NotFound,
+            RootGone(root.to_owned()),
         )),
     }
 }
@@ -669,7 +667,33 @@ pub(super) fn existing_stamps_are_exact(root: &FsPath) -> bool {
 }
 
 pub(super) fn context(e: io::Error, what: &str, path: &FsPath) -> io::Error {
+    // The bank's directory gone is kept as it is: the store answers it as a missing object.
+    if root_gone(&e) {
+        return e;
+    }
     io::Error::new(e.kind(), format!("cannot {what} `{}`: {e}", path.display()))
+}
+
+/// The bank's directory is gone, or another is in its place ([`still_root`]).
+#[derive(Debug)]
+pub(super) struct RootGone(PathBuf);
+
+impl std::fmt::Display for RootGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the bank's directory `{}` is gone, or another directory is in its place, since the \
+             bank was opened (moved, or its disk unmounted); only `banklease init` makes a bank",
+            self.0.display()
+        )
+    }
+}
+
+impl std::error::Error for RootGone {}
+
+/// Whether `e` says the bank's directory is gone.
+pub(super) fn root_gone(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<RootGone>())
 }
 
 #[cfg(test)]

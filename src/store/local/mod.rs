@@ -286,6 +286,12 @@ fn write_error(e: WriteError, location: &Path, implementer: &str) -> object_stor
                 .into(),
             implementer: implementer.to_owned(),
         },
+        // Gone with the bank's directory: as missing as an object can be (a renewal is then
+        // answered as for a lease object deleted).
+        WriteError::Io(e) if fs::root_gone(&e) => object_store::Error::NotFound {
+            path,
+            source: Box::new(e),
+        },
         WriteError::Io(e) => generic(e),
     }
 }
