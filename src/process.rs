@@ -249,17 +249,12 @@ pub(crate) fn group_member(group: u32, except: Option<u32>) -> Option<u32> {
     if proc_hides_processes() {
         return Some(group);
     }
-    let entries = std::fs::read_dir("/proc").ok();
-    let Some(entries) = entries else {
+    let Some(pids) = proc_pids() else {
         return Some(group);
     };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
+    for pid in pids {
+        let Ok(pid) = pid else {
+            return Some(group);
         };
         if let Status::Found(s) = stat_status(pid) {
             if s.group == group && Some(pid) != except && !dead_zombie(pid) {
@@ -275,20 +270,29 @@ pub(crate) fn group_member(group: u32, _except: Option<u32>) -> Option<u32> {
     Some(group)
 }
 
+/// The pids `/proc` lists, in its order; an entry it could not read is an error.
+#[cfg(target_os = "linux")]
+fn proc_pids() -> Option<impl Iterator<Item = std::io::Result<u32>>> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    Some(entries.filter_map(|entry| {
+        match entry {
+            Ok(e) => e
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+                .map(Ok),
+            Err(e) => Some(Err(e)),
+        }
+    }))
+}
+
 /// The members of `group`, when every one is a dead zombie; `None` when one lives or cannot be
 /// read. In pid order (`/proc` lists in it).
 #[cfg(target_os = "linux")]
 fn dead_members(group: u32) -> Option<Vec<u32>> {
     let mut members = Vec::new();
-    for entry in std::fs::read_dir("/proc").ok()? {
-        let entry = entry.ok()?;
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in proc_pids()? {
+        let pid = pid.ok()?;
         match stat_status(pid) {
             Status::Found(s) if s.group == group => {
                 if !dead_zombie(pid) {

@@ -151,7 +151,7 @@ fn an_owner_cannot_acquire_a_lease_in_a_directory_that_is_not_a_bank() {
 /// Every entry under `root`, `root` itself included (as ""), with its contents (none for a
 /// directory) and its modification time: a file created and removed again still changes the
 /// mtime of its directory.
-fn exact_snapshot(root: &Path) -> BTreeMap<String, (Option<Vec<u8>>, SystemTime)> {
+fn exact_snapshot(root: &Path) -> Snapshot {
     let mut out = BTreeMap::new();
     let mtime = |p: &Path| std::fs::symlink_metadata(p).unwrap().modified().unwrap();
     out.insert(String::new(), (None, mtime(root)));
@@ -169,6 +169,19 @@ fn exact_snapshot(root: &Path) -> BTreeMap<String, (Option<Vec<u8>>, SystemTime)
         }
     }
     out
+}
+
+type Snapshot = BTreeMap<String, (Option<Vec<u8>>, SystemTime)>;
+
+/// What differs between two snapshots of a directory, in words.
+fn changes(before: &Snapshot, after: &Snapshot) -> String {
+    let changed: Vec<_> = before
+        .iter()
+        .filter(|(k, v)| after.get(*k) != Some(*v))
+        .map(|(k, _)| if k.is_empty() { "." } else { k.as_str() })
+        .collect();
+    let made: Vec<_> = after.keys().filter(|k| !before.contains_key(*k)).collect();
+    format!("changed the directory: changed or removed {changed:?}, created {made:?}")
 }
 
 /// Every command an operator points at a bank, each with an argument where it needs one.
@@ -215,15 +228,7 @@ fn every_command_refuses_and_changes_nothing(root: &Path) -> Vec<String> {
         }
         let after = exact_snapshot(root);
         if after != before {
-            let changed: Vec<_> = before
-                .iter()
-                .filter(|(k, v)| after.get(*k) != Some(*v))
-                .map(|(k, _)| if k.is_empty() { "." } else { k.as_str() })
-                .collect();
-            let made: Vec<_> = after.keys().filter(|k| !before.contains_key(*k)).collect();
-            wrong.push(format!(
-                "{args:?} changed the directory: changed or removed {changed:?}, created {made:?}"
-            ));
+            wrong.push(format!("{args:?} {}", changes(&before, &after)));
             // Each command's own changes are named: the next is compared with this state.
             before = after;
         }
@@ -296,16 +301,7 @@ fn refuses_with_no_descriptor(root: &Path, runs: &[(&Path, &[&str])]) -> Vec<Str
         }
         let after = exact_snapshot(root);
         if after != before {
-            let changed: Vec<_> = before
-                .iter()
-                .filter(|(k, v)| after.get(*k) != Some(*v))
-                .map(|(k, _)| if k.is_empty() { "." } else { k.as_str() })
-                .collect();
-            let made: Vec<_> = after.keys().filter(|k| !before.contains_key(*k)).collect();
-            wrong.push(format!(
-                "{program:?} {args:?} changed the directory: changed or removed {changed:?}, \
-                 created {made:?}"
-            ));
+            wrong.push(format!("{program:?} {args:?} {}", changes(&before, &after)));
             before = after;
         }
     }
