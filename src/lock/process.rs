@@ -48,6 +48,11 @@ pub struct ProcessBinding {
     pub command: u32,
     /// COMMAND's start time, in clock ticks after boot.
     pub command_start_ticks: u64,
+    /// The start time of the group's leader (the guard), when it was read: a process with the
+    /// group's pid and another start time proves the group gone (the kernel never gives a pid
+    /// that is still some group's id to a new process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_start_ticks: Option<u64>,
     /// The cgroup that holds COMMAND's whole tree, when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<TreeCgroup>,
@@ -200,12 +205,17 @@ impl ProcessBinding {
             Some(path) => Some(TreeCgroup::of_this_process(path)?),
             None => None,
         };
+        let group_start_ticks = match stat_status(to.group) {
+            Status::Found(s) => Some(s.start_ticks),
+            _ => None,
+        };
         Some(Self {
             stamp,
             pid: std::process::id(),
             group: to.group,
             command: to.command,
             command_start_ticks,
+            group_start_ticks,
             cgroup,
             done: to.done.clone(),
             uid: Some(rustix::process::geteuid().as_raw()),
@@ -241,7 +251,10 @@ impl ProcessBinding {
     /// documentation](self).
     pub fn gone(&self) -> bool {
         // Cheapest first: the group's may be two full looks at `/proc`.
-        self.supervisor_gone() && self.command_gone() && self.tree_gone() && group_gone(self.group)
+        self.supervisor_gone()
+            && self.command_gone()
+            && self.tree_gone()
+            && (self.group_reused() || group_gone(self.group))
     }
 
     /// The whole tree proved gone: its cgroup has no live process (or was removed), or,
@@ -282,7 +295,19 @@ impl ProcessBinding {
         // stopped, and acts under it no more (it stopped the tree at the deadline). Behind a
         // `/proc` that hides processes the group itself is named while any member lives, the
         // guard included.
+        if self.group_reused() {
+            return None;
+        }
         group_member(self.group, Some(self.group))
+    }
+
+    /// The group's pid belongs to a process started at another instant than its leader: the
+    /// group is gone, whatever now uses that pid as its group.
+    fn group_reused(&self) -> bool {
+        matches!(
+            (self.group_start_ticks, stat_status(self.group)),
+            (Some(then), Status::Found(s)) if s.start_ticks != then
+        )
     }
 
     /// COMMAND proved gone: no such process, a dead zombie, or its pid is now another
@@ -502,6 +527,37 @@ mod tests {
         )
         .unwrap();
         assert_eq!(binding.lingering(), Some(std::process::id()));
+    }
+
+    /// A group whose leader's pid now belongs to a process started later is gone: a new group
+    /// led from that pid (a pipeline, a master and its workers) holds no waiter.
+    #[test]
+    fn a_group_whose_leaders_pid_was_reused_holds_no_waiter() {
+        let (mut child, mut binding) = child_leading_a_group();
+        binding.command = std::process::id();
+        binding.command_start_ticks = start_ticks(std::process::id()) + 1;
+        binding.group_start_ticks = Some(start_ticks(child.id()));
+        assert_eq!(
+            binding.lingering(),
+            None,
+            "its leader is the guard: not waited for"
+        );
+        let mut member = Command::new("sleep")
+            .arg("30")
+            .process_group(child.id() as i32)
+            .spawn()
+            .unwrap();
+        assert_eq!(binding.lingering(), Some(member.id()), "a live member");
+        binding.group_start_ticks = Some(start_ticks(child.id()) + 1);
+        assert_eq!(
+            binding.lingering(),
+            None,
+            "the pid is another process's now"
+        );
+        member.kill().unwrap();
+        member.wait().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     /// Without a cgroup, the guard's word that the tree is gone is a regular file of the
