@@ -309,7 +309,8 @@ fn refuses_with_no_descriptor(root: &Path, runs: &[(&Path, &[&str])]) -> Vec<Str
 }
 
 /// Only `init` makes a bank: a directory whose names merely look like a bank's — a user's file
-/// `index`, a `gc/` with notes and a `gc/missing/old-entry` — is refused by every command and
+/// `index`, a `locks/` of lock files, a `gc/` with notes and a `gc/missing/old-entry` — is
+/// refused by every command and
 /// by the daemon, and left as it was. (Before, the first writer adopted it: `lock acquire`
 /// wrote `banklease.json`, `_banklease/`, lock stripes and `locks/`, and `banklease-gc --once`
 /// deleted the user's `gc/missing/old-entry`.)
@@ -324,6 +325,7 @@ fn a_directory_that_only_looks_like_a_bank_is_refused_and_left_as_it_was() {
         .collect();
     for (name, files) in [
         ("index-only", &[("index", "my index")][..]),
+        ("locks-dir", &[("locks/backup.lock", "")][..]),
         (
             "gc-notes",
             &[
