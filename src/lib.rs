@@ -92,9 +92,8 @@ pub mod lock;
 mod observe;
 pub mod paths;
 mod process;
-/// Whether this process's `/proc` may hide processes (`hidepid`, `subset=pid`, or it cannot
-/// tell): then a walk of it proves no absence.
-pub use process::proc_hides_processes;
+// The kernel's word on processes, as `/proc` gives it (for the CLI's supervisor of a tree).
+pub use process::{proc_hides_processes, proc_stat, process_acts, ProcStat};
 mod race;
 pub mod store;
 mod store_clock;

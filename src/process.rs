@@ -76,7 +76,7 @@ impl ProcessStamp {
             boot_id: boot_id()?,
             pid_ns: pid_ns()?,
             time_ns: time_ns(),
-            start_ticks: stat(std::process::id())?.start_ticks,
+            start_ticks: proc_stat(std::process::id())?.start_ticks,
         })
     }
 
@@ -103,16 +103,24 @@ impl ProcessStamp {
     }
 }
 
-/// What `/proc/<pid>/stat` says, of what a stamp compares.
-pub(crate) struct Stat {
-    pub start_ticks: u64,
+/// What `/proc/<pid>/stat` says of a process, read after the command's last `)` (it may hold
+/// spaces and parentheses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// The state letter (`R`, `S`, `T` stopped, `Z` zombie…; field 3).
+    pub state: char,
+    /// A zombie (or dead): it exited and waits to be reaped.
     pub zombie: bool,
-    /// The process group.
+    /// The parent's pid (field 4).
+    pub parent: u32,
+    /// The process group (field 5).
     pub group: u32,
+    /// When it started, in clock ticks after boot (field 22).
+    pub start_ticks: u64,
 }
 
 pub(crate) enum Status {
-    Found(Stat),
+    Found(ProcStat),
     /// No such process (`/proc` answers for this process, not for that one).
     Gone,
     Unreadable,
@@ -143,7 +151,8 @@ fn no_such_process(_pid: u32) -> bool {
     false
 }
 
-fn stat(pid: u32) -> Option<Stat> {
+/// `/proc/<pid>/stat` read now, when it can be: `None` for a process gone or unreadable.
+pub fn proc_stat(pid: u32) -> Option<ProcStat> {
     match stat_status(pid) {
         Status::Found(s) => Some(s),
         _ => None,
@@ -152,11 +161,14 @@ fn stat(pid: u32) -> Option<Stat> {
 
 /// Fields after the command (which may hold spaces and parentheses, so split after the last
 /// `)`): the state is field 3, the start time field 22.
-fn parse_stat(text: &str) -> Option<Stat> {
+fn parse_stat(text: &str) -> Option<ProcStat> {
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    Some(Stat {
-        zombie: matches!(*fields.first()?, "Z" | "X" | "x"),
+    let state = fields.first()?.chars().next()?;
+    Some(ProcStat {
+        state,
+        zombie: matches!(state, 'Z' | 'X' | 'x'),
+        parent: fields.get(1)?.parse().ok()?,
         group: fields.get(2)?.parse().ok()?,
         start_ticks: fields.get(19)?.parse().ok()?,
     })
@@ -202,6 +214,12 @@ fn proc_is_ours() -> bool {
         .ok()
         .and_then(|p| p.to_str().and_then(|s| s.parse::<u32>().ok()))
         == Some(std::process::id())
+}
+
+/// Whether process `pid` can still act: it is there and not a dead zombie ([`dead_zombie`]: a
+/// thread group leader that exited before its threads reads as a zombie while they run).
+pub fn process_acts(pid: u32) -> bool {
+    proc_stat(pid).is_some_and(|s| !s.zombie || !dead_zombie(pid))
 }
 
 /// Whether process `pid` is a zombie whose threads have all exited: dead, only waiting to be

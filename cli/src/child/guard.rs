@@ -325,10 +325,7 @@ impl Guard {
         let Some(pid) = self.child.id() else {
             return;
         };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let stopped = stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'));
+        let stopped = banklease::proc_stat(pid).is_some_and(|s| s.state == 'T');
         if stopped {
             tracing::warn!(pid, "COMMAND's guard was stopped; continuing it");
             if let Some(pid) = i32::try_from(pid)
@@ -434,7 +431,8 @@ pub async fn run(args: Args, clock: &SharedClock) -> crate::Outcome {
             guard.command = Some(pid);
             guard.tree = guard.tree.clone().with_group(pid);
             // Read before this guard can reap it: COMMAND may exit at once.
-            let ticks = start_ticks(pid).map_or_else(String::new, |t| t.to_string());
+            let ticks =
+                banklease::proc_stat(pid).map_or_else(String::new, |s| s.start_ticks.to_string());
             if say(&mut write, &format!("{STARTED} {pid} {ticks}"))
                 .await
                 .is_err()
@@ -495,17 +493,6 @@ fn start_command(args: &Args) -> Result<u32> {
         .context("cannot start COMMAND")?;
     // Reaped by `Guarding::reap`, as every process of the tree.
     Ok(child.id())
-}
-
-/// Process `pid`'s start time in clock ticks after boot (field 22 of `/proc/PID/stat`).
-fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()
 }
 
 /// The guard's state.

@@ -240,7 +240,7 @@ impl Running {
     fn gone_unheard(&self) -> bool {
         match &self.inner {
             Inner::Guarded { tree, command, .. } => {
-                tree.members().is_empty() && !tree::alive(*command)
+                tree.members().is_empty() && !banklease::process_acts(*command)
             }
             Inner::Plain { .. } => false,
         }

@@ -343,7 +343,7 @@ impl Tree {
             all.extend(c.procs().unwrap_or_default());
         }
         all.into_iter()
-            .filter(|&p| self.of_tree(p) && alive(p))
+            .filter(|&p| self.of_tree(p) && banklease::process_acts(p))
             .collect()
     }
 
@@ -490,7 +490,7 @@ impl Tree {
             let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
                 continue;
             };
-            if let Some(ppid) = parent_of(pid) {
+            if let Some(ppid) = banklease::proc_stat(pid).map(|s| s.parent) {
                 children.entry(ppid).or_default().push(pid);
             }
         }
@@ -544,37 +544,9 @@ fn group_only() -> bool {
     false
 }
 
-/// The parent of `pid` (field 4 of `/proc/PID/stat`).
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// The state letter of `pid` (field 3 of `/proc/PID/stat`), `None` once it is gone.
+/// The state letter of `pid`, `None` once it is gone.
 fn state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .next()?
-        .chars()
-        .next()
-}
-
-/// Whether `pid` is a process that can still act: not gone, and not a dead zombie (a thread
-/// group leader that exited before its threads reads as a zombie while they run: its `task/`
-/// lists them).
-pub(super) fn alive(pid: u32) -> bool {
-    match state(pid) {
-        None | Some('X' | 'x') => false,
-        Some('Z') => std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|d| d.count() > 1),
-        Some(_) => true,
-    }
+    banklease::proc_stat(pid).map(|s| s.state)
 }
 
 fn send(pid: u32, signal: Signal) {
@@ -615,7 +587,10 @@ mod tests {
         wait_until("the member", || tree.members().len() == 1);
         tree.kill();
         wait_until("the tree gone", || tree.members().is_empty());
-        assert!(alive(sh.id()), "the root is not the tree's");
+        assert!(
+            banklease::process_acts(sh.id()),
+            "the root is not the tree's"
+        );
         sh.kill().unwrap();
         sh.wait().unwrap();
     }
