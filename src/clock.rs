@@ -23,6 +23,39 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     fn system_now(&self) -> SystemTime;
     /// A future that completes once `duration` has passed on this clock.
     fn sleep(&self, duration: Duration) -> Sleep;
+    /// This host's boot clock now, with the name of that clock; `None` where it cannot be told
+    /// (the default). Unlike [`now`](Self::now), one process's reading means the same to every
+    /// other on the host: a collector pairs it with a store-clock reading so that the next
+    /// one-shot pass there can tell a step of the store's clock since.
+    fn boot_instant(&self) -> Option<BootInstant> {
+        None
+    }
+}
+
+/// A reading of a host's boot clock (`CLOCK_BOOTTIME` on Linux): it never steps, counts time
+/// spent suspended, and reads the same in every process of one boot and time namespace, which
+/// `clock` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootInstant {
+    /// The boot and time namespace the reading belongs to: readings compare only within one.
+    pub clock: String,
+    /// Time since boot.
+    pub since_boot: Duration,
+}
+
+impl BootInstant {
+    /// The instant of `clock_now` (read with this reading) at which the boot clock read
+    /// `since_boot`: `None` when that is not earlier than this reading or before `clock_now`
+    /// can count back to.
+    pub fn instant_of(&self, clock_now: Instant, since_boot: Duration) -> Option<Instant> {
+        clock_now.checked_sub(self.since_boot.checked_sub(since_boot)?)
+    }
+
+    /// The boot clock's reading at `instant` (not after `clock_now`, read with this reading).
+    pub fn since_boot_at(&self, clock_now: Instant, instant: Instant) -> Option<Duration> {
+        self.since_boot
+            .checked_sub(clock_now.saturating_duration_since(instant))
+    }
 }
 
 /// A shared clock.
@@ -57,6 +90,20 @@ impl Clock for SystemClock {
     #[allow(clippy::disallowed_methods)]
     fn sleep(&self, duration: Duration) -> Sleep {
         Box::pin(tokio::time::sleep(duration))
+    }
+
+    #[cfg(target_os = "linux")]
+    fn boot_instant(&self) -> Option<BootInstant> {
+        use rustix::time::{clock_gettime, ClockId};
+        let clock = crate::process::boot_clock_name()?;
+        let t = clock_gettime(ClockId::Boottime);
+        Some(BootInstant {
+            clock,
+            since_boot: Duration::new(
+                u64::try_from(t.tv_sec).ok()?,
+                u32::try_from(t.tv_nsec).ok()?,
+            ),
+        })
     }
 }
 

@@ -70,6 +70,10 @@ pub enum Key {
     GcActive,
     /// `gc/clock-floor`: the highest store time a collector has seen.
     GcClockFloor,
+    /// `gc/clock-hosts/<host>`: a collector's last store-clock reading on one host's boot clock
+    /// (`<host>` names the boot and the time namespace), so that a one-shot pass there can tell
+    /// a step since.
+    GcClockHost(String),
     /// `gc/missing/<owner>`: when a collector first found `owner`'s lease missing.
     GcMissing(OwnerId),
     /// `gc/reaped/<owner>`: why a collector deleted `owner`'s lease (the evidence it judged).
@@ -157,6 +161,7 @@ impl Key {
             Key::Decision(id) => join(bank, &["decisions", id]),
             Key::GcActive => join(bank, &["gc", "active"]),
             Key::GcClockFloor => join(bank, &["gc", "clock-floor"]),
+            Key::GcClockHost(host) => join(bank, &["gc", "clock-hosts", host]),
             Key::GcMissing(owner) => join(bank, &["gc", "missing", owner.as_str()]),
             Key::GcReaped(owner) => join(bank, &["gc", "reaped", owner.as_str()]),
             Key::ClockProbe(probe) => join(bank, &["_banklease", "clock", probe]),
@@ -202,6 +207,7 @@ impl Key {
             ["decisions", c] => Key::Decision(id(c)?),
             ["gc", "active"] => Key::GcActive,
             ["gc", "clock-floor"] => Key::GcClockFloor,
+            ["gc", "clock-hosts", h] => Key::GcClockHost(h.to_string()),
             ["gc", "missing", o] => Key::GcMissing(owner(o)?),
             ["gc", "reaped", o] => Key::GcReaped(owner(o)?),
             ["_banklease", "clock", p] => Key::ClockProbe(p.to_string()),
@@ -362,6 +368,7 @@ mod tests {
             id().prop_map(Key::Decision),
             Just(Key::GcActive),
             Just(Key::GcClockFloor),
+            id().prop_map(Key::GcClockHost),
             owner().prop_map(Key::GcMissing),
             owner().prop_map(Key::GcReaped),
             id().prop_map(Key::ClockProbe),

@@ -184,6 +184,14 @@ fn boot_id() -> Option<String> {
     (!id.is_empty()).then(|| id.to_owned())
 }
 
+/// The name of this process's boot clock: its boot and time namespace (whose offsets move
+/// `CLOCK_BOOTTIME`), `<boot id without dashes>-<time namespace inode>` (`0` on kernels without
+/// time namespaces, where every process shares one).
+pub(crate) fn boot_clock_name() -> Option<String> {
+    let boot = boot_id()?.replace('-', "");
+    Some(format!("{boot}-{}", time_ns().unwrap_or(0)))
+}
+
 fn pid_ns() -> Option<u64> {
     if !proc_is_ours() {
         return None;

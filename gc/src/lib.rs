@@ -15,6 +15,7 @@ mod collect;
 mod context;
 pub mod daemon;
 mod delete;
+mod host_clock;
 pub mod error;
 pub mod logging;
 pub mod metrics;

@@ -67,7 +67,7 @@ impl Collector {
     /// A collector on `bank`.
     pub fn new(bank: Bank, clock: SharedClock, options: GcOptions) -> Self {
         Self {
-            probe: ClockProbe::new(bank.clone(), &options),
+            probe: ClockProbe::new(bank.clone(), Arc::clone(&clock), &options),
             bank,
             clock,
             options,

@@ -140,6 +140,24 @@ pub fn plan(owners: &[OwnerTally], scanned: u64, options: &GcOptions) -> Plan {
     }
 }
 
+/// The same brake on reaping: `expired` of the `leases` listed would be deleted. A clock that
+/// stepped where no comparison saw it makes every lease look expired at once, the live owners'
+/// with no checkpoint too: reaping is refused past `brake_ratio` unless `force`. Pure.
+pub fn reap_brake(expired: u64, leases: u64, options: &GcOptions) -> Option<String> {
+    if options.force || leases < options.brake_min as u64 || leases == 0 {
+        return None;
+    }
+    let ratio = expired as f64 / leases as f64;
+    (ratio > options.brake_ratio).then(|| {
+        format!(
+            "safety brake: the pass would reap {expired} of {leases} leases (ratio {ratio:.2} > \
+             brake_ratio {}); check the clocks and the lease windows, then run again with \
+             --force if this is right",
+            options.brake_ratio
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,6 +248,19 @@ mod tests {
         let mut small = options();
         small.brake_min = 100;
         assert_eq!(plan(&owners, 12, &small).braked, None);
+    }
+
+    #[test]
+    fn the_brake_refuses_mass_reaping_unless_forced() {
+        let o = options();
+        assert!(reap_brake(8, 12, &o).unwrap().contains("reap 8 of 12 leases"));
+        assert_eq!(reap_brake(6, 12, &o), None);
+        let mut forced = options();
+        forced.force = true;
+        assert_eq!(reap_brake(8, 12, &forced), None);
+        let mut small = options();
+        small.brake_min = 100;
+        assert_eq!(reap_brake(8, 12, &small), None);
     }
 
     #[test]

@@ -11,7 +11,10 @@ use banklease::{add_saturating, StoreTime};
 use banklease::{Bank, LeaseObserver};
 use chrono::{DateTime, Utc};
 
+use banklease::clock::SharedClock;
+
 use crate::delete::delete_ok_if_missing;
+use crate::host_clock;
 use crate::options::GcOptions;
 use crate::timing::{floor_path, read_floor, write_floor, ClockWatch, Refused};
 
@@ -22,6 +25,7 @@ use crate::timing::{floor_path, read_floor, write_floor, ClockWatch, Refused};
 #[derive(Debug, Clone)]
 pub(crate) struct ClockProbe {
     bank: Bank,
+    clock: SharedClock,
     watch: Arc<ClockWatch>,
     grace: Duration,
     skew_margin: Duration,
@@ -31,9 +35,10 @@ pub(crate) struct ClockProbe {
 }
 
 impl ClockProbe {
-    pub(crate) fn new(bank: Bank, options: &GcOptions) -> Self {
+    pub(crate) fn new(bank: Bank, clock: SharedClock, options: &GcOptions) -> Self {
         Self {
             bank,
+            clock,
             watch: Arc::new(ClockWatch::default()),
             grace: options.grace,
             skew_margin: options.skew_margin,
@@ -49,9 +54,14 @@ impl ClockProbe {
     }
 
     /// A pass's first reading of the store clock: the bank's step floor is loaded, and the
-    /// reading is checked against the previous pass's (see [`crate::timing`]).
+    /// reading is checked against the previous pass's, or this host's last
+    /// ([`crate::host_clock`]), see [`crate::timing`]. Then it becomes this host's last.
     pub(crate) async fn start(&self, observer: &LeaseObserver) -> banklease::Result<StoreTime> {
         let floor = read_floor(&self.bank).await?;
+        let host = host_clock::read(&self.bank, &self.clock).await;
+        if let Some(reference) = host.as_ref().and_then(|h| h.reference()) {
+            self.watch.offer(reference);
+        }
         let store_time = observer.store_time().await?;
         if let Some(floor) = floor {
             // A floor older than any expire window plus grace constrains no stamp any more.
@@ -79,7 +89,15 @@ impl ClockProbe {
             self.grace,
             self.floor_at_first_reading,
         );
-        self.on_step(checked).await?;
+        let (checked, floor_kept) = self.on_step(checked).await;
+        // Only after the bank keeps what this reading was compared to: a reading recorded after
+        // a step whose floor was lost would hide the step from the next pass.
+        if floor_kept && !self.dry_run {
+            if let Some(host) = &host {
+                host_clock::write(&self.bank, host, &store_time).await;
+            }
+        }
+        checked?;
         Ok(store_time)
     }
 
@@ -92,7 +110,7 @@ impl ClockProbe {
     ) -> banklease::Result<()> {
         let again = observer.store_time().await?;
         let checked = self.watch.recheck(first, &again, self.step_tolerance());
-        self.on_step(checked).await
+        self.on_step(checked).await.0
     }
 
     /// Steps smaller than the margin are what the margin absorbs; a lagging replica may serve
@@ -101,35 +119,47 @@ impl ClockProbe {
         self.skew_margin.saturating_add(self.read_staleness)
     }
 
-    async fn on_step(&self, checked: Result<(), Refused>) -> banklease::Result<()> {
+    /// The pass's answer to a check, and whether the bank keeps what the check found (a forward
+    /// step's floor written, or nothing to keep).
+    async fn on_step(&self, checked: Result<(), Refused>) -> (banklease::Result<()>, bool) {
         let step =
             match checked {
-                Ok(()) => return Ok(()),
+                Ok(()) => return (Ok(()), true),
                 Err(Refused::Step(step)) => step,
                 Err(Refused::Unverified) => {
                     tracing::warn!(bank = self.bank.label(),
                     "store clock reading not verified (a lagging replica): pass aborted, nothing \
                      judged or deleted");
-                    return Err(banklease::Error::ClockUnverified {
-                        bank: self.bank.label().to_owned(),
-                        attempts: banklease::collector::CLOCK_PROBE_ATTEMPTS as u32,
-                    });
+                    return (
+                        Err(banklease::Error::ClockUnverified {
+                            bank: self.bank.label().to_owned(),
+                            attempts: banklease::collector::CLOCK_PROBE_ATTEMPTS as u32,
+                        }),
+                        false,
+                    );
                 }
             };
         let direction = if step.forward { "forward" } else { "backward" };
         tracing::error!(step = ?step.by, direction, at = %step.at,
             "store clock stepped: pass aborted, nothing deleted");
+        let mut kept = !step.forward;
         if step.forward && !self.dry_run {
             if let Some(floor) = self.watch.floor() {
-                if let Err(e) = write_floor(&self.bank, floor).await {
-                    tracing::warn!(error = %error_chain(&e), "recording the clock floor failed");
+                match write_floor(&self.bank, floor).await {
+                    Ok(()) => kept = true,
+                    Err(e) => {
+                        tracing::warn!(error = %error_chain(&e), "recording the clock floor failed")
+                    }
                 }
             }
         }
-        Err(banklease::Error::ClockStep {
-            step: step.by,
-            direction,
-            at: step.at,
-        })
+        (
+            Err(banklease::Error::ClockStep {
+                step: step.by,
+                direction,
+                at: step.at,
+            }),
+            kept,
+        )
     }
 }

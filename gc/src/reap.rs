@@ -34,6 +34,7 @@ pub(crate) async fn reap_leases(
     let prefix = Prefix::Leases.path(bank);
     let mut listing = bank.store().list(Some(&prefix));
     let mut candidates = Vec::new();
+    let mut leases: u64 = 0;
     while let Some(item) = listing.next().await {
         let meta = match item {
             Ok(meta) => meta,
@@ -52,6 +53,7 @@ pub(crate) async fn reap_leases(
         let Some(Key::Lease(owner)) = Key::parse(bank, &meta.location) else {
             continue;
         };
+        leases += 1;
         if cleared.contains(&owner) || !seen.contains(&owner) {
             candidates.push(owner);
         }
@@ -90,6 +92,11 @@ pub(crate) async fn reap_leases(
         })
         .collect();
     if expired.is_empty() {
+        return Ok(());
+    }
+    if let Some(reason) = crate::plan::reap_brake(expired.len() as u64, leases, &ctx.options) {
+        tracing::error!("{reason}");
+        report.braked.get_or_insert(reason);
         return Ok(());
     }
     ctx.check_clock_again().await?;

@@ -478,17 +478,15 @@ async fn dead(
     owner: &OwnerId,
     operator: &str,
 ) -> banklease::Result<Result<Evidence, String>> {
-    let floor = crate::timing::read_floor(bank).await?;
+    // The rules of a pass: a margin the store's stamps can honour, and the store's clock read
+    // as a pass reads it (checked against this host's last reading and the bank's floor).
+    crate::timing::check_skew_margin(bank, clock, options.skew_margin).await?;
+    let probe = crate::probe::ClockProbe::new(bank.clone(), clock.clone(), options);
     let observer = LeaseObserver::new(bank.clone(), clock.clone(), options.skew_margin)
-        .with_read_staleness(options.read_staleness)
-        .with_floor(floor);
-    let now = observer.store_time().await?;
-    if !now.verified {
-        return Ok(Err(
-            "the store's clock could not be read reliably (a lagging replica); run again"
-                .to_owned(),
-        ));
-    }
+        .with_read_staleness(options.read_staleness);
+    let now = probe.start(&observer).await?;
+    let floor = probe.floor();
+    let observer = observer.with_floor(floor);
     let (view, read) = observer.view_read(owner, &now).await;
     let millis = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let (lease, dead_for, expire_window_ms) = match &view {

@@ -204,6 +204,16 @@ impl ClockWatch {
         }
     }
 
+    /// Take `reference` (a reading another process on this host recorded,
+    /// [`crate::host_clock`]) as the previous reading when it is later than the one remembered,
+    /// or there is none.
+    pub(crate) fn offer(&self, reference: StoreTime) {
+        let mut s = self.inner.lock().expect("clock watch poisoned");
+        if s.last.is_none_or(|last| last.observed < reference.observed) {
+            s.last = Some(reference);
+        }
+    }
+
     /// Raise the floor to `floor` (one read from the bank).
     pub(crate) fn raise_floor(&self, floor: DateTime<Utc>) {
         let mut s = self.inner.lock().expect("clock watch poisoned");

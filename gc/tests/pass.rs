@@ -635,3 +635,36 @@ async fn a_pass_deletes_each_removed_object_once() {
         );
     }
 }
+
+/// A clock step no comparison saw makes every lease look expired at once, a live owner's with
+/// no checkpoint too: reaping is under the same brake as collection.
+#[tokio::test]
+async fn mass_reaping_is_braked_like_mass_collection() {
+    for (name, f) in fixtures().await {
+        let b = &f.bank;
+        let frozen: SharedClock = Arc::new(MockClock::new());
+        let mut idle = Vec::new();
+        for _ in 0..3 {
+            idle.push(owner_with(&f, frozen.clone(), 0, 0).await);
+        }
+        let (live, _, keeper) = live_owner(&f, 0, 0).await;
+        tokio::time::sleep(f.past_expiry()).await;
+
+        let braking = f.options().to_builder().brake_ratio(0.5).brake_min(2).build();
+        let r = pass(b, braking.clone()).await;
+        assert_eq!(r.leases_reaped, 0, "{name}: {r:?}");
+        let reason = r.braked.as_deref().unwrap_or_default();
+        assert!(reason.contains("reap 3 of 4 leases"), "{name}: {r:?}");
+        for (lease, _, _) in &idle {
+            assert!(banklease::read_lease(b, lease.owner_id())
+                .await
+                .unwrap()
+                .is_some());
+        }
+        let forced = braking.to_builder().force(true).build();
+        let r = pass(b, forced).await;
+        assert_eq!((r.leases_reaped, r.braked.clone()), (3, None), "{name}: {r:?}");
+        assert!(live.check_validity(), "{name}");
+        keeper.release().await.unwrap();
+    }
+}

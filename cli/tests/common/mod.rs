@@ -23,7 +23,20 @@ pub fn cli(url: &str, args: &[&str]) -> Output {
 
 /// [`cli`]'s command, not yet run.
 pub fn command(url: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
+    command_via(&[], url, args)
+}
+
+/// [`command`] run through `wrapper` (`["faketime", "-f", "+40s"]`): the wrapper's program with
+/// its arguments, then the binary with [`cli`]'s.
+pub fn command_via(wrapper: &[&str], url: &str, args: &[&str]) -> Command {
+    let mut cmd = match wrapper.split_first() {
+        Some((program, rest)) => {
+            let mut cmd = Command::new(program);
+            cmd.args(rest).arg(BIN);
+            cmd
+        }
+        None => Command::new(BIN),
+    };
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("BANKLEASE_") {
             cmd.env_remove(name);
