@@ -147,7 +147,9 @@ pub(crate) async fn write(bank: &Bank, host: &HostReading, reading: &StoreTime) 
     match result {
         Ok(_) => {}
         // Another collector on this host wrote first: its reading is as good.
-        Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {}
+        Err(
+            object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. },
+        ) => {}
         Err(e) => {
             tracing::warn!(path = %path, error = %banklease::error_chain(&e), "recording this host's store-clock reading failed");
         }

@@ -253,7 +253,9 @@ mod tests {
     #[test]
     fn the_brake_refuses_mass_reaping_unless_forced() {
         let o = options();
-        assert!(reap_brake(8, 12, &o).unwrap().contains("reap 8 of 12 leases"));
+        assert!(reap_brake(8, 12, &o)
+            .unwrap()
+            .contains("reap 8 of 12 leases"));
         assert_eq!(reap_brake(6, 12, &o), None);
         let mut forced = options();
         forced.force = true;

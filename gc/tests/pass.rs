@@ -650,7 +650,12 @@ async fn mass_reaping_is_braked_like_mass_collection() {
         let (live, _, keeper) = live_owner(&f, 0, 0).await;
         tokio::time::sleep(f.past_expiry()).await;
 
-        let braking = f.options().to_builder().brake_ratio(0.5).brake_min(2).build();
+        let braking = f
+            .options()
+            .to_builder()
+            .brake_ratio(0.5)
+            .brake_min(2)
+            .build();
         let r = pass(b, braking.clone()).await;
         assert_eq!(r.leases_reaped, 0, "{name}: {r:?}");
         let reason = r.braked.as_deref().unwrap_or_default();
@@ -663,7 +668,11 @@ async fn mass_reaping_is_braked_like_mass_collection() {
         }
         let forced = braking.to_builder().force(true).build();
         let r = pass(b, forced).await;
-        assert_eq!((r.leases_reaped, r.braked.clone()), (3, None), "{name}: {r:?}");
+        assert_eq!(
+            (r.leases_reaped, r.braked.clone()),
+            (3, None),
+            "{name}: {r:?}"
+        );
         assert!(live.check_validity(), "{name}");
         keeper.release().await.unwrap();
     }

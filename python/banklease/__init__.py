@@ -55,6 +55,7 @@ from .errors import (
     CheckpointError,
     CheckpointExists,
     ClockStep,
+    CollectorActive,
     ConfigError,
     CorruptObject,
     Fenced,
@@ -93,6 +94,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointExists",
     "ClockStep",
+    "CollectorActive",
     "ConfigError",
     "CorruptObject",
     "Fenced",
@@ -143,6 +145,10 @@ class PassReport:
     protecting: Dict[str, int]
     leases: Dict[str, int]
     oldest_zombie_age_ms: int
+    #: ``"held"`` (the pass held ``gc/active``), ``"beside"`` (``beside_daemon=True`` beside the
+    #: active daemon ``holder``) or ``"not-needed"`` (a dry run takes no lease).
+    gc_lease: str = "held"
+    holder: Optional[str] = None
 
     @classmethod
     def _from_json(cls, text: str) -> "PassReport":
@@ -195,6 +201,7 @@ def run_pass(
     max_deletions: Optional[int] = None,
     reap_leases: Optional[bool] = None,
     config_file: Optional[str] = None,
+    beside_daemon: bool = False,
 ) -> PassReport:
     """Run one GC pass on ``bank`` with the engine of the ``banklease-gc`` daemon.
 
@@ -205,6 +212,12 @@ def run_pass(
     ``force`` lets a pass through that the safety brake would refuse. Raises ``ConfigError``
     when ``skew_margin`` is below the store's timestamp resolution, ``ClockStep`` when the
     store's clock stepped (nothing was deleted), ``StoreError`` when the bank cannot be read.
+
+    Like ``banklease gc``, the pass holds the bank's ``gc/active`` while it runs, so its
+    evidence names this collector; it raises ``CollectorActive`` while a gc daemon holds it,
+    unless ``beside_daemon`` (a dry run takes no lease). Its first store-clock reading is
+    checked against the last one any pass on this host recorded, so a forward step since then
+    raises ``ClockStep`` instead of collecting.
 
     A pass that completes may still have left work: check ``report.errors`` (each one leaves
     its checkpoint for the next pass) and ``report.braked`` (the safety brake refused the pass;
@@ -223,6 +236,7 @@ def run_pass(
                 max_deletions=max_deletions,
                 reap_leases=reap_leases,
                 config_file=config_file,
+                beside_daemon=beside_daemon,
             ),
         )
     )
@@ -240,6 +254,7 @@ async def run_pass_async(
     max_deletions: Optional[int] = None,
     reap_leases: Optional[bool] = None,
     config_file: Optional[str] = None,
+    beside_daemon: bool = False,
 ) -> PassReport:
     """``run_pass``, for asyncio."""
     return PassReport._from_json(
@@ -255,6 +270,7 @@ async def run_pass_async(
                 max_deletions=max_deletions,
                 reap_leases=reap_leases,
                 config_file=config_file,
+                beside_daemon=beside_daemon,
             ),
         )
     )

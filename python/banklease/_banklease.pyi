@@ -233,6 +233,7 @@ class _PassArgs(TypedDict):
     max_deletions: Optional[int]
     reap_leases: Optional[bool]
     config_file: Optional[str]
+    beside_daemon: bool
 
 def run_pass(bank: Bank, args: _PassArgs) -> str:
     """One GC pass; the report as JSON text (``banklease.run_pass`` makes a ``PassReport``)."""

@@ -45,6 +45,7 @@ __all__ = [
     "CheckpointExists",
     "CheckpointAmbiguous",
     "ClockStep",
+    "CollectorActive",
     "CorruptObject",
 ]
 
@@ -123,6 +124,11 @@ class ClockStep(BankleaseError):
     """The store's clock stepped between two readings (``.step``, ``.direction``), or the GC's
     clock probe could not be read back (a lagging replica); the GC pass was aborted and deleted
     nothing. Check the store host's time service (or ``gc.read_staleness``)."""
+
+
+class CollectorActive(BankleaseError):
+    """``run_pass`` refused: the gc daemon ``.holder`` (on ``.holder_host``, pid ``.holder_pid``)
+    holds ``gc/active`` on this bank. Let it collect, stop it, or pass ``beside_daemon=True``."""
 
 
 class CorruptObject(BankleaseError):

@@ -28,6 +28,7 @@ fn build(py: Python<'_>, name: &str, message: &str, attrs: &[(&str, Attr)]) -> P
             Attr::Str(s) => instance.setattr(*key, s)?,
             Attr::Secs(d) => instance.setattr(*key, d.as_secs_f64())?,
             Attr::Bool(b) => instance.setattr(*key, b)?,
+            Attr::Int(n) => instance.setattr(*key, n)?,
             Attr::None => instance.setattr(*key, py.None())?,
         }
     }
@@ -38,6 +39,7 @@ enum Attr {
     Str(String),
     Secs(Duration),
     Bool(bool),
+    Int(u32),
     None,
 }
 
@@ -61,6 +63,39 @@ pub(crate) fn to_py(e: banklease::Error) -> PyErr {
     let mut attrs = details(e);
     attrs.push(("error_kind", Attr::Str(kind.as_str().to_owned())));
     raise(class, message, &attrs)
+}
+
+/// A collector's error as its Python exception: the library's as [`to_py`]; a pass refused
+/// beside an active daemon as `CollectorActive` (`.holder`, `.holder_host`, `.holder_pid`).
+pub(crate) fn gc_to_py(e: banklease_gc::Error) -> PyErr {
+    use banklease_gc::Error as G;
+    match e {
+        G::Banklease(e) => to_py(e),
+        G::Context(c) => to_py(c.source),
+        G::ActiveElsewhere(a) => {
+            let message = format!(
+                "refusing a gc pass: the gc daemon holder=`{}`{} is active on bank=`{}` (it \
+                 holds `gc/active`); let it collect, stop it first, or pass beside_daemon=True \
+                 to run this pass beside it",
+                a.holder,
+                banklease_gc::daemon::host_pid(a.holder_host.as_deref(), a.holder_pid),
+                a.bank
+            );
+            let opt = |v: Option<String>| v.map_or(Attr::None, Attr::Str);
+            raise(
+                "CollectorActive",
+                message,
+                &[
+                    ("holder", Attr::Str(a.holder.to_string())),
+                    ("holder_host", opt(a.holder_host)),
+                    ("holder_pid", a.holder_pid.map_or(Attr::None, Attr::Int)),
+                    ("error_kind", Attr::Str("unavailable".into())),
+                ],
+            )
+        }
+        G::LeasesUnsupported { .. } => raise("Unsupported", e.to_string(), &[]),
+        other => error(other.to_string()),
+    }
 }
 
 /// The class in `banklease/errors.py` of an error: the one its kind maps to; within a kind, the

@@ -6,11 +6,10 @@ use std::sync::Arc;
 use banklease::clock::{SharedClock, SystemClock};
 use banklease::config::Config;
 use banklease::doctor::DiagnoseOptions;
-use banklease_gc::{Collector, GcOptions};
 use pyo3::prelude::*;
 
 use crate::bank::Bank;
-use crate::errors::to_py;
+use crate::errors::{gc_to_py, to_py};
 use crate::runtime::{awaitable, block_on, opt_duration};
 
 fn json<T: serde::Serialize>(value: &T) -> PyResult<String> {
@@ -32,13 +31,21 @@ pub(crate) struct PassArgs<'py> {
     concurrency: Option<usize>,
     max_deletions: Option<usize>,
     reap_leases: Option<bool>,
+    beside_daemon: bool,
+}
+
+/// A pass as `banklease gc` runs it: its configuration, `force` and `beside_daemon`.
+pub(crate) struct PassPlan {
+    config: Config,
+    force: bool,
+    beside: bool,
 }
 
 impl PassArgs<'_> {
     /// The pass's options for `bank`: the configuration file's (or the defaults), the
     /// `BANKLEASE_*` variables, then the arguments, with the bank given — validated by the one
     /// gate every entry point uses, so an argument can never make a pass the daemon refuses.
-    fn options(self, bank: &banklease::Bank) -> PyResult<GcOptions> {
+    fn plan(self, bank: &banklease::Bank) -> PyResult<PassPlan> {
         let grace = opt_duration("grace", self.grace.as_ref())?;
         let skew_margin = opt_duration("skew_margin", self.skew_margin.as_ref())?;
         let read_staleness = opt_duration("read_staleness", self.read_staleness.as_ref())?;
@@ -74,23 +81,37 @@ impl PassArgs<'_> {
             }
         })
         .map_err(to_py)?;
-        let mut o = GcOptions::from_config(&config);
-        o.force = self.force;
-        Ok(o)
+        Ok(PassPlan {
+            config,
+            force: self.force,
+            beside: self.beside_daemon,
+        })
     }
 }
 
-async fn pass(bank: banklease::Bank, options: GcOptions) -> PyResult<String> {
+/// One pass with the engine and the rules of `banklease gc`: the layout and skew-margin checks,
+/// the capability probe, and `gc/active` taken for the pass (refused while a daemon holds it,
+/// unless `beside_daemon`; a dry run takes none), so that its evidence names this collector.
+async fn pass(bank: banklease::Bank, plan: PassPlan) -> PyResult<String> {
     let clock: SharedClock = Arc::new(SystemClock);
-    banklease::layout::check(&bank).await.map_err(to_py)?;
-    banklease_gc::timing::check_skew_margin(&bank, &clock, options.skew_margin)
+    let single = banklease_gc::Daemon::new(bank, clock, plan.config)
+        .with_force(plan.force)
+        .beside_daemon(plan.beside)
+        .run_single(std::future::pending::<()>())
         .await
-        .map_err(to_py)?;
-    let report = Collector::new(bank, clock, options)
-        .run_pass()
-        .await
-        .map_err(to_py)?;
-    json(&report)
+        .map_err(gc_to_py)?
+        .ok_or_else(|| crate::errors::error("the pass was interrupted before it started".into()))?;
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        #[serde(flatten)]
+        report: &'a banklease_gc::PassReport,
+        #[serde(flatten)]
+        lease: &'a banklease_gc::PassLease,
+    }
+    json(&Line {
+        report: &single.report,
+        lease: &single.lease,
+    })
 }
 
 /// One GC pass (the engine of the `banklease-gc` daemon), as JSON text; see the Python
@@ -102,8 +123,8 @@ pub(crate) fn run_pass(
     args: PassArgs<'_>,
 ) -> PyResult<String> {
     let bank = bank.get().inner.clone();
-    let options = args.options(&bank)?;
-    block_on(py, pass(bank, options))
+    let plan = args.plan(&bank)?;
+    block_on(py, pass(bank, plan))
 }
 
 /// `run_pass`, awaitable.
@@ -114,8 +135,8 @@ pub(crate) fn run_pass_async<'py>(
     args: PassArgs<'_>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let bank = bank.get().inner.clone();
-    let options = args.options(&bank)?;
-    awaitable(py, pass(bank, options))
+    let plan = args.plan(&bank)?;
+    awaitable(py, pass(bank, plan))
 }
 
 async fn diagnose(bank: banklease::Bank, race_rounds: Option<u32>) -> PyResult<String> {

@@ -175,3 +175,75 @@ def test_a_python_owners_zombies_are_collected_by_the_rust_daemon(shared_backend
     assert code == 0, log
     assert "collected" in log, log
     keeper.release()
+
+
+def test_run_pass_holds_gc_active_and_refuses_beside_an_active_daemon(file_backend, spawn_gc):
+    b = file_backend
+    active = b.path / "gc" / "active"
+    report = b.run_pass()
+    assert report.gc_lease == "held", report
+    assert not active.exists(), "the pass released gc/active"
+
+    daemon = spawn_gc(b.url, b.margin, b.grace, **lease_windows_config(b.windows))
+    try:
+        eventually(30, "the daemon holds gc/active", active.exists)
+        with pytest.raises(banklease.CollectorActive) as refused:
+            b.run_pass()
+        assert refused.value.holder and "beside_daemon=True" in str(refused.value)
+        assert refused.value.error_kind == "unavailable"
+        beside = b.run_pass(beside_daemon=True)
+        assert beside.gc_lease == "beside" and beside.holder == refused.value.holder, beside
+        # A dry run deletes nothing and takes no lease.
+        assert b.run_pass(dry_run=True).gc_lease == "not-needed"
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+
+
+STEPPED_PASS = """
+import sys, banklease
+bank = banklease.Bank.open(sys.argv[1])
+try:
+    r = banklease.run_pass(bank, grace=float(sys.argv[2]), skew_margin=float(sys.argv[3]),
+                           config_file=sys.argv[4])
+    print(f"collected={r.collected} reaped={r.leases_reaped} alive={r.alive}")
+except banklease.ClockStep as e:
+    print(f"ClockStep: {e}")
+"""
+
+
+def test_a_one_shot_pass_after_a_forward_clock_step_collects_nothing_of_a_live_owner(
+    file_backend, tmp_path
+):
+    """A `Collector` per call has no earlier reading of its own: the pass compares with the
+    last one a pass on this host recorded, and sees the host's clock step 40 s forward (the
+    store's clock, on a file: bank) instead of judging the live owner 39 s dead."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("faketime") is None:
+        assert not os.environ.get("BANKLEASE_TEST_FAKETIME"), "faketime(1) is needed"
+        pytest.skip("faketime(1) is not installed (apt-get install faketime)")
+    b = file_backend
+    live = banklease.OwnerLease.acquire(b.bank, b.windows)
+    keeper = live.keep()
+    banklease.Checkpoint.create(live, "in-progress")
+    before = b.run_pass()
+    assert (before.alive, before.collected) == (1, 0), before
+
+    script = tmp_path / "stepped.py"
+    script.write_text(STEPPED_PASS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BANKLEASE_")}
+    env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+    out = subprocess.run(
+        ["faketime", "-f", "+40s", sys.executable, str(script), b.url, str(b.grace),
+         str(b.margin), str(b.collector_config)],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ClockStep:"), (out.stdout, out.stderr)
+    assert banklease.read_checkpoint(b.bank, "in-progress").status == "protecting"
+    assert live.check_validity()
+    assert (b.path / "leases" / str(live.owner_id)).exists()
+    keeper.release()
