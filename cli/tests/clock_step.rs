@@ -6,6 +6,8 @@
 //! pass, run as cron runs it, compares its own with that one, sees the step, and collects and
 //! reaps nothing of the live owner.
 
+#![allow(clippy::disallowed_methods)] // real processes on real time
+
 mod common;
 
 use std::path::Path;
