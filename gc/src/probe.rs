@@ -13,10 +13,9 @@ use chrono::{DateTime, Utc};
 
 use banklease::clock::SharedClock;
 
-use crate::delete::delete_ok_if_missing;
 use crate::host_clock;
 use crate::options::GcOptions;
-use crate::timing::{floor_path, read_floor, write_floor, ClockWatch, Refused};
+use crate::timing::{read_floor_versioned, retire_floor, write_floor, ClockWatch, Refused};
 
 /// The clock checks of one collector. Clones share the watch (the last reading and the floor).
 ///
@@ -57,13 +56,13 @@ impl ClockProbe {
     /// reading is checked against the previous pass's, or this host's last
     /// ([`crate::host_clock`]), see [`crate::timing`]. Then it becomes this host's last.
     pub(crate) async fn start(&self, observer: &LeaseObserver) -> banklease::Result<StoreTime> {
-        let floor = read_floor(&self.bank).await?;
+        let floor = read_floor_versioned(&self.bank).await?;
         let host = host_clock::read(&self.bank, &self.clock).await;
         if let Some(reference) = host.as_ref().and_then(|h| h.reference()) {
             self.watch.offer(reference);
         }
         let store_time = observer.store_time().await?;
-        if let Some(floor) = floor {
+        if let Some((Some(floor), version)) = floor {
             // A floor older than any expire window plus grace constrains no stamp any more.
             let spent = add_saturating(
                 floor,
@@ -73,10 +72,10 @@ impl ClockProbe {
             );
             if spent < store_time.at {
                 if !self.dry_run {
+                    // Retired only as read: a floor another collector wrote since is kept.
                     // Harmless to keep: a failure is no reason to stop collecting.
-                    if let Err(e) = delete_ok_if_missing(&self.bank, &floor_path(&self.bank)).await
-                    {
-                        tracing::warn!(error = %error_chain(&e), "removing a spent clock floor failed");
+                    if let Err(e) = retire_floor(&self.bank, version).await {
+                        tracing::warn!(error = %error_chain(&e), "retiring a spent clock floor failed");
                     }
                 }
             } else {

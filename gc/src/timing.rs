@@ -28,7 +28,7 @@ use banklease::Bank;
 use banklease::StoreTime;
 use chrono::{DateTime, Utc};
 use object_store::path::Path;
-use object_store::{ObjectStoreExt, PutPayload};
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 
 /// The fraction by which the store's clock may run faster than this host's monotonic clock
 /// between two probes before a difference counts as a step.
@@ -232,13 +232,20 @@ pub fn floor_path(bank: &Bank) -> Path {
     Key::GcClockFloor.path(bank)
 }
 
+/// The body of `gc/clock-floor`; `floor: null` is a spent floor retired in place (a delete
+/// cannot be made conditional on the version one read).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct FloorRecord {
-    floor: DateTime<Utc>,
+    floor: Option<DateTime<Utc>>,
 }
 
-/// Read the bank's step floor (`None` when there is none).
-pub(crate) async fn read_floor(bank: &Bank) -> banklease::Result<Option<DateTime<Utc>>> {
+/// Attempts of a conditional floor write that another collector's keeps beating.
+const FLOOR_WRITE_ATTEMPTS: usize = 5;
+
+/// The floor in the bank and its version: `None` when there is no object.
+pub(crate) async fn read_floor_versioned(
+    bank: &Bank,
+) -> banklease::Result<Option<(Option<DateTime<Utc>>, UpdateVersion)>> {
     let path = floor_path(bank);
     // A HEAD first: almost always there is no floor, and then the pass's GETs are all lease reads.
     match bank.store().head(&path).await {
@@ -251,6 +258,10 @@ pub(crate) async fn read_floor(bank: &Bank) -> banklease::Result<Option<DateTime
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
         Err(e) => return Err(banklease::Error::store("get", &path, e)),
     };
+    let version = UpdateVersion {
+        e_tag: got.meta.e_tag.clone(),
+        version: got.meta.version.clone(),
+    };
     let bytes = got
         .bytes()
         .await
@@ -260,18 +271,86 @@ pub(crate) async fn read_floor(bank: &Bank) -> banklease::Result<Option<DateTime
             path: path.clone(),
             reason: format!("not a clock-floor record: {e}"),
         })?;
-    Ok(Some(record.floor))
+    Ok(Some((record.floor, version)))
 }
 
-/// Record `floor` in the bank (the caller passes the highest floor it knows).
+/// Record `floor` in the bank, never over a newer one: each write is conditional on the
+/// version just read (create-if-absent where there is none), and a floor already at or above
+/// `floor` is left as it is. On a store without conditional overwrites (Swift) the check and
+/// the write are two requests: a newer floor landing between them can be replaced by this
+/// older one, which holds stamps back less far (the next collector to see the clock raises it
+/// again from its own readings).
 pub(crate) async fn write_floor(bank: &Bank, floor: DateTime<Utc>) -> banklease::Result<()> {
     let path = floor_path(bank);
-    let body = serde_json::to_vec(&FloorRecord { floor }).expect("a floor record serialises");
-    bank.store()
-        .put(&path, PutPayload::from(body))
+    let body =
+        serde_json::to_vec(&FloorRecord { floor: Some(floor) }).expect("a floor record serialises");
+    for _ in 0..FLOOR_WRITE_ATTEMPTS {
+        let current = read_floor_versioned(bank).await?;
+        let mode = match current {
+            Some((Some(there), _)) if there >= floor => return Ok(()),
+            Some((_, version)) => PutMode::Update(version),
+            None => PutMode::Create,
+        };
+        let sent = bank
+            .store()
+            .put_opts(
+                &path,
+                PutPayload::from(body.clone()),
+                PutOptions::from(mode),
+            )
+            .await;
+        match sent {
+            Ok(_) => return Ok(()),
+            Err(
+                object_store::Error::Precondition { .. }
+                | object_store::Error::AlreadyExists { .. },
+            ) => continue,
+            Err(object_store::Error::NotImplemented { .. }) => {
+                return bank
+                    .store()
+                    .put(&path, PutPayload::from(body))
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| banklease::Error::store("put", &path, e));
+            }
+            Err(e) => return Err(banklease::Error::store("put", &path, e)),
+        }
+    }
+    Err(banklease::Error::store(
+        "put",
+        &path,
+        object_store::Error::Generic {
+            store: "gc",
+            source: format!(
+                "other collectors replaced the clock floor {FLOOR_WRITE_ATTEMPTS} times while \
+                 this one wrote; the next pass tries again"
+            )
+            .into(),
+        },
+    ))
+}
+
+/// Retire a spent floor in place, only if it is still the one read (at `version`): a
+/// floor another collector wrote since is kept. Where writes cannot be conditional, a spent
+/// floor is kept (it constrains nothing; it costs a pass one GET).
+pub(crate) async fn retire_floor(bank: &Bank, version: UpdateVersion) -> banklease::Result<()> {
+    let path = floor_path(bank);
+    let body = serde_json::to_vec(&FloorRecord { floor: None }).expect("a floor record");
+    match bank
+        .store()
+        .put_opts(
+            &path,
+            PutPayload::from(body),
+            PutOptions::from(PutMode::Update(version)),
+        )
         .await
-        .map_err(|e| banklease::Error::store("put", &path, e))?;
-    Ok(())
+    {
+        Ok(_)
+        | Err(
+            object_store::Error::Precondition { .. } | object_store::Error::NotImplemented { .. },
+        ) => Ok(()),
+        Err(e) => Err(banklease::Error::store("put", &path, e)),
+    }
 }
 
 /// Refuse to collect with a skew margin below the store's timestamp resolution (1 s on S3 and
@@ -301,6 +380,47 @@ pub async fn check_skew_margin(
 #[allow(clippy::disallowed_methods)] // a real instant as the base of made-up probes
 mod tests {
     use super::*;
+
+    async fn floor_of(bank: &Bank) -> Option<DateTime<Utc>> {
+        read_floor_versioned(bank)
+            .await
+            .unwrap()
+            .and_then(|(f, _)| f)
+    }
+
+    fn at(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap()
+    }
+
+    /// A collector that was paused between seeing a step and recording it must not lower the
+    /// floor another collector raised meanwhile.
+    #[tokio::test]
+    async fn a_floor_is_never_replaced_by_an_older_one() {
+        let bank = Bank::open("memory://").unwrap();
+        write_floor(&bank, at(100)).await.unwrap();
+        write_floor(&bank, at(50)).await.unwrap();
+        assert_eq!(floor_of(&bank).await, Some(at(100)));
+        write_floor(&bank, at(200)).await.unwrap();
+        assert_eq!(floor_of(&bank).await, Some(at(200)));
+    }
+
+    /// A spent floor is retired only as it was read: one another collector wrote after the
+    /// read is kept.
+    #[tokio::test]
+    async fn retiring_a_spent_floor_keeps_one_written_since() {
+        let bank = Bank::open("memory://").unwrap();
+        write_floor(&bank, at(10)).await.unwrap();
+        let (_, read) = read_floor_versioned(&bank).await.unwrap().unwrap();
+        write_floor(&bank, at(500)).await.unwrap();
+        retire_floor(&bank, read).await.unwrap();
+        assert_eq!(floor_of(&bank).await, Some(at(500)));
+        // Retired as read: no floor, and a later step writes one again.
+        let (_, read) = read_floor_versioned(&bank).await.unwrap().unwrap();
+        retire_floor(&bank, read).await.unwrap();
+        assert_eq!(floor_of(&bank).await, None);
+        write_floor(&bank, at(600)).await.unwrap();
+        assert_eq!(floor_of(&bank).await, Some(at(600)));
+    }
     use std::time::Instant;
 
     const GRACE: Duration = Duration::from_secs(60);
