@@ -177,7 +177,8 @@ impl Collecting<'_> {
         let index = checkpoint::read_checkpoint(bank, id).await?;
         read_decision(bank, id).await?;
         Ok(match index {
-            Some(record) if record.owner_id != *owner => Outcome::Skipped,
+            // A stray marker: the pass would remove it.
+            Some(record) if record.owner_id != *owner => Outcome::Repaired,
             _ => Outcome::Collected,
         })
     }
@@ -194,9 +195,14 @@ impl Collecting<'_> {
         let mut existing = checkpoint::read_checkpoint(bank, id).await?;
         match &existing {
             Some(record) if record.owner_id != *owner => {
+                // `index.json` is the create-if-absent winner's: this dead owner's marker is a
+                // stray (its create crashed or lost after the marker). Only the marker goes:
+                // nothing of the other owner's checkpoint is touched, and this owner, dead past
+                // grace, can no longer be writing under it.
                 tracing::warn!(checkpoint_id = id, marker_owner = %owner, owner_id = %record.owner_id,
-                    "marker and index.json disagree on the owner: not collecting");
-                return Ok(Outcome::Skipped);
+                    "stray protecting marker of a dead owner beside another owner's checkpoint: removed");
+                delete_ok_if_missing(bank, &marker_path(bank, owner, id)).await?;
+                return Ok(Outcome::Repaired);
             }
             Some(record) if !matches!(record.status, Status::Protecting | Status::Deleted) => {
                 // Only a protecting checkpoint may be collected. A finished one is either an

@@ -388,8 +388,9 @@ async fn store_errors_on_lease_reads_never_collect() {
         let b = &f.bank;
         let (_dead, cps, _keeper) = owner_with(&f, Arc::new(MockClock::new()), 2, 0).await;
         tokio::time::sleep(f.past_expiry()).await;
-        // The clock probe's put and head succeed; the lease read fails.
-        f.faults.fail_next(Op::Get, Strike::Before, 1);
+        // The clock probe's put and head succeed; the two GETs fail: this host's clock record
+        // (no reference then, which judges nothing by itself) and the lease read.
+        f.faults.fail_next(Op::Get, Strike::Before, 2);
         let r = pass(b, f.options()).await;
         assert_eq!((r.collected, r.unreadable), (0, 1), "{name}: {r:?}");
         assert_eq!(status(b, cps[0].id()).await, Some(Status::Protecting));
@@ -673,6 +674,55 @@ async fn mass_reaping_is_braked_like_mass_collection() {
             (3, None),
             "{name}: {r:?}"
         );
+        assert!(live.check_validity(), "{name}");
+        keeper.release().await.unwrap();
+    }
+}
+
+/// A dead owner's marker on an id whose `index.json` another owner won (a crash between the
+/// marker and its create of `index.json`, which lost to the other's): the marker is removed
+/// and counted, the other owner's checkpoint is untouched, and the dead owner's lease, with
+/// nothing protecting left, is reaped.
+#[tokio::test]
+async fn a_dead_owners_stray_marker_on_another_owners_checkpoint_is_removed() {
+    for (name, f) in fixtures().await {
+        let b = &f.bank;
+        let frozen: SharedClock = Arc::new(MockClock::new());
+        let (dead, _, _keeper) = owner_with(&f, frozen.clone(), 0, 0).await;
+        let (live, cps, keeper) = live_owner(&f, 1, 0).await;
+        let id = cps[0].id().to_owned();
+        let stray = checkpoint::marker_path(b, dead.owner_id(), &id);
+        b.store().put(&stray, PutPayload::default()).await.unwrap();
+        tokio::time::sleep(f.past_expiry()).await;
+
+        let r = pass(b, f.options()).await;
+        assert_eq!(
+            (r.repaired, r.collected, r.errors),
+            (1, 0, 0),
+            "{name}: {r:?}"
+        );
+        assert!(
+            matches!(
+                b.store().head(&stray).await,
+                Err(object_store::Error::NotFound { .. })
+            ),
+            "{name}: the stray marker is still there"
+        );
+        assert_eq!(status(b, &id).await, Some(Status::Protecting), "{name}");
+        assert_eq!(data_count(b, &id).await, 3, "{name}");
+        assert!(
+            checkpoint::read_decision(b, &id).await.unwrap().is_none(),
+            "{name}: nothing was decided on the live owner's checkpoint"
+        );
+        assert!(checkpoint::marker_path(b, live.owner_id(), &id) != stray);
+        assert!(
+            banklease::read_lease(b, dead.owner_id())
+                .await
+                .unwrap()
+                .is_none(),
+            "{name}: the dead owner's lease, nothing protecting left, is reaped"
+        );
+        assert_eq!(r.oldest_zombie_age_ms, 0, "{name}: {r:?}");
         assert!(live.check_validity(), "{name}");
         keeper.release().await.unwrap();
     }
