@@ -153,39 +153,74 @@ impl Agent {
         }
     }
 
-    /// A checkpoint created through this agent and still protecting (or, with `done`, already
-    /// completed as `done`: a retried completion is answered as the first one was).
-    fn checkpoint(&self, id: &str, done: Option<Status>) -> Result<Held, ApiError> {
-        validate_checkpoint_id(id).map_err(ApiError::from)?;
-        let held = self.held().get(id).cloned().ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                format!(
-                    "checkpoint_id=`{id}` was not created through this agent; create it first \
-                     (`banklease agent checkpoint create {id}`)"
-                ),
-            )
-        })?;
-        if held.completing {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "conflict",
-                format!("checkpoint_id=`{id}` is being completed; it takes no more writes"),
-            ));
-        }
-        if held.status != Status::Protecting && Some(held.status) != done {
+    /// Start an upload into `id`: checked and counted in one critical section, so that no
+    /// completion can start between the check and the count (and then succeed while the upload
+    /// writes into a completed checkpoint).
+    fn begin_upload(&self, id: &str) -> Result<Checkpoint, ApiError> {
+        let mut all = self.held();
+        let checkpoint = check(&all, id, None)?.checkpoint.clone();
+        all.get_mut(id).expect("checked above").uploading += 1;
+        Ok(checkpoint)
+    }
+
+    /// Start completing `id` as `outcome`: refused while an upload runs or another completion
+    /// is under way, in the same critical section as [`begin_upload`](Self::begin_upload)'s.
+    fn begin_completion(&self, id: &str, outcome: Status) -> Result<Held, ApiError> {
+        let mut all = self.held();
+        let held = check(&all, id, Some(outcome))?.clone();
+        if held.uploading > 0 {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "conflict",
                 format!(
-                    "checkpoint_id=`{id}` is already completed as `{}`; it takes no more writes",
-                    held.status
+                    "checkpoint_id=`{id}` has {} data upload(s) still running; wait for them \
+                     before completing it",
+                    held.uploading
                 ),
             ));
         }
+        all.get_mut(id).expect("checked above").completing = true;
         Ok(held)
     }
+}
+
+/// A checkpoint created through this agent and still protecting (or, with `done`, already
+/// completed as `done`: a retried completion is answered as the first one was), on the map as
+/// locked by the caller.
+fn check<'a>(
+    all: &'a BTreeMap<String, Held>,
+    id: &str,
+    done: Option<Status>,
+) -> Result<&'a Held, ApiError> {
+    validate_checkpoint_id(id).map_err(ApiError::from)?;
+    let held = all.get(id).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!(
+                "checkpoint_id=`{id}` was not created through this agent; create it first \
+                 (`banklease agent checkpoint create {id}`)"
+            ),
+        )
+    })?;
+    if held.completing {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!("checkpoint_id=`{id}` is being completed; it takes no more writes"),
+        ));
+    }
+    if held.status != Status::Protecting && Some(held.status) != done {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!(
+                "checkpoint_id=`{id}` is already completed as `{}`; it takes no more writes",
+                held.status
+            ),
+        ));
+    }
+    Ok(held)
 }
 
 fn ms(d: std::time::Duration) -> u64 {
@@ -352,13 +387,7 @@ async fn put_data(
         agent.uploads.acquire().await.map_err(|e| {
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
         })?;
-    let checkpoint = {
-        let held = agent.checkpoint(&id, None)?;
-        if let Some(h) = agent.held().get_mut(&id) {
-            h.uploading += 1;
-        }
-        held.checkpoint
-    };
+    let checkpoint = agent.begin_upload(&id)?;
     let uploaded = upload(&checkpoint, &name, body).await;
     if let Some(h) = agent.held().get_mut(&id) {
         h.uploading -= 1;
@@ -397,24 +426,7 @@ async fn complete(
         }
     };
     let _open = agent.enter().await?;
-    let held = {
-        let held = agent.checkpoint(&id, Some(outcome))?;
-        let mut all = agent.held();
-        let h = all.get_mut(&id).expect("checked above");
-        if h.uploading > 0 {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "conflict",
-                format!(
-                    "checkpoint_id=`{id}` has {} data upload(s) still running; wait for them \
-                     before completing it",
-                    h.uploading
-                ),
-            ));
-        }
-        h.completing = true;
-        held
-    };
+    let held = agent.begin_completion(&id, outcome)?;
     let completed = held.checkpoint.complete(outcome).await;
     if let Some(h) = agent.held().get_mut(&id) {
         h.completing = false;
@@ -436,6 +448,66 @@ async fn complete(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An upload and a completion of one checkpoint exclude each other: each is checked and
+    /// counted in one critical section, so neither can start between the other's check and its
+    /// mark (before, an upload's check and its count were two, and a completion between them
+    /// succeeded while the upload then wrote into an `available` checkpoint).
+    #[tokio::test]
+    async fn an_upload_and_a_completion_exclude_each_other() {
+        use banklease::clock::MockClock;
+        use banklease::{Bank, LeaseWindows, OwnerId};
+        let bank = Bank::open("memory://").unwrap();
+        let windows = LeaseWindows::new(
+            std::time::Duration::from_secs(10),
+            std::time::Duration::from_secs(60),
+            std::time::Duration::from_secs(1),
+        )
+        .unwrap();
+        let lease = OwnerLease::acquire(
+            &bank,
+            OwnerId::random(),
+            windows,
+            Arc::new(MockClock::new()),
+        )
+        .await
+        .unwrap();
+        let checkpoint = Checkpoint::create(&lease, "cp-1").await.unwrap();
+        let agent = Agent::new(lease, None, 0);
+        agent.held().insert(
+            "cp-1".into(),
+            Held {
+                checkpoint,
+                status: Status::Protecting,
+                data_objects: 0,
+                data_bytes: 0,
+                uploading: 0,
+                completing: false,
+            },
+        );
+        agent.begin_upload("cp-1").unwrap();
+        let refused = agent
+            .begin_completion("cp-1", Status::Available)
+            .unwrap_err();
+        assert!(
+            format!("{refused:?}").contains("still running"),
+            "{refused:?}"
+        );
+        agent.held().get_mut("cp-1").unwrap().uploading -= 1;
+        agent.begin_completion("cp-1", Status::Available).unwrap();
+        let refused = agent.begin_upload("cp-1").unwrap_err();
+        assert!(
+            format!("{refused:?}").contains("being completed"),
+            "{refused:?}"
+        );
+        let refused = agent
+            .begin_completion("cp-1", Status::Available)
+            .unwrap_err();
+        assert!(
+            format!("{refused:?}").contains("being completed"),
+            "{refused:?}"
+        );
+    }
 
     #[test]
     fn only_the_agents_own_uid_is_served() {
