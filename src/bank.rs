@@ -115,6 +115,27 @@ impl Bank {
         self.inner.limits
     }
 
+    /// The same bank, declaring that its store client has `limits` (for a store built outside
+    /// [`open`](Self::open), whose client was made with them): the retry budget its owners
+    /// declare to collectors is then theirs. Declaring limits shorter than the client's own
+    /// lets a collector decide while one of its writes may still land.
+    pub fn with_declared_limits(&self, limits: ClientLimits) -> Self {
+        let mut bank = self.with_store(Arc::clone(self.store()));
+        Arc::get_mut(&mut bank.inner)
+            .expect("a bank just built is not shared")
+            .limits = limits;
+        bank
+    }
+
+    /// Whether create-if-absent on this bank is a check and a write that another create can
+    /// fall between (native Swift, by its URL or its store): then only timing keeps two
+    /// creates of one key from both landing, and the collector's timing rule (c) holds for
+    /// every owner.
+    pub fn create_is_timing_only(&self) -> bool {
+        self.inner.swift.is_some()
+            || scheme::Scheme::of(&self.inner.label) == Some(scheme::Scheme::Swift)
+    }
+
     /// The retry budget of its store client ([`ClientLimits::budget`]).
     pub fn retry_budget(&self) -> Duration {
         self.inner.limits.budget(&self.inner.label)
@@ -150,6 +171,8 @@ impl Bank {
         let inner = Arc::get_mut(&mut bank.inner).expect("a bank just built is not shared");
         inner.probe_key.clone_from(&self.inner.probe_key);
         inner.made_at_open = self.inner.made_at_open;
+        // The client behind the wrapper is the same: so is its retry budget.
+        inner.limits = self.inner.limits;
         bank.reading_only = self.reading_only;
         bank
     }

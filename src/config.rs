@@ -240,6 +240,11 @@ pub struct Checked {
     pub refusals: Vec<String>,
 }
 
+/// `d` in whole milliseconds, rounded up (a declared budget is never shorter than the real one).
+pub(crate) fn ceil_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
 /// `d` rounded up to the millisecond (a grace that is "at least" it is then a round number).
 fn round_up_to_ms(d: Duration) -> Duration {
     let ms = d.as_nanos().div_ceil(1_000_000);
@@ -486,4 +491,5 @@ mod rules;
 #[cfg(test)]
 mod tests;
 
-pub use budget::{store_client_retry_budget, ClientLimits};
+pub use budget::{default_retry_budget, store_client_retry_budget, ClientLimits};
+pub use rules::{landed_within, swift_rule, SwiftRule};

@@ -313,6 +313,7 @@ mod tests {
             renew_window_ms: 1,
             expire_window_ms: expire_ms,
             validity_window_ms: 1,
+            retry_budget_ms: None,
             // Deliberately absurd wall-clock fields: they must not matter.
             acquired_at: DateTime::<Utc>::MIN_UTC,
             renewed_at: DateTime::<Utc>::MAX_UTC,

@@ -245,6 +245,7 @@ async fn an_ambiguous_create_keeps_its_marker() {
         owner_id: lease.owner_id().clone(),
         status: Status::Protecting,
         created_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+        retry_budget_ms: None,
     };
     sim.put(&marker, object_store::PutPayload::default())
         .await
@@ -320,6 +321,7 @@ async fn adopt_of_another_owners_checkpoint_removes_our_marker() {
         owner_id: OwnerId::parse("them").unwrap(),
         status: Status::Protecting,
         created_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+        retry_budget_ms: None,
     };
     w.sim
         .put(&marker, object_store::PutPayload::default())
@@ -362,6 +364,7 @@ async fn adopt_keeps_the_marker_when_index_json_reads_as_missing() {
         owner_id: lease.owner_id().clone(),
         status: Status::Protecting,
         created_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+        retry_budget_ms: None,
     };
     w.sim
         .put(&marker, object_store::PutPayload::default())

@@ -5,11 +5,11 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use banklease::checkpoint::{
     self, marker_path, parse_marker, protecting_prefix, read_decision, Decided, Decider, Decision,
-    Evidence, Status,
+    Status,
 };
 use banklease::collector::{create_tombstone, decide, finish_owner_decision};
 use banklease::error_chain;
@@ -21,7 +21,7 @@ use object_store::ObjectMeta;
 use crate::batch::{list_data, Batch, Listed};
 use crate::context::PassContext;
 use crate::delete::delete_ok_if_missing;
-use crate::plan::{OwnerTally, Plan, Verdict};
+use crate::plan::{past, OwnerTally, Plan, Verdict};
 use crate::report::{PassReport, Problem};
 use crate::sweep::mark_for_sweep;
 
@@ -33,6 +33,8 @@ enum Outcome {
     Listed(Listed),
     Repaired,
     Skipped,
+    /// Left for a later pass: what its owner declared needs longer (why).
+    Waiting(String),
 }
 
 /// Collect the dead owners of `plan` (their markers as listed at `listed_at`); returns the
@@ -113,11 +115,11 @@ impl Collecting<'_> {
                     // What a pass would meet, read but not acted on: a record that cannot be
                     // read is a problem a dry run names too.
                     return self
-                        .dry_run_one(&owner, &id)
+                        .dry_run_one(tally, &id)
                         .await
                         .map_err(|e| (format!("checkpoint `{id}`"), e));
                 }
-                self.collect_one(&owner, &id, tally.evidence.as_ref())
+                self.collect_one(tally, &id)
                     .await
                     .map_err(|e| (format!("checkpoint `{id}`"), e))
             })
@@ -132,6 +134,11 @@ impl Collecting<'_> {
                 }
                 Ok(Outcome::Repaired) => report.repaired += 1,
                 Ok(Outcome::Skipped) => {
+                    report.skipped += 1;
+                    clean = false;
+                }
+                Ok(Outcome::Waiting(why)) => {
+                    report.wait(why);
                     report.skipped += 1;
                     clean = false;
                 }
@@ -172,24 +179,56 @@ impl Collecting<'_> {
     /// late sweep, delete data, metadata, marker — in that order.
     /// What [`collect_one`](Self::collect_one) would do, by reading only: the records it
     /// would read must read, and `index.json` must name the marker's owner.
-    async fn dry_run_one(&self, owner: &OwnerId, id: &str) -> banklease::Result<Outcome> {
+    async fn dry_run_one(&self, tally: &OwnerTally, id: &str) -> banklease::Result<Outcome> {
         let bank = &self.ctx.bank;
         let index = checkpoint::read_checkpoint(bank, id).await?;
         read_decision(bank, id).await?;
         Ok(match index {
             // A stray marker: the pass would remove it.
-            Some(record) if record.owner_id != *owner => Outcome::Repaired,
-            _ => Outcome::Collected,
+            Some(record) if record.owner_id != tally.owner => Outcome::Repaired,
+            index => match self.waiting(tally, index.as_ref()) {
+                Some(why) => Outcome::Waiting(why),
+                None => Outcome::Collected,
+            },
         })
     }
 
-    async fn collect_one(
+    /// Why the checkpoint of a dead owner is left for later, if it is: an owner whose lease is
+    /// gone is judged by the retry budget its `index.json` declared (or the store's longest
+    /// default), which may need longer than the grace since the lease was first seen missing.
+    fn waiting(
         &self,
-        owner: &OwnerId,
-        id: &str,
-        evidence: Option<&Evidence>,
-    ) -> banklease::Result<Outcome> {
+        tally: &OwnerTally,
+        index: Option<&checkpoint::CheckpointRecord>,
+    ) -> Option<String> {
+        if tally.verdict != Verdict::Missing {
+            // An expired lease's own declarations were judged with it (zombies.rs).
+            return None;
+        }
+        let ctx = self.ctx;
+        let declared = index.and_then(|r| r.retry_budget_ms);
+        let (wait, why) = ctx.rules.wait_missing(&tally.owner, declared, &ctx.options);
+        let dead_for = Duration::from_millis(tally.evidence.as_ref()?.dead_for_ms);
+        why.filter(|_| !past(dead_for, wait, ctx.options.skew_margin))
+    }
+
+    /// The late-write window of a checkpoint of this owner: its declared budget's (the lease's,
+    /// or when it is gone `index.json`'s), or the collector's when that is longer.
+    fn late_window(
+        &self,
+        tally: &OwnerTally,
+        index: Option<&checkpoint::CheckpointRecord>,
+    ) -> Duration {
+        let declared = match tally.verdict {
+            Verdict::Missing => index.and_then(|r| r.retry_budget_ms),
+            _ => tally.budget_ms,
+        };
+        self.ctx.rules.late_window(declared, &self.ctx.options)
+    }
+
+    async fn collect_one(&self, tally: &OwnerTally, id: &str) -> banklease::Result<Outcome> {
         let (ctx, bank) = (self.ctx, &self.ctx.bank);
+        let (owner, evidence) = (&tally.owner, tally.evidence.as_ref());
         // Never delete on doubt: the metadata, if present, must be readable and name the
         // marker's owner.
         let mut existing = checkpoint::read_checkpoint(bank, id).await?;
@@ -225,8 +264,15 @@ impl Collecting<'_> {
                     }
                 };
             }
-            Some(_) => {}
+            Some(record) => {
+                if let Some(why) = self.waiting(tally, Some(record)) {
+                    return Ok(Outcome::Waiting(why));
+                }
+            }
             None => {
+                if let Some(why) = self.waiting(tally, None) {
+                    return Ok(Outcome::Waiting(why));
+                }
                 // No metadata: tombstone the id first (create-if-absent), so that a create of
                 // the same id landing now — a paused owner's, or another owner's reusing it —
                 // fails instead of having its checkpoint collected under this marker's owner.
@@ -263,7 +309,8 @@ impl Collecting<'_> {
                 return Ok(Outcome::Repaired);
             }
         }
-        finish_collection(bank, owner, id, existing).await
+        let late = self.late_window(tally, existing.as_ref());
+        finish_collection(bank, owner, id, existing, late).await
     }
 }
 
@@ -276,9 +323,10 @@ async fn finish_collection(
     owner: &OwnerId,
     id: &str,
     existing: Option<checkpoint::CheckpointRecord>,
+    late_window: Duration,
 ) -> banklease::Result<Outcome> {
     // Before any data goes: a write still in flight may land after the deletion.
-    mark_for_sweep(bank, id).await?;
+    mark_for_sweep(bank, id, late_window).await?;
     let data = list_data(bank, id).await?;
     // The tombstone (not a deletion) keeps `index.json`'s creation time: an owner paused
     // inside `Checkpoint::create` may still have its create-if-absent of index.json in

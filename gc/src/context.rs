@@ -9,6 +9,7 @@ use banklease::StoreTime;
 use banklease::{Bank, LeaseObserver};
 use chrono::{DateTime, Utc};
 
+use crate::declared::OwnerRules;
 use crate::options::GcOptions;
 use crate::plan::past;
 use crate::probe::ClockProbe;
@@ -27,6 +28,8 @@ pub(crate) struct PassContext {
     pub(crate) probe: ClockProbe,
     /// This pass's id, recorded in the evidence of what it collects.
     pub(crate) pass: String,
+    /// What each owner's declarations ask of this bank's store.
+    pub(crate) rules: OwnerRules,
 }
 
 impl PassContext {

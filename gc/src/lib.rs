@@ -14,6 +14,7 @@ pub mod batch;
 mod collect;
 mod context;
 pub mod daemon;
+mod declared;
 mod delete;
 pub mod error;
 mod host_clock;

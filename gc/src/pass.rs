@@ -40,6 +40,7 @@ use banklease::{Bank, LeaseObserver, OwnerId};
 
 use crate::collect::collect;
 use crate::context::PassContext;
+use crate::declared::OwnerRules;
 use crate::options::GcOptions;
 use crate::plan::plan;
 use crate::probe::ClockProbe;
@@ -122,6 +123,7 @@ impl Collector {
             store_time,
             probe: self.probe.clone(),
             pass: uuid::Uuid::new_v4().simple().to_string(),
+            rules: OwnerRules::of(&self.bank),
         };
 
         // 1. List the protecting index; judge each owner once, by reading its lease.

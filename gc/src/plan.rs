@@ -92,6 +92,8 @@ pub struct OwnerTally {
     pub verdict: Verdict,
     /// What a dead verdict rests on, recorded in each collection's decision.
     pub evidence: Option<banklease::checkpoint::Evidence>,
+    /// The retry budget its lease declared, in milliseconds (`None`: none, or no lease).
+    pub budget_ms: Option<u64>,
 }
 
 /// The decision of a pass, before any deletion.
@@ -182,6 +184,7 @@ mod tests {
             markers,
             verdict,
             evidence: None,
+            budget_ms: None,
         }
     }
 

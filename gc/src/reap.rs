@@ -79,15 +79,18 @@ pub(crate) async fn reap_leases(
     }
     let expired: Vec<ReapRecord> = judged
         .into_iter()
-        .filter(|(_, view, _, _)| Verdict::of(view, ctx.options.grace) == Verdict::Expired)
         .filter_map(|(owner, view, _, read)| match &view {
-            LeaseView::Expired { since, record } => Some(ReapRecord {
-                format: REAP_RECORD_FORMAT,
-                owner_id: owner,
-                reaped_at: ctx.clock.system_now().into(),
-                lease: Some(record.as_ref().clone()),
-                evidence: evidence(ctx, &view, &read, *since),
-            }),
+            // Judged as its checkpoints would be: by the grace its own declarations need.
+            LeaseView::Expired { since, record } => {
+                let (grace, _) = ctx.rules.grace_for(record, &ctx.options);
+                (Verdict::of(&view, grace) == Verdict::Expired).then(|| ReapRecord {
+                    format: REAP_RECORD_FORMAT,
+                    owner_id: owner,
+                    reaped_at: ctx.clock.system_now().into(),
+                    lease: Some(record.as_ref().clone()),
+                    evidence: evidence(ctx, &view, &read, *since, grace),
+                })
+            }
             _ => None,
         })
         .collect();

@@ -87,6 +87,10 @@ pub struct PassReport {
     pub dry_run: bool,
     /// Why the brake refused the pass, if it did.
     pub braked: Option<String>,
+    /// Owners (and checkpoints) held back past the collector's grace because what they
+    /// declared needs longer (their retry budget on a store whose create-if-absent is timing
+    /// only), one line each, the first [`MAX_PROBLEMS`]: counted in `in_grace` or `skipped`.
+    pub waiting: Vec<String>,
     /// Requests made, by kind (`put`, `get`, `head`, `delete`, `list`).
     pub requests: BTreeMap<String, u64>,
     /// Wall time of the pass in milliseconds.
@@ -104,6 +108,14 @@ pub struct PassReport {
 }
 
 impl PassReport {
+    /// Say why an owner or a checkpoint waits longer than the grace.
+    pub(crate) fn wait(&mut self, why: String) {
+        tracing::info!(%why, "held back past the grace");
+        if self.waiting.len() < MAX_PROBLEMS && !self.waiting.contains(&why) {
+            self.waiting.push(why);
+        }
+    }
+
     /// Count an error and name it (up to [`MAX_PROBLEMS`]).
     pub(crate) fn failed(&mut self, problem: Problem) {
         self.errors += 1;

@@ -489,8 +489,20 @@ async fn dead(
     let observer = observer.with_floor(floor);
     let (view, read) = observer.view_read(owner, &now).await;
     let millis = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    // Judged as a pass judges it: by the grace the owner's own declarations need.
+    let rules = crate::declared::OwnerRules::of(bank);
+    let grace;
     let (lease, dead_for, expire_window_ms) = match &view {
-        LeaseView::Expired { since, record } if past(*since, options.grace, Default::default()) => {
+        LeaseView::Expired { since, record } => {
+            let (needed, why) = rules.grace_for(record, options);
+            grace = needed;
+            if !past(*since, grace, Default::default()) {
+                return Ok(Err(format!(
+                    "its owner `{owner}` is not dead past the grace (its lease is expired, {}); \
+                     run again later",
+                    why.unwrap_or_else(|| "within the grace".to_owned())
+                )));
+            }
             ("expired", *since, Some(millis(record.expire_window())))
         }
         LeaseView::Missing => {
@@ -507,10 +519,14 @@ async fn dead(
             };
             let seen = floor.map_or(seen, |f| f.max(seen));
             let missing_for = StoreTime::between(seen, read.judged_at);
-            if !past(missing_for, options.grace, options.skew_margin) {
+            // What is resolved has no readable index.json: no declared budget.
+            let (needed, why) = rules.wait_missing(owner, None, options);
+            grace = needed;
+            if !past(missing_for, grace, options.skew_margin) {
                 return Ok(Err(format!(
-                    "its owner `{owner}` has been seen without a lease for less than the grace; \
-                     run again later"
+                    "its owner `{owner}` has been seen without a lease for less than the grace{}; \
+                     run again later",
+                    why.map(|w| format!(" ({w})")).unwrap_or_default()
                 )));
             }
             ("missing", missing_for, None)
@@ -531,7 +547,7 @@ async fn dead(
         judged_at: read.judged_at,
         dead_for_ms: millis(dead_for),
         skew_margin_ms: millis(options.skew_margin),
-        grace_ms: millis(options.grace),
+        grace_ms: millis(grace),
         collector: format!("operator {operator} (checkpoint resolve)"),
         collector_host: Some(banklease::local_hostname()),
         collector_pid: Some(std::process::id()),

@@ -19,6 +19,8 @@ use banklease::checkpoint::{data_prefix, read_decision, Decider};
 use banklease::error_chain;
 use banklease::paths::{Key, Prefix};
 use banklease::Bank;
+use std::time::Duration;
+
 use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
@@ -38,14 +40,67 @@ pub fn sweep_path(bank: &Bank, id: &str) -> Path {
     Key::SweepMarker(id.to_owned()).path(bank)
 }
 
-/// Write (or rewrite: a later stamp only delays the sweep) the sweep marker of `id`.
-pub async fn mark_for_sweep(bank: &Bank, id: &str) -> banklease::Result<()> {
+/// The body of a sweep marker: how long after it the sweep runs, the late-write window of the
+/// checkpoint's owner (its declared retry budget's) when that is longer than a collector's own.
+/// Markers of releases before it are empty: each collector then uses its own window.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct SweepRecord {
+    late_write_window_ms: u64,
+}
+
+/// Larger sweep markers are refused unread.
+const MAX_SWEEP_RECORD_BYTES: u64 = 1024;
+
+/// Write (or rewrite: a later stamp only delays the sweep) the sweep marker of `id`, to be swept
+/// `late_write_window` (or a collector's own window, if longer) after it.
+pub async fn mark_for_sweep(
+    bank: &Bank,
+    id: &str,
+    late_write_window: Duration,
+) -> banklease::Result<()> {
     let path = sweep_path(bank, id);
+    let body = serde_json::to_vec(&SweepRecord {
+        late_write_window_ms: u64::try_from(late_write_window.as_nanos().div_ceil(1_000_000))
+            .unwrap_or(u64::MAX),
+    })
+    .expect("a sweep record serialises");
     bank.store()
-        .put(&path, PutPayload::default())
+        .put(&path, PutPayload::from(body))
         .await
         .map_err(|e| banklease::Error::store("put", &path, e))?;
     Ok(())
+}
+
+/// The late-write window a sweep marker asks for (`None`: an empty marker, or one that cannot
+/// be read as a record, which is then judged by the collector's own window and named).
+async fn marker_window(bank: &Bank, marker: &Path) -> banklease::Result<Option<Duration>> {
+    let got = match bank.store().get(marker).await {
+        Ok(got) => got,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(banklease::Error::store("get", marker, e)),
+    };
+    if got.meta.size > MAX_SWEEP_RECORD_BYTES {
+        return Err(banklease::Error::Corrupt {
+            path: marker.clone(),
+            reason: format!(
+                "size `{}` exceeds {MAX_SWEEP_RECORD_BYTES} bytes",
+                got.meta.size
+            ),
+        });
+    }
+    let bytes = got
+        .bytes()
+        .await
+        .map_err(|e| banklease::Error::store("get", marker, e))?;
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    let record: SweepRecord =
+        serde_json::from_slice(&bytes).map_err(|e| banklease::Error::Corrupt {
+            path: marker.clone(),
+            reason: format!("not a sweep record: {e}"),
+        })?;
+    Ok(Some(Duration::from_millis(record.late_write_window_ms)))
 }
 
 /// What one sweep did.
@@ -83,7 +138,7 @@ pub(crate) async fn sweep_due(ctx: &PassContext) -> Swept {
                     ctx.options.late_write_window,
                     ctx.options.skew_margin,
                 ) {
-                    due.push(id);
+                    due.push((id, elapsed, meta.size > 0));
                 } else {
                     swept.waiting += 1;
                 }
@@ -99,16 +154,30 @@ pub(crate) async fn sweep_due(ctx: &PassContext) -> Swept {
     }
     drop(listing);
     let mut results = futures::stream::iter(due)
-        .map(|id| async move {
+        .map(|(id, elapsed, has_body)| async move {
             let marker = sweep_path(bank, &id);
-            sweep_one(bank, &id, marker).await.map_err(|e| (id, e))
+            if has_body {
+                // The owner's own window, when its declared budget needs longer than ours.
+                match marker_window(bank, &marker).await {
+                    Ok(Some(window)) if !past(elapsed, window, ctx.options.skew_margin) => {
+                        return Ok(Swept1::Waiting)
+                    }
+                    Ok(_) => {}
+                    Err(e) => return Err((id, e)),
+                }
+            }
+            sweep_one(bank, &id, marker)
+                .await
+                .map(|done| done.map_or(Swept1::Nothing, |(n, m)| Swept1::Done(n, m)))
+                .map_err(|e| (id, e))
         })
         .buffer_unordered(ctx.options.concurrency.max(1));
     let mut done: Vec<Path> = Vec::new();
     while let Some(result) = results.next().await {
         match result {
-            Ok(None) => {}
-            Ok(Some((found, marker))) => {
+            Ok(Swept1::Nothing) => {}
+            Ok(Swept1::Waiting) => swept.waiting += 1,
+            Ok(Swept1::Done(found, marker)) => {
                 swept.objects += found;
                 done.push(marker);
                 if done.len() >= MARKER_BATCH {
@@ -128,6 +197,16 @@ pub(crate) async fn sweep_due(ctx: &PassContext) -> Swept {
     drop(results);
     delete_sweep_markers(bank, &mut done, &mut swept).await;
     swept
+}
+
+/// What became of one due sweep marker.
+enum Swept1 {
+    /// Nothing to sweep (an owner's decision: the marker was removed).
+    Nothing,
+    /// Its owner's window is not over yet.
+    Waiting,
+    /// Swept: the late data found, and the marker to remove.
+    Done(u64, Path),
 }
 
 /// Sweep one checkpoint's late data under its GC decision; `None` when there was nothing to

@@ -36,6 +36,10 @@ pub(crate) struct Judged {
 /// One owner's judgement.
 struct Judgement {
     owner: OwnerId,
+    /// Why the owner waits past the collector's grace (what it declared needs longer).
+    waiting: Option<String>,
+    /// The retry budget its lease declared.
+    budget_ms: Option<u64>,
     verdict: Verdict,
     keep_record: bool,
     state: &'static str,
@@ -111,6 +115,9 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
         .into_iter()
         .map(|j| {
             let n = markers.get(&j.owner).copied().unwrap_or(0);
+            if let Some(why) = j.waiting {
+                report.wait(why);
+            }
             *report.leases.entry(j.state.to_owned()).or_default() += 1;
             let owner_state = match &j.verdict {
                 Verdict::Alive => {
@@ -141,6 +148,7 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
                 markers: n,
                 verdict: j.verdict,
                 evidence: j.evidence,
+                budget_ms: j.budget_ms,
             }
         })
         .collect();
@@ -156,7 +164,19 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
 /// Judge one owner by reading its lease (and, when it is missing, its missing-since record).
 async fn judge(ctx: &PassContext, owner: OwnerId) -> Judgement {
     let (view, read) = ctx.observer.view_read(&owner, &ctx.store_time).await;
-    let mut verdict = Verdict::of(&view, ctx.options.grace);
+    // The owner's own rule: its declared budget and windows may need more than the grace.
+    let (grace, longer) = match &view {
+        LeaseView::Expired { record, .. } => ctx.rules.grace_for(record, &ctx.options),
+        _ => (ctx.options.grace, None),
+    };
+    let budget_ms = match &view {
+        LeaseView::Expired { record, .. } => record.retry_budget_ms,
+        _ => None,
+    };
+    let mut verdict = Verdict::of(&view, grace);
+    let waiting = longer.filter(|_| {
+        verdict == Verdict::InGrace && Verdict::of(&view, ctx.options.grace) == Verdict::Expired
+    });
     let mut dead_for = match &view {
         LeaseView::Expired { since, .. } => Some(*since),
         _ => None,
@@ -171,12 +191,14 @@ async fn judge(ctx: &PassContext, owner: OwnerId) -> Judgement {
     tracing::debug!(owner_id = %owner, view = view.name(), ?verdict, "judged owner");
     let evidence = match (&verdict, dead_for) {
         (Verdict::Expired | Verdict::Missing, Some(dead_for)) => {
-            Some(evidence(ctx, &view, &read, dead_for))
+            Some(evidence(ctx, &view, &read, dead_for, grace))
         }
         _ => None,
     };
     Judgement {
         evidence,
+        waiting,
+        budget_ms,
         keep_record: matches!(view, LeaseView::Missing | LeaseView::Unreadable { .. }),
         state: view.name(),
         owner,
@@ -191,6 +213,7 @@ pub(crate) fn evidence(
     view: &LeaseView,
     read: &banklease::Read,
     dead_for: Duration,
+    grace: Duration,
 ) -> Evidence {
     Evidence {
         lease: view.name().to_owned(),
@@ -202,7 +225,7 @@ pub(crate) fn evidence(
         judged_at: read.judged_at,
         dead_for_ms: millis(dead_for),
         skew_margin_ms: millis(ctx.options.skew_margin),
-        grace_ms: millis(ctx.options.grace),
+        grace_ms: millis(grace),
         collector: ctx.options.collector.clone(),
         collector_host: Some(banklease::local_hostname()),
         collector_pid: Some(std::process::id()),

@@ -97,7 +97,10 @@ impl Checkpoint {
             .await
             .map_err(|e| Error::store("put", &marker, e))?;
         let now = lease.clock().system_now().into();
-        let record = CheckpointRecord::new(id, owner, Status::Protecting, now);
+        let record = CheckpointRecord {
+            retry_budget_ms: Some(crate::config::ceil_ms(bank.retry_budget())),
+            ..CheckpointRecord::new(id, owner, Status::Protecting, now)
+        };
         lease.ensure_valid()?;
         match write_index(bank, &record, true).await {
             Ok(true) => {}

@@ -96,6 +96,11 @@ pub struct CheckpointRecord {
     /// the decision's time: the original was lost with the unreadable bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebuilt: Option<Rebuilt>,
+    /// The retry budget of the creating owner's store client in milliseconds, as its lease
+    /// declares it: a collector that finds the lease gone judges the checkpoint by it. Absent
+    /// from records of releases before it, and from records a collector wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_budget_ms: Option<u64>,
 }
 
 /// Who rebuilt a record that could not be read (`banklease checkpoint resolve`), when, and from
@@ -118,6 +123,7 @@ impl CheckpointRecord {
         Self {
             format: CHECKPOINT_FORMAT,
             rebuilt: None,
+            retry_budget_ms: None,
             id: id.to_owned(),
             owner_id: owner.clone(),
             status,

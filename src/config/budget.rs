@@ -104,6 +104,13 @@ pub fn store_client_retry_budget(url: &str) -> Duration {
     ClientLimits::default().budget(url)
 }
 
+/// The retry budget of a client of `url` with the default limits and no timeout variable: what
+/// a collector assumes of an owner that declares none (a release before declarations). 11m 15s
+/// on Swift, 3m 45s on S3, Azure and GCS, zero on `file:` and `memory://`.
+pub fn default_retry_budget(url: &str) -> Duration {
+    ClientLimits::default().budget_with_env(url, |_| None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

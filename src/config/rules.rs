@@ -7,6 +7,46 @@ use super::{clock_drift_over, longest_drifting_within, round_up_to_ms, Config};
 use crate::bank::scheme::Scheme;
 use crate::error::{Error, Result};
 
+/// Rule (b) for one writer: the longest a write sent with a client of retry `budget` can take to
+/// land, counted on the collector's clock: the budget plus 0.1 % of it.
+pub fn landed_within(budget: Duration) -> Duration {
+    budget.saturating_add(clock_drift_over(budget))
+}
+
+/// Rule (c) for one owner, on a store whose create-if-absent is timing only (Swift).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwiftRule {
+    /// The latest, after the owner's last renewal was sent, that its retried write of
+    /// `decisions/<id>` can land: `budget + 0.1 % of (expire − validity + budget)`.
+    pub landed: Duration,
+    /// The shortest grace that holds the collector's create past it (zero when every grace
+    /// does): `landed − validity − skew_margin`, and a nanosecond.
+    pub shortest_grace: Duration,
+}
+
+/// [`SwiftRule`] for an owner of retry `budget` and windows `expire` and `validity`, judged with
+/// skew `margin`: its write is sent at most `expire − validity` after its last renewal (its
+/// clock), may be sent again for `budget`, and must have landed before the collector's create,
+/// `expire + margin + grace` after that renewal on the store's clock.
+pub fn swift_rule(
+    budget: Duration,
+    expire: Duration,
+    validity: Duration,
+    margin: Duration,
+) -> SwiftRule {
+    let counted = expire.saturating_sub(validity).saturating_add(budget);
+    let landed = budget.saturating_add(clock_drift_over(counted));
+    let fence = validity.saturating_add(margin);
+    SwiftRule {
+        landed,
+        shortest_grace: if landed < fence {
+            Duration::ZERO
+        } else {
+            (landed - fence).saturating_add(Duration::from_nanos(1))
+        },
+    }
+}
+
 impl Config {
     /// Windows for which the arithmetic behind the guarantees fails, one message per failed
     /// rule (empty when every rule holds). Each names the keys with their values, the
@@ -59,19 +99,13 @@ impl Config {
             return Duration::ZERO;
         }
         let lease = &self.lease;
-        let budget = self.bank.retry_budget();
-        let counted = lease
-            .windows
-            .expire_window
-            .saturating_sub(lease.windows.validity_window)
-            .saturating_add(budget);
-        let landed = budget.saturating_add(clock_drift_over(counted));
-        round_up_to_ms(
-            landed
-                .saturating_sub(lease.windows.validity_window)
-                .saturating_sub(lease.skew_margin)
-                .saturating_add(Duration::from_nanos(1)),
-        )
+        let rule = swift_rule(
+            self.bank.retry_budget(),
+            lease.windows.expire_window,
+            lease.windows.validity_window,
+            lease.skew_margin,
+        );
+        round_up_to_ms(rule.shortest_grace.max(Duration::from_nanos(1)))
     }
 
     fn refusals_with_budget(&self, budget: Duration) -> Vec<String> {
@@ -98,7 +132,7 @@ impl Config {
             ));
         }
         // (b)
-        let landed = budget.saturating_add(clock_drift_over(budget));
+        let landed = landed_within(budget);
         if gc.late_write_window < landed {
             refusals.push(format!(
                 "gc.late_write_window=`{}` needs gc.late_write_window >= the store client's retry \
@@ -118,18 +152,15 @@ impl Config {
         }
         // (c)
         if Scheme::of(&self.bank.url) == Some(Scheme::Swift) {
-            let counted = lease
-                .windows
-                .expire_window
-                .saturating_sub(lease.windows.validity_window)
-                .saturating_add(budget);
-            let landed = budget.saturating_add(clock_drift_over(counted));
+            let rule = swift_rule(
+                budget,
+                lease.windows.expire_window,
+                lease.windows.validity_window,
+                lease.skew_margin,
+            );
+            let (landed, grace) = (rule.landed, rule.shortest_grace);
             let fence = lease.windows.validity_window.saturating_add(margin_grace);
-            if landed >= fence {
-                let grace = landed
-                    .saturating_sub(lease.windows.validity_window)
-                    .saturating_sub(lease.skew_margin)
-                    .saturating_add(Duration::from_nanos(1));
+            if gc.grace < grace {
                 refusals.push(format!(
                     "bank.url=`{}` needs the store client's retry budget + 0.1 % of \
                      (lease.expire_window − lease.validity_window + that budget) < \

@@ -108,6 +108,13 @@ pub struct LeaseRecord {
     pub expire_window_ms: u64,
     /// The owner's validity window in milliseconds.
     pub validity_window_ms: u64,
+    /// The retry budget of the owner's store client in milliseconds
+    /// ([`ClientLimits::budget`](crate::config::ClientLimits::budget)): the longest a write it
+    /// sent may take to land. A collector judges this owner's checkpoints by it beside its
+    /// windows. Absent from records of releases before it: such an owner is judged by its
+    /// store's longest default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_budget_ms: Option<u64>,
     /// When the lease was acquired, owner's wall clock, for humans only.
     pub acquired_at: DateTime<Utc>,
     /// When this write was made, owner's wall clock, for humans only.

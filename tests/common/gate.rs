@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use object_store::path::Path;
+use object_store::ObjectStoreExt;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
@@ -30,6 +31,8 @@ pub struct Held {
 
 struct Hold {
     suffix: String,
+    /// A create-if-absent as Swift makes it: the check, then (after the release) the write.
+    split_create: bool,
     skip: usize,
     /// Answer NotFound instead of serving the read (a lagging replica's false 404).
     not_found: bool,
@@ -45,6 +48,7 @@ fn push_hold(holds: &Mutex<Vec<Hold>>, suffix: &str, skip: usize) -> Held {
     let (release_tx, release_rx) = oneshot::channel();
     holds.lock().unwrap().push(Hold {
         suffix: suffix.to_owned(),
+        split_create: false,
         skip,
         not_found: false,
         gets_only: false,
@@ -93,6 +97,22 @@ impl<T: ObjectStore> GateStore<T> {
     /// store, then `served` fires and the caller waits for `release`.
     pub fn hold_next_write(&self, suffix: &str) -> Held {
         push_hold(&self.write_holds, suffix, 0)
+    }
+
+    /// Split the next create-if-absent PUT of a path ending in `suffix` as Swift's is split:
+    /// the check that nothing is there is made, `served` fires, and only after `release` is the
+    /// object written, over whatever another create wrote meanwhile (a store whose
+    /// create-if-absent is not atomic: the hold is how long the two steps are apart, up to the
+    /// writer's retry budget when its client sends the write again).
+    pub fn split_next_create(&self, suffix: &str) -> Held {
+        let held = push_hold(&self.write_holds, suffix, 0);
+        self.write_holds
+            .lock()
+            .unwrap()
+            .last_mut()
+            .unwrap()
+            .split_create = true;
+        held
     }
 
     /// Hold the answer of the next GET (or HEAD) whose path ends with `suffix`.
@@ -148,6 +168,31 @@ impl<T: ObjectStore> ObjectStore for GateStore<T> {
                 .iter()
                 .position(|h| location.as_ref().ends_with(&h.suffix));
             i.map(|i| holds.remove(i))
+        };
+        let hold = match hold {
+            Some(hold)
+                if hold.split_create && matches!(opts.mode, object_store::PutMode::Create) =>
+            {
+                // The check, then the write after the release: another create may land between.
+                match self.inner.head(location).await {
+                    Ok(_) => {
+                        let _ = hold.served.send(());
+                        let _ = hold.release.await;
+                        return Err(object_store::Error::AlreadyExists {
+                            path: location.to_string(),
+                            source: "gate: split create found the object".into(),
+                        });
+                    }
+                    Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+                let _ = hold.served.send(());
+                let _ = hold.release.await;
+                let mut opts = opts;
+                opts.mode = object_store::PutMode::Overwrite;
+                return self.inner.put_opts(location, payload, opts).await;
+            }
+            other => other,
         };
         let result = self.inner.put_opts(location, payload, opts).await;
         if let Some(hold) = hold {

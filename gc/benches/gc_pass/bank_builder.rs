@@ -123,6 +123,8 @@ fn lease_body(layout: &Layout, j: u64, now: DateTime<Utc>) -> PutPayload {
             ALIVE_EXPIRE_MS
         },
         validity_window_ms: 1,
+        // A memory bank's owners: no client, no retries.
+        retry_budget_ms: Some(0),
         acquired_at: now,
         renewed_at: now,
         generation: 1,
@@ -152,6 +154,7 @@ fn checkpoint_objects(
             owner_id: owner,
             status: Status::Protecting,
             created_at: now,
+            retry_budget_ms: Some(0),
         }),
     ));
     for d in 0..data {

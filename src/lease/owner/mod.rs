@@ -356,6 +356,8 @@ impl OwnerLease {
             // Rounded up: observers must never see a shorter window than the owner uses.
             expire_window_ms: w.expire_window.as_micros().div_ceil(1000) as u64,
             validity_window_ms: w.validity_window.as_millis() as u64,
+            // Rounded up, as the expire window: a collector must never wait less than needed.
+            retry_budget_ms: Some(crate::config::ceil_ms(self.shared.bank.retry_budget())),
             acquired_at: self.shared.acquired_at,
             renewed_at: self.shared.clock_system_now(),
             generation,
