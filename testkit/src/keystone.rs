@@ -121,7 +121,30 @@ impl KeystoneEnv {
     }
 
     /// A Swift store configured only by `vars` (never by this process's environment).
+    /// [`store`](Self::store) with a client of `limits`, as `Bank::open_configured` makes one.
+    pub fn store_with_limits(
+        &self,
+        vars: &Vars,
+        connector: Option<TokenRecorder>,
+        limits: banklease::config::ClientLimits,
+    ) -> SwiftStore {
+        self.builder(vars, connector, Some(limits))
+            .build()
+            .expect("a Swift store through Keystone")
+    }
+
     pub fn store(&self, vars: &Vars, connector: Option<TokenRecorder>) -> SwiftStore {
+        self.builder(vars, connector, None)
+            .build()
+            .expect("a Swift store through Keystone")
+    }
+
+    fn builder(
+        &self,
+        vars: &Vars,
+        connector: Option<TokenRecorder>,
+        limits: Option<banklease::config::ClientLimits>,
+    ) -> SwiftBuilder {
         let mut b = SwiftBuilder::new().with_container(self.container());
         for (k, v) in vars {
             if let Ok(key) = k.parse::<SwiftConfigKey>() {
@@ -131,7 +154,15 @@ impl KeystoneEnv {
         if let Some(c) = connector {
             b = b.with_http_connector(c);
         }
-        b.build().expect("a Swift store through Keystone")
+        if let Some(limits) = limits {
+            if let Some(timeout) = limits.request_timeout {
+                b = b.with_request_timeout(timeout);
+            }
+            if limits.retry_timeout.is_some() {
+                b = b.with_retry(limits.retry_config()).with_one_retry_cutoff();
+            }
+        }
+        b
     }
 
     /// An admin session (project `admin`).
