@@ -89,15 +89,29 @@ impl Bank {
     /// assert_eq!(bank.prefix().as_ref(), "tenant-a");
     /// # Ok(()) }
     /// ```
+    ///
+    /// Its store client gets the limits the configuration sets, where it sets them
+    /// ([`ClientLimits::configured`]: `[bank] request_timeout` and `retry_timeout` of the file
+    /// `BANKLEASE_CONFIG` names, the `BANKLEASE_BANK__*` variables over them): an owner opened
+    /// here declares the retry budget of the client it really has, and collectors wait for it.
     pub fn open(url: &str) -> Result<Self> {
-        Self::open_with(url, false, ClientLimits::default())
+        Self::open_configured_limits(url, false)
+    }
+
+    fn open_configured_limits(url: &str, create: bool) -> Result<Self> {
+        let limits = ClientLimits::configured()?;
+        let mut bank = Self::open_with(url, create, limits)?;
+        Arc::get_mut(&mut bank.inner)
+            .expect("a bank just built is not shared")
+            .limits = limits;
+        Ok(bank)
     }
 
     /// [`open`](Self::open), creating a `file:` bank's directory when it is missing (what
     /// `banklease init` does). `open` never creates it: a mistyped path is refused
     /// ([`Error::NoBank`]) instead of becoming an empty bank.
     pub fn open_or_create(url: &str) -> Result<Self> {
-        Self::open_with(url, true, ClientLimits::default())
+        Self::open_configured_limits(url, true)
     }
 
     /// The bank a `[bank]` section names, its store client opened with the section's limits

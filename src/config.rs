@@ -324,7 +324,7 @@ impl Config {
         Self::gate_with(file.as_deref(), std::env::vars(), apply, false)
     }
 
-    fn gate_with(
+    pub(crate) fn gate_with(
         file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
         apply: impl FnOnce(&mut Config),

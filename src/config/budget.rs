@@ -25,6 +25,29 @@ fn max_backoff_within(retry_timeout: Duration) -> Duration {
 }
 
 impl ClientLimits {
+    /// The limits the configuration sets: `[bank] request_timeout` and `retry_timeout` of the
+    /// file `BANKLEASE_CONFIG` names, with the `BANKLEASE_BANK__REQUEST_TIMEOUT` and
+    /// `BANKLEASE_BANK__RETRY_TIMEOUT` variables over them; the client's defaults where neither
+    /// sets one. A configuration that cannot be read is an error ([`Error::Config`]): a client
+    /// opened without the limits its operator set would declare a budget it does not have.
+    ///
+    /// [`Error::Config`]: crate::Error::Config
+    pub fn configured() -> crate::Result<Self> {
+        let file = std::env::var_os(super::CONFIG_ENV).map(std::path::PathBuf::from);
+        let mentions_bank = |(name, _): &(String, String)| name.starts_with("BANKLEASE_BANK__");
+        let env: Vec<(String, String)> = std::env::vars().filter(mentions_bank).collect();
+        if file.is_none() && env.is_empty() {
+            return Ok(Self::default());
+        }
+        // Only the `[bank]` section is read from the variables: another section's mistake is
+        // that command's to report, not every bank opener's.
+        Ok(
+            super::Config::gate_with(file.as_deref(), env, |_| {}, false)?
+                .bank
+                .limits(),
+        )
+    }
+
     /// The retry configuration of a client with these limits: object_store's default, with
     /// `retry_timeout` set and backoffs of at most a quarter of it.
     pub fn retry_config(&self) -> RetryConfig {
