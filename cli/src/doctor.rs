@@ -29,6 +29,106 @@ struct Report<'a> {
     /// The store client's retry budget (`[bank] retry_timeout`, `request_timeout`) and the
     /// shortest `gc.grace` it allows.
     budget: Budget,
+    /// Each owner's lease as the gc judges it: the budget it declared and the grace it gets
+    /// (the first [`MAX_OWNERS`]).
+    owners: &'a [OwnerLine],
+    /// Leases beyond the first [`MAX_OWNERS`], not read.
+    owners_omitted: u64,
+}
+
+/// Most owners' leases `doctor` reads.
+const MAX_OWNERS: usize = 200;
+
+/// One owner as the gc judges it.
+#[derive(Debug, Serialize)]
+struct OwnerLine {
+    owner_id: String,
+    /// What its store client declared (`null`: nothing, a release before declarations).
+    retry_budget_ms: Option<u64>,
+    /// What the gc judges it by: the declared budget, or the store's longest default.
+    judged_budget_ms: u64,
+    /// The grace its checkpoints get: `gc.grace`, or longer where its own rules need it.
+    grace_ms: u64,
+    /// Why the grace is longer, if it is.
+    waiting: Option<String>,
+    /// Why its lease could not be read, if it could not.
+    error: Option<String>,
+}
+
+/// Each owner's declarations, read from its lease (the first [`MAX_OWNERS`] listed).
+async fn owners(ctx: &Ctx) -> Result<(Vec<OwnerLine>, u64)> {
+    use futures::StreamExt;
+    let bank = &ctx.bank;
+    let prefix = banklease::paths::Prefix::Leases.path(bank);
+    let mut listing = bank.store().list(Some(&prefix));
+    let mut owners = Vec::new();
+    let mut omitted = 0u64;
+    while let Some(item) = listing.next().await {
+        let meta = item
+            .map_err(|e| banklease::Error::store("list", &prefix, e))
+            .context("cannot list the owners' leases")?;
+        if let Some(banklease::paths::Key::Lease(owner)) =
+            banklease::paths::Key::parse(bank, &meta.location)
+        {
+            if owners.len() < MAX_OWNERS {
+                owners.push(owner);
+            } else {
+                omitted += 1;
+            }
+        }
+    }
+    let rules = banklease_gc::declared::OwnerRules::of(bank);
+    let options = banklease_gc::GcOptions::from_config(&ctx.config);
+    let mut lines = Vec::with_capacity(owners.len());
+    for owner in owners {
+        let line = match banklease::read_lease(bank, &owner).await {
+            Ok(Some((record, _))) => {
+                let (grace, waiting) = rules.grace_for(&record, &options);
+                OwnerLine {
+                    owner_id: owner.to_string(),
+                    retry_budget_ms: record.retry_budget_ms,
+                    judged_budget_ms: crate::ms(rules.budget(record.retry_budget_ms).budget),
+                    grace_ms: crate::ms(grace),
+                    waiting,
+                    error: None,
+                }
+            }
+            // Gone since the listing: nothing to say about it.
+            Ok(None) => continue,
+            Err(e) => OwnerLine {
+                owner_id: owner.to_string(),
+                retry_budget_ms: None,
+                judged_budget_ms: 0,
+                grace_ms: 0,
+                waiting: None,
+                error: Some(banklease::error_chain(&e)),
+            },
+        };
+        lines.push(line);
+    }
+    Ok((lines, omitted))
+}
+
+impl OwnerLine {
+    fn human(&self) -> String {
+        if let Some(e) = &self.error {
+            return format!("owner {}: its lease cannot be read: {e}", self.owner_id);
+        }
+        let budget = crate::human(Duration::from_millis(self.judged_budget_ms));
+        let budget = match self.retry_budget_ms {
+            Some(_) => format!("declares a {budget} retry budget"),
+            None => format!("declares no retry budget (judged as {budget}, the store's default)"),
+        };
+        let grace = crate::human(Duration::from_millis(self.grace_ms));
+        match &self.waiting {
+            Some(_) => format!(
+                "owner {}: {budget}; its checkpoints get a grace of {grace}, longer than \
+                 gc.grace, because create-if-absent is not atomic on this store",
+                self.owner_id
+            ),
+            None => format!("owner {}: {budget}; grace {grace}", self.owner_id),
+        }
+    }
 }
 
 /// The budget in force, for the report.
@@ -82,6 +182,7 @@ pub(super) async fn run(ctx: &Ctx, race_rounds: u32) -> Result<Outcome> {
     // windows whose arithmetic fails for this bank: the same check as at load, which a `--bank`
     // given on the command line (applied after loading) has not been through.
     let checked = ctx.config.check()?;
+    let (owners, owners_omitted) = owners(ctx).await?;
     if ctx.json {
         out_json(&Report {
             diagnosis: &diagnosis,
@@ -90,10 +191,21 @@ pub(super) async fn run(ctx: &Ctx, race_rounds: u32) -> Result<Outcome> {
             config_warnings: &checked.warnings,
             config_refusals: &checked.refusals,
             budget: Budget::of(ctx),
+            owners: &owners,
+            owners_omitted,
         })?;
     } else {
         print_human(&diagnosis, &verdicts, supported)?;
         out_line(&Budget::of(ctx).line(ctx))?;
+        for owner in &owners {
+            out_line(&owner.human())?;
+        }
+        if owners_omitted > 0 {
+            out_line(&format!(
+                "and {owners_omitted} more owners' leases, not read (`banklease lease show` \
+                 names each one's)"
+            ))?;
+        }
         for warning in &checked.warnings {
             out_line(&format!("configuration warning: {warning}"))?;
         }

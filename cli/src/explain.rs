@@ -86,7 +86,13 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         None => (None, None),
     };
     let advice = match (&owner, &owner_now, &read) {
-        (Some(o), Some(v), Some(r)) => advice::advise(ctx, o, v, r).await,
+        (Some(o), Some(v), Some(r)) => {
+            let declared = index
+                .as_ref()
+                .ok()
+                .and_then(|i| i.as_ref()?.retry_budget_ms);
+            advice::advise(ctx, o, v, r, declared).await
+        }
         _ => None,
     };
     // An owner whose lease is gone may have been reaped; a reap record that cannot be read
@@ -427,13 +433,19 @@ fn conclude(
                 ),
                 _ => (
                     "protecting, and its owner's lease is gone".to_owned(),
-                    match advice.and_then(|a| a.collectable_from_words.as_ref()) {
-                        Some(from) => format!(
-                            "the gc collects it from {from} (its owner dead for the grace of {} \
-                             past the margin of {}), at its first pass since",
-                            human(ctx.config.gc.grace),
-                            human(ctx.config.lease.skew_margin)
-                        ),
+                    match advice.and_then(|a| a.collectable_from_words.as_ref().zip(Some(a))) {
+                        Some((from, a)) => match &a.waiting {
+                            Some(waiting) => format!(
+                                "the gc collects it from {from}, at its first pass since: \
+                                 {waiting}"
+                            ),
+                            None => format!(
+                                "the gc collects it from {from} (its owner dead for the grace \
+                                 of {} past the margin of {}), at its first pass since",
+                                human(ctx.config.gc.grace),
+                                human(ctx.config.lease.skew_margin)
+                            ),
+                        },
                         None => format!(
                             "the gc collects it once its owner has been dead for the grace ({}) \
                              past the margin ({}); a missing lease is timed from the first gc \

@@ -81,6 +81,13 @@ pub(crate) struct LeaseDetail {
     path: String,
     renew_window_ms: Option<u64>,
     validity_window_ms: Option<u64>,
+    /// The retry budget the owner's store client declared (`null`: none declared; the gc then
+    /// judges it by the store's longest default, `judged_budget_ms`).
+    retry_budget_ms: Option<u64>,
+    /// The budget the gc judges this owner by.
+    judged_budget_ms: Option<u64>,
+    /// The grace the gc gives this owner: `gc.grace`, or longer where its own rules need it.
+    grace_ms: Option<u64>,
     acquired_at: Option<String>,
     renewed_at: Option<String>,
     /// Stamped by the store; expiry is judged from this, not from the owner's clock.
@@ -136,6 +143,13 @@ impl JudgedLease {
             ),
             renew_window_ms: record.map(|r| r.renew_window_ms),
             validity_window_ms: record.map(|r| r.validity_window_ms),
+            retry_budget_ms: record.and_then(|r| r.retry_budget_ms),
+            judged_budget_ms: record.map(|r| {
+                ms(banklease_gc::declared::OwnerRules::of(&ctx.bank)
+                    .budget(r.retry_budget_ms)
+                    .budget)
+            }),
+            grace_ms: record.map(|r| ms(self.grace(ctx, r).0)),
             acquired_at: record.map(|r| r.acquired_at.to_rfc3339()),
             renewed_at: record.map(|r| r.renewed_at.to_rfc3339()),
             last_modified: self.meta.as_ref().map(|m| m.last_modified.to_rfc3339()),
@@ -159,8 +173,15 @@ impl JudgedLease {
         Some(Advice {
             process: advice::process(record, counts_until, self.judged_at),
             counts_until,
-            collectable_from: banklease::add_saturating(counts_until, ctx.config.gc.grace),
+            collectable_from: banklease::add_saturating(counts_until, self.grace(ctx, record).0),
         })
+    }
+
+    /// The grace the gc gives this owner, and why when it is longer than `gc.grace`: what the
+    /// owner declared may need longer on this store.
+    fn grace(&self, ctx: &Ctx, record: &banklease::LeaseRecord) -> (Duration, Option<String>) {
+        let options = banklease_gc::GcOptions::from_config(&ctx.config);
+        banklease_gc::declared::OwnerRules::of(&ctx.bank).grace_for(record, &options)
     }
 
     /// "alive, 1s 200ms left" and the like.
@@ -394,13 +415,22 @@ pub(crate) async fn lease_show(ctx: &Ctx, owner: &str) -> Result<Outcome> {
             let from = advice::instant(a.collectable_from, lease.judged_at);
             push(
                 "collectable",
-                Some(match lease.view {
-                    LeaseView::Alive { .. } => format!(
-                        "its protecting checkpoints, from {from} unless it is renewed (the \
-                         grace of {} after the lease stops counting)",
-                        human(ctx.config.gc.grace)
-                    ),
-                    _ => format!("its protecting checkpoints, from {from}"),
+                Some({
+                    let longer = match &lease.view {
+                        LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. } => {
+                            lease.grace(ctx, record)
+                        }
+                        _ => (ctx.config.gc.grace, None),
+                    };
+                    let why = longer.1.map(|w| format!("; {w}")).unwrap_or_default();
+                    match lease.view {
+                        LeaseView::Alive { .. } => format!(
+                            "its protecting checkpoints, from {from} unless it is renewed (the \
+                             grace of {} after the lease stops counting{why})",
+                            human(longer.0)
+                        ),
+                        _ => format!("its protecting checkpoints, from {from}{why}"),
+                    }
                 }),
             );
         }
@@ -409,6 +439,19 @@ pub(crate) async fn lease_show(ctx: &Ctx, owner: &str) -> Result<Outcome> {
         push("renew_window", window(detail.renew_window_ms));
         push("expire_window", window(detail.row.expire_window_ms));
         push("validity_window", window(detail.validity_window_ms));
+        push(
+            "retry_budget",
+            detail.judged_budget_ms.map(|b| {
+                let b = human(Duration::from_millis(b));
+                match detail.retry_budget_ms {
+                    Some(_) => format!("{b} (declared by its store client)"),
+                    None => format!(
+                        "not declared (a release before declarations): judged as {b}, the \
+                         store's longest default"
+                    ),
+                }
+            }),
+        );
         push("acquired_at", detail.acquired_at.clone());
         push("renewed_at", detail.renewed_at.clone());
         push("last_modified", detail.last_modified.clone());

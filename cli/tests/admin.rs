@@ -443,3 +443,41 @@ fn tables_show_short_ids_that_lease_show_takes_back() {
         );
     }
 }
+
+/// Each owner's declarations as the gc judges them: `lease show` prints the retry budget its
+/// store client declared and the grace its checkpoints get, `doctor` each owner's.
+#[test]
+fn lease_show_and_doctor_print_what_each_owner_declared() {
+    let (_dir, url) = made_bank();
+    let (_owner_runtime, owner) = short_window_owner(&url);
+    let env = [("BANKLEASE_LEASE__SKEW_MARGIN", "100ms")];
+    let out = cli(&url, &env, &["lease", "show", owner.as_str()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    // A file: bank has no store client: nothing to retry, nothing to wait for.
+    assert!(
+        stdout.contains("retry_budget") && stdout.contains("0s (declared by its store client)"),
+        "{stdout}"
+    );
+    let out = cli(&url, &env, &["--json", "lease", "show", owner.as_str()]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["retry_budget_ms"], 0, "{json}");
+    assert_eq!(json["grace_ms"], 600_000, "gc.grace's default: {json}");
+
+    let out = cli(&url, &env, &["--json", "doctor", "--race-rounds", "1"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
+    let owners = json["owners"].as_array().unwrap();
+    assert_eq!(owners.len(), 1, "{json}");
+    assert_eq!(owners[0]["owner_id"], owner.as_str());
+    assert_eq!(owners[0]["retry_budget_ms"], 0);
+    assert_eq!(owners[0]["grace_ms"], 600_000);
+    let out = cli(&url, &env, &["doctor", "--race-rounds", "1"]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "owner {owner}: declares a 0s retry budget; grace 10m"
+        )),
+        "{stdout}"
+    );
+}

@@ -19,15 +19,16 @@ use crate::options::GcOptions;
 
 /// An owner's retry budget as the collector takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Budget {
-    pub(crate) budget: Duration,
+pub struct Budget {
+    /// The budget.
+    pub budget: Duration,
     /// False: the owner declared none, this is its store's longest default.
-    pub(crate) declared: bool,
+    pub declared: bool,
 }
 
 /// The rules of one bank's store, for its owners.
 #[derive(Debug, Clone)]
-pub(crate) struct OwnerRules {
+pub struct OwnerRules {
     /// Create-if-absent is a check and a write (Swift): only timing keeps an owner's retried
     /// write of `decisions/<id>` from landing beside the collector's.
     timing_only_create: bool,
@@ -36,7 +37,8 @@ pub(crate) struct OwnerRules {
 }
 
 impl OwnerRules {
-    pub(crate) fn of(bank: &Bank) -> Self {
+    /// The rules of `bank`'s store.
+    pub fn of(bank: &Bank) -> Self {
         Self {
             timing_only_create: bank.create_is_timing_only(),
             default_budget: default_retry_budget(bank.label()),
@@ -44,7 +46,7 @@ impl OwnerRules {
     }
 
     /// The budget of an owner that declared `declared_ms` (or nothing).
-    pub(crate) fn budget(&self, declared_ms: Option<u64>) -> Budget {
+    pub fn budget(&self, declared_ms: Option<u64>) -> Budget {
         match declared_ms {
             Some(ms) => Budget {
                 budget: Duration::from_millis(ms),
@@ -59,7 +61,7 @@ impl OwnerRules {
 
     /// The grace an expired lease's owner is judged with: the collector's, or longer where its
     /// own rule (c) needs it; then why it is longer, for the report.
-    pub(crate) fn grace_for(
+    pub fn grace_for(
         &self,
         record: &LeaseRecord,
         options: &GcOptions,
@@ -86,7 +88,7 @@ impl OwnerRules {
     /// A lease that is gone was deleted after every write its owner sent while it was valid
     /// (Swift's server-side expiry runs past the expire window and its drift), so each has
     /// landed within its budget (and drift) of that.
-    pub(crate) fn wait_missing(
+    pub fn wait_missing(
         &self,
         owner: &OwnerId,
         declared_ms: Option<u64>,
@@ -105,7 +107,7 @@ impl OwnerRules {
 
     /// The late-write window of a checkpoint collected from an owner of this budget: the
     /// collector's, or longer where the owner's rule (b) needs it.
-    pub(crate) fn late_window(&self, declared_ms: Option<u64>, options: &GcOptions) -> Duration {
+    pub fn late_window(&self, declared_ms: Option<u64>, options: &GcOptions) -> Duration {
         options
             .late_write_window
             .max(landed_within(self.budget(declared_ms).budget))

@@ -14,7 +14,7 @@ pub mod batch;
 mod collect;
 mod context;
 pub mod daemon;
-mod declared;
+pub mod declared;
 mod delete;
 pub mod error;
 mod host_clock;

@@ -163,6 +163,13 @@ enum GcKind {
     SingleCollector,
     /// One `banklease_gc::Daemon`: likewise, and its first-reading floor is its own.
     SingleDaemon,
+    /// `banklease gc` from cron: a fresh `Collector` every pass, with no reading of its own and
+    /// no first-reading floor, on one host whose boot clock pairs with the readings a pass
+    /// there leaves in the bank (`gc/clock-hosts/`).
+    OneShot,
+    /// Broken: `OneShot` on a host without a boot clock, so that no pass compares its first
+    /// reading with anything: a step between passes goes unseen.
+    BrokenOneShotNoBootClock,
     /// Broken: judges expiry on the GC's own wall clock (skewed), then decides and deletes.
     BrokenOwnClock,
     /// Broken: judges on the store clock, but deletes without taking the decision key.
@@ -185,7 +192,11 @@ impl GcKind {
     fn is_broken(self) -> bool {
         !matches!(
             self,
-            GcKind::Daemons | GcKind::Collectors | GcKind::SingleCollector | GcKind::SingleDaemon
+            GcKind::Daemons
+                | GcKind::Collectors
+                | GcKind::SingleCollector
+                | GcKind::SingleDaemon
+                | GcKind::OneShot
         )
     }
 
@@ -203,17 +214,21 @@ impl GcKind {
     /// How many collectors run.
     fn collectors(self) -> usize {
         match self {
-            GcKind::SingleCollector | GcKind::SingleDaemon => 1,
+            GcKind::SingleCollector
+            | GcKind::SingleDaemon
+            | GcKind::OneShot
+            | GcKind::BrokenOneShotNoBootClock => 1,
             _ => 2,
         }
     }
 
     /// The kinds every seed runs with.
-    const REAL: [GcKind; 4] = [
+    const REAL: [GcKind; 5] = [
         GcKind::Daemons,
         GcKind::Collectors,
         GcKind::SingleCollector,
         GcKind::SingleDaemon,
+        GcKind::OneShot,
     ];
 }
 
@@ -303,6 +318,8 @@ fn env_kinds() -> Vec<GcKind> {
         GcKind::Collectors,
         GcKind::SingleCollector,
         GcKind::SingleDaemon,
+        GcKind::OneShot,
+        GcKind::BrokenOneShotNoBootClock,
         GcKind::BrokenOwnClock,
         GcKind::BrokenNoDecision,
         GcKind::BrokenJudgeAtReceipt,
@@ -376,6 +393,18 @@ fn broken_reaper_deleting_a_live_lease_is_caught() {
 fn broken_collector_leaving_zombies_and_late_data_is_caught() {
     broken_is_caught(GcKind::BrokenNoTombstone, &["zombie-unmarked"]);
     broken_is_caught(GcKind::BrokenNoTombstone, &["orphan-data"]);
+}
+
+/// A one-shot pass (a fresh collector, no first-reading floor) whose host has no boot clock
+/// compares its first store-clock reading with nothing: a step between two passes makes live
+/// owners look dead. With the boot clock (`OneShot`, a real kind) the pass compares with the
+/// reading the last pass on its host recorded.
+#[test]
+fn a_one_shot_pass_without_its_hosts_last_reading_is_caught() {
+    broken_is_caught(
+        GcKind::BrokenOneShotNoBootClock,
+        &["collected-while-valid", "lease-deleted-while-valid"],
+    );
 }
 
 /// An owner whose clock stops while its host is suspended believes in a lease the store has

@@ -149,6 +149,9 @@ class PassReport:
     #: active daemon ``holder``) or ``"not-needed"`` (a dry run takes no lease).
     gc_lease: str = "held"
     holder: Optional[str] = None
+    #: Owners (and checkpoints) held back past the grace because what they declared needs
+    #: longer (their retry budget, on a store whose create-if-absent is timing only).
+    waiting: List[str] = dataclasses.field(default_factory=list)
 
     @classmethod
     def _from_json(cls, text: str) -> "PassReport":

@@ -23,8 +23,8 @@ impl Bank {
     /// Open the bank at `url` (no request is sent). A `file:` bank's directory must exist
     /// (`LayoutError` otherwise) unless `create` is true, for a bank about to be `init`ed.
     /// `request_timeout` and `retry_timeout` (seconds) bound its store client as `[bank]
-    /// request_timeout` and `retry_timeout` do; a GC pass judges its timing rules on the budget
-    /// they give.
+    /// request_timeout` and `retry_timeout` do (left out, the configuration's apply, where it
+    /// sets them); its owners declare the budget they give, and a GC pass judges them by it.
     #[staticmethod]
     #[pyo3(signature = (url, *, create = false, request_timeout = None, retry_timeout = None))]
     fn open(
@@ -33,10 +33,15 @@ impl Bank {
         request_timeout: Option<Bound<'_, PyAny>>,
         retry_timeout: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        // What the caller leaves out, the configuration sets where it sets it (the file
+        // `BANKLEASE_CONFIG` names, `BANKLEASE_BANK__*`): the budget declared is the client's.
+        let configured = banklease::config::ClientLimits::configured().map_err(to_py)?;
         let config = banklease::config::BankConfig {
             url: url.to_owned(),
-            request_timeout: opt_duration("request_timeout", request_timeout.as_ref())?,
-            retry_timeout: opt_duration("retry_timeout", retry_timeout.as_ref())?,
+            request_timeout: opt_duration("request_timeout", request_timeout.as_ref())?
+                .or(configured.request_timeout),
+            retry_timeout: opt_duration("retry_timeout", retry_timeout.as_ref())?
+                .or(configured.retry_timeout),
         };
         banklease::Bank::open_configured(&config, create)
             .map(|inner| Bank { inner })

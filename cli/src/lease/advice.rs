@@ -105,38 +105,44 @@ pub(crate) struct Advice {
     pub(crate) collectable_from: Option<DateTime<Utc>>,
     /// That instant in words (UTC, local, how long from now).
     pub(crate) collectable_from_words: Option<String>,
+    /// Why that is later than the grace: what the owner declared needs longer on this store.
+    pub(crate) waiting: Option<String>,
 }
 
 /// The owner's process and the clock time from which its checkpoints may be collected, from
-/// its lease as read (`view`, `read`); a missing lease from the gc's missing-since record.
+/// its lease as read (`view`, `read`) and the grace its declarations need; a missing lease from
+/// the gc's missing-since record and the budget the checkpoint's `index.json` declared
+/// (`declared_ms`).
 pub(crate) async fn advise(
     ctx: &Ctx,
     owner: &OwnerId,
     view: &LeaseView,
     read: &Read,
+    declared_ms: Option<u64>,
 ) -> Option<Advice> {
     let now = read.judged_at;
-    let (process, collectable_from) = match (view, read.stamp) {
+    let rules = banklease_gc::declared::OwnerRules::of(&ctx.bank);
+    let options = banklease_gc::GcOptions::from_config(&ctx.config);
+    let (process, collectable_from, waiting) = match (view, read.stamp) {
         (LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. }, Some(stamp)) => {
             let until = counts_until(record, stamp, ctx.config.lease.skew_margin);
             let process = process(record, until, now);
             let gone = process_exited(record)
                 .then(|| format!("its process {} on this host has exited", record.pid));
+            let (grace, waiting) = rules.grace_for(record, &options);
             (
                 Some((process, gone)),
-                Some(add_saturating(until, ctx.config.gc.grace)),
+                Some(add_saturating(until, grace)),
+                waiting,
             )
         }
         (LeaseView::Missing, _) => {
             let path = banklease::paths::Key::GcMissing(owner.clone()).path(&ctx.bank);
             let seen = ctx.bank.store().head(&path).await.ok();
-            let from = seen.map(|m| {
-                add_saturating(
-                    m.last_modified,
-                    ctx.config.gc.grace + ctx.config.lease.skew_margin,
-                )
-            });
-            (None, from)
+            let (wait, waiting) = rules.wait_missing(owner, declared_ms, &options);
+            let from =
+                seen.map(|m| add_saturating(m.last_modified, wait + ctx.config.lease.skew_margin));
+            (None, from, waiting)
         }
         _ => return None,
     };
@@ -145,5 +151,6 @@ pub(crate) async fn advise(
         process: process.map(|(p, _)| p),
         collectable_from,
         collectable_from_words: collectable_from.map(|t| instant(t, now)),
+        waiting,
     })
 }

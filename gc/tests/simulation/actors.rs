@@ -36,9 +36,33 @@ pub(crate) async fn owner_main(world: Arc<World>, ctl: Arc<Ctl>, plan: OwnerPlan
         clock,
     } = plan;
     let name = owner_name(index);
-    let bank = port_bank(&world, &ctl);
+    let mut bank = port_bank(&world, &ctl);
     let shared: SharedClock = Arc::new(clock.clone());
-    let windows = LeaseWindows::new(RENEW, EXPIRE, VALIDITY).unwrap();
+    let mut windows = LeaseWindows::new(RENEW, EXPIRE, VALIDITY).unwrap();
+    if let Some(seed) = world.varied {
+        // Each owner its own windows and client limits (a declared budget of 225 ms or 675 ms:
+        // 100 ms or 300 ms requests and retries), from a draw of its own.
+        let mut vrng = Rng::new(seed ^ index as u64);
+        let ms = Duration::from_millis;
+        windows = match vrng.range(0..3) {
+            0 => LeaseWindows::new(RENEW, EXPIRE, VALIDITY),
+            1 => LeaseWindows::new(ms(200), ms(800), ms(150)),
+            _ => LeaseWindows::new(ms(300), ms(1_400), ms(100)),
+        }
+        .unwrap();
+        let limit = ms(if vrng.chance(0.5) { 100 } else { 300 });
+        bank = bank.with_declared_limits(banklease::config::ClientLimits {
+            request_timeout: Some(limit),
+            retry_timeout: Some(limit),
+        });
+        world.trace(format_args!(
+            "{name} windows {:?}/{:?}/{:?}, declared budget {:?}",
+            windows.renew_window,
+            windows.expire_window,
+            windows.validity_window,
+            bank.retry_budget()
+        ));
+    }
     let id = OwnerId::parse(&name).unwrap();
     let mut lease = None;
     for attempt in 0..3 {
@@ -484,6 +508,35 @@ pub(crate) async fn collector_loop(
                 }
             }
             Err(e) => world.trace(format_args!("{name} pass failed ({}): {e}", classify(&e))),
+        }
+        clock.sleep(INTERVAL).await;
+    }
+}
+
+/// `banklease gc` run from cron every `INTERVAL`: a new collector for every pass, which knows
+/// nothing of the one before but what the bank holds.
+pub(crate) async fn one_shot_loop(
+    world: Arc<World>,
+    name: String,
+    bank: Bank,
+    clock: SimClock,
+    options: GcOptions,
+) {
+    loop {
+        let collector = Collector::new(bank.clone(), Arc::new(clock.clone()), options.clone());
+        match collector.run_pass().await {
+            Ok(r) => {
+                if r.collected + r.repaired + r.leases_reaped > 0 {
+                    world.trace(format_args!(
+                        "{name} one-shot pass: collected={} repaired={} reaped={} errors={}",
+                        r.collected, r.repaired, r.leases_reaped, r.errors
+                    ));
+                }
+            }
+            Err(e) => world.trace(format_args!(
+                "{name} one-shot pass failed ({}): {e}",
+                classify(&e)
+            )),
         }
         clock.sleep(INTERVAL).await;
     }

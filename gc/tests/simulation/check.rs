@@ -158,9 +158,33 @@ pub(crate) struct World {
     /// Per probe key, the version before its latest write, while lagging probe reads are on.
     pub(crate) probe_before: Mutex<BTreeMap<Path, ObjectMeta>>,
     pub(crate) probe_lag_reads: AtomicU64,
+    /// Owners of different windows and declared retry budgets, on a bank whose create-if-absent
+    /// the collectors' rules take as timing only (a `swift://` label): each owner is judged by
+    /// its own rule (c). `None`: every owner has the model's windows, on `sim://`. The value
+    /// seeds each owner's draw.
+    pub(crate) varied: Option<u64>,
 }
 
 impl World {
+    /// How much longer than the model's bound a crashed owner's zombies may take: its own
+    /// expire window and the grace its rule (c) asks, past the model's.
+    pub(crate) fn owner_extra(&self, owner: &str) -> Duration {
+        if self.varied.is_none() {
+            return Duration::ZERO;
+        }
+        let Some(lease) = self.reg().owners.get(owner).and_then(|o| o.lease.clone()) else {
+            return Duration::ZERO;
+        };
+        let w = lease.windows();
+        let rule = banklease::config::swift_rule(
+            lease.bank().retry_budget(),
+            w.expire_window,
+            w.validity_window,
+            MARGIN,
+        );
+        w.expire_window.saturating_sub(EXPIRE) + rule.shortest_grace.saturating_sub(GRACE)
+    }
+
     pub(crate) fn now(&self) -> Duration {
         self.world.elapsed()
     }
@@ -415,7 +439,7 @@ pub(crate) fn sample(world: &World, healthy: bool, liveness: Duration, outcome: 
         if left.is_empty() {
             continue;
         }
-        if healthy && now > crashed_at + liveness {
+        if healthy && now > crashed_at + liveness + world.owner_extra(&owner) {
             world.violate(Violation::ZombieLate {
                 owner,
                 markers: left.len(),

@@ -17,6 +17,8 @@ pub(crate) struct SimClockInner {
     pub(crate) base: Instant,
     pub(crate) base_system: SystemTime,
     pub(crate) state: Mutex<Timers>,
+    /// The name of this host's boot clock, when the clock has one (`Clock::boot_instant`).
+    pub(crate) boot: std::sync::OnceLock<String>,
 }
 
 #[derive(Default)]
@@ -45,8 +47,15 @@ impl SimClock {
                 base: origin.now(),
                 base_system: origin.system_now() + head_start,
                 state: Mutex::new(Timers::default()),
+                boot: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Give this clock a boot clock named `name`: the host's, read the same by every process
+    /// on it (here, every collector made on this clock).
+    pub(crate) fn boot_as(&self, name: &str) {
+        let _ = self.inner.boot.set(name.to_owned());
     }
 
     pub(crate) fn timers(&self) -> std::sync::MutexGuard<'_, Timers> {
@@ -93,6 +102,14 @@ impl Clock for SimClock {
 
     fn system_now(&self) -> SystemTime {
         self.inner.base_system + self.elapsed()
+    }
+
+    fn boot_instant(&self) -> Option<banklease::clock::BootInstant> {
+        Some(banklease::clock::BootInstant {
+            clock: self.inner.boot.get()?.clone(),
+            // Booted a second before the run: a boot clock reads more than zero.
+            since_boot: Duration::from_secs(1) + self.elapsed(),
+        })
     }
 
     fn sleep(&self, duration: Duration) -> banklease::clock::Sleep {

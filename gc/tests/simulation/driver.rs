@@ -73,6 +73,11 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
         probe_lag: AtomicBool::new(false),
         probe_before: Mutex::default(),
         probe_lag_reads: AtomicU64::new(0),
+        // Drawn from a generator of its own: the other draws of a seed stay what they were.
+        varied: {
+            let mut vrng = Rng::new(seed ^ 0x0000_0a7e_5b0d_9e75);
+            vrng.chance(0.5).then(|| vrng.range(0..u64::MAX / 2))
+        },
     });
     {
         let w = world.clone();
@@ -82,7 +87,8 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
     }
     world.trace(format_args!(
         "seed={seed} kind={kind:?} healthy={healthy} conditional_update={conditional} \
-         store_skew={skew} {extra}"
+         store_skew={skew} {extra} varied_owners={}",
+        world.varied.is_some()
     ));
 
     // The collectors.
@@ -105,6 +111,17 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
                 let concurrency = rng.range(1..5) as usize;
                 let config = daemon_config(concurrency, staleness);
                 tokio::spawn(daemon_loop(world.clone(), name, bank, clock, config))
+            }
+            GcKind::OneShot | GcKind::BrokenOneShotNoBootClock => {
+                if kind == GcKind::OneShot {
+                    clock.boot_as(&format!("sim-host-{name}"));
+                }
+                // As `banklease gc`: no floor at a first reading (it would collect nothing).
+                let options = gc_options(&mut rng, staleness)
+                    .to_builder()
+                    .floor_at_first_reading(false)
+                    .build();
+                tokio::spawn(one_shot_loop(world.clone(), name, bank, clock, options))
             }
             GcKind::Collectors | GcKind::SingleCollector | GcKind::SuspendStopsOwnerClock => {
                 let options = gc_options(&mut rng, staleness);

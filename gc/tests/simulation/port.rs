@@ -484,5 +484,11 @@ pub(crate) fn port_bank(world: &Arc<World>, ctl: &Arc<Ctl>) -> Bank {
         inner: world.faults.clone(),
         ctl: ctl.clone(),
     };
-    Bank::from_store(Arc::new(port), PREFIX, "sim://bank")
+    // With varied owners, a Swift bank as far as the rules go (each owner's rule (c)).
+    let label = if world.varied.is_some() {
+        "swift://sim/bank"
+    } else {
+        "sim://bank"
+    };
+    Bank::from_store(Arc::new(port), PREFIX, label)
 }

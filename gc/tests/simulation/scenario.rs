@@ -132,8 +132,13 @@ impl Faults {
             probe_lag: false,
         };
         f.probe_lag = faulty && rng.chance(0.4);
-        if matches!(kind, GcKind::SingleCollector | GcKind::SingleDaemon)
-            && faulty
+        if matches!(
+            kind,
+            GcKind::SingleCollector
+                | GcKind::SingleDaemon
+                | GcKind::OneShot
+                | GcKind::BrokenOneShotNoBootClock
+        ) && faulty
             && rng.chance(0.5)
         {
             // A lone collector's only protection against a step is its own readings.
