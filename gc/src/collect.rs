@@ -186,7 +186,7 @@ impl Collecting<'_> {
         Ok(match index {
             // A stray marker: the pass would remove it.
             Some(record) if record.owner_id != tally.owner => Outcome::Repaired,
-            index => match self.waiting(tally, index.as_ref()) {
+            index => match self.waiting(tally, id, index.as_ref()).await? {
                 Some(why) => Outcome::Waiting(why),
                 None => Outcome::Collected,
             },
@@ -194,36 +194,51 @@ impl Collecting<'_> {
     }
 
     /// Why the checkpoint of a dead owner is left for later, if it is: an owner whose lease is
-    /// gone is judged by the retry budget its `index.json` declared (or the store's longest
-    /// default), which may need longer than the grace since the lease was first seen missing.
-    fn waiting(
+    /// gone is judged by the retry budget its `index.json` declared (or, without one, its
+    /// marker; or the store's longest default), which may need longer than the grace since the
+    /// lease was first seen missing. Only before anything is decided: a tombstone is written,
+    /// and a decision taken, only after this wait.
+    async fn waiting(
         &self,
         tally: &OwnerTally,
+        id: &str,
         index: Option<&checkpoint::CheckpointRecord>,
-    ) -> Option<String> {
+    ) -> banklease::Result<Option<String>> {
         if tally.verdict != Verdict::Missing {
             // An expired lease's own declarations were judged with it (zombies.rs).
-            return None;
+            return Ok(None);
         }
+        let declared = match index {
+            Some(r) if r.status == Status::Protecting => r.retry_budget_ms,
+            Some(_) => return Ok(None),
+            None => checkpoint::read_marker_budget(&self.ctx.bank, &tally.owner, id).await?,
+        };
         let ctx = self.ctx;
-        let declared = index.and_then(|r| r.retry_budget_ms);
         let (wait, why) = ctx.rules.wait_missing(&tally.owner, declared, &ctx.options);
-        let dead_for = Duration::from_millis(tally.evidence.as_ref()?.dead_for_ms);
-        why.filter(|_| !past(dead_for, wait, ctx.options.skew_margin))
+        let Some(evidence) = tally.evidence.as_ref() else {
+            return Ok(None);
+        };
+        let dead_for = Duration::from_millis(evidence.dead_for_ms);
+        Ok(why.filter(|_| !past(dead_for, wait, ctx.options.skew_margin)))
     }
 
     /// The late-write window of a checkpoint of this owner: its declared budget's (the lease's,
-    /// or when it is gone `index.json`'s), or the collector's when that is longer.
-    fn late_window(
+    /// or when it is gone `index.json`'s or, under a tombstone, its marker's), or the
+    /// collector's when that is longer.
+    async fn late_window(
         &self,
         tally: &OwnerTally,
+        id: &str,
         index: Option<&checkpoint::CheckpointRecord>,
-    ) -> Duration {
-        let declared = match tally.verdict {
-            Verdict::Missing => index.and_then(|r| r.retry_budget_ms),
-            _ => tally.budget_ms,
+    ) -> banklease::Result<Duration> {
+        let declared = match (tally.verdict == Verdict::Missing, tally.budget_ms) {
+            (false, Some(ms)) => Some(ms),
+            _ => match index.and_then(|r| r.retry_budget_ms) {
+                Some(ms) => Some(ms),
+                None => checkpoint::read_marker_budget(&self.ctx.bank, &tally.owner, id).await?,
+            },
         };
-        self.ctx.rules.late_window(declared, &self.ctx.options)
+        Ok(self.ctx.rules.late_window(declared, &self.ctx.options))
     }
 
     async fn collect_one(&self, tally: &OwnerTally, id: &str) -> banklease::Result<Outcome> {
@@ -265,12 +280,12 @@ impl Collecting<'_> {
                 };
             }
             Some(record) => {
-                if let Some(why) = self.waiting(tally, Some(record)) {
+                if let Some(why) = self.waiting(tally, id, Some(record)).await? {
                     return Ok(Outcome::Waiting(why));
                 }
             }
             None => {
-                if let Some(why) = self.waiting(tally, None) {
+                if let Some(why) = self.waiting(tally, id, None).await? {
                     return Ok(Outcome::Waiting(why));
                 }
                 // No metadata: tombstone the id first (create-if-absent), so that a create of
@@ -309,7 +324,7 @@ impl Collecting<'_> {
                 return Ok(Outcome::Repaired);
             }
         }
-        let late = self.late_window(tally, existing.as_ref());
+        let late = self.late_window(tally, id, existing.as_ref()).await?;
         finish_collection(bank, owner, id, existing, late).await
     }
 }

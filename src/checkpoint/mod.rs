@@ -93,7 +93,7 @@ impl Checkpoint {
         let owner = lease.owner_id();
         let marker = marker_path(bank, owner, id);
         bank.store()
-            .put(&marker, PutPayload::default())
+            .put(&marker, marker_body(bank))
             .await
             .map_err(|e| Error::store("put", &marker, e))?;
         let now = lease.clock().system_now().into();
@@ -184,7 +184,7 @@ impl Checkpoint {
         }
         lease.ensure_valid()?;
         bank.store()
-            .put(&marker, PutPayload::default())
+            .put(&marker, marker_body(bank))
             .await
             .map_err(|e| Error::store("put", &marker, e))?;
         Ok(Self {

@@ -300,6 +300,40 @@ pub fn decision_path(bank: &Bank, id: &str) -> Path {
     Key::Decision(id.to_owned()).path(bank)
 }
 
+/// The body of a protecting marker: what its owner declared, for a collector that finds the
+/// marker without its `index.json` and the owner's lease gone (a crash between the two writes).
+/// Markers of releases before it are empty.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkerRecord {
+    /// The retry budget of the owner's store client in milliseconds, as its lease declares it.
+    pub retry_budget_ms: u64,
+}
+
+/// Larger markers are not read.
+const MAX_MARKER_BYTES: u64 = 1024;
+
+/// The marker body an owner on `bank` writes.
+pub(crate) fn marker_body(bank: &Bank) -> PutPayload {
+    let record = MarkerRecord {
+        retry_budget_ms: crate::config::ceil_ms(bank.retry_budget()),
+    };
+    PutPayload::from(serde_json::to_vec(&record).expect("a marker record serialises"))
+}
+
+/// The retry budget a marker declares: `None` for a marker that is gone, empty (an older
+/// release's) or not a record this release reads.
+pub async fn read_marker_budget(bank: &Bank, owner: &OwnerId, id: &str) -> Result<Option<u64>> {
+    let path = marker_path(bank, owner, id);
+    let Some((bytes, _)) =
+        crate::lease::record::read_bounded(bank, &path, MAX_MARKER_BYTES).await?
+    else {
+        return Ok(None);
+    };
+    Ok(serde_json::from_slice::<MarkerRecord>(&bytes)
+        .ok()
+        .map(|r| r.retry_budget_ms))
+}
+
 /// Parse a marker path under [`protecting_prefix`] into (owner, checkpoint id).
 /// `None` when it is not of the form `<owner>/<id>` with valid ids.
 pub fn parse_marker(bank: &Bank, path: &Path) -> Option<(OwnerId, String)> {
