@@ -406,6 +406,8 @@ pub(crate) fn sample(world: &World, healthy: bool, liveness: Duration, outcome: 
     let zombies = std::mem::take(&mut world.reg().zombies);
     let mut pending = Vec::new();
     for (owner, crashed_at, ids) in zombies {
+        // An owner of longer windows or a longer rule (c) is measured against its own bound.
+        let extra = world.owner_extra(&owner);
         let mut left = BTreeSet::new();
         for id in ids {
             let decided = {
@@ -420,13 +422,13 @@ pub(crate) fn sample(world: &World, healthy: bool, liveness: Duration, outcome: 
             let marker = Path::from(format!("{PREFIX}/index/protecting/{owner}/{id}"));
             match decided {
                 Some(at) => {
-                    let took = at.saturating_sub(crashed_at);
+                    let took = at.saturating_sub(crashed_at).saturating_sub(extra);
                     outcome.worst_liveness = outcome.worst_liveness.max(took);
                     outcome.over_asked += u64::from(took > LIVENESS_ASKED);
                     outcome.over_margin_bound += u64::from(took > LIVENESS_ASKED + MARGIN);
                 }
                 None if world.sim.peek(&marker).is_none() => {
-                    let took = now - crashed_at;
+                    let took = (now - crashed_at).saturating_sub(extra);
                     outcome.worst_liveness = outcome.worst_liveness.max(took);
                     outcome.over_asked += u64::from(took > LIVENESS_ASKED);
                     outcome.over_margin_bound += u64::from(took > LIVENESS_ASKED + MARGIN);
@@ -439,7 +441,7 @@ pub(crate) fn sample(world: &World, healthy: bool, liveness: Duration, outcome: 
         if left.is_empty() {
             continue;
         }
-        if healthy && now > crashed_at + liveness + world.owner_extra(&owner) {
+        if healthy && now > crashed_at + liveness + extra {
             world.violate(Violation::ZombieLate {
                 owner,
                 markers: left.len(),
