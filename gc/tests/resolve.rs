@@ -338,3 +338,57 @@ async fn resolve_calls_unreadable_exactly_what_the_gc_will_not_read() {
         }
     }
 }
+
+/// `checkpoint resolve` judges an owner as a pass does, so it holds the skew margin to the
+/// store's stamp resolution as a pass does: on a store that stamps whole seconds (S3, Swift's
+/// Last-Modified) a 50 ms margin is refused before anything is judged or written.
+#[tokio::test]
+async fn resolve_refuses_a_margin_below_the_stores_stamp_resolution() {
+    use banklease::clock::MockClock;
+    use banklease_testkit::sim_store::{SimStore, StoreClock};
+    use std::sync::Arc;
+    use std::time::Duration;
+    // The mock clock's wall time starts on a whole second and is not advanced: every stamp is
+    // a whole second.
+    let world = MockClock::new();
+    let store = SimStore::new(StoreClock::new(world.clone()));
+    let bank = banklease_testkit::made(banklease::Bank::from_store(
+        Arc::new(store),
+        "",
+        "whole-seconds://",
+    ));
+    let windows = banklease::LeaseWindows::new(
+        Duration::from_millis(100),
+        Duration::from_millis(400),
+        Duration::from_millis(50),
+    )
+    .unwrap();
+    let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(world.clone()))
+        .await
+        .unwrap();
+    Checkpoint::create(&lease, "cp-torn").await.unwrap();
+    let index = Key::Index("cp-torn".to_owned()).path(&bank);
+    bank.store().put(&index, "{torn".into()).await.unwrap();
+    let options = GcOptions::builder()
+        .grace(Duration::from_millis(200))
+        .skew_margin(Duration::from_millis(50))
+        .build();
+    let clock: banklease::clock::SharedClock = Arc::new(world);
+    let err = resolve(&bank, &clock, &options, "cp-torn", "op", Assertion::None)
+        .await
+        .expect_err("a margin below the stamp resolution is refused");
+    let msg = banklease::error_chain(&err);
+    assert!(msg.contains("lease.skew_margin=`50ms`"), "{msg}");
+    assert!(msg.contains("resolution=`1s`"), "{msg}");
+    let got = bank.store().get(&index).await.unwrap();
+    assert_eq!(
+        &got.bytes().await.unwrap()[..],
+        b"{torn",
+        "nothing was replaced"
+    );
+    assert!(bank
+        .store()
+        .head(&Key::Decision("cp-torn".to_owned()).path(&bank))
+        .await
+        .is_err());
+}
