@@ -74,11 +74,14 @@ pub(crate) fn parse_timestamp(s: &str) -> Option<DateTime<Utc>> {
     DateTime::<Utc>::from_timestamp(secs, nanos)
 }
 
-/// A container listing's `last_modified` (`2026-11-22T14:20:10.866560`, UTC, µs).
+/// A container listing's `last_modified`: Swift's own (`2026-11-22T14:20:10.866560`, UTC, µs,
+/// no zone), or RFC 3339 with a `Z` or an offset (Ceph RGW: `2026-11-28T02:23:31.059Z`).
 pub(crate) fn parse_listing_time(s: &str) -> Option<DateTime<Utc>> {
+    let s = s.trim();
     NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
-        .ok()
         .map(|n| n.and_utc())
+        .or_else(|_| DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc)))
+        .ok()
 }
 
 /// `bytes 2-13/14` → (2..14, 14).
@@ -292,6 +295,26 @@ mod tests {
         assert_eq!(parse_content_range("bytes 2-13/14"), Some((2..14, 14)));
         assert_eq!(parse_content_range("bytes 2-14/14"), None);
         assert_eq!(parse_content_range("bytes */14"), None);
+    }
+
+    /// Ceph RGW's Swift API lists times as RFC 3339 (milliseconds and a `Z`); other gateways
+    /// may give an offset or no fraction. Every form names the same instant; anything else is
+    /// still refused.
+    #[test]
+    fn listing_times_of_every_gateway_parse() {
+        let at = |s: &str| parse_listing_time(s).unwrap_or_else(|| panic!("{s}"));
+        let swift = at("2026-11-28T02:23:31.059000");
+        assert_eq!(at("2026-11-28T02:23:31.059Z"), swift, "RGW");
+        assert_eq!(at("2026-11-28T02:23:31.059+00:00"), swift);
+        assert_eq!(at("2026-11-28T03:23:31.059+01:00"), swift, "an offset");
+        assert_eq!(
+            at("2026-11-28T02:23:31Z"),
+            at("2026-11-28T02:23:31"),
+            "no fraction"
+        );
+        for bad in ["", "2026-11-28", "yesterday", "2026-11-28T02:23:31.059Q"] {
+            assert_eq!(parse_listing_time(bad), None, "{bad}");
+        }
     }
 
     #[test]
