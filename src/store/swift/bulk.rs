@@ -22,6 +22,23 @@ const GATHER: usize = 10_000;
 /// seconds. A request that fails as a whole is done again one object at a time.
 const BULK_CHUNK: usize = 200;
 
+/// Swift's documented default of `max_deletes_per_request` (the `bulk` middleware's), for a
+/// cluster that advertises bulk delete without its limits (Ceph RGW: `"bulk_delete": {}`).
+const DEFAULT_MAX_DELETES_PER_REQUEST: u64 = 10_000;
+
+/// Objects per bulk-delete request a cluster's `/info` allows: its `max_deletes_per_request`,
+/// the documented default where it advertises `bulk_delete` without one, 0 where it does not
+/// advertise it.
+fn limit_from_info(info: Option<&serde_json::Value>) -> u64 {
+    match info.and_then(|i| i.get("bulk_delete")) {
+        Some(bulk) if bulk.is_object() => bulk
+            .get("max_deletes_per_request")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(DEFAULT_MAX_DELETES_PER_REQUEST),
+        _ => 0,
+    }
+}
+
 impl SwiftStore {
     /// Objects per bulk-delete request, or 0 when the cluster offers none. Asked once; a
     /// failed `/info` is not remembered (per-object deletes this time, asked again next time).
@@ -31,12 +48,7 @@ impl SwiftStore {
             .bulk_delete_limit
             .get_or_try_init(|| async {
                 let info = client.info().await?;
-                let limit = info
-                    .as_ref()
-                    .and_then(|i| i.get("bulk_delete"))
-                    .and_then(|b| b.get("max_deletes_per_request"))
-                    .and_then(serde_json::Value::as_u64)
-                    .unwrap_or(0);
+                let limit = limit_from_info(info.as_ref());
                 tracing::debug!(limit, "swift bulk delete");
                 Ok::<_, Error>(usize::try_from(limit).unwrap_or(usize::MAX))
             })
@@ -218,4 +230,23 @@ fn percent_decode(s: &str) -> String {
         .next()
         .map(|(_, v)| v.into_owned())
         .unwrap_or_else(|| s.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ceph RGW advertises `"bulk_delete": {}`: bulk delete with Swift's default limits.
+    #[test]
+    fn a_cluster_advertising_bulk_delete_without_limits_gets_the_documented_defaults() {
+        let info = |v: serde_json::Value| limit_from_info(Some(&v));
+        assert_eq!(info(serde_json::json!({"bulk_delete": {}})), 10_000);
+        assert_eq!(
+            info(serde_json::json!({"bulk_delete": {"max_deletes_per_request": 500}})),
+            500
+        );
+        assert_eq!(info(serde_json::json!({"swift": {}})), 0);
+        assert_eq!(info(serde_json::json!({"bulk_delete": true})), 0);
+        assert_eq!(limit_from_info(None), 0);
+    }
 }
