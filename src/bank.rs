@@ -47,6 +47,8 @@ struct BankInner {
     made_at_open: bool,
     /// The limits the store client was opened with (`[bank] request_timeout`, `retry_timeout`).
     limits: crate::config::ClientLimits,
+    /// The form its conditions are sent in, for an S3-compatible store (`from_s3_compatible`).
+    etag_form: Option<crate::store::EtagForm>,
 }
 
 impl fmt::Debug for Bank {
@@ -161,6 +163,19 @@ impl Bank {
         Self::build(store, None, None, prefix, label)
     }
 
+    /// A bank on an S3-compatible store (what `s3://` opens): every conditional overwrite goes
+    /// through an [`EtagAdapter`](crate::store::EtagAdapter), so that a store that compares its
+    /// ETags unquoted (Ceph RGW) is sent the form it honours once the capability probe found it.
+    pub fn from_s3_compatible(store: Arc<dyn ObjectStore>, prefix: &str, label: &str) -> Self {
+        let form = crate::store::EtagForm::default();
+        let adapted = Arc::new(crate::store::EtagAdapter::new(store, form.clone()));
+        let mut bank = Self::build(adapted, None, None, prefix, label);
+        Arc::get_mut(&mut bank.inner)
+            .expect("a bank just built is not shared")
+            .etag_form = Some(form);
+        bank
+    }
+
     /// A bank on a native Swift store: leases use Swift's server-side expiry and POST renewal.
     pub fn from_swift(store: crate::store::swift::SwiftStore, prefix: &str, label: &str) -> Self {
         Self::build(Arc::new(store.clone()), Some(store), None, prefix, label)
@@ -185,8 +200,10 @@ impl Bank {
         let inner = Arc::get_mut(&mut bank.inner).expect("a bank just built is not shared");
         inner.probe_key.clone_from(&self.inner.probe_key);
         inner.made_at_open = self.inner.made_at_open;
-        // The client behind the wrapper is the same: so is its retry budget.
+        // The client behind the wrapper is the same: so is its retry budget, and the form its
+        // conditions are sent in (the wrapped store goes through the same adapter).
         inner.limits = self.inner.limits;
+        inner.etag_form.clone_from(&self.inner.etag_form);
         bank.reading_only = self.reading_only;
         bank
     }
@@ -209,6 +226,7 @@ impl Bank {
                 probe_key: uuid::Uuid::new_v4().simple().to_string(),
                 made_at_open: false,
                 limits: crate::config::ClientLimits::default(),
+                etag_form: None,
             }),
             reading_only: false,
         }
@@ -288,7 +306,13 @@ impl Bank {
             .capabilities
             .get_or_try_init(|| {
                 let path = Key::Probe(uuid::Uuid::new_v4().to_string()).path(self);
-                Capabilities::probe(self.store(), path, self.label(), self.swift().is_some())
+                Capabilities::probe(
+                    self.store(),
+                    path,
+                    self.label(),
+                    self.swift().is_some(),
+                    self.inner.etag_form.as_ref(),
+                )
             })
             .await
     }

@@ -55,6 +55,11 @@ pub struct Capabilities {
     pub renewal: RenewalMechanism,
     /// The store deletes expired lease objects by itself (Swift's `X-Delete-After`).
     pub server_side_expiry: bool,
+    /// The store refused its own (quoted) ETag in a matching `If-Match` and honoured the
+    /// unquoted form, atomically under a race (Ceph RGW): every condition is sent unquoted
+    /// ([`EtagForm`](crate::store::EtagForm)).
+    #[serde(default)]
+    pub unquoted_etags: bool,
 }
 
 impl Capabilities {
@@ -70,6 +75,7 @@ impl Capabilities {
         path: Path,
         bank: &str,
         swift: bool,
+        etag_form: Option<&crate::store::EtagForm>,
     ) -> Result<Self> {
         let create = PutOptions::from(PutMode::Create);
         let first = store
@@ -110,7 +116,7 @@ impl Capabilities {
         };
 
         let conditional_overwrite = if create_if_absent == Condition::Enforced {
-            probe_update(store.as_ref(), &path, &first).await
+            probe_update(store.as_ref(), &path, &first, etag_form).await
         } else {
             Ok(Condition::Refused)
         };
@@ -140,6 +146,7 @@ impl Capabilities {
             conditional_overwrite,
             renewal,
             server_side_expiry: swift,
+            unquoted_etags: etag_form.is_some_and(|f| f.is_unquoted()),
         };
         tracing::debug!(bank, ?caps, "probed bank capabilities");
         Ok(caps)
@@ -150,6 +157,7 @@ async fn probe_update(
     store: &dyn ObjectStore,
     path: &object_store::path::Path,
     first: &object_store::PutResult,
+    etag_form: Option<&crate::store::EtagForm>,
 ) -> std::result::Result<Condition, object_store::Error> {
     let current = UpdateVersion {
         e_tag: first.e_tag.clone(),
@@ -165,14 +173,22 @@ async fn probe_update(
         .put_opts(
             path,
             PutPayload::from_static(b"probe-3"),
-            PutOptions::from(PutMode::Update(current)),
+            PutOptions::from(PutMode::Update(current.clone())),
         )
         .await
     {
         Ok(_) => {}
         Err(e) if is_refusal(&e) => return Ok(Condition::Refused),
-        // A matching version was rejected: the store does not implement the condition usefully.
-        Err(object_store::Error::Precondition { .. }) => return Ok(Condition::Refused),
+        // A matching version was rejected: perhaps only in the form sent (RGW compares its
+        // unquoted ETag byte for byte); otherwise the store does not implement it usefully.
+        Err(object_store::Error::Precondition { .. }) => {
+            match etag_form.filter(|f| !f.is_unquoted()) {
+                Some(form) if unquoted_is_honoured(store, path, &current).await? => {
+                    form.use_unquoted();
+                }
+                _ => return Ok(Condition::Refused),
+            }
+        }
         Err(e) => return Err(e),
     }
     match store
@@ -188,6 +204,63 @@ async fn probe_update(
         Err(e) if is_refusal(&e) => Ok(Condition::Refused),
         Err(e) => Err(e),
     }
+}
+
+/// Racing writers of the unquoted form, each round: one winner on a store whose `If-Match` is
+/// atomic (RGW: one of 16 in every round).
+const UNQUOTED_RACE_WRITERS: usize = 4;
+const UNQUOTED_RACE_ROUNDS: usize = 3;
+
+/// Whether `path` (at `current`, whose quoted ETag was just refused) takes an overwrite whose
+/// `If-Match` is the unquoted ETag, refuses a stale one, and lets exactly one of
+/// [`UNQUOTED_RACE_WRITERS`] racing writers through in each of [`UNQUOTED_RACE_ROUNDS`] rounds:
+/// only then is the unquoted form relied on.
+async fn unquoted_is_honoured(
+    store: &dyn ObjectStore,
+    path: &object_store::path::Path,
+    current: &UpdateVersion,
+) -> std::result::Result<bool, object_store::Error> {
+    use crate::store::unquoted;
+    let update = |version: UpdateVersion, body: String| {
+        store.put_opts(
+            path,
+            PutPayload::from(body),
+            PutOptions::from(PutMode::Update(unquoted(version))),
+        )
+    };
+    let mut version = match update(current.clone(), "probe-3u".to_owned()).await {
+        Ok(r) => UpdateVersion {
+            e_tag: r.e_tag,
+            version: r.version,
+        },
+        Err(object_store::Error::Precondition { .. }) => return Ok(false),
+        Err(e) if is_refusal(&e) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    for round in 0..UNQUOTED_RACE_ROUNDS {
+        let attempts = (0..UNQUOTED_RACE_WRITERS)
+            .map(|i| update(version.clone(), format!("probe-race-{round}-{i}")));
+        let mut winners = Vec::new();
+        for result in futures::future::join_all(attempts).await {
+            match result {
+                Ok(r) => winners.push(r),
+                Err(object_store::Error::Precondition { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match winners.len() {
+            1 => {
+                let r = winners.pop().expect("one winner");
+                version = UpdateVersion {
+                    e_tag: r.e_tag,
+                    version: r.version,
+                };
+            }
+            // None honoured, or several won: not a condition to rely on.
+            _ => return Ok(false),
+        }
+    }
+    Ok(true)
 }
 
 /// Whether the store refused a request as not implemented: object_store's NotImplemented or

@@ -163,6 +163,9 @@ pub struct Diagnosis {
     pub create_if_absent: Condition,
     /// `PutMode::Update` with a stale ETag.
     pub conditional_overwrite: Condition,
+    /// The store refused its own (quoted) ETag and honoured the unquoted form, atomically
+    /// (Ceph RGW): every condition is sent unquoted.
+    pub unquoted_etags: bool,
     /// How owners renew their leases here; `None` when the bank is refused for leasing.
     pub renewal: Option<RenewalMechanism>,
     /// Why the capability probe refused the bank for leasing, if it did.
@@ -212,13 +215,17 @@ pub async fn diagnose(
 ) -> Result<Diagnosis> {
     let run = uuid::Uuid::new_v4().to_string();
     let dir = Prefix::Doctor(&run).path(bank);
+    let mut unquoted_etags = false;
     let (create_if_absent, conditional_overwrite, renewal, refused_for_leasing) =
         match bank.capabilities().await {
             Ok(caps) => (
                 caps.create_if_absent,
                 caps.conditional_overwrite,
                 Some(caps.renewal),
-                None,
+                {
+                    unquoted_etags = caps.unquoted_etags;
+                    None
+                },
             ),
             // The probe stops at the first missing condition; measure both for the table.
             Err(Error::Unsupported { detail, .. }) => {
@@ -261,6 +268,7 @@ pub async fn diagnose(
         bank: bank.label().to_owned(),
         create_if_absent,
         conditional_overwrite,
+        unquoted_etags,
         renewal,
         refused_for_leasing,
         create_race,

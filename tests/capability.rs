@@ -41,3 +41,57 @@ async fn local_files_enforce_update() {
         .unwrap_or(0);
     assert_eq!(left, 0);
 }
+
+/// Ceph RGW compares `If-Match` with its unquoted ETags, so the quoted ETag it returns itself is
+/// refused. Opened as an S3 bank is, the probe finds the unquoted form honoured (and atomic
+/// under its race), every condition is sent so, and renewals are conditional overwrites again;
+/// without the adapter (a bank from the bare store, as `s3://` was opened before) the
+/// conditional overwrite is refused and renewals fall back to verify-then-overwrite.
+#[tokio::test]
+async fn a_store_comparing_unquoted_etags_gets_the_form_it_honours() {
+    use banklease::clock::MockClock;
+    use banklease::{LeaseWindows, OwnerId, OwnerLease};
+    use banklease_testkit::rgw::RgwEtags;
+    use std::time::Duration;
+
+    let bare = Bank::from_store(
+        Arc::new(RgwEtags::new(object_store::memory::InMemory::new())),
+        "",
+        "s3://rgw/bare",
+    );
+    let caps = bare.capabilities().await.unwrap().clone();
+    assert_eq!(caps.conditional_overwrite, Condition::Refused);
+    assert_eq!(caps.renewal, RenewalMechanism::VerifyThenOverwrite);
+    assert!(!caps.unquoted_etags);
+
+    let bank = banklease_testkit::made(Bank::from_s3_compatible(
+        Arc::new(RgwEtags::new(object_store::memory::InMemory::new())),
+        "",
+        "s3://rgw/bank",
+    ));
+    let caps = bank.capabilities().await.unwrap().clone();
+    assert_eq!(caps.conditional_overwrite, Condition::Enforced);
+    assert_eq!(caps.renewal, RenewalMechanism::ConditionalUpdate);
+    assert!(caps.unquoted_etags);
+    // The doctor's If-Match race goes through the same adapter.
+    let race = banklease::doctor::probe_update_race(&bank, 8, 3)
+        .await
+        .unwrap();
+    assert!(race.looked_atomic(), "{race:?}");
+    // An owner renews by conditional overwrite, many times over.
+    let clock = MockClock::new();
+    let windows = LeaseWindows::new(
+        Duration::from_secs(1),
+        Duration::from_secs(5),
+        Duration::from_millis(500),
+    )
+    .unwrap();
+    let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(clock.clone()))
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        clock.advance(Duration::from_secs(1));
+        lease.renew().await.unwrap();
+        assert!(lease.check_validity());
+    }
+}

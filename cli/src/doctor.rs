@@ -326,7 +326,15 @@ fn print_human(d: &Diagnosis, v: &Verdicts, supported: bool) -> Result<()> {
         ],
         vec![
             "conditional overwrite (If-Match)".to_owned(),
-            condition(d.conditional_overwrite).to_owned(),
+            if d.unquoted_etags {
+                format!(
+                    "{} (the store rejects its own quoted ETag; the unquoted form is honoured, \
+                     and sent)",
+                    condition(d.conditional_overwrite)
+                )
+            } else {
+                condition(d.conditional_overwrite).to_owned()
+            },
         ],
         vec!["  under a race".to_owned(), update_race],
         vec!["lease renewal".to_owned(), renewal],

@@ -143,7 +143,7 @@ fn open_s3(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
         .with_http_connector(DateRecorder::default())
         .build()
         .map_err(|e| bad(&format!("cannot configure S3 from AWS_* variables: {e}")))?;
-    Ok(Bank::from_store(Arc::new(store), prefix, url))
+    Ok(Bank::from_s3_compatible(Arc::new(store), prefix, url))
 }
 
 /// `az://…` (`rest` is what follows the scheme).

@@ -31,6 +31,7 @@ fn diagnosis(create: Condition, overwrite: Condition) -> Diagnosis {
         bank: "hand-made".to_owned(),
         create_if_absent: create,
         conditional_overwrite: overwrite,
+        unquoted_etags: false,
         renewal,
         refused_for_leasing: None,
         create_race: Some(race(8, 0)),
@@ -150,6 +151,7 @@ fn cheap_owner_lease_verdict_follows_the_probe() {
         create_if_absent: Condition::Enforced,
         conditional_overwrite: Condition::Enforced,
         renewal: RenewalMechanism::ConditionalUpdate,
+        unquoted_etags: false,
         server_side_expiry: false,
     };
     assert_eq!(owner_lease_verdict(&caps).basis, Basis::Atomic);
@@ -161,6 +163,7 @@ fn cheap_owner_lease_verdict_follows_the_probe() {
     assert_eq!(owner_lease_verdict(&caps).basis, Basis::Timing);
     let caps = crate::capability::Capabilities {
         renewal: RenewalMechanism::SwiftPut,
+        unquoted_etags: false,
         server_side_expiry: true,
         ..caps
     };

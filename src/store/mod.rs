@@ -8,12 +8,15 @@
 
 pub(crate) mod cause;
 mod counting;
+mod etag;
 pub(crate) mod local;
 pub(crate) mod swift;
 
 pub use crate::store_clock::{dated, DateRecorder, DATE_RESOLUTION};
 pub use cause::{classify, StoreCause};
 pub use counting::{Counters, CountingStore};
+pub(crate) use etag::unquoted;
+pub use etag::{EtagAdapter, EtagForm};
 pub use local::{LocalStore, StagedWrite, SweepWalk, TemporarySweep};
 pub use swift::{
     SwiftBuilder, SwiftConfigKey, SwiftHead, SwiftStore, SwiftWrite, DEFAULT_LIST_LIMIT,

@@ -7,6 +7,7 @@
 //!   latency and timeouts on a mock clock, late answers, partitions, lagging listings;
 //! - [`sim_store`]: `SimStore`, an in-memory store that stamps `last_modified` with its own
 //!   clock (skewed, jumping), with switches for weaker stores (no If-Match, stale reads);
+//! - [`rgw`]: `RgwEtags<T>`, a store that compares `If-Match` with unquoted ETags (Ceph RGW);
 //! - [`backends`]: the backends a suite runs on (memory, file, and the servers CI configures),
 //!   a fresh bank on each, and `each_backend`, which runs a suite on all of them.
 //!
@@ -15,6 +16,7 @@
 pub mod backends;
 pub mod failing;
 pub mod keystone;
+pub mod rgw;
 pub mod sim_store;
 pub mod stall;
 
