@@ -215,13 +215,18 @@ async fn top_level(bank: &Bank) -> Result<Option<String>> {
 const HOUSEKEEPING: &str = "_banklease";
 
 /// Make `bank` a bank: write its descriptor unless it has one. Refuses a prefix that holds
-/// anything else than a bank's own objects ([`Error::NotABank`]).
+/// anything else than a bank's own objects ([`Error::NotABank`]), and a store where leases
+/// cannot be kept ([`Error::Unsupported`], from the capability probe: e.g. Ceph RGW's Swift API,
+/// which ignores create-if-absent), writing nothing.
 pub async fn init(bank: &Bank) -> Result<Initialised> {
     if read(bank).await?.is_some() {
         check(bank).await?;
         return Ok(Initialised::Already);
     }
     let empty = top_level(bank).await?.is_none();
+    // Only a store that can keep leases becomes a bank: the capability probe (which removes
+    // its probe key) refuses one that ignores create-if-absent before anything is written.
+    bank.capabilities().await?;
     let path = descriptor_path(bank);
     match write_descriptor(bank).await {
         Ok(_) => Ok(if empty {

@@ -95,3 +95,27 @@ async fn a_store_comparing_unquoted_etags_gets_the_form_it_honours() {
         assert!(lease.check_validity());
     }
 }
+
+/// `init` runs the checks leasing needs before it writes anything: on a store that ignores
+/// create-if-absent (Ceph RGW's Swift API) it refuses with the reason, and no descriptor is
+/// written, so no later command takes the prefix for a bank.
+#[tokio::test]
+async fn init_refuses_a_store_where_leases_cannot_be_kept_and_writes_nothing() {
+    use futures::TryStreamExt;
+    let store = FailingStore::new(object_store::memory::InMemory::new());
+    store.set_ignore_conditions(true);
+    let bank = Bank::from_store(Arc::new(store.clone()), "bank", "ignoring://bank");
+    let err = banklease::layout::init(&bank)
+        .await
+        .expect_err("a store that ignores create-if-absent is refused");
+    assert!(
+        matches!(&err, banklease::Error::Unsupported { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("create-if-absent"), "{err}");
+    let left: Vec<_> = object_store::ObjectStore::list(&store, None)
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "init left {left:?}");
+}

@@ -44,15 +44,16 @@ pub(crate) async fn init(ctx: &Ctx, create_container: bool) -> Result<Outcome> {
             make_it(label)
         );
     }
-    if container_created && !ctx.json {
+    let initialised = layout::init(&ctx.bank).await;
+    if initialised.is_err() && container_created {
+        // Nothing is left of a refused init: the container it made goes again (it is empty).
         if let Some(swift) = ctx.bank.swift() {
-            out_line(&format!(
-                "container created: container=`{}`",
-                swift.container()
-            ))?;
+            if let Err(e) = swift.delete_container().await {
+                tracing::warn!(error = %e, "removing the container init made failed");
+            }
         }
     }
-    let outcome = match layout::init(&ctx.bank).await {
+    let outcome = match initialised {
         Ok(outcome) => outcome,
         Err(e) if container_missing(&e) && ctx.bank.swift().is_none() => bail!(
             "cannot initialise bank=`{label}`: its bucket or container does not exist; {}, then \
@@ -63,6 +64,14 @@ pub(crate) async fn init(ctx: &Ctx, create_container: bool) -> Result<Outcome> {
             return Err(anyhow::Error::new(e).context(format!("cannot initialise bank=`{label}`")))
         }
     };
+    if container_created && !ctx.json {
+        if let Some(swift) = ctx.bank.swift() {
+            out_line(&format!(
+                "container created: container=`{}`",
+                swift.container()
+            ))?;
+        }
+    }
     let outcome = match outcome {
         Initialised::Created => "created",
         Initialised::Adopted => "adopted",
