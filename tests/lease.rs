@@ -41,8 +41,9 @@ async fn acquire(b: &Bank, clock: &MockClock, name: &str) -> OwnerLease {
 async fn mechanism_follows_the_store() {
     each_backend(async |backend, b, _, clock| {
         let expected = match backend {
-            // Local files: atomic If-Match through `banklease::local`.
-            Backend::Memory | Backend::File | Backend::S3 | Backend::Azure => {
+            // Local files: atomic If-Match through `banklease::local`; RGW through the unquoted
+            // form its probe found.
+            Backend::Memory | Backend::File | Backend::S3 | Backend::Azure | Backend::Rgw => {
                 RenewalMechanism::ConditionalUpdate
             }
             Backend::Swift | Backend::Keystone => RenewalMechanism::SwiftPut,
@@ -305,7 +306,7 @@ async fn wait_for_lost(rx: &mut tokio::sync::watch::Receiver<LeaseState>) {
 async fn advance(backend: Backend, clock: &MockClock, total: Duration, step: Duration) {
     let pause = match backend {
         Backend::Memory | Backend::File => Duration::from_millis(1),
-        Backend::Swift | Backend::S3 | Backend::Azure => Duration::from_millis(60),
+        Backend::Swift | Backend::S3 | Backend::Azure | Backend::Rgw => Duration::from_millis(60),
         // Swift's authtoken asks Keystone (three workers on a 2-core machine) about every token
         // it has not validated in the last 2 s: a renewal takes longer there.
         Backend::Keystone => Duration::from_millis(150),
@@ -539,9 +540,9 @@ async fn take_over_only_an_expired_lease_and_only_once_on_atomic_stores() {
         );
         let winners = [&b1, &b2].iter().filter(|r| r.is_ok()).count();
         match backend {
-            // If-Match takeover (atomic on files too, `banklease::local`): exactly one of two
-            // racing standbys wins.
-            Backend::Memory | Backend::File | Backend::Azure => {
+            // If-Match takeover (atomic on files too, `banklease::local`, and on RGW, which
+            // doctor races): exactly one of two racing standbys wins.
+            Backend::Memory | Backend::File | Backend::Azure | Backend::Rgw => {
                 assert_eq!(winners, 1, "{b1:?} {b2:?}")
             }
             // Delete-then-create (Swift): at least one wins; a second learns it lost at

@@ -63,17 +63,21 @@ pub enum Backend {
     /// Native Swift through Keystone v3 (`swift://` on the Keystone proxy, password auth as an
     /// openrc gives it); needs `BANKLEASE_TEST_KEYSTONE=1`.
     Keystone,
+    /// Ceph RADOS Gateway's S3 API (`s3://`, a real S3 server that compares ETags unquoted);
+    /// needs `BANKLEASE_TEST_RGW=1` and the `RGW_*` variables `.ci/start-rgw.sh` prints.
+    Rgw,
 }
 
 impl Backend {
     /// Every backend, in the order the suites run on them.
-    pub const ALL: [Backend; 6] = [
+    pub const ALL: [Backend; 7] = [
         Backend::Memory,
         Backend::File,
         Backend::Swift,
         Backend::S3,
         Backend::Azure,
         Backend::Keystone,
+        Backend::Rgw,
     ];
 
     /// Native Swift, whichever way it authenticates (TempAuth or Keystone).
@@ -110,6 +114,7 @@ impl Backend {
             Backend::S3 => Some("BANKLEASE_TEST_S3"),
             Backend::Azure => Some("BANKLEASE_TEST_AZURE"),
             Backend::Keystone => Some("BANKLEASE_TEST_KEYSTONE"),
+            Backend::Rgw => Some("BANKLEASE_TEST_RGW"),
         }
     }
 
@@ -137,6 +142,7 @@ impl Backend {
             Backend::S3 => ("BANKLEASE_TEST_S3", "start-s3.sh", "moto"),
             Backend::Azure => ("BANKLEASE_TEST_AZURE", "start-azurite.sh", "Azurite"),
             Backend::Keystone => ("BANKLEASE_TEST_KEYSTONE", "start-keystone.sh", "Keystone"),
+            Backend::Rgw => ("BANKLEASE_TEST_RGW", "start-rgw.sh", "Ceph RGW"),
         };
         eprintln!(
             "note: {self:?} suites skipped: set {variable}=1 and the variables `.ci/{script}` \
@@ -153,7 +159,7 @@ impl Backend {
     /// Resolution of the store's `last_modified` stamps (S3 and Azure: whole seconds).
     pub fn stamp_resolution(self) -> Duration {
         match self {
-            Backend::S3 | Backend::Azure => Duration::from_secs(1),
+            Backend::S3 | Backend::Azure | Backend::Rgw => Duration::from_secs(1),
             Backend::Memory | Backend::File | Backend::Swift | Backend::Keystone => Duration::ZERO,
         }
     }
@@ -162,7 +168,7 @@ impl Backend {
     pub fn is_server(self) -> bool {
         matches!(
             self,
-            Backend::Swift | Backend::S3 | Backend::Azure | Backend::Keystone
+            Backend::Swift | Backend::S3 | Backend::Azure | Backend::Keystone | Backend::Rgw
         )
     }
 
@@ -192,6 +198,7 @@ impl Backend {
             }
             Backend::Swift => (format!("swift://{}/{prefix}", var("SWIFT_CONTAINER")), None),
             Backend::S3 => (format!("s3://{}/{prefix}", var("S3_BUCKET")), None),
+            Backend::Rgw => (format!("s3://{}/{prefix}", var("RGW_BUCKET")), None),
             Backend::Azure => (
                 format!("az://{}/{prefix}", var("AZURE_CONTAINER_NAME")),
                 None,
@@ -213,6 +220,8 @@ impl Backend {
                 )
                 .with_declared_limits(SWIFT_TEST_LIMITS)
             }
+            // RGW's S3 API, configured from its own variables: this process's AWS_* are moto's.
+            Backend::Rgw => Bank::from_s3_compatible(rgw_store(), prefix, &url),
             // Swift with short client limits, as an operator's `[bank]` section sets them: its
             // owners declare the budget (4.5 s), and a collector waits that long on Swift, not
             // the default client's 11m 15s.
@@ -237,6 +246,28 @@ impl Backend {
             _dir: dir,
         }
     }
+}
+
+/// An S3 client of the RGW `.ci/start-rgw.sh` started (`RGW_S3_ENDPOINT`, `RGW_ACCESS_KEY_ID`,
+/// `RGW_SECRET_ACCESS_KEY`, `RGW_BUCKET`), as `s3://` opens one: conditional puts by ETag.
+pub fn rgw_store() -> Arc<dyn ObjectStore> {
+    let var = |name: &str| {
+        std::env::var(name)
+            .unwrap_or_else(|_| panic!("BANKLEASE_TEST_RGW=1 needs {name} (.ci/start-rgw.sh)"))
+    };
+    Arc::new(
+        object_store::aws::AmazonS3Builder::new()
+            .with_endpoint(var("RGW_S3_ENDPOINT"))
+            .with_access_key_id(var("RGW_ACCESS_KEY_ID"))
+            .with_secret_access_key(var("RGW_SECRET_ACCESS_KEY"))
+            .with_bucket_name(var("RGW_BUCKET"))
+            .with_region("us-east-1")
+            .with_allow_http(true)
+            .with_virtual_hosted_style_request(false)
+            .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
+            .build()
+            .expect("an S3 client of RGW"),
+    )
 }
 
 /// The configured backends, in order: memory and file, then each server whose variable is set.
