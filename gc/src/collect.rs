@@ -215,10 +215,12 @@ impl Collecting<'_> {
         };
         let ctx = self.ctx;
         let (wait, why) = ctx.rules.wait_missing(&tally.owner, declared, &ctx.options);
-        let Some(evidence) = tally.evidence.as_ref() else {
-            return Ok(None);
-        };
-        let dead_for = Duration::from_millis(evidence.dead_for_ms);
+        // Without the evidence of how long the lease has been gone, nothing is known to be
+        // over: wait.
+        let dead_for = tally
+            .evidence
+            .as_ref()
+            .map_or(Duration::ZERO, |e| Duration::from_millis(e.dead_for_ms));
         Ok(why.filter(|_| !past(dead_for, wait, ctx.options.skew_margin)))
     }
 

@@ -46,12 +46,20 @@ pub(crate) struct HostReading {
     now: Instant,
     /// The record, when there is a readable one.
     previous: Option<Record>,
-    /// How to write the next: on the version read, or (an unreadable record, a failed read)
-    /// over whatever is there, or only where there is none.
+    /// A record is there that cannot be read (corrupt, a newer format): doubt, which the pass
+    /// answers by flooring at its reading.
+    pub(crate) unreadable: bool,
+    /// How to write the next: on the version read, or (an unreadable record) over whatever is
+    /// there, or only where there is none.
     mode: PutMode,
 }
 
 impl HostReading {
+    /// Whether a record was there (readable or not).
+    pub(crate) fn had_record(&self) -> bool {
+        self.previous.is_some() || self.unreadable
+    }
+
     /// The recorded reading as a reference for [`crate::timing::ClockWatch`], in this process's
     /// instants; `None` without one.
     pub(crate) fn reference(&self) -> Option<StoreTime> {
@@ -69,64 +77,80 @@ impl HostReading {
     }
 }
 
-/// Read this host's record (one GET). `None` where the clock has no boot clock; a record that
-/// cannot be read is no reference (logged at warn).
-pub(crate) async fn read(bank: &Bank, clock: &SharedClock) -> Option<HostReading> {
-    let boot = clock.boot_instant()?;
+/// Read this host's record (one GET). `Ok(None)` where the clock has no boot clock; a store
+/// error fails the pass (a step may have happened that only the record would show); a record
+/// that cannot be parsed is no reference and says so (`unreadable`).
+pub(crate) async fn read(
+    bank: &Bank,
+    clock: &SharedClock,
+) -> banklease::Result<Option<HostReading>> {
+    let Some(boot) = clock.boot_instant() else {
+        return Ok(None);
+    };
     let now = clock.now();
     let path = Key::GcClockHost(boot.clock.clone()).path(bank);
     let unreadable = |why: String| {
-        tracing::warn!(path = %path, why, "host clock record unreadable: no reference this pass");
-        (None, PutMode::Overwrite)
+        tracing::warn!(path = %path, why,
+            "host clock record unreadable: this pass floors at its own reading and replaces it");
+        (None, true, PutMode::Overwrite)
     };
-    let (previous, mode) = match bank.store().get(&path).await {
-        Err(object_store::Error::NotFound { .. }) => (None, PutMode::Create),
-        Err(e) => unreadable(banklease::error_chain(&e)),
+    let (previous, unreadable, mode) = match bank.store().get(&path).await {
+        Err(object_store::Error::NotFound { .. }) => (None, false, PutMode::Create),
+        Err(e) => return Err(banklease::Error::store("get", &path, e)),
         Ok(got) if got.meta.size > MAX_BYTES => unreadable(format!("{} bytes", got.meta.size)),
         Ok(got) => {
             let version = UpdateVersion {
                 e_tag: got.meta.e_tag.clone(),
                 version: got.meta.version.clone(),
             };
-            match got.bytes().await {
-                Err(e) => unreadable(banklease::error_chain(&e)),
-                Ok(bytes) => match serde_json::from_slice::<Record>(&bytes) {
-                    Ok(record) if record.format <= FORMAT => {
-                        (Some(record), PutMode::Update(version))
-                    }
-                    Ok(record) => unreadable(format!("format {} is newer", record.format)),
-                    Err(e) => unreadable(e.to_string()),
-                },
+            let bytes = got
+                .bytes()
+                .await
+                .map_err(|e| banklease::Error::store("get", &path, e))?;
+            match serde_json::from_slice::<Record>(&bytes) {
+                Ok(record) if record.format <= FORMAT => {
+                    (Some(record), false, PutMode::Update(version))
+                }
+                Ok(record) => unreadable(format!("format {} is newer", record.format)),
+                Err(e) => unreadable(e.to_string()),
             }
         }
     };
-    Some(HostReading {
+    Ok(Some(HostReading {
         clock: boot,
         now,
         previous,
+        unreadable,
         mode,
-    })
+    }))
 }
 
-/// Record `reading` (verified, and already compared with the previous record) as this host's,
-/// never over a newer one: a conditional write on the version read, where the store has
-/// conditional writes; elsewhere an overwrite only of an older reading. Failing is harmless
-/// (the next pass has an older reference, or none), so it is only logged.
-pub(crate) async fn write(bank: &Bank, host: &HostReading, reading: &StoreTime) {
+/// Record `reading` as this host's. The caller writes only a verified reading that was
+/// compared with a reference, or whose floor the bank now keeps: an unchecked link would hide
+/// a step from every later pass. Conditional on the version read (create-if-absent where there
+/// was none), so a record another collector on this host wrote meanwhile is kept; where the
+/// store has no conditional overwrite, an overwrite. The boot clock is read again now, with
+/// the collector's clock, to convert the reading's instants. Failing is harmless (the next
+/// pass has an older reference, or none), so it is only logged.
+pub(crate) async fn write(
+    bank: &Bank,
+    clock: &SharedClock,
+    host: &HostReading,
+    reading: &StoreTime,
+) {
     if !reading.verified {
         return;
     }
+    let Some(boot) = clock.boot_instant().filter(|b| b.clock == host.clock.clock) else {
+        return;
+    };
+    let now = clock.now();
     let (Some(sent), Some(observed)) = (
-        host.clock.since_boot_at(host.now, reading.sent),
-        host.clock.since_boot_at(host.now, reading.observed),
+        boot.since_boot_at(now, reading.sent),
+        boot.since_boot_at(now, reading.observed),
     ) else {
         return;
     };
-    if let Some(previous) = &host.previous {
-        if previous.at >= reading.at {
-            return;
-        }
-    }
     let record = Record {
         format: FORMAT,
         host: banklease::local_hostname(),
@@ -141,7 +165,7 @@ pub(crate) async fn write(bank: &Bank, host: &HostReading, reading: &StoreTime) 
         .put_opts(&path, body.clone(), PutOptions::from(host.mode.clone()))
         .await;
     let result = match result {
-        Err(object_store::Error::NotImplemented { .. }) => bank.store().put(&path, body).await,
+        Err(e) if banklease::store::is_refusal(&e) => bank.store().put(&path, body).await,
         other => other,
     };
     match result {

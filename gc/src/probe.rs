@@ -54,10 +54,13 @@ impl ClockProbe {
 
     /// A pass's first reading of the store clock: the bank's step floor is loaded, and the
     /// reading is checked against the previous pass's, or this host's last
-    /// ([`crate::host_clock`]), see [`crate::timing`]. Then it becomes this host's last.
+    /// ([`crate::host_clock`]), see [`crate::timing`]. Then it becomes this host's last, but
+    /// only once the bank keeps whatever this reading found: a step's floor, or a floor it
+    /// raised without one (no reference, an uncertain comparison, an unreadable record). A
+    /// reading neither compared nor floored is not recorded: it would be an unchecked link.
     pub(crate) async fn start(&self, observer: &LeaseObserver) -> banklease::Result<StoreTime> {
         let floor = read_floor_versioned(&self.bank).await?;
-        let host = host_clock::read(&self.bank, &self.clock).await;
+        let host = host_clock::read(&self.bank, &self.clock).await?;
         if let Some(reference) = host.as_ref().and_then(|h| h.reference()) {
             self.watch.offer(reference);
         }
@@ -74,7 +77,7 @@ impl ClockProbe {
                 if !self.dry_run {
                     // Retired only as read: a floor another collector wrote since is kept.
                     // Harmless to keep: a failure is no reason to stop collecting.
-                    if let Err(e) = retire_floor(&self.bank, version).await {
+                    if let Err(e) = retire_floor(&self.bank, floor, version).await {
                         tracing::warn!(error = %error_chain(&e), "retiring a spent clock floor failed");
                     }
                 }
@@ -82,18 +85,48 @@ impl ClockProbe {
                 self.watch.raise_floor(floor);
             }
         }
+        let floor_before = self.watch.floor();
         let checked = self.watch.start(
             &store_time,
             self.step_tolerance(),
             self.grace,
             self.floor_at_first_reading,
         );
-        let (checked, floor_kept) = self.on_step(checked).await;
-        // Only after the bank keeps what this reading was compared to: a reading recorded after
-        // a step whose floor was lost would hide the step from the next pass.
-        if floor_kept && !self.dry_run {
+        let compared = match &checked {
+            Ok(c) => c.compared,
+            Err(Refused::Step(_)) => true,
+            Err(Refused::Unverified) => false,
+        };
+        // A record this reading could not be compared with (unreadable, older than its
+        // allowance) is doubt about what came before: judge nothing older than now. Only where
+        // there is no record at all (the first pass of a boot) does a reading start the chain
+        // unchecked: a step before it cannot be told.
+        let had_record = host.as_ref().is_some_and(|h| h.had_record());
+        if !compared && checked.is_ok() && had_record {
+            self.watch.raise_floor(store_time.at);
+        }
+        let raised = self.watch.floor() > floor_before;
+        let (checked, step_kept) = self.on_step(checked.map(|_| ())).await;
+        // A floor this reading raised without a step is kept in the bank too, so that a pass
+        // comparing with this reading later still judges from it.
+        let kept = match (&checked, raised, self.dry_run) {
+            (_, _, true) => false,
+            (Ok(()), true, false) => match self.watch.floor() {
+                Some(floor) => match write_floor(&self.bank, floor).await {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::warn!(error = %error_chain(&e), "recording the clock floor failed");
+                        false
+                    }
+                },
+                None => false,
+            },
+            (Ok(()), false, false) => compared || !had_record,
+            (Err(_), _, false) => step_kept,
+        };
+        if kept {
             if let Some(host) = &host {
-                host_clock::write(&self.bank, host, &store_time).await;
+                host_clock::write(&self.bank, &self.clock, host, &store_time).await;
             }
         }
         checked?;

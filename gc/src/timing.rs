@@ -91,6 +91,16 @@ pub(crate) struct Step {
     pub(crate) at: DateTime<Utc>,
 }
 
+/// What [`ClockWatch::start`] did with a reading it accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Checked {
+    /// It was compared with a recent previous reading (no step hid in the gap).
+    pub(crate) compared: bool,
+    /// It raised the floor (no reference, or an uncertain comparison): stamps older than it
+    /// are judged as written at it.
+    pub(crate) floored: bool,
+}
+
 /// Why [`ClockWatch`] refuses a reading for judging.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Refused {
@@ -123,7 +133,7 @@ impl ClockWatch {
         tolerance: Duration,
         grace: Duration,
         floor_without_reference: bool,
-    ) -> Result<(), Refused> {
+    ) -> Result<Checked, Refused> {
         let mut s = self.inner.lock().expect("clock watch poisoned");
         if !probe.verified {
             // Another version's stamp, maybe from after a step no comparison saw: no reading.
@@ -147,7 +157,8 @@ impl ClockWatch {
         let reference = recent.filter(|_| !uncertain);
         // Without a reference a daemon floors at its reading; after an uncertain one every
         // collector does: the clock was known before, and may have stepped since.
-        if (reference.is_none() && floor_without_reference) || uncertain {
+        let floored = (reference.is_none() && floor_without_reference) || uncertain;
+        if floored {
             s.floor = Some(s.floor.map_or(probe.at, |f| f.max(probe.at)));
         }
         // A floor ahead of the store's time (a step that was later undone) would hold every
@@ -168,7 +179,10 @@ impl ClockWatch {
                     at: probe.at,
                 }))
             }
-            None => Ok(()),
+            None => Ok(Checked {
+                compared: reference.is_some(),
+                floored,
+            }),
         }
     }
 
@@ -232,11 +246,14 @@ pub fn floor_path(bank: &Bank) -> Path {
     Key::GcClockFloor.path(bank)
 }
 
-/// The body of `gc/clock-floor`; `floor: null` is a spent floor retired in place (a delete
-/// cannot be made conditional on the version one read).
+/// The body of `gc/clock-floor`. A spent floor is retired in place (`spent`: a delete cannot be
+/// made conditional on the version one read); it keeps its `floor`, so that a release before
+/// `spent` reads a floor old enough to be spent and deletes it as it always did.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct FloorRecord {
-    floor: Option<DateTime<Utc>>,
+    floor: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    spent: bool,
 }
 
 /// Attempts of a conditional floor write that another collector's keeps beating.
@@ -271,7 +288,7 @@ pub(crate) async fn read_floor_versioned(
             path: path.clone(),
             reason: format!("not a clock-floor record: {e}"),
         })?;
-    Ok(Some((record.floor, version)))
+    Ok(Some(((!record.spent).then_some(record.floor), version)))
 }
 
 /// Record `floor` in the bank, never over a newer one: each write is conditional on the
@@ -282,8 +299,11 @@ pub(crate) async fn read_floor_versioned(
 /// again from its own readings).
 pub(crate) async fn write_floor(bank: &Bank, floor: DateTime<Utc>) -> banklease::Result<()> {
     let path = floor_path(bank);
-    let body =
-        serde_json::to_vec(&FloorRecord { floor: Some(floor) }).expect("a floor record serialises");
+    let body = serde_json::to_vec(&FloorRecord {
+        floor,
+        spent: false,
+    })
+    .expect("a floor record serialises");
     for _ in 0..FLOOR_WRITE_ATTEMPTS {
         let current = read_floor_versioned(bank).await?;
         let mode = match current {
@@ -305,7 +325,9 @@ pub(crate) async fn write_floor(bank: &Bank, floor: DateTime<Utc>) -> banklease:
                 object_store::Error::Precondition { .. }
                 | object_store::Error::AlreadyExists { .. },
             ) => continue,
-            Err(object_store::Error::NotImplemented { .. }) => {
+            // No conditional overwrite here (object_store may report a refused If-Match as a
+            // generic error after its retries: `is_refusal`).
+            Err(e) if banklease::store::is_refusal(&e) => {
                 return bank
                     .store()
                     .put(&path, PutPayload::from(body))
@@ -333,9 +355,13 @@ pub(crate) async fn write_floor(bank: &Bank, floor: DateTime<Utc>) -> banklease:
 /// Retire a spent floor in place, only if it is still the one read (at `version`): a
 /// floor another collector wrote since is kept. Where writes cannot be conditional, a spent
 /// floor is kept (it constrains nothing; it costs a pass one GET).
-pub(crate) async fn retire_floor(bank: &Bank, version: UpdateVersion) -> banklease::Result<()> {
+pub(crate) async fn retire_floor(
+    bank: &Bank,
+    floor: DateTime<Utc>,
+    version: UpdateVersion,
+) -> banklease::Result<()> {
     let path = floor_path(bank);
-    let body = serde_json::to_vec(&FloorRecord { floor: None }).expect("a floor record");
+    let body = serde_json::to_vec(&FloorRecord { floor, spent: true }).expect("a floor record");
     match bank
         .store()
         .put_opts(
@@ -345,10 +371,8 @@ pub(crate) async fn retire_floor(bank: &Bank, version: UpdateVersion) -> banklea
         )
         .await
     {
-        Ok(_)
-        | Err(
-            object_store::Error::Precondition { .. } | object_store::Error::NotImplemented { .. },
-        ) => Ok(()),
+        Ok(_) | Err(object_store::Error::Precondition { .. }) => Ok(()),
+        Err(e) if banklease::store::is_refusal(&e) => Ok(()),
         Err(e) => Err(banklease::Error::store("put", &path, e)),
     }
 }
@@ -412,11 +436,11 @@ mod tests {
         write_floor(&bank, at(10)).await.unwrap();
         let (_, read) = read_floor_versioned(&bank).await.unwrap().unwrap();
         write_floor(&bank, at(500)).await.unwrap();
-        retire_floor(&bank, read).await.unwrap();
+        retire_floor(&bank, at(10), read).await.unwrap();
         assert_eq!(floor_of(&bank).await, Some(at(500)));
         // Retired as read: no floor, and a later step writes one again.
         let (_, read) = read_floor_versioned(&bank).await.unwrap().unwrap();
-        retire_floor(&bank, read).await.unwrap();
+        retire_floor(&bank, at(500), read).await.unwrap();
         assert_eq!(floor_of(&bank).await, None);
         write_floor(&bank, at(600)).await.unwrap();
         assert_eq!(floor_of(&bank).await, Some(at(600)));

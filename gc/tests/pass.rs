@@ -389,9 +389,8 @@ async fn store_errors_on_lease_reads_never_collect() {
         let b = &f.bank;
         let (_dead, cps, _keeper) = owner_with(&f, Arc::new(MockClock::new()), 2, 0).await;
         tokio::time::sleep(f.past_expiry()).await;
-        // The clock probe's put and head succeed; the two GETs fail: this host's clock record
-        // (no reference then, which judges nothing by itself) and the lease read.
-        f.faults.fail_next(Op::Get, Strike::Before, 2);
+        // The clock probe's put and head succeed; the lease read fails.
+        f.faults.fail_next_get_of("leases/", Strike::Before);
         let r = pass(b, f.options()).await;
         assert_eq!((r.collected, r.unreadable), (0, 1), "{name}: {r:?}");
         assert_eq!(status(b, cps[0].id()).await, Some(Status::Protecting));

@@ -12,6 +12,7 @@ mod etag;
 pub(crate) mod local;
 pub(crate) mod swift;
 
+pub use crate::capability::is_refusal;
 pub use crate::store_clock::{dated, DateRecorder, DATE_RESOLUTION};
 pub use cause::{classify, StoreCause};
 pub use counting::{Counters, CountingStore};

@@ -66,6 +66,7 @@ pub(super) struct Script {
     pub(super) refused_deletes: Vec<String>,
     /// The next PUT to a path containing the first part fails at the second.
     targeted_puts: Vec<(String, Strike)>,
+    targeted_gets: Vec<(String, Strike)>,
     /// PUTs sent, by path.
     puts_by_path: HashMap<String, u64>,
 }
@@ -89,6 +90,7 @@ impl Default for Script {
             consistency: Consistency::default(),
             refused_deletes: Vec::new(),
             targeted_puts: Vec::new(),
+            targeted_gets: Vec::new(),
             puts_by_path: HashMap::new(),
         }
     }
@@ -106,6 +108,21 @@ impl Script {
         {
             let (_, strike) = self.targeted_puts.remove(i);
             self.failures.entry(Op::Put).or_default().insert(0, strike);
+        }
+    }
+}
+
+impl Script {
+    /// A GET of `path` is about to enter: the first targeted failure that names it becomes the
+    /// next scripted one.
+    pub(super) fn get_of(&mut self, path: &str) {
+        if let Some(i) = self
+            .targeted_gets
+            .iter()
+            .position(|(needle, _)| path.contains(needle.as_str()))
+        {
+            let (_, strike) = self.targeted_gets.remove(i);
+            self.failures.entry(Op::Get).or_default().insert(0, strike);
         }
     }
 }
@@ -175,6 +192,14 @@ impl<T: ObjectStore> FailingStore<T> {
     pub fn fail_next_put_to(&self, needle: &str, strike: Strike) {
         self.script()
             .targeted_puts
+            .push((needle.to_owned(), strike));
+    }
+
+    /// The next GET (not a HEAD) of a path containing `needle` fails at `strike`; other GETs go
+    /// through.
+    pub fn fail_next_get_of(&self, needle: &str, strike: Strike) {
+        self.script()
+            .targeted_gets
             .push((needle.to_owned(), strike));
     }
 
@@ -256,6 +281,7 @@ impl<T: ObjectStore> FailingStore<T> {
         s.consistency = Consistency::default();
         s.refused_deletes.clear();
         s.targeted_puts.clear();
+        s.targeted_gets.clear();
     }
 
     /// While partitioned, every request fails before reaching the inner store.

@@ -166,6 +166,9 @@ impl<T: ObjectStore> ObjectStore for FailingStore<T> {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         let op = if options.head { Op::Head } else { Op::Get };
+        if op == Op::Get {
+            self.script().get_of(location.as_ref());
+        }
         self.run(op, self.inner.get_opts(location, options)).await
     }
 

@@ -1,0 +1,203 @@
+//! One-shot passes and this host's last store-clock reading (`gc/clock-hosts/<clock>`), on a
+//! mock clock with a boot clock: what the record holds, when it is written, and what a pass
+//! does with it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use banklease::checkpoint::{self, Status};
+use banklease::clock::{BootInstant, Clock, MockClock, SharedClock, Sleep};
+use banklease::paths::Key;
+use banklease::{Bank, Checkpoint, Error, LeaseWindows, OwnerId, OwnerLease};
+use banklease_gc::{Collector, GcOptions};
+use banklease_testkit::failing::{FailingStore, Op};
+use banklease_testkit::sim_store::{SimStore, StoreClock};
+use object_store::ObjectStoreExt;
+
+/// The mock clock, with a boot clock that reads its elapsed time (one host, one boot).
+#[derive(Debug, Clone)]
+struct Host(MockClock);
+
+impl Clock for Host {
+    fn now(&self) -> Instant {
+        self.0.now()
+    }
+    fn system_now(&self) -> SystemTime {
+        self.0.system_now()
+    }
+    fn sleep(&self, d: Duration) -> Sleep {
+        self.0.sleep(d)
+    }
+    fn boot_instant(&self) -> Option<BootInstant> {
+        Some(BootInstant {
+            clock: "test-boot-0".to_owned(),
+            since_boot: Duration::from_secs(100) + self.0.elapsed(),
+        })
+    }
+}
+
+struct World {
+    mock: MockClock,
+    store_clock: StoreClock,
+    faults: FailingStore<SimStore>,
+    bank: Bank,
+}
+
+fn world() -> World {
+    let mock = MockClock::new();
+    let store_clock = StoreClock::new(mock.clone());
+    let sim = SimStore::new(store_clock.clone());
+    let faults = FailingStore::new(sim).with_clock(mock.clone());
+    let bank = banklease_testkit::made(Bank::from_store(Arc::new(faults.clone()), "bank", "m"));
+    World {
+        mock,
+        store_clock,
+        faults,
+        bank,
+    }
+}
+
+fn options() -> GcOptions {
+    GcOptions::builder()
+        .grace(Duration::from_secs(2))
+        .skew_margin(Duration::from_millis(100))
+        .brake_ratio(1.0)
+        .brake_min(1_000_000)
+        .build()
+}
+
+/// A pass as `banklease gc` runs one: a new collector, no reading of its own.
+async fn one_shot(w: &World) -> banklease::Result<banklease_gc::PassReport> {
+    let clock: SharedClock = Arc::new(Host(w.mock.clone()));
+    Collector::new(w.bank.clone(), clock, options())
+        .run_pass()
+        .await
+}
+
+async fn record(w: &World) -> Option<serde_json::Value> {
+    let path = Key::GcClockHost("test-boot-0".to_owned()).path(&w.bank);
+    let got = w.bank.store().get(&path).await.ok()?;
+    Some(serde_json::from_slice(&got.bytes().await.unwrap()).unwrap())
+}
+
+async fn floor(w: &World) -> Option<serde_json::Value> {
+    let path = Key::GcClockFloor.path(&w.bank);
+    let got = w.bank.store().get(&path).await.ok()?;
+    Some(serde_json::from_slice(&got.bytes().await.unwrap()).unwrap())
+}
+
+/// A live owner (its lease renewed by hand on the mock clock) with one protecting checkpoint.
+async fn live_owner(w: &World) -> OwnerLease {
+    let windows = LeaseWindows::new(
+        Duration::from_secs(3),
+        Duration::from_secs(10),
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let lease = OwnerLease::acquire(
+        &w.bank,
+        OwnerId::random(),
+        windows,
+        Arc::new(w.mock.clone()),
+    )
+    .await
+    .unwrap();
+    Checkpoint::create(&lease, "cp-live").await.unwrap();
+    lease
+}
+
+async fn status(w: &World) -> Option<Status> {
+    checkpoint::read_checkpoint(&w.bank, "cp-live")
+        .await
+        .unwrap()
+        .map(|r| r.status)
+}
+
+/// The record pairs the probe's own send and answer with the boot clock: a probe that took 3 s
+/// is recorded as taking 3 s. (Converted with the boot reading taken before the probe, both
+/// instants came out as that earlier reading, and the next pass over-estimated the real time
+/// since the stamp by the probe's round trip: a step up to that long went unseen.)
+#[tokio::test]
+async fn the_record_holds_the_probes_own_send_and_answer() {
+    let w = world();
+    w.faults.set_latency(Op::Put, Duration::from_secs(3));
+    one_shot(&w).await.unwrap();
+    let r = record(&w)
+        .await
+        .expect("the first pass of a boot starts the record");
+    let sent = r["sent_boot_ns"].as_u64().unwrap();
+    let observed = r["observed_boot_ns"].as_u64().unwrap();
+    assert!(observed - sent >= 3_000_000_000, "the probe took 3 s: {r}");
+}
+
+/// A forward step between two one-shot passes is seen by the second, which collects nothing of
+/// the live owner and keeps a floor that the passes after it judge from.
+#[tokio::test]
+async fn a_one_shot_pass_sees_a_step_since_the_last_pass_on_its_host() {
+    let w = world();
+    let lease = live_owner(&w).await;
+    assert_eq!(one_shot(&w).await.unwrap().alive, 1);
+    w.mock.advance(Duration::from_secs(1));
+    lease.renew().await.unwrap();
+    w.store_clock.jump_forward(Duration::from_secs(40));
+    let err = one_shot(&w).await.expect_err("a step is refused");
+    assert!(matches!(err, Error::ClockStep { .. }), "{err}");
+    assert!(floor(&w).await.is_some(), "the floor is kept in the bank");
+    assert_eq!(status(&w).await, Some(Status::Protecting));
+    // The next one-shot pass compares with the stepped reading, and judges from the floor.
+    w.mock.advance(Duration::from_secs(1));
+    let report = one_shot(&w).await.unwrap();
+    assert_eq!((report.collected, report.alive), (0, 1), "{report:?}");
+    assert!(lease.check_validity());
+}
+
+/// A record that cannot be read is doubt: the pass floors at its reading (kept in the bank),
+/// collects nothing older, and replaces the record; without the floor, a step before it would
+/// go unseen.
+#[tokio::test]
+async fn an_unreadable_record_floors_the_pass() {
+    let w = world();
+    let lease = live_owner(&w).await;
+    let path = Key::GcClockHost("test-boot-0".to_owned()).path(&w.bank);
+    w.bank.store().put(&path, "{garbage".into()).await.unwrap();
+    w.store_clock.jump_forward(Duration::from_secs(40));
+    let report = one_shot(&w).await.unwrap();
+    assert_eq!((report.collected, report.dead), (0, 0), "{report:?}");
+    assert_eq!(status(&w).await, Some(Status::Protecting));
+    assert!(floor(&w).await.is_some(), "the floor is kept in the bank");
+    assert!(record(&w).await.is_some(), "the record was replaced");
+    assert!(lease.check_validity());
+}
+
+/// A store error on the record fails the pass: a step only the record would show may have
+/// happened, and the pass judges nothing without it.
+#[tokio::test]
+async fn a_record_that_cannot_be_read_fails_the_pass() {
+    let w = world();
+    live_owner(&w).await;
+    one_shot(&w).await.unwrap();
+    w.faults
+        .fail_next(Op::Get, banklease_testkit::failing::Strike::Before, 1);
+    let err = one_shot(&w).await.expect_err("the pass fails");
+    assert!(err.to_string().contains("clock-hosts"), "{err}");
+    assert_eq!(status(&w).await, Some(Status::Protecting));
+}
+
+/// A daemon's first reading without a reference floors it; that floor is kept in the bank
+/// before the reading is recorded, so a pass comparing with the reading later still judges
+/// from it.
+#[tokio::test]
+async fn a_floor_raised_without_a_step_is_kept_before_the_reading_is_recorded() {
+    let w = world();
+    let clock: SharedClock = Arc::new(Host(w.mock.clone()));
+    let daemon_like = options().to_builder().floor_at_first_reading(true).build();
+    Collector::new(w.bank.clone(), clock, daemon_like)
+        .run_pass()
+        .await
+        .unwrap();
+    assert!(
+        floor(&w).await.is_some(),
+        "the first-reading floor is in the bank"
+    );
+    assert!(record(&w).await.is_some());
+}
