@@ -558,3 +558,69 @@ fn cli_prints_a_table_or_one_json_object_and_exits_by_verdict() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("unknown scheme"), "{err}");
 }
+
+/// Ceph RGW's Swift API silently ignores create-if-absent: `doctor` judges it NOT supported,
+/// saying why; `init` refuses it and writes nothing; and its RFC 3339 listing times are read.
+#[tokio::test]
+async fn rgw_swift_api_is_judged_not_supported_and_init_refuses_it() {
+    if !banklease_testkit::backends::Backend::Rgw.available() {
+        return;
+    }
+    use banklease::store::{SwiftBuilder, SwiftConfigKey};
+    use futures::TryStreamExt;
+    use object_store::ObjectStoreExt;
+    let var =
+        |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} (.ci/start-rgw.sh)"));
+    let store = SwiftBuilder::new()
+        .with_config(SwiftConfigKey::AuthUrl, var("RGW_SWIFT_AUTH"))
+        .with_config(SwiftConfigKey::User, var("RGW_SWIFT_USER"))
+        .with_config(SwiftConfigKey::Key, var("RGW_SWIFT_KEY"))
+        .with_container(var("RGW_BUCKET"))
+        .build()
+        .unwrap();
+    let prefix = format!("t-{}", uuid::Uuid::new_v4().simple());
+    let url = format!("swift://{}/{prefix}", var("RGW_BUCKET"));
+    let bank = Bank::from_swift(store, &prefix, &url);
+
+    let err = banklease::layout::init(&bank)
+        .await
+        .expect_err("init refuses a store that ignores create-if-absent");
+    assert!(
+        err.to_string()
+            .contains("create-if-absent is silently ignored"),
+        "{err}"
+    );
+    // Nothing is left under the prefix, and a listing (of RFC 3339 times) reads.
+    let left: Vec<_> = bank
+        .store()
+        .list(Some(&object_store::path::Path::from(prefix.as_str())))
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    let probe = object_store::path::Path::from(format!("{prefix}/listed"));
+    bank.store().put(&probe, "x".into()).await.unwrap();
+    let listed: Vec<_> = bank
+        .store()
+        .list(Some(&object_store::path::Path::from(prefix.as_str())))
+        .try_collect()
+        .await
+        .expect("a listing of RGW's Swift API reads");
+    assert_eq!(listed.len(), 1);
+    bank.store().delete(&probe).await.unwrap();
+
+    let options = DiagnoseOptions {
+        race_rounds: 2,
+        ..DiagnoseOptions::default()
+    };
+    let d = doctor::diagnose(&bank, &clock(), &options).await.unwrap();
+    assert_eq!(d.create_if_absent, Condition::Ignored, "{d:?}");
+    let verdicts = d.verdicts();
+    assert!(!verdicts.supports_leasing_and_gc(), "{verdicts:?}");
+    assert!(
+        d.refused_for_leasing
+            .as_deref()
+            .is_some_and(|why| why.contains("create-if-absent")),
+        "{d:?}"
+    );
+}

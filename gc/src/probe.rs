@@ -108,9 +108,11 @@ impl ClockProbe {
         let raised = self.watch.floor() > floor_before;
         let (checked, step_kept) = self.on_step(checked.map(|_| ())).await;
         // A floor this reading raised without a step is kept in the bank too, so that a pass
-        // comparing with this reading later still judges from it.
+        // comparing with this reading later still judges from it. Without a host record to
+        // write (no boot clock) nothing will compare with it: the floor stays this collector's.
         let kept = match (&checked, raised, self.dry_run) {
             (_, _, true) => false,
+            _ if host.is_none() => false,
             (Ok(()), true, false) => match self.watch.floor() {
                 Some(floor) => match write_floor(&self.bank, floor).await {
                     Ok(()) => true,
