@@ -102,9 +102,12 @@ async fn observer_judges_a_late_answer_at_the_instant_it_was_sent() {
 async fn take_over_judges_a_late_answer_at_the_instant_it_was_sent() {
     let w = world();
     w.sim.refuse_conditional_update(true);
+    // A store that refuses If-Match from now on: a handle that has not probed it yet (the
+    // world's owner bank probed at its `init`, when the store still took If-Match).
+    let owner_bank = Bank::from_store(Arc::new(w.sim.clone()), "", "sim");
     let path = Path::from("gc/active");
     let holder = OwnerLease::acquire_at(
-        &w.owner_bank,
+        &owner_bank,
         path.clone(),
         OwnerId::parse("holder").unwrap(),
         windows(),
