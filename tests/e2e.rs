@@ -195,6 +195,8 @@ struct Bench {
     budget: bool,
     /// The openrc the children run with (Keystone), replacing every `ST_*` and `OS_*`.
     openrc: Option<banklease_testkit::keystone::Vars>,
+    /// The `AWS_*` the children run with instead of this process's (RGW; moto's are these).
+    aws: Option<Vec<(String, String)>>,
 }
 
 /// Where a scenario's bank lives.
@@ -206,6 +208,8 @@ enum Store {
     Azure,
     /// Swift through Keystone v3: the children get an openrc and no `ST_*`.
     Keystone,
+    /// Ceph RGW's S3 API: the children get its `AWS_*` (from `.ci/start-rgw.sh`'s `RGW_*`).
+    Rgw,
 }
 
 impl Bench {
@@ -252,17 +256,24 @@ impl Bench {
                 let ks = banklease_testkit::keystone::KeystoneEnv::load().expect("configured");
                 (format!("swift://{}/{unique}", ks.container()), SKEW_MARGIN)
             }
+            Store::Rgw if configured("BANKLEASE_TEST_RGW") => {
+                let b = std::env::var("RGW_BUCKET").unwrap_or_else(|_| "banklease-test".into());
+                (
+                    format!("s3://{b}/{unique}"),
+                    SKEW_MARGIN + Duration::from_secs(1),
+                )
+            }
             _ => {
                 eprintln!(
                     "skipping the {store:?} scenario: set BANKLEASE_TEST_SWIFT=1 / \
-                     BANKLEASE_TEST_S3=1 / BANKLEASE_TEST_AZURE=1 / BANKLEASE_TEST_KEYSTONE=1 \
-                     (.ci/run starts the servers)"
+                     BANKLEASE_TEST_S3=1 / BANKLEASE_TEST_AZURE=1 / BANKLEASE_TEST_KEYSTONE=1 / \
+                     BANKLEASE_TEST_RGW=1 (.ci/run starts the servers)"
                 );
                 return None;
             }
         };
         // Whole-second stamps: the expire window must dwarf them for "time left" to mean much.
-        let expire = if matches!(store, Store::S3 | Store::Azure) {
+        let expire = if matches!(store, Store::S3 | Store::Azure | Store::Rgw) {
             Duration::from_secs(5)
         } else {
             EXPIRE_WINDOW
@@ -277,6 +288,20 @@ impl Bench {
         // (c) lets land before the GC's decision with a 5 s grace (and the default 10m window).
         let swift = matches!(store, Store::Swift | Store::Keystone);
         let grace = if swift { Duration::from_secs(5) } else { GRACE };
+        let aws = (store == Store::Rgw).then(|| {
+            let var = |name: &str| std::env::var(name).expect("the RGW_* of .ci/start-rgw.sh");
+            [
+                ("AWS_ENDPOINT", var("RGW_S3_ENDPOINT")),
+                ("AWS_ACCESS_KEY_ID", var("RGW_ACCESS_KEY_ID")),
+                ("AWS_SECRET_ACCESS_KEY", var("RGW_SECRET_ACCESS_KEY")),
+                ("AWS_ALLOW_HTTP", "true".to_owned()),
+                ("AWS_REGION", "us-east-1".to_owned()),
+                ("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "false".to_owned()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect()
+        });
         let bench = Self {
             dir,
             url,
@@ -285,6 +310,7 @@ impl Bench {
             grace,
             budget: swift,
             openrc,
+            aws,
         };
         // As an operator starts: the bank is made first; every command refuses a URL without one.
         let init = bench.cli(&["init"]);
@@ -299,6 +325,14 @@ impl Bench {
         if self.budget {
             cmd.env("BANKLEASE_BANK__REQUEST_TIMEOUT", "2s")
                 .env("BANKLEASE_BANK__RETRY_TIMEOUT", "2s");
+        }
+        if let Some(aws) = &self.aws {
+            for (key, _) in std::env::vars_os() {
+                if key.to_string_lossy().starts_with("AWS_") {
+                    cmd.env_remove(&key);
+                }
+            }
+            cmd.envs(aws.iter().map(|(k, v)| (k, v)));
         }
         if let Some(openrc) = &self.openrc {
             for (key, _) in std::env::vars_os() {
@@ -532,6 +566,14 @@ fn killed_owner_scenario_on_swift_through_keystone() {
 #[test]
 fn killed_owner_scenario_on_s3() {
     if let Some(bench) = Bench::on(Store::S3) {
+        killed_owner_scenario(bench);
+    }
+}
+
+/// Ceph RGW's S3 API: renewals by If-Match in the unquoted form its probe finds.
+#[test]
+fn killed_owner_scenario_on_rgw() {
+    if let Some(bench) = Bench::on(Store::Rgw) {
         killed_owner_scenario(bench);
     }
 }
