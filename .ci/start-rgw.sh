@@ -110,8 +110,8 @@ cd /
 ceph-mon --mkfs -i a --fsid "$FSID" -c "$CONF" >/dev/null 2>&1 || fail "ceph-mon --mkfs failed (see $ROOT/log)"
 ceph-mon -i a -c "$CONF" -f >"$ROOT/log/mon.out" 2>&1 &
 echo $! >"$RUN/mon.pid"
-for _ in $(seq 1 100); do ceph -c "$CONF" -s >/dev/null 2>&1 && break; sleep 0.2; done
-ceph -c "$CONF" -s >/dev/null 2>&1 || fail "the monitor did not answer (see $ROOT/log)"
+for _ in $(seq 1 100); do ceph -c "$CONF" --connect-timeout 5 -s >/dev/null 2>&1 && break; sleep 0.2; done
+ceph -c "$CONF" --connect-timeout 5 -s >/dev/null 2>&1 || fail "the monitor did not answer (see $ROOT/log)"
 
 ceph-mgr -i x -c "$CONF" -f >"$ROOT/log/mgr.out" 2>&1 &
 echo $! >"$RUN/mgr.pid"
@@ -122,10 +122,10 @@ ceph-osd -i "$OSD_ID" --mkfs -c "$CONF" >/dev/null 2>&1 || fail "ceph-osd --mkfs
 ceph-osd -i "$OSD_ID" -c "$CONF" -f >"$ROOT/log/osd.out" 2>&1 &
 echo $! >"$RUN/osd.pid"
 for _ in $(seq 1 150); do
-  ceph -c "$CONF" osd stat 2>/dev/null | grep -q '1 up' && break
+  ceph -c "$CONF" --connect-timeout 5 osd stat 2>/dev/null | grep -q '1 up' && break
   sleep 0.2
 done
-ceph -c "$CONF" osd stat 2>/dev/null | grep -q '1 up' || fail "the OSD did not come up (see $ROOT/log)"
+ceph -c "$CONF" --connect-timeout 5 osd stat 2>/dev/null | grep -q '1 up' || fail "the OSD did not come up (see $ROOT/log)"
 
 radosgw -n client.rgw.a -c "$CONF" -f >"$ROOT/log/rgw.out" 2>&1 &
 echo $! >"$RUN/rgw.pid"
