@@ -23,14 +23,18 @@ async fn the_collector_reauthenticates_through_token_expiries_and_collects() {
         return;
     };
     let recorder = TokenRecorder::default();
-    let store = ks.store(
+    // A client of short limits (a 4.5 s retry budget), which its owners declare: on Swift the
+    // collector waits for each owner's own budget before deciding (rule (c), per owner).
+    let limits = banklease_testkit::backends::SWIFT_TEST_LIMITS;
+    let store = ks.store_with_limits(
         &ks.password_vars_at(&ks.short_auth_url()),
         Some(recorder.clone()),
+        limits,
     );
     let admin = ks.admin().await;
     let prefix = format!("gc-ks-{}", uuid::Uuid::new_v4().simple());
     let label = format!("swift://{}/{prefix}", ks.container());
-    let bank = Bank::from_swift(store.clone(), &prefix, &label);
+    let bank = Bank::from_swift(store.clone(), &prefix, &label).with_declared_limits(limits);
     banklease::layout::init(&bank).await.unwrap();
 
     // An owner that dies with a protecting checkpoint (its keeper stopped, its lease left to
