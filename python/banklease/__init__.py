@@ -108,7 +108,7 @@ __all__ = [
     "Unsupported",
 ]
 
-Seconds = Union[int, float, "datetime.timedelta"]  # noqa: F821 (documentation only)
+Seconds = Union[int, float, "datetime.timedelta", str]  # noqa: F821 (documentation only; str: "2s", "1m 30s")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Type, TypedDi
 
 from .errors import LeaseLost
 
-Seconds = Union[int, float, datetime.timedelta]
+Seconds = Union[int, float, datetime.timedelta, str]
 BytesLike = Union[bytes, bytearray, memoryview]
 
 __version__: str

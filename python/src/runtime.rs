@@ -116,9 +116,18 @@ where
 pub(crate) fn duration(what: &str, value: &Bound<'_, PyAny>) -> PyResult<Duration> {
     if value.is_instance_of::<PyBool>() {
         return Err(crate::errors::config_error(format!(
-            "{what}=`{}` is not a duration; give seconds (a number) or a datetime.timedelta",
+            "{what}=`{}` is not a duration; give seconds (a number), a datetime.timedelta or a string such as `2s`",
             value.repr().map(|r| r.to_string()).unwrap_or_default()
         )));
+    }
+    // The configuration's own form (`"2s"`, `"1m 30s"`, humantime), as the TOML takes it.
+    if let Ok(text) = value.extract::<String>() {
+        return humantime::parse_duration(text.trim()).map_err(|e| {
+            crate::errors::config_error(format!(
+                "{what}=`{text}` is not a duration ({e}); give seconds (a number), a \
+                 datetime.timedelta or a duration as the configuration writes it (`2s`, `1m 30s`)"
+            ))
+        });
     }
     let secs: f64 = if let Ok(delta) = value.cast::<PyDelta>() {
         delta.call_method0("total_seconds")?.extract()?

@@ -39,7 +39,7 @@ def test_bad_windows_and_durations():
         banklease.LeaseWindows(renew_window=10, expire_window=10, validity_window=5)
     with pytest.raises(banklease.ConfigError, match="validity_window <= renew_window"):
         banklease.LeaseWindows(renew_window=10, expire_window=30, validity_window=11)
-    with pytest.raises(banklease.ConfigError, match="renew_window=`'soon'` is not a duration"):
+    with pytest.raises(banklease.ConfigError, match="renew_window=`soon` is not a duration"):
         banklease.LeaseWindows(renew_window="soon")
     with pytest.raises(banklease.ConfigError, match="expire_window=`-1"):
         banklease.LeaseWindows(expire_window=-1)

@@ -283,3 +283,15 @@ def test_a_forked_child_gets_a_clear_error_not_a_hang():
 def test_durations_are_numbers_or_timedeltas_not_bools():
     with pytest.raises(banklease.ConfigError, match="renew_window=`True` is not a duration"):
         banklease.LeaseWindows(renew_window=True)
+
+
+def test_windows_and_durations_take_the_configurations_strings():
+    """The configuration writes `"2s"`, `"1m 30s"`: so do the windows and every duration
+    argument; a string that is no duration is refused naming the key."""
+    w = banklease.LeaseWindows(renew_window="30s", expire_window="2m", validity_window="20s 500ms")
+    assert (w.renew_window, w.expire_window, w.validity_window) == (30.0, 120.0, 20.5)
+    bank = banklease.Bank.open("memory://", request_timeout="2s", retry_timeout="1m 30s")
+    assert bank is not None
+    with pytest.raises(banklease.ConfigError) as err:
+        banklease.LeaseWindows(renew_window="soon", expire_window=120, validity_window=20)
+    assert "renew_window" in str(err.value) and "soon" in str(err.value)
