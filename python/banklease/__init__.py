@@ -33,8 +33,8 @@ Durations are seconds (int or float) or ``datetime.timedelta``. Errors are the e
 
 from __future__ import annotations
 
-import dataclasses
-import json
+import dataclasses as _dataclasses
+import json as _json
 from typing import Any, Dict, List, Optional, Union
 
 from ._banklease import (
@@ -70,6 +70,7 @@ from .errors import (
 )
 
 __all__ = [
+    "Seconds",
     "Bank",
     "Checkpoint",
     "CheckpointRecord",
@@ -111,7 +112,7 @@ __all__ = [
 Seconds = Union[int, float, "datetime.timedelta", str]  # noqa: F821 (documentation only; str: "2s", "1m 30s")
 
 
-@dataclasses.dataclass(frozen=True)
+@_dataclasses.dataclass(frozen=True)
 class PassReport:
     """What one GC pass did (the daemon's ``PassReport``).
 
@@ -151,17 +152,17 @@ class PassReport:
     holder: Optional[str] = None
     #: Owners (and checkpoints) held back past the grace because what they declared needs
     #: longer (their retry budget, on a store whose create-if-absent is timing only).
-    waiting: List[str] = dataclasses.field(default_factory=list)
+    waiting: List[str] = _dataclasses.field(default_factory=list)
 
     @classmethod
     def _from_json(cls, text: str) -> "PassReport":
-        data = json.loads(text)
-        names = {f.name for f in dataclasses.fields(cls)}
+        data = _json.loads(text)
+        names = {f.name for f in _dataclasses.fields(cls)}
         # A newer extension may report more than this class knows: keep what it knows.
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-@dataclasses.dataclass(frozen=True)
+@_dataclasses.dataclass(frozen=True)
 class DoctorReport:
     """What ``doctor`` measured: ``supported`` is True when the bank supports owner leases and
     the GC; ``verdicts`` says what each guarantee rests on; ``diagnosis`` holds the
@@ -172,7 +173,7 @@ class DoctorReport:
     diagnosis: Dict[str, Any]
 
 
-@dataclasses.dataclass(frozen=True)
+@_dataclasses.dataclass(frozen=True)
 class CheckpointRecord:
     """A checkpoint's ``index.json``: its owner and status (``protecting``, ``available``,
     ``error``, ``deleting``, ``deleted``, ``error-deleting``)."""
@@ -187,8 +188,8 @@ class CheckpointRecord:
 def _record(text: Optional[str]) -> Optional[CheckpointRecord]:
     if text is None:
         return None
-    data = json.loads(text)
-    names = {f.name for f in dataclasses.fields(CheckpointRecord)}
+    data = _json.loads(text)
+    names = {f.name for f in _dataclasses.fields(CheckpointRecord)}
     return CheckpointRecord(**{k: v for k, v in data.items() if k in names})
 
 
@@ -280,7 +281,7 @@ async def run_pass_async(
 
 
 def _doctor(text: str) -> DoctorReport:
-    data = json.loads(text)
+    data = _json.loads(text)
     return DoctorReport(
         supported=data["supported"], verdicts=data["verdicts"], diagnosis=data["diagnosis"]
     )
@@ -307,3 +308,9 @@ def read_checkpoint(bank: Bank, checkpoint_id: str) -> Optional[CheckpointRecord
 async def read_checkpoint_async(bank: Bank, checkpoint_id: str) -> Optional[CheckpointRecord]:
     """``read_checkpoint``, for asyncio."""
     return _record(await _banklease.read_checkpoint_async(bank, checkpoint_id))
+
+
+# Only the API is the package's namespace (`__all__`): the helpers it was written with go.
+# Annotations are strings here (`from __future__ import annotations`), so nothing needs them at
+# run time.
+del Any, Dict, List, Optional, Union, annotations

@@ -199,3 +199,19 @@ def test_an_observer_refuses_a_margin_below_the_stamp_resolution():
     bank.init()
     with pytest.raises(banklease.ConfigError, match="timestamp resolution"):
         banklease.LeaseObserver(bank, skew_margin=0.05).view("someone")
+
+
+def test_the_package_exports_only_its_api():
+    """`import banklease` holds its API (`__all__`) and its submodules, not the helpers it was
+    written with (`json`, `dataclasses`, `typing`'s names)."""
+    public = {name for name in dir(banklease) if not name.startswith("_")}
+    assert public - set(banklease.__all__) - {"errors", "compat"} == set()
+    for name in banklease.__all__:
+        assert hasattr(banklease, name), name
+    # The dataclasses still work without the names their annotations use.
+    import dataclasses
+    import json
+
+    fields = {f.name: None for f in dataclasses.fields(banklease.PassReport)}
+    report = banklease.PassReport._from_json(json.dumps({**fields, "scanned": 1, "waiting": ["x"]}))
+    assert report.scanned == 1 and report.waiting == ["x"]
