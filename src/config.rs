@@ -240,8 +240,9 @@ pub struct Checked {
     pub refusals: Vec<String>,
 }
 
-/// `d` in whole milliseconds, rounded up (a declared budget is never shorter than the real one).
-pub(crate) fn ceil_ms(d: Duration) -> u64 {
+/// `d` in whole milliseconds, rounded up (a declared budget, or a wait, is never shorter than
+/// the real one).
+pub fn ceil_ms(d: Duration) -> u64 {
     u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 

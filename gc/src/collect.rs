@@ -186,33 +186,54 @@ impl Collecting<'_> {
         Ok(match index {
             // A stray marker: the pass would remove it.
             Some(record) if record.owner_id != tally.owner => Outcome::Repaired,
-            index => match self.waiting(tally, id, index.as_ref()).await? {
-                Some(why) => Outcome::Waiting(why),
-                None => Outcome::Collected,
-            },
+            index => {
+                let declared = self.declared(tally, id, index.as_ref()).await?;
+                match self.waiting(tally, index.as_ref(), declared) {
+                    Some(why) => Outcome::Waiting(why),
+                    None => Outcome::Collected,
+                }
+            }
         })
     }
 
-    /// Why the checkpoint of a dead owner is left for later, if it is: an owner whose lease is
-    /// gone is judged by the retry budget its `index.json` declared (or, without one, its
-    /// marker; or the store's longest default), which may need longer than the grace since the
-    /// lease was first seen missing. Only before anything is decided: a tombstone is written,
-    /// and a decision taken, only after this wait.
-    async fn waiting(
+    /// The retry budget the owner of checkpoint `id` declared, as the rules take it: its
+    /// lease's while the lease is there and says one; else (the lease gone, or a release before
+    /// declarations) `index.json`'s, or, where that says none (absent, a collector's tombstone),
+    /// its marker's. At most one read (the marker), and only on that last path.
+    async fn declared(
         &self,
         tally: &OwnerTally,
         id: &str,
         index: Option<&checkpoint::CheckpointRecord>,
-    ) -> banklease::Result<Option<String>> {
+    ) -> banklease::Result<Option<u64>> {
         if tally.verdict != Verdict::Missing {
-            // An expired lease's own declarations were judged with it (zombies.rs).
-            return Ok(None);
+            if let Some(ms) = tally.budget_ms {
+                return Ok(Some(ms));
+            }
         }
-        let declared = match index {
-            Some(r) if r.status == Status::Protecting => r.retry_budget_ms,
-            Some(_) => return Ok(None),
-            None => checkpoint::read_marker_budget(&self.ctx.bank, &tally.owner, id).await?,
-        };
+        match index.and_then(|r| r.retry_budget_ms) {
+            Some(ms) => Ok(Some(ms)),
+            None => checkpoint::read_marker_budget(&self.ctx.bank, &tally.owner, id).await,
+        }
+    }
+
+    /// Why the checkpoint of a dead owner is left for later, if it is: an owner whose lease is
+    /// gone is judged by the budget it `declared` (or the store's longest default), which may
+    /// need longer than the grace since the lease was first seen missing. Only before anything
+    /// is decided (`index` protecting or absent): a tombstone is written, and a decision taken,
+    /// only after this wait.
+    fn waiting(
+        &self,
+        tally: &OwnerTally,
+        index: Option<&checkpoint::CheckpointRecord>,
+        declared: Option<u64>,
+    ) -> Option<String> {
+        // An expired lease's own declarations were judged with it (zombies.rs).
+        if tally.verdict != Verdict::Missing
+            || index.is_some_and(|r| r.status != Status::Protecting)
+        {
+            return None;
+        }
         let ctx = self.ctx;
         let (wait, why) = ctx.rules.wait_missing(&tally.owner, declared, &ctx.options);
         // Without the evidence of how long the lease has been gone, nothing is known to be
@@ -221,31 +242,14 @@ impl Collecting<'_> {
             .evidence
             .as_ref()
             .map_or(Duration::ZERO, |e| Duration::from_millis(e.dead_for_ms));
-        Ok(why.filter(|_| !past(dead_for, wait, ctx.options.skew_margin)))
-    }
-
-    /// The late-write window of a checkpoint of this owner: its declared budget's (the lease's,
-    /// or when it is gone `index.json`'s or, under a tombstone, its marker's), or the
-    /// collector's when that is longer.
-    async fn late_window(
-        &self,
-        tally: &OwnerTally,
-        id: &str,
-        index: Option<&checkpoint::CheckpointRecord>,
-    ) -> banklease::Result<Duration> {
-        let declared = match (tally.verdict == Verdict::Missing, tally.budget_ms) {
-            (false, Some(ms)) => Some(ms),
-            _ => match index.and_then(|r| r.retry_budget_ms) {
-                Some(ms) => Some(ms),
-                None => checkpoint::read_marker_budget(&self.ctx.bank, &tally.owner, id).await?,
-            },
-        };
-        Ok(self.ctx.rules.late_window(declared, &self.ctx.options))
+        why.filter(|_| !past(dead_for, wait, ctx.options.skew_margin))
     }
 
     async fn collect_one(&self, tally: &OwnerTally, id: &str) -> banklease::Result<Outcome> {
         let (ctx, bank) = (self.ctx, &self.ctx.bank);
         let (owner, evidence) = (&tally.owner, tally.evidence.as_ref());
+        // What the owner declared, read once: for the wait before deciding, and the sweep's.
+        let declared;
         // Never delete on doubt: the metadata, if present, must be readable and name the
         // marker's owner.
         let mut existing = checkpoint::read_checkpoint(bank, id).await?;
@@ -282,12 +286,14 @@ impl Collecting<'_> {
                 };
             }
             Some(record) => {
-                if let Some(why) = self.waiting(tally, id, Some(record)).await? {
+                declared = self.declared(tally, id, Some(record)).await?;
+                if let Some(why) = self.waiting(tally, Some(record), declared) {
                     return Ok(Outcome::Waiting(why));
                 }
             }
             None => {
-                if let Some(why) = self.waiting(tally, id, None).await? {
+                declared = self.declared(tally, id, None).await?;
+                if let Some(why) = self.waiting(tally, None, declared) {
                     return Ok(Outcome::Waiting(why));
                 }
                 // No metadata: tombstone the id first (create-if-absent), so that a create of
@@ -326,7 +332,7 @@ impl Collecting<'_> {
                 return Ok(Outcome::Repaired);
             }
         }
-        let late = self.late_window(tally, id, existing.as_ref()).await?;
+        let late = ctx.rules.late_window(declared, &ctx.options);
         finish_collection(bank, owner, id, existing, late).await
     }
 }

@@ -118,10 +118,7 @@ impl OwnerRules {
 /// 10m 53s 776ms of grace)".
 fn waiting_words(owner: &OwnerId, budget: Budget, wait: Duration) -> String {
     let d = |d: Duration| {
-        humantime::format_duration(Duration::from_millis(
-            u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
-        ))
-        .to_string()
+        humantime::format_duration(Duration::from_millis(banklease::config::ceil_ms(d))).to_string()
     };
     let whose = if budget.declared {
         "declared"

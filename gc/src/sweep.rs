@@ -60,8 +60,7 @@ pub async fn mark_for_sweep(
 ) -> banklease::Result<()> {
     let path = sweep_path(bank, id);
     let body = serde_json::to_vec(&SweepRecord {
-        late_write_window_ms: u64::try_from(late_write_window.as_nanos().div_ceil(1_000_000))
-            .unwrap_or(u64::MAX),
+        late_write_window_ms: banklease::config::ceil_ms(late_write_window),
     })
     .expect("a sweep record serialises");
     bank.store()

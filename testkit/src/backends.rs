@@ -101,9 +101,7 @@ impl Backend {
         }
         let budget = SWIFT_TEST_LIMITS.budget("swift://c/p");
         let needed = swift_rule(budget, expire, validity, margin).shortest_grace;
-        grace.max(Duration::from_millis(
-            u64::try_from(needed.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
-        ))
+        grace.max(Duration::from_millis(banklease::config::ceil_ms(needed)))
     }
 
     /// The variable that must be `1` for suites to run on this backend (`None`: always on).
