@@ -3,10 +3,10 @@
 # /usr/bin, banklease-gc.service in /lib/systemd/system, the example configuration as the
 # conffile /etc/banklease/banklease.toml, man pages and bash/zsh/fish completions (README.md,
 # "Install"). Needs cargo-deb (`cargo install --locked cargo-deb@3.8.0`). The release binaries
-# that `cargo install --path cli` / `--path gc` built are reused, not rebuilt.
+# that `cargo install --path cli` / `--path gc-daemon` built are reused, not rebuilt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --locked --release -p banklease-cli -p banklease-gc --bins
+cargo build --locked --release -p banklease-cli -p banklease-gc-daemon --bins
 target=$(cargo metadata --locked --no-deps --format-version 1 |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 # Made afresh from the binary just built: a removed subcommand leaves no page behind.

@@ -10,7 +10,7 @@ venv="${BANKLEASE_VENV:-$root/target/python-venv}"
 echo "python/test.sh: building and installing the package (pip install ./python)"
 "$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$root/python"
 # The daemon test runs the Rust GC daemon on a Python owner's zombies.
-cargo build -q --manifest-path "$root/Cargo.toml" -p banklease-gc --bin banklease-gc
+cargo build -q --manifest-path "$root/Cargo.toml" -p banklease-gc-daemon --bin banklease-gc
 export BANKLEASE_GC_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/banklease-gc"
 cd "$root"
 exec "$venv/bin/pytest" -q python/tests "$@"

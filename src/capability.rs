@@ -98,7 +98,7 @@ impl Capabilities {
                 return Err(Error::Permission {
                     bank: bank.to_owned(),
                     what: format!("write `{path}` (owners, the gc and locks write to the bank)"),
-                    cause: crate::store::cause::classify(&e).to_string(),
+                    source: Box::new(e),
                 })
             }
             Err(e) => return Err(Error::store("put", &path, e)),

@@ -4,6 +4,8 @@
 //! enforces this outside this file). Owner-side lease expiry uses [`Clock::now`], a *monotonic*
 //! instant, so wall-clock jumps on the owner's host cannot extend a lease.
 
+pub use crate::store_clock::{add_saturating, sub_saturating, StoreTime};
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;

@@ -46,7 +46,7 @@ pub const ENV_PREFIX: &str = "BANKLEASE_";
 /// 1,000 ppm (0.1 %). An owner times its lease on its own monotonic clock, the GC on the store's;
 /// over an expire window the owner's clock may count this much less time than passed. The
 /// collector allows the store's clock the same rate against its own (`RATE_ALLOWANCE = 0.001` in
-/// gc/src/timing.rs); [`Config::refusals`] holds the windows to it.
+/// gc/src/time/timing.rs); [`Config::refusals`] holds the windows to it.
 pub const MAX_CLOCK_DRIFT_PPM: u64 = 1_000;
 
 /// [`MAX_CLOCK_DRIFT_PPM`] of `d`, rounded up to the nanosecond.

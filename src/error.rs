@@ -14,6 +14,31 @@ use object_store::path::Path;
 use crate::id::{CheckpointId, OwnerId};
 use crate::lock::name::{LockHolder, LockName, LockNames};
 
+/// An error and its sources on one line.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+/// A refusal in one line: a store's error as banklease classifies it, anything else as it
+/// reads.
+struct Refusal<'a>(&'a (dyn std::error::Error + Send + Sync + 'static));
+
+impl std::fmt::Display for Refusal<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.downcast_ref::<object_store::Error>() {
+            Some(store) => write!(f, "{}", crate::store::classify(store)),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
 /// A specialised `Result` for banklease operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -143,14 +168,18 @@ pub enum Error {
     #[error(
         "read-only access to bank=`{bank}`: this command needs the store's time, which banklease \
          reads by writing a probe under `_banklease/clock/`, and the store refused the write \
-         ({cause}); allow these credentials to write `_banklease/clock/`, or run the command with \
-         credentials that may"
+         ({}; {why}); allow these credentials to write `_banklease/clock/`, or run the command \
+         with credentials that may",
+        crate::store::classify(.source)
     )]
     ReadOnly {
         /// The bank.
         bank: String,
-        /// The store's refusal, in one line.
-        cause: String,
+        /// Why no other way to the store's time serves here.
+        why: &'static str,
+        /// The store's refusal of the probe's write.
+        #[source]
+        source: object_store::Error,
     },
 
     /// No bank URL was given: banklease has no default bank.
@@ -163,16 +192,19 @@ pub enum Error {
     /// The filesystem (or the store) refused an operation for lack of permission: the URL is
     /// fine, the user or the credentials may not do this.
     #[error(
-        "permission denied on bank=`{bank}`: cannot {what}: {cause}; run as a user (or with \
-         credentials) allowed to, or use a command that only reads"
+        "permission denied on bank=`{bank}`: cannot {what}: {}; run as a user (or with \
+         credentials) allowed to, or use a command that only reads",
+        Refusal(.source.as_ref())
     )]
     Permission {
         /// The bank.
         bank: String,
         /// What was refused, e.g. "create directory `/srv/bank`".
         what: String,
-        /// The system's words.
-        cause: String,
+        /// The refusal: the file system's (`std::io::Error`) or the store's
+        /// (`object_store::Error`).
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 
     /// `acquire` found a lease object for this owner already in the bank.
@@ -236,10 +268,10 @@ pub enum Error {
     Fenced {
         /// The checkpoint.
         checkpoint_id: CheckpointId,
-        /// Who won the decision: `gc` or `owner`.
-        decided_by: String,
+        /// Who won the decision.
+        decided_by: crate::checkpoint::Decider,
         /// The decided outcome.
-        outcome: String,
+        outcome: crate::checkpoint::Status,
     },
 
     /// A checkpoint with this id already exists.
@@ -551,6 +583,19 @@ impl Error {
             Error::Corrupt { .. } => K::Corrupt,
             Error::Unsupported { .. } => K::Unsupported,
             Error::ClockStep { .. } | Error::ClockUnverified { .. } => K::Clock,
+        }
+    }
+
+    /// A refusal's cause in one line, as its message gives it: for [`Error::Permission`] and
+    /// [`Error::ReadOnly`] (the refusal, and for the latter why no other way serves); `None`
+    /// for the other variants.
+    pub fn refusal(&self) -> Option<String> {
+        match self {
+            Error::Permission { source, .. } => Some(Refusal(source.as_ref()).to_string()),
+            Error::ReadOnly { why, source, .. } => {
+                Some(format!("{}; {why}", crate::store::classify(source)))
+            }
+            _ => None,
         }
     }
 

@@ -52,13 +52,19 @@
 //!
 //! ## Where things are
 //!
-//! The crate root holds what an owner needs: [`Bank`], [`OwnerLease`] and its [`Keeper`],
-//! [`Checkpoint`], [`LeaseObserver`] for judging others' leases, [`LeaseWindows`], [`Config`],
-//! [`Error`]. Modules are private unless their whole content is API:
+//! The crate root holds what a protection service embeds: [`Bank`], [`OwnerLease`] and its
+//! [`Keeper`], [`Checkpoint`], [`LeaseObserver`] for judging others' leases, [`LeaseWindows`],
+//! [`Config`], [`Error`]. What the GC, the CLI and tools need beside it is in named modules:
 //!
 //! - [`checkpoint`]: checkpoints, the protecting index, the records an observer reads;
-//! - [`clock`]: the `Clock` trait, the system and mock clocks, jitter;
+//! - [`clock`]: the `Clock` trait, the system and mock clocks, jitter, [`clock::StoreTime`];
 //! - [`config`]: the configuration file and its environment overrides;
+//! - [`lease`]: owner leases, their records ([`lease::read_lease`]) and limits;
+//! - [`observe`]: judging a lease from outside ([`observe::judge`]);
+//! - [`error`]: the error, its kinds, [`error::error_chain`];
+//! - [`id`]: owner and checkpoint ids, host names;
+//! - [`capability`]: what a store enforces, as a bank's probe found it;
+//! - [`process`]: the kernel's word on processes (for the CLI's supervisor of a tree);
 //! - [`lock`]: named leases and locks on any key, fencing;
 //! - [`paths`]: every key of the bank's layout, built and parsed;
 //! - [`layout`]: the bank descriptor (`banklease init`);
@@ -77,23 +83,21 @@
 //! ```
 
 mod bank;
-mod capability;
+pub mod capability;
 pub mod checkpoint;
 pub mod clock;
 #[cfg(feature = "collector")]
 pub mod collector;
 pub mod config;
 pub mod doctor;
-mod error;
-mod id;
+pub mod error;
+pub mod id;
 pub mod layout;
-mod lease;
+pub mod lease;
 pub mod lock;
-mod observe;
+pub mod observe;
 pub mod paths;
-mod process;
-// The kernel's word on processes, as `/proc` gives it (for the CLI's supervisor of a tree).
-pub use process::{proc_hides_processes, proc_stat, process_acts, ProcStat};
+pub mod process;
 mod race;
 pub mod store;
 mod store_clock;
@@ -105,20 +109,12 @@ mod windows;
 pub const NOTE_TARGET: &str = "banklease::note";
 
 pub use bank::Bank;
-pub use capability::{Capabilities, Condition, RenewalMechanism};
+pub use capability::Capabilities;
 pub use checkpoint::upload::DataUpload;
-pub use checkpoint::Checkpoint;
-pub use checkpoint::Status;
+pub use checkpoint::{Checkpoint, Status};
 pub use config::Config;
 pub use error::{Error, ErrorKind, Result};
-pub use id::{local_hostname, validate_id, CheckpointId, InvalidId, OwnerId, MAX_ID_LEN};
-pub use lease::{
-    read_lease, read_lease_at, Keeper, LeaseRecord, LeaseState, OwnerLease, LEASE_FORMAT,
-    MAX_EXPIRE_WINDOW, MAX_LEASE_BYTES, SWIFT_TTL_SLACK,
-};
-pub use observe::{
-    error_chain, judge, LeaseObserver, LeaseView, Read, ValidityCheck, WindowSource,
-};
-pub use process::{ProcessHere, ProcessStamp};
-pub use store_clock::{add_saturating, sub_saturating, StoreTime};
+pub use id::{CheckpointId, OwnerId};
+pub use lease::{Keeper, LeaseRecord, LeaseState, OwnerLease};
+pub use observe::{LeaseObserver, LeaseView, ValidityCheck};
 pub use windows::LeaseWindows;

@@ -5,6 +5,7 @@
 //! with the store's current time ([`StoreTime`]), minus a skew margin. The owner's wall-clock
 //! fields in the record are never used, and neither is this host's wall clock.
 
+use crate::error::error_chain;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -122,7 +123,7 @@ impl LeaseObserver {
 
     /// Treat every `last_modified` earlier than `floor` as written at `floor`: the store clock
     /// was seen to step forward at `floor`, so an older stamp may be up to the step older than
-    /// it looks. See [`crate::StoreTime`] and the GC's step detection.
+    /// it looks. See [`crate::clock::StoreTime`] and the GC's step detection.
     pub fn with_floor(mut self, floor: Option<DateTime<Utc>>) -> Self {
         self.floor = floor;
         self
@@ -285,18 +286,6 @@ pub struct ValidityCheck {
     pub window_source: WindowSource,
     /// Whether the owner may start an update: alive, with at least the validity window left.
     pub ok: bool,
-}
-
-/// An error and its sources on one line.
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    s
 }
 
 #[cfg(test)]

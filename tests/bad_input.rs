@@ -6,8 +6,10 @@ use std::path::Path as FsPath;
 
 use banklease::checkpoint::{decision_path, index_path, read_checkpoint, read_decision};
 use banklease::config::Config;
-use banklease::validate_id;
-use banklease::{read_lease, LeaseRecord, MAX_LEASE_BYTES};
+use banklease::id::validate_id;
+use banklease::lease::read_lease;
+use banklease::lease::MAX_LEASE_BYTES;
+use banklease::LeaseRecord;
 use banklease::{Bank, Error, OwnerId};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};

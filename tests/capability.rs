@@ -3,8 +3,10 @@
 
 use std::sync::Arc;
 
+use banklease::capability::Condition;
+use banklease::capability::RenewalMechanism;
 use banklease::doctor::probe_create_race;
-use banklease::{Bank, Condition, RenewalMechanism};
+use banklease::Bank;
 use banklease_testkit::failing::FailingStore;
 
 #[tokio::test]

@@ -83,7 +83,7 @@ async fn owner_acquire() {
     .await;
     let lease = acquired.expect("our own create, read back, is ours");
     assert!(lease.check_validity());
-    let (record, _) = banklease::read_lease(&bank, lease.owner_id())
+    let (record, _) = banklease::lease::read_lease(&bank, lease.owner_id())
         .await
         .unwrap()
         .unwrap();
@@ -97,7 +97,7 @@ async fn owner_renew() {
     answer_lost(&store, "leases/o", lease.renew())
         .await
         .expect("our own renewal, read back, counts");
-    let (record, _) = banklease::read_lease(&bank, lease.owner_id())
+    let (record, _) = banklease::lease::read_lease(&bank, lease.owner_id())
         .await
         .unwrap()
         .unwrap();

@@ -2,7 +2,7 @@
 //! keys, the numbers and the fix:
 //!
 //! - (a) an owner's clock may run 0.1 % slow (the rate the collector allows the store's clock,
-//!   gc/src/timing.rs): `lease.skew_margin + gc.grace` must cover 0.1 % of `lease.expire_window`;
+//!   gc/src/time/timing.rs): `lease.skew_margin + gc.grace` must cover 0.1 % of `lease.expire_window`;
 //! - (b) a write the store client retries can land up to its retry budget after it was sent:
 //!   `gc.late_write_window` must cover that budget (plus 0.1 %);
 //! - (c) on Swift create-if-absent is not atomic, so exclusion on `decisions/<id>` rests on timing:

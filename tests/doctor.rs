@@ -20,10 +20,11 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use banklease::capability::Condition;
+use banklease::capability::RenewalMechanism;
 use banklease::clock::{SharedClock, SystemClock};
 use banklease::doctor::{self, Basis, DiagnoseOptions, Diagnosis, Expiry, Verdicts};
-use banklease::Condition;
-use banklease::{Bank, RenewalMechanism};
+use banklease::Bank;
 use banklease_testkit::failing::FailingStore;
 
 fn clock() -> SharedClock {

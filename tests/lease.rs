@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use banklease::capability::RenewalMechanism;
 use banklease::clock::{Clock, Jitter, MockClock, SystemClock};
 use banklease::{
     Bank, Error, LeaseObserver, LeaseState, LeaseView, LeaseWindows, OwnerId, OwnerLease,
-    RenewalMechanism,
 };
 use banklease_testkit::backends::{each_backend, each_backend_where, each_plain_backend, Backend};
 use banklease_testkit::failing::{Op, Strike};
@@ -79,7 +79,7 @@ async fn renew_extends_from_send_time_and_generation_grows() {
         assert_eq!(lease.remaining(), Duration::from_secs(20));
         lease.renew().await.unwrap();
         assert_eq!(lease.remaining(), Duration::from_secs(30));
-        let (record, _) = banklease::read_lease(&b, lease.owner_id())
+        let (record, _) = banklease::lease::read_lease(&b, lease.owner_id())
             .await
             .unwrap()
             .unwrap();
@@ -145,7 +145,7 @@ async fn renew_after_replacement_is_lost() {
     each_backend(async |backend, b, _, clock| {
         let lease = acquire(&b, &clock, "o1").await;
         // Someone else writes the same key (a duplicate owner, an operator).
-        let (mut record, _) = banklease::read_lease(&b, lease.owner_id())
+        let (mut record, _) = banklease::lease::read_lease(&b, lease.owner_id())
             .await
             .unwrap()
             .unwrap();
@@ -168,7 +168,7 @@ async fn renew_after_replacement_is_lost() {
             Error::LeaseLost { .. }
         ));
         // The other writer's object is untouched.
-        let (now, _) = banklease::read_lease(&b, lease.owner_id())
+        let (now, _) = banklease::lease::read_lease(&b, lease.owner_id())
             .await
             .unwrap()
             .unwrap();
@@ -257,7 +257,7 @@ async fn renewal_whose_answer_was_lost_is_adopted_not_lost() {
             lease.renew().await.unwrap();
             assert!(lease.check_validity());
             lease.renew().await.unwrap();
-            let (record, _) = banklease::read_lease(&b, lease.owner_id())
+            let (record, _) = banklease::lease::read_lease(&b, lease.owner_id())
                 .await
                 .unwrap()
                 .unwrap();
@@ -337,7 +337,7 @@ async fn keeper_renews_and_reports_loss_within_one_renew_window() {
         )
         .await;
         assert!(lease.check_validity(), "{backend:?}: {:?}", lease.state());
-        let (record, _) = banklease::read_lease(&b, lease.owner_id())
+        let (record, _) = banklease::lease::read_lease(&b, lease.owner_id())
             .await
             .unwrap()
             .unwrap();
@@ -629,7 +629,7 @@ async fn swift_renewals_share_a_delete_at_and_never_shorten_it() {
         let head = swift.head_swift(&path).await.unwrap();
         let delete_at = head.delete_at.expect("a lease object carries X-Delete-At");
         let written = head.x_timestamp.unwrap();
-        let needed = w.expire_window + banklease::SWIFT_TTL_SLACK;
+        let needed = w.expire_window + banklease::lease::SWIFT_TTL_SLACK;
         assert!(
             delete_at - written >= chrono::Duration::from_std(needed).unwrap(),
             "X-Delete-At {delete_at} only {} after the write at {written}",

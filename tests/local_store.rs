@@ -519,8 +519,14 @@ async fn a_bank_on_files_renews_with_one_conditional_write_and_serves_named_lock
     let dir = tempfile::tempdir().unwrap();
     let bank = banklease::Bank::open(&format!("file://{}", dir.path().display())).unwrap();
     let caps = bank.capabilities().await.unwrap();
-    assert_eq!(caps.conditional_overwrite, banklease::Condition::Enforced);
-    assert_eq!(caps.renewal, banklease::RenewalMechanism::ConditionalUpdate);
+    assert_eq!(
+        caps.conditional_overwrite,
+        banklease::capability::Condition::Enforced
+    );
+    assert_eq!(
+        caps.renewal,
+        banklease::capability::RenewalMechanism::ConditionalUpdate
+    );
     assert!(bank.local().is_some());
     // Named locks accept the bank (they refuse one without atomic If-Match) and work on it.
     let locks = banklease::lock::Locks::new(

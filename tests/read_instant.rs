@@ -213,7 +213,7 @@ async fn release_after_the_validity_ran_out_deletes_nothing() {
     .await
     .unwrap();
     old.release().await.unwrap();
-    let (record, _) = banklease::read_lease_at(&w.owner_bank, &path)
+    let (record, _) = banklease::lease::read_lease_at(&w.owner_bank, &path)
         .await
         .unwrap()
         .expect("the successor's lease must still be there");
@@ -295,7 +295,7 @@ async fn release_with_less_than_the_validity_window_left_sends_no_delete() {
     lease.release().await.unwrap();
     assert!(!lease.check_validity());
     assert!(
-        banklease::read_lease(&w.owner_bank, lease.owner_id())
+        banklease::lease::read_lease(&w.owner_bank, lease.owner_id())
             .await
             .unwrap()
             .is_some(),

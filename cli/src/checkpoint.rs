@@ -171,7 +171,7 @@ pub(crate) async fn checkpoint_list(
                 unreadable += 1;
                 eprintln!(
                     "warning: checkpoint `{id}` is unreadable: {}",
-                    banklease_gc::logging::error_line(&e)
+                    banklease_gc_daemon::logging::error_line(&e)
                 );
                 continue;
             }

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use banklease::capability::Condition;
 use banklease::doctor::CreateRace;
 use banklease::doctor::{self, Basis, DiagnoseOptions, Diagnosis, Expiry, Verdicts};
-use banklease::Condition;
 use serde::Serialize;
 
 use super::{human, out_json, out_line, out_table, Ctx, Outcome};
@@ -77,11 +77,11 @@ async fn owners(ctx: &Ctx) -> Result<(Vec<OwnerLine>, u64)> {
             }
         }
     }
-    let rules = banklease_gc::declared::OwnerRules::of(bank);
+    let rules = banklease_gc::pass::declared::OwnerRules::of(bank);
     let options = banklease_gc::GcOptions::from_config(&ctx.config);
     let mut lines = Vec::with_capacity(owners.len());
     for owner in owners {
-        let line = match banklease::read_lease(bank, &owner).await {
+        let line = match banklease::lease::read_lease(bank, &owner).await {
             Ok(Some((record, _))) => {
                 let (grace, waiting) = rules.grace_for(&record, &options);
                 OwnerLine {
@@ -101,7 +101,7 @@ async fn owners(ctx: &Ctx) -> Result<(Vec<OwnerLine>, u64)> {
                 judged_budget_ms: 0,
                 grace_ms: 0,
                 waiting: None,
-                error: Some(banklease::error_chain(&e)),
+                error: Some(banklease::error::error_chain(&e)),
             },
         };
         lines.push(line);

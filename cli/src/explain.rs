@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 use banklease::checkpoint::{self, CheckpointRecord, Decider, Decision, Evidence, Rebuilt, Status};
-use banklease::{error_chain, LeaseView, OwnerId};
+use banklease::error::error_chain;
+use banklease::{LeaseView, OwnerId};
 use object_store::ObjectStoreExt;
 use serde::Serialize;
 
@@ -60,7 +61,7 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         (Ok(Some(r)), _) => Some(r.owner_id.clone()),
         (_, Ok(Some(d))) => Some(d.owner_id.clone()),
         // Neither record names it: the one owner whose protecting marker does, if one does.
-        _ => match banklease_gc::resolve::marker_owners(bank, id).await {
+        _ => match banklease_gc::operator::resolve::marker_owners(bank, id).await {
             Ok(owners) if owners.len() == 1 => owners.into_iter().next(),
             _ => None,
         },
@@ -98,9 +99,10 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
     // An owner whose lease is gone may have been reaped; a reap record that cannot be read
     // only leaves that unsaid.
     let reaped = match (&owner, &owner_now) {
-        (Some(o), Some(LeaseView::Missing)) => {
-            banklease_gc::reaped::read(bank, o).await.ok().flatten()
-        }
+        (Some(o), Some(LeaseView::Missing)) => banklease_gc::pass::reaped::read(bank, o)
+            .await
+            .ok()
+            .flatten(),
         _ => None,
     };
     if matches!((&index, &decision), (Ok(None), Ok(None))) {
@@ -474,13 +476,14 @@ pub(crate) async fn resolve(
     ctx: &Ctx,
     id: &str,
     operator: &str,
-    assertion: banklease_gc::resolve::Assertion,
+    assertion: banklease_gc::operator::resolve::Assertion,
 ) -> Result<Outcome> {
-    use banklease_gc::resolve::Resolution;
+    use banklease_gc::operator::resolve::Resolution;
     let options = banklease_gc::GcOptions::from_config(&ctx.config);
-    let resolution =
-        banklease_gc::resolve::resolve(&ctx.bank, &ctx.clock, &options, id, operator, assertion)
-            .await?;
+    let resolution = banklease_gc::operator::resolve::resolve(
+        &ctx.bank, &ctx.clock, &options, id, operator, assertion,
+    )
+    .await?;
     let (line, json) = match &resolution {
         Resolution::Collected { owner, kept } => (
             format!(

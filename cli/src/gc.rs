@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use banklease::add_saturating;
+use banklease::clock::add_saturating;
 use chrono::{DateTime, Utc};
 
 use crate::{human, out_json, out_line, Ctx, Outcome};
@@ -17,7 +17,7 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool, beside: bool) -> R
     config.gc.dry_run |= dry_run;
     // The port is the running daemon's.
     config.gc.metrics_addr = None;
-    let daemon = banklease_gc::Daemon::new(ctx.bank.clone(), ctx.clock.clone(), config)
+    let pass = banklease_gc::OnePass::new(ctx.bank.clone(), ctx.clock.clone(), config)
         .with_force(force)
         .beside_daemon(beside);
     let shutdown = async {
@@ -26,7 +26,7 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool, beside: bool) -> R
             std::future::pending::<()>().await;
         }
     };
-    let single = match daemon.run_single(shutdown).await {
+    let single = match pass.run(shutdown).await {
         Ok(Some(single)) => single,
         Ok(None) => bail!("interrupted before the pass could start; nothing was collected"),
         // A refusal names the active daemon itself; its kind (unavailable) exits 75.
@@ -46,7 +46,7 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool, beside: bool) -> R
         eprintln!(
             "warning: --beside-daemon: this pass ran beside the active gc daemon \
              holder=`{holder}`{}, without the gc lease",
-            banklease_gc::daemon::host_pid(holder_host.as_deref(), *holder_pid)
+            banklease_gc::run::host_pid(holder_host.as_deref(), *holder_pid)
         );
     }
     if ctx.json {

@@ -5,10 +5,12 @@ pub(crate) mod advice;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use banklease::clock::StoreTime;
+use banklease::error::error_chain;
+use banklease::lease::read_lease;
+use banklease::observe::judge;
 use banklease::paths::{Key, Prefix};
-use banklease::read_lease;
-use banklease::{error_chain, judge};
-use banklease::{LeaseView, OwnerId, StoreTime};
+use banklease::{LeaseView, OwnerId};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectMeta, ObjectStoreExt};
@@ -145,7 +147,7 @@ impl JudgedLease {
             validity_window_ms: record.map(|r| r.validity_window_ms),
             retry_budget_ms: record.and_then(|r| r.retry_budget_ms),
             judged_budget_ms: record.map(|r| {
-                ms(banklease_gc::declared::OwnerRules::of(&ctx.bank)
+                ms(banklease_gc::pass::declared::OwnerRules::of(&ctx.bank)
                     .budget(r.retry_budget_ms)
                     .budget)
             }),
@@ -173,7 +175,10 @@ impl JudgedLease {
         Some(Advice {
             process: advice::process(record, counts_until, self.judged_at),
             counts_until,
-            collectable_from: banklease::add_saturating(counts_until, self.grace(ctx, record).0),
+            collectable_from: banklease::clock::add_saturating(
+                counts_until,
+                self.grace(ctx, record).0,
+            ),
         })
     }
 
@@ -181,7 +186,7 @@ impl JudgedLease {
     /// owner declared may need longer on this store.
     fn grace(&self, ctx: &Ctx, record: &banklease::LeaseRecord) -> (Duration, Option<String>) {
         let options = banklease_gc::GcOptions::from_config(&ctx.config);
-        banklease_gc::declared::OwnerRules::of(&ctx.bank).grace_for(record, &options)
+        banklease_gc::pass::declared::OwnerRules::of(&ctx.bank).grace_for(record, &options)
     }
 
     /// "alive, 1s 200ms left" and the like.
@@ -381,7 +386,7 @@ pub(crate) async fn lease_show(ctx: &Ctx, owner: &str) -> Result<Outcome> {
     // A lease that is gone may have been reaped: the collector's reason is kept beside it.
     // A record that cannot be read only leaves the reason unsaid: the lease is still missing.
     let reaped = match lease.view {
-        LeaseView::Missing => match banklease_gc::reaped::read(&ctx.bank, &owner).await {
+        LeaseView::Missing => match banklease_gc::pass::reaped::read(&ctx.bank, &owner).await {
             Ok(r) => r,
             Err(e) => {
                 eprintln!(

@@ -22,7 +22,7 @@ use tracing_subscriber::{EnvFilter, Layer as _};
 /// Install stderr's subscriber for `-v` given `verbose` times.
 pub fn init(verbose: u8) {
     // A pass's problems are printed from its report, one `error:` line each: not logged twice.
-    let problems = banklease_gc::report::PROBLEM_TARGET;
+    let problems = banklease_gc::pass::report::PROBLEM_TARGET;
     let from_env = std::env::var_os("RUST_LOG").is_some_and(|v| !v.is_empty());
     if from_env || verbose > 0 {
         let level = match verbose {
@@ -37,7 +37,7 @@ pub fn init(verbose: u8) {
         };
         tracing_subscriber::fmt()
             .with_env_filter(filter)
-            .with_ansi(banklease_gc::logging::stderr_colour())
+            .with_ansi(banklease_gc_daemon::logging::stderr_colour())
             .with_writer(std::io::stderr)
             .init();
         return;

@@ -18,8 +18,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use banklease::clock::StoreTime;
 use banklease::clock::{SharedClock, SystemClock};
-use banklease::{Bank, Config, ErrorKind, LeaseObserver, StoreTime};
+use banklease::{Bank, Config, ErrorKind, LeaseObserver};
 use clap::{CommandFactory as _, Parser};
 
 mod agent;
@@ -98,7 +99,7 @@ fn main() -> ExitCode {
         // Our stdout's reader went away (`banklease lease list | head`): nothing left to say.
         Err(e) if e.chain().any(|c| c.is::<output::StdoutClosed>()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
+            eprintln!("error: {}", banklease_gc_daemon::logging::error_line(&e));
             ExitCode::from(failure_exit(
                 banklease_gc::error::kind_of(&e),
                 runs_a_command(std::env::args_os().skip(1)),
@@ -281,7 +282,7 @@ async fn run(cli: Cli) -> Result<Outcome> {
         Command::Share { dir } => {
             let cmds = vec![
                 (Cli::command(), "1"),
-                (banklease_gc::args::Cli::command(), "8"),
+                (banklease_gc_daemon::args::Cli::command(), "8"),
             ];
             for path in share::write_share(&dir, cmds)? {
                 out_line(&path.display().to_string())?;
@@ -320,7 +321,7 @@ async fn run(cli: Cli) -> Result<Outcome> {
             return Ok(match load() {
                 Ok(ctx) => agent::run::run(&ctx, args).await,
                 Err(e) => {
-                    eprintln!("error: {}", banklease_gc::logging::error_line(&e));
+                    eprintln!("error: {}", banklease_gc_daemon::logging::error_line(&e));
                     Outcome::Exit(agent::run::EXIT_RUN_FAILED)
                 }
             })
@@ -366,8 +367,8 @@ async fn run(cli: Cli) -> Result<Outcome> {
             as_outcome,
         }) => {
             let assertion = match as_outcome.as_deref() {
-                Some("deleted") => banklease_gc::resolve::Assertion::Deleted,
-                _ => banklease_gc::resolve::Assertion::None,
+                Some("deleted") => banklease_gc::operator::resolve::Assertion::Deleted,
+                _ => banklease_gc::operator::resolve::Assertion::None,
             };
             let Some(operator) = operator.filter(|o| !o.trim().is_empty()) else {
                 anyhow::bail!(

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use banklease::WindowSource;
+use banklease::observe::WindowSource;
 use banklease::{LeaseView, OwnerId, ValidityCheck};
 use serde::Serialize;
 

@@ -245,7 +245,7 @@ fn a_collection_names_its_collectors_host_and_pid() {
         "explain",
         &common::cli(&url, &["checkpoint", "explain", "cp-dead"]),
     );
-    let host = banklease::local_hostname();
+    let host = banklease::id::local_hostname();
     assert!(
         line_of(&explain, "collector").contains(&format!("on host `{host}`, pid {pid} (pass ")),
         "{explain}"

@@ -182,7 +182,7 @@ fn a_manual_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
     config.gc.lease.validity_window = Duration::from_millis(100);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let daemon =
-        banklease_gc::Daemon::new(Bank::open(&url).unwrap(), Arc::new(SystemClock), config);
+        banklease_gc_daemon::Daemon::new(Bank::open(&url).unwrap(), Arc::new(SystemClock), config);
     let holder = daemon.owner_id().to_string();
     let running = runtime.spawn(daemon.run(async {
         let _ = stopped.await;
@@ -203,7 +203,7 @@ fn a_manual_pass_takes_the_gc_lease_or_refuses_beside_an_active_daemon() {
     assert!(
         err.contains(&format!(
             "holder=`{holder}` (host=`{}`, pid=`{}`) is active",
-            banklease::local_hostname(),
+            banklease::id::local_hostname(),
             std::process::id()
         )),
         "{err}"

@@ -237,7 +237,7 @@ impl Env {
 
     fn lease_exists(&self, owner: &str) -> bool {
         let owner = OwnerId::parse(owner).unwrap();
-        block(banklease::read_lease(&self.bank(), &owner))
+        block(banklease::lease::read_lease(&self.bank(), &owner))
             .unwrap()
             .is_some()
     }

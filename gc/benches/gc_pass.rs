@@ -208,7 +208,7 @@ fn parse_size(s: &str) -> anyhow::Result<u64> {
 }
 
 /// The measured child's runtime, with the daemon's cap on blocking threads (a little above the
-/// requests in flight; see gc/src/main.rs).
+/// requests in flight; see gc-daemon/src/command.rs).
 fn runtime(concurrency: usize) -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -9,7 +9,7 @@
 
 use banklease::ErrorKind;
 
-pub use crate::daemon::ActiveElsewhere;
+pub use crate::run::ActiveElsewhere;
 
 /// A specialised `Result` for the GC daemon's API.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -116,7 +116,8 @@ pub fn kind_of(error: &anyhow::Error) -> Option<ErrorKind> {
 }
 
 /// `.with_context(..)` for a library result: its error becomes [`Error::Context`].
-pub(crate) trait Context<T> {
+pub trait Context<T> {
+    /// The error, with what was being done when it happened.
     fn with_context(self, context: impl FnOnce() -> String) -> Result<T>;
 }
 

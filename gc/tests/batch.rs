@@ -1,4 +1,4 @@
-//! Collection in bulk across checkpoints and owners (gc/src/batch.rs): each checkpoint's order
+//! Collection in bulk across checkpoints and owners (gc/src/pass/batch.rs): each checkpoint's order
 //! (data, then tombstone, then marker) holds whatever its neighbours in a batch do, and a batch
 //! that fails is resumed by the next pass. On a store whose clock the test drives.
 
@@ -9,7 +9,7 @@ use banklease::checkpoint::{self, Status};
 use banklease::clock::{MockClock, SharedClock};
 use banklease::Checkpoint;
 use banklease::{Bank, LeaseWindows, OwnerId, OwnerLease};
-use banklease_gc::batch::{DATA_BATCH, LISTED_MAX};
+use banklease_gc::pass::batch::{DATA_BATCH, LISTED_MAX};
 use banklease_gc::{Collector, GcOptions, PassReport};
 use banklease_testkit::failing::{FailingStore, Op, Strike};
 use banklease_testkit::made;

@@ -135,7 +135,7 @@ async fn the_gc_waits_for_each_owners_declared_retry_budget_before_deciding() {
         Some(Status::Available)
     );
     // Its lease declared the budget; `lease show` and the GC read it from there.
-    let (record, _) = banklease::read_lease(&bank, slow.owner_id())
+    let (record, _) = banklease::lease::read_lease(&bank, slow.owner_id())
         .await
         .unwrap()
         .unwrap();
@@ -205,7 +205,7 @@ async fn a_gone_lease_is_judged_by_its_checkpoints_declared_budget_and_so_is_the
         Some(Status::Protecting)
     );
     // The sweep marker asks for the quick owner's 2.25 s (and drift), not the collector's 1 s.
-    let marker = banklease_gc::sweep::sweep_path(&bank, "cp-quick");
+    let marker = banklease_gc::pass::sweep::sweep_path(&bank, "cp-quick");
     let body = bank
         .store()
         .get(&marker)

@@ -482,14 +482,14 @@ async fn dead_owners_leases_are_reaped_once_nothing_is_left() {
         assert_eq!((r.collected, r.leases_reaped), (2, 2), "{name}: {r:?}");
         for gone in [&dead, &idle] {
             assert!(
-                banklease::read_lease(b, gone.owner_id())
+                banklease::lease::read_lease(b, gone.owner_id())
                     .await
                     .unwrap()
                     .is_none(),
                 "{name}"
             );
             // Its reason is kept beside it: the lease as read and what it was judged on.
-            let record = banklease_gc::reaped::read(b, gone.owner_id())
+            let record = banklease_gc::pass::reaped::read(b, gone.owner_id())
                 .await
                 .unwrap()
                 .unwrap_or_else(|| panic!("{name}: no reap record"));
@@ -509,14 +509,14 @@ async fn dead_owners_leases_are_reaped_once_nothing_is_left() {
             );
         }
         assert!(
-            banklease_gc::reaped::read(b, live.owner_id())
+            banklease_gc::pass::reaped::read(b, live.owner_id())
                 .await
                 .unwrap()
                 .is_none(),
             "{name}: a live owner has no reap record"
         );
         assert!(live.check_validity(), "{name}: {:?}", live.state());
-        assert!(banklease::read_lease(b, live.owner_id())
+        assert!(banklease::lease::read_lease(b, live.owner_id())
             .await
             .unwrap()
             .is_some());
@@ -663,7 +663,7 @@ async fn mass_reaping_is_braked_like_mass_collection() {
         let reason = r.braked.as_deref().unwrap_or_default();
         assert!(reason.contains("reap 3 of 4 leases"), "{name}: {r:?}");
         for (lease, _, _) in &idle {
-            assert!(banklease::read_lease(b, lease.owner_id())
+            assert!(banklease::lease::read_lease(b, lease.owner_id())
                 .await
                 .unwrap()
                 .is_some());
@@ -717,7 +717,7 @@ async fn a_dead_owners_stray_marker_on_another_owners_checkpoint_is_removed() {
         );
         assert!(checkpoint::marker_path(b, live.owner_id(), &id) != stray);
         assert!(
-            banklease::read_lease(b, dead.owner_id())
+            banklease::lease::read_lease(b, dead.owner_id())
                 .await
                 .unwrap()
                 .is_none(),

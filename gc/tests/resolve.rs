@@ -10,7 +10,7 @@ use banklease::clock::SystemClock;
 use banklease::collector::{replace_decision, set_aside};
 use banklease::paths::Key;
 use banklease::{Checkpoint, Error, OwnerId, OwnerLease};
-use banklease_gc::resolve::{resolve, Assertion, Resolution};
+use banklease_gc::operator::resolve::{resolve, Assertion, Resolution};
 use banklease_gc::GcOptions;
 use futures::TryStreamExt;
 use object_store::{ObjectStoreExt, PutPayload};
@@ -377,7 +377,7 @@ async fn resolve_refuses_a_margin_below_the_stores_stamp_resolution() {
     let err = resolve(&bank, &clock, &options, "cp-torn", "op", Assertion::None)
         .await
         .expect_err("a margin below the stamp resolution is refused");
-    let msg = banklease::error_chain(&err);
+    let msg = banklease::error::error_chain(&err);
     assert!(msg.contains("lease.skew_margin=`50ms`"), "{msg}");
     assert!(msg.contains("resolution=`1s`"), "{msg}");
     let got = bank.store().get(&index).await.unwrap();

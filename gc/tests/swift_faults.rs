@@ -238,7 +238,7 @@ impl Kept {
                 }
             }
         });
-        banklease::read_lease(shared, lease.owner_id())
+        banklease::lease::read_lease(shared, lease.owner_id())
             .await
             .unwrap()
             .expect("the lease is visible through the shared proxy");
@@ -311,7 +311,7 @@ impl Kept {
             "{name} {when}: remaining {:?}",
             self.lease.remaining()
         );
-        let (record, _) = banklease::read_lease(shared, self.lease.owner_id())
+        let (record, _) = banklease::lease::read_lease(shared, self.lease.owner_id())
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("{name} {when}: the lease object is gone"));
@@ -516,7 +516,7 @@ async fn keepers_through(fault: Fault, expire: Duration, short: Duration) {
         );
         // The object is this process's, not re-created, and not renewed since the outage
         // began — except by a PUT sent before the pause and answered after it.
-        let (record, _) = banklease::read_lease(&shared, o.lease.owner_id())
+        let (record, _) = banklease::lease::read_lease(&shared, o.lease.owner_id())
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("{name}: the lease object is gone"));

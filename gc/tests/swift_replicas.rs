@@ -6,7 +6,7 @@
 //! stops one of them while an owner renews its lease, completes a checkpoint, and GC passes
 //! run; starts it again; and then shows, reading through the library, that
 //!
-//! - lease reads (`banklease::read_lease`, `LeaseObserver::view`) never return the
+//! - lease reads (`banklease::lease::read_lease`, `LeaseObserver::view`) never return the
 //!   stale lease (compared with the oldest `X-Timestamp` of the two servers that stayed up,
 //!   read directly before each read is sent), nor `index.json`/decision reads the stale
 //!   checkpoint, nor a HEAD the marker that the stale server still holds;
@@ -560,7 +560,7 @@ async fn a_stale_object_server_is_never_read_and_passes_collect_nothing_of_the_l
         .iter()
         .map(|c| c.id().to_owned())
         .collect();
-    let (acquired, _) = banklease::read_lease(&readers, &owner)
+    let (acquired, _) = banklease::lease::read_lease(&readers, &owner)
         .await
         .unwrap()
         .expect("the live lease");
@@ -671,7 +671,10 @@ async fn a_stale_object_server_is_never_read_and_passes_collect_nothing_of_the_l
             seen.lease_gone = Some(format!("before round {round}: {before:?}"));
             break;
         };
-        let Some((record, meta)) = banklease::read_lease(&readers, &owner).await.unwrap() else {
+        let Some((record, meta)) = banklease::lease::read_lease(&readers, &owner)
+            .await
+            .unwrap()
+        else {
             seen.lease_gone = Some(format!("read in round {round}"));
             break;
         };

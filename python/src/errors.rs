@@ -10,6 +10,17 @@ use std::time::Duration;
 use pyo3::prelude::*;
 
 /// Build an exception of class `name` from `banklease.errors` with `message` and `attrs`.
+/// The attributes of a refusal that came before any one request: no `.op` or `.path`.
+fn refused_before_a_request(bank: String, detail: String) -> Vec<(&'static str, Attr)> {
+    vec![
+        ("op", Attr::None),
+        ("path", Attr::None),
+        ("transient", Attr::Bool(false)),
+        ("detail", Attr::Str(detail)),
+        ("bank", Attr::Str(bank)),
+    ]
+}
+
 fn raise(name: &str, message: String, attrs: &[(&str, Attr)]) -> PyErr {
     Python::attach(|py| match build(py, name, &message, attrs) {
         Ok(err) => err,
@@ -78,7 +89,7 @@ pub(crate) fn gc_to_py(e: banklease_gc::Error) -> PyErr {
                  holds `gc/active`); let it collect, stop it first, or pass beside_daemon=True \
                  to run this pass beside it",
                 a.holder,
-                banklease_gc::daemon::host_pid(a.holder_host.as_deref(), a.holder_pid),
+                banklease_gc::run::host_pid(a.holder_host.as_deref(), a.holder_pid),
                 a.bank
             );
             let opt = |v: Option<String>| v.map_or(Attr::None, Attr::Str);
@@ -135,6 +146,7 @@ fn details(e: banklease::Error) -> Vec<(&'static str, Attr)> {
     use banklease::Error as E;
     let transient = e.is_transient();
     let s = |v: &str| Attr::Str(v.to_owned());
+    let refusal = e.refusal();
     match e {
         E::InvalidUrl { url, .. } => vec![("url", Attr::Str(url))],
         E::InvalidId {
@@ -150,16 +162,12 @@ fn details(e: banklease::Error) -> Vec<(&'static str, Attr)> {
             ("op", s(op)),
             ("path", Attr::Str(path.to_string())),
             ("transient", Attr::Bool(transient)),
-            ("detail", Attr::Str(banklease::error_chain(&source))),
+            ("detail", Attr::Str(banklease::error::error_chain(&source))),
         ],
         // Refused before any one request: no `.op` or `.path`.
-        E::Permission { bank, cause, .. } | E::ReadOnly { bank, cause } => vec![
-            ("op", Attr::None),
-            ("path", Attr::None),
-            ("transient", Attr::Bool(false)),
-            ("detail", Attr::Str(cause)),
-            ("bank", Attr::Str(bank)),
-        ],
+        E::Permission { bank, .. } | E::ReadOnly { bank, .. } => {
+            refused_before_a_request(bank, refusal.unwrap_or_default())
+        }
         E::UnknownLayout { bank, .. }
         | E::NotABank { bank, .. }
         | E::NoDescriptor { bank, .. }
@@ -194,8 +202,8 @@ fn details(e: banklease::Error) -> Vec<(&'static str, Attr)> {
             outcome,
         } => vec![
             ("checkpoint_id", Attr::Str(checkpoint_id.to_string())),
-            ("decided_by", Attr::Str(decided_by)),
-            ("outcome", Attr::Str(outcome)),
+            ("decided_by", Attr::Str(decided_by.to_string())),
+            ("outcome", Attr::Str(outcome.to_string())),
         ],
         E::CheckpointExists { checkpoint_id } | E::CheckpointAmbiguous { checkpoint_id } => {
             vec![("checkpoint_id", Attr::Str(checkpoint_id.to_string()))]

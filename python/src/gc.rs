@@ -94,10 +94,10 @@ impl PassArgs<'_> {
 /// unless `beside_daemon`; a dry run takes none), so that its evidence names this collector.
 async fn pass(bank: banklease::Bank, plan: PassPlan) -> PyResult<String> {
     let clock: SharedClock = Arc::new(SystemClock);
-    let single = banklease_gc::Daemon::new(bank, clock, plan.config)
+    let single = banklease_gc::OnePass::new(bank, clock, plan.config)
         .with_force(plan.force)
         .beside_daemon(plan.beside)
-        .run_single(std::future::pending::<()>())
+        .run(std::future::pending::<()>())
         .await
         .map_err(gc_to_py)?
         .ok_or_else(|| crate::errors::error("the pass was interrupted before it started".into()))?;

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use banklease::clock::{SharedClock, SystemClock};
+use banklease::observe::WindowSource;
 use banklease::OwnerId;
-use banklease::WindowSource;
 use pyo3::prelude::*;
 
 use crate::bank::Bank;
@@ -111,9 +111,13 @@ async fn view(
                 .await
                 .map_err(to_py)?;
             let clock: SharedClock = Arc::new(SystemClock);
-            banklease_gc::timing::check_skew_margin(&observer.bank, &clock, observer.inner.margin())
-                .await
-                .map_err(to_py)
+            banklease_gc::time::timing::check_skew_margin(
+                &observer.bank,
+                &clock,
+                observer.inner.margin(),
+            )
+            .await
+            .map_err(to_py)
         })
         .await?;
     let observer = observer.inner;

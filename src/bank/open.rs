@@ -72,7 +72,7 @@ fn open_file(url: &str, rest: &str, create: bool) -> Result<Bank> {
         std::io::ErrorKind::PermissionDenied => Error::Permission {
             bank: label.clone(),
             what,
-            cause: e.to_string(),
+            source: Box::new(e),
         },
         _ => bad(&format!("cannot {what}: {e}")),
     };
@@ -102,7 +102,7 @@ fn open_file(url: &str, rest: &str, create: bool) -> Result<Bank> {
             Error::Permission {
                 bank: label.clone(),
                 what: "open the bank's directory".to_owned(),
-                cause: e.to_string(),
+                source: Box::new(e),
             }
         } else {
             bad(&format!("cannot open directory: {e}"))

@@ -51,8 +51,8 @@ use crate::lease::OwnerLease;
 fn collected(id: &CheckpointId) -> Error {
     Error::Fenced {
         checkpoint_id: id.clone(),
-        decided_by: Decider::Gc.to_string(),
-        outcome: Status::Deleted.to_string(),
+        decided_by: Decider::Gc,
+        outcome: Status::Deleted,
     }
 }
 
@@ -246,8 +246,8 @@ impl Checkpoint {
                 if d.outcome != outcome {
                     return Err(Error::Fenced {
                         checkpoint_id: self.id.clone(),
-                        decided_by: d.by.to_string(),
-                        outcome: d.outcome.to_string(),
+                        decided_by: d.by,
+                        outcome: d.outcome,
                     });
                 }
                 d
@@ -255,8 +255,8 @@ impl Checkpoint {
             Decided::Lost(d) => {
                 return Err(Error::Fenced {
                     checkpoint_id: self.id.clone(),
-                    decided_by: d.by.to_string(),
-                    outcome: d.outcome.to_string(),
+                    decided_by: d.by,
+                    outcome: d.outcome,
                 })
             }
         };

@@ -39,8 +39,8 @@ fn every_variant_has_the_kind_a_caller_acts_on() {
         (Error::NotABank { bank: s(), found: s() }, K::NotABank),
         (Error::NoDescriptor { bank: s(), found: s() }, K::NotABank),
         (Error::NoBank { bank: s(), reason: s() }, K::NotABank),
-        (Error::ReadOnly { bank: s(), cause: s() }, K::RefusedByStore),
-        (Error::Permission { bank: s(), what: s(), cause: s() }, K::RefusedByStore),
+        (Error::ReadOnly { bank: s(), why: "w", source: object_store::Error::NotFound { path: s(), source: s().into() } }, K::RefusedByStore),
+        (Error::Permission { bank: s(), what: s(), source: s().into() }, K::RefusedByStore),
         (Error::LeaseLost { owner_id: owner(), reason: s() }, K::Lost),
         (Error::LockLost { key: lock(), owner: owner(), reason: s() }, K::Lost),
         (
@@ -52,7 +52,7 @@ fn every_variant_has_the_kind_a_caller_acts_on() {
             K::NotValid,
         ),
         (
-            Error::Fenced { checkpoint_id: cp(), decided_by: s(), outcome: s() },
+            Error::Fenced { checkpoint_id: cp(), decided_by: crate::checkpoint::Decider::Gc, outcome: crate::checkpoint::Status::Deleted },
             K::Fenced,
         ),
         (

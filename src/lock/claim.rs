@@ -258,7 +258,7 @@ impl Locks {
             Ok((
                 key,
                 read.map(|r| r.map(|(rec, meta)| (rec, meta, sent)))
-                    .map_err(|e| crate::observe::error_chain(&e)),
+                    .map_err(|e| crate::error::error_chain(&e)),
             ))
         }))
         .buffered(SNAPSHOT_CONCURRENCY)

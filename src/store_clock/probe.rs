@@ -131,23 +131,24 @@ impl Bank {
         clock: &SharedClock,
         refused: object_store::Error,
     ) -> Result<StoreTime> {
-        let read_only = |cause: String| Error::ReadOnly {
+        let read_only = |why, source| Error::ReadOnly {
             bank: self.label().to_owned(),
-            cause,
+            why,
+            source,
         };
         if self.local().is_some() {
             // The host's exact clock would make stamps the file system rounded look older.
-            return Err(read_only(format!(
-                "{}; this file system rounds modification times, so this host's clock cannot \
-                 stand for its stamps",
-                crate::store::cause::classify(&refused)
-            )));
+            return Err(read_only(
+                "this file system rounds modification times, so this host's clock cannot stand \
+                 for its stamps",
+                refused,
+            ));
         }
         let Some(reading) = self.store_time_from_date(clock).await? else {
-            return Err(read_only(format!(
-                "{}; its answers carry no Date header to judge by instead",
-                crate::store::cause::classify(&refused)
-            )));
+            return Err(read_only(
+                "its answers carry no Date header to judge by instead",
+                refused,
+            ));
         };
         static SAID: std::sync::Once = std::sync::Once::new();
         SAID.call_once(|| {

@@ -3,7 +3,8 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use banklease::{error_chain, Error, ErrorKind};
+use banklease::error::error_chain;
+use banklease::{Error, ErrorKind};
 use serde::Serialize;
 
 use super::api::ErrorBody;
@@ -128,8 +129,8 @@ mod tests {
             (
                 Error::Fenced {
                     checkpoint_id: id(),
-                    decided_by: "gc".into(),
-                    outcome: "deleted".into(),
+                    decided_by: banklease::checkpoint::Decider::Gc,
+                    outcome: banklease::Status::Deleted,
                 },
                 409,
                 "fenced",
@@ -149,7 +150,7 @@ mod tests {
                 "conflict",
             ),
             (
-                banklease::validate_id("checkpoint", "a/b")
+                banklease::id::validate_id("checkpoint", "a/b")
                     .unwrap_err()
                     .into(),
                 400,

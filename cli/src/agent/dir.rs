@@ -14,7 +14,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use banklease::{ProcessHere, ProcessStamp};
+use banklease::process::ProcessHere;
+use banklease::process::ProcessStamp;
 use serde::{Deserialize, Serialize};
 
 const PREFIX: &str = "banklease-agent-";

@@ -32,7 +32,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use banklease::checkpoint::Status;
 use banklease::clock::{Jitter, SharedClock};
-use banklease::error_chain;
+use banklease::error::error_chain;
 use banklease::lock::Wait;
 use banklease::OwnerLease;
 use tokio_util::sync::CancellationToken;
@@ -187,7 +187,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     let (socket_dir, agent, server, cancel, mut child) = match started {
         Ok(s) => s,
         Err((code, e)) => {
-            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
+            eprintln!("error: {}", banklease_gc_daemon::logging::error_line(&e));
             if let Err(e) = keeper.release().await {
                 tracing::warn!(error = %error_chain(&e), "releasing the lease failed; it expires on its own");
             }
@@ -285,7 +285,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         }
         Err(e) => {
             // COMMAND's status cannot be told; it was not stopped by us.
-            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
+            eprintln!("error: {}", banklease_gc_daemon::logging::error_line(&e));
             if let Err(e) = keeper.release().await {
                 tracing::warn!(error = %error_chain(&e), "releasing the lease failed; it expires on its own");
             }

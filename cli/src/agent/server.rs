@@ -382,7 +382,7 @@ async fn put_data(
     body: Body,
 ) -> Result<Json<DataBody>, ApiError> {
     let _open = agent.enter().await?;
-    banklease::validate_id("data object", &name).map_err(banklease::Error::from)?;
+    banklease::id::validate_id("data object", &name).map_err(banklease::Error::from)?;
     let _slot =
         agent.uploads.acquire().await.map_err(|e| {
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())

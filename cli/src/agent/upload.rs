@@ -3,7 +3,8 @@
 
 use axum::body::Body;
 use axum::http::StatusCode;
-use banklease::{error_chain, Checkpoint, DataUpload, Error};
+use banklease::error::error_chain;
+use banklease::{Checkpoint, DataUpload, Error};
 use futures::StreamExt;
 use object_store::PutPayload;
 

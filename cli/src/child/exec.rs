@@ -21,7 +21,7 @@ use crate::Outcome;
 /// `banklease __exec`: never returns but on failure, reported on stderr in one line.
 pub fn run(parent: i32, cgroup: Option<PathBuf>, argv: &[OsString]) -> Outcome {
     let failed = |code: u8, e: anyhow::Error| {
-        eprintln!("error: {}", banklease_gc::logging::error_line(&e));
+        eprintln!("error: {}", banklease_gc_daemon::logging::error_line(&e));
         Outcome::Exit(code)
     };
     if let Err(e) = rustix::process::set_parent_process_death_signal(Some(Signal::KILL)) {

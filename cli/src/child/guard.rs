@@ -325,7 +325,7 @@ impl Guard {
         let Some(pid) = self.child.id() else {
             return;
         };
-        let stopped = banklease::proc_stat(pid).is_some_and(|s| s.state == 'T');
+        let stopped = banklease::process::proc_stat(pid).is_some_and(|s| s.state == 'T');
         if stopped {
             tracing::warn!(pid, "COMMAND's guard was stopped; continuing it");
             if let Some(pid) = i32::try_from(pid)
@@ -431,8 +431,8 @@ pub async fn run(args: Args, clock: &SharedClock) -> crate::Outcome {
             guard.command = Some(pid);
             guard.tree = guard.tree.clone().with_group(pid);
             // Read before this guard can reap it: COMMAND may exit at once.
-            let ticks =
-                banklease::proc_stat(pid).map_or_else(String::new, |s| s.start_ticks.to_string());
+            let ticks = banklease::process::proc_stat(pid)
+                .map_or_else(String::new, |s| s.start_ticks.to_string());
             if say(&mut write, &format!("{STARTED} {pid} {ticks}"))
                 .await
                 .is_err()
@@ -582,7 +582,7 @@ impl Guarding {
         }
         // Only a walk that saw every process proves the tree gone: behind a `/proc` that hides
         // some (a setuid program of the tree, under `hidepid`) the lock runs to its expiry.
-        let seen_all = !banklease::proc_hides_processes();
+        let seen_all = !banklease::process::proc_hides_processes();
         if let (true, true, Some(done)) = (gone, seen_all, &self.done) {
             // New, never through a symlink, and the supervisor's user's (the waiter checks).
             use std::os::unix::fs::OpenOptionsExt as _;

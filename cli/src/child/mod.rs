@@ -240,7 +240,7 @@ impl Running {
     fn gone_unheard(&self) -> bool {
         match &self.inner {
             Inner::Guarded { tree, command, .. } => {
-                tree.members().is_empty() && !banklease::process_acts(*command)
+                tree.members().is_empty() && !banklease::process::process_acts(*command)
             }
             Inner::Plain { .. } => false,
         }
@@ -735,7 +735,7 @@ pub fn reported(result: Result<u8>) -> crate::Outcome {
     match result {
         Ok(code) => crate::Outcome::Exit(code),
         Err(e) => {
-            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
+            eprintln!("error: {}", banklease_gc_daemon::logging::error_line(&e));
             crate::Outcome::Exit(EXIT_RUN_FAILED)
         }
     }

@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use banklease::clock::SharedClock;
+use banklease::error::error_chain;
 use banklease::lock::Lock;
-use banklease::{error_chain, ErrorKind, OwnerLease};
+use banklease::{ErrorKind, OwnerLease};
 
 use crate::human;
 

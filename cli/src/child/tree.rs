@@ -343,7 +343,7 @@ impl Tree {
             all.extend(c.procs().unwrap_or_default());
         }
         all.into_iter()
-            .filter(|&p| self.of_tree(p) && banklease::process_acts(p))
+            .filter(|&p| self.of_tree(p) && banklease::process::process_acts(p))
             .collect()
     }
 
@@ -490,7 +490,7 @@ impl Tree {
             let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
                 continue;
             };
-            if let Some(ppid) = banklease::proc_stat(pid).map(|s| s.parent) {
+            if let Some(ppid) = banklease::process::proc_stat(pid).map(|s| s.parent) {
                 children.entry(ppid).or_default().push(pid);
             }
         }
@@ -546,7 +546,7 @@ fn group_only() -> bool {
 
 /// The state letter of `pid`, `None` once it is gone.
 fn state(pid: u32) -> Option<char> {
-    banklease::proc_stat(pid).map(|s| s.state)
+    banklease::process::proc_stat(pid).map(|s| s.state)
 }
 
 fn send(pid: u32, signal: Signal) {
@@ -588,7 +588,7 @@ mod tests {
         tree.kill();
         wait_until("the tree gone", || tree.members().is_empty());
         assert!(
-            banklease::process_acts(sh.id()),
+            banklease::process::process_acts(sh.id()),
             "the root is not the tree's"
         );
         sh.kill().unwrap();

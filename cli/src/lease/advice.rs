@@ -1,15 +1,18 @@
 //! Advice to a human reading a lease: clock times (UTC and local) from which its owner's
 //! checkpoints may be collected, and what this host can tell of the owner's process.
 //!
-//! **Invariant:** advice only. The GC judges on its own (gc/src/plan.rs); nothing here is read
+//! **Invariant:** advice only. The GC judges on its own (gc/src/pass/plan.rs); nothing here is read
 //! by a judgement, so nothing here can make it collect more or sooner.
 
 use std::time::Duration;
 
+use banklease::clock::add_saturating;
+use banklease::clock::StoreTime;
 use banklease::config::clock_drift_over;
-use banklease::{
-    add_saturating, LeaseRecord, LeaseView, OwnerId, ProcessHere, ProcessStamp, Read, StoreTime,
-};
+use banklease::observe::Read;
+use banklease::process::ProcessHere;
+use banklease::process::ProcessStamp;
+use banklease::{LeaseRecord, LeaseView, OwnerId};
 use chrono::{DateTime, Local, Utc};
 use object_store::ObjectStoreExt;
 
@@ -75,7 +78,7 @@ pub(crate) fn process(record: &LeaseRecord, until: DateTime<Utc>, now: DateTime<
         ),
         ProcessHere::Unproven { pid_running } => {
             let named = format!("a process named {pid} on a host named `{}`", record.host);
-            if record.host != banklease::local_hostname() {
+            if record.host != banklease::id::local_hostname() {
                 return named;
             }
             // The same name proves nothing (cloned machines share one): say what is seen only.
@@ -121,7 +124,7 @@ pub(crate) async fn advise(
     declared_ms: Option<u64>,
 ) -> Option<Advice> {
     let now = read.judged_at;
-    let rules = banklease_gc::declared::OwnerRules::of(&ctx.bank);
+    let rules = banklease_gc::pass::declared::OwnerRules::of(&ctx.bank);
     let options = banklease_gc::GcOptions::from_config(&ctx.config);
     let (process, collectable_from, waiting) = match (view, read.stamp) {
         (LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. }, Some(stamp)) => {

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 use banklease::clock::Jitter;
+use banklease::error::error_chain;
 use banklease::lock::{
     Acquired, Blocking, Heartbeat, HeartbeatFailure, Lock, LockHolder, LockName, Term, Wait,
 };
-use banklease::{error_chain, Error, LeaseState};
+use banklease::{Error, LeaseState};
 use rustix::process::Signal;
 use tokio::sync::mpsc;
 

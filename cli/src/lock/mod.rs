@@ -200,7 +200,7 @@ fn default_owner() -> String {
     ["USER", "LOGNAME"]
         .iter()
         .filter_map(|v| std::env::var(v).ok())
-        .find(|u| banklease::validate_id("owner", u).is_ok())
+        .find(|u| banklease::id::validate_id("owner", u).is_ok())
         .unwrap_or_else(|| "banklease".to_owned())
 }
 
@@ -292,8 +292,12 @@ fn locks(ctx: &Ctx, ns: &Namespace) -> Result<Locks> {
 /// judge a holder expired before the holder's own `valid_until`).
 async fn writer_locks_in(ctx: &Ctx, ns: &str) -> Result<Locks> {
     let locks = locks_in(ctx, ns)?;
-    banklease_gc::timing::check_skew_margin(&ctx.bank, &ctx.clock, ctx.config.lease.skew_margin)
-        .await?;
+    banklease_gc::time::timing::check_skew_margin(
+        &ctx.bank,
+        &ctx.clock,
+        ctx.config.lease.skew_margin,
+    )
+    .await?;
     Ok(locks)
 }
 

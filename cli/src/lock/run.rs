@@ -171,7 +171,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
             child
         }
         Err((code, e)) => {
-            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
+            eprintln!("error: {}", banklease_gc_daemon::logging::error_line(&e));
             kept.release().await;
             return Ok(code);
         }
@@ -207,7 +207,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
             Ok(EXIT_HOLD_LOST)
         }
         Err(e) => {
-            eprintln!("error: {}", banklease_gc::logging::error_line(&e));
+            eprintln!("error: {}", banklease_gc_daemon::logging::error_line(&e));
             Ok(EXIT_RUN_FAILED)
         }
     }

@@ -22,7 +22,7 @@ use banklease::checkpoint::{
     data_prefix, index_path, marker_path, CheckpointRecord, Status, CHECKPOINT_FORMAT,
 };
 use banklease::clock::{Clock, SystemClock};
-use banklease::LEASE_FORMAT;
+use banklease::lease::LEASE_FORMAT;
 use banklease::{Bank, LeaseRecord, OwnerId};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};

@@ -19,7 +19,7 @@ use banklease::{Bank, LeaseObserver};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use banklease_gc::plan::Verdict;
+use banklease_gc::pass::plan::Verdict;
 
 /// Requests per collected checkpoint in the original design (an estimate, not measured here).
 pub const KARBOR_REQUESTS_PER_DELETION: u64 = 8;

@@ -1,6 +1,6 @@
 //! Results, the optimum a pass is compared with, the tables and the target verdicts.
 //!
-//! **The optimum** of one pass, from the pass's code (gc/src/pass.rs), counting what no GC that
+//! **The optimum** of one pass, from the pass's code (gc/src/pass/mod.rs), counting what no GC that
 //! keeps banklease's invariants can avoid:
 //!
 //! ```text

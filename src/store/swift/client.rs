@@ -198,7 +198,6 @@ impl SwiftClient {
                 } => Error::AuthUnreachable {
                     url: endpoint.clone(),
                     retries,
-                    cause: crate::store::cause::transport_cause(&source),
                     variable: self.credentials.url_variable(),
                     source,
                 },

@@ -52,13 +52,13 @@ pub(crate) enum Error {
     },
 
     #[error(
-        "cannot reach the auth service at url=`{url}` after {retries} retries: {cause}; check \
-         {variable} and that the service runs there"
+        "cannot reach the auth service at url=`{url}` after {retries} retries: {}; check \
+         {variable} and that the service runs there",
+        crate::store::cause::transport_cause(.source)
     )]
     AuthUnreachable {
         url: String,
         retries: usize,
-        cause: String,
         /// `OS_AUTH_URL` or `ST_AUTH`: where the URL came from.
         variable: &'static str,
         #[source]

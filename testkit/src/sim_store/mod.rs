@@ -6,7 +6,7 @@
 //! every write with its [`StoreClock`] instead: a wall clock that follows a simulated clock (a
 //! [`MockClock`] or any [`Clock`] a driver moves), can be skewed by any offset relative to the
 //! owners' clocks, and can jump forward (as a store's NTP correction would), which is what the
-//! skew margin of [`banklease::judge`] must absorb.
+//! skew margin of [`banklease::observe::judge`] must absorb.
 //!
 //! Like `InMemory`, it keeps a `BTreeMap` under a mutex, so create-if-absent and If-Match (the
 //! ETag is a counter) are atomic, and listings are sorted by path. Two switches model weaker

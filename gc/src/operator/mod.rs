@@ -1,0 +1,3 @@
+//! What an operator decides by hand, beside what a pass decides on its own.
+
+pub mod resolve;

@@ -1,0 +1,151 @@
+//! The GC's own records in the bank: `gc/missing/<owner>` (when a lease was first seen missing)
+//! and the store-clock probe keys of processes long gone. Written and forgotten by the pass.
+//!
+//! Invariant: **a missing lease is timed from when a pass first saw it missing.** A lease that
+//! the store itself removed (Swift's `X-Delete-After` backstop, an operator) carries no expiry
+//! time, so the first pass that finds it missing writes `gc/missing/<owner>` (create-if-absent);
+//! its `last_modified` starts the grace, which is then exactly as long as for an expired lease.
+
+use std::time::{Duration, Instant};
+
+use banklease::clock::StoreTime;
+use banklease::paths::{Key, Prefix};
+use banklease::{Bank, OwnerId};
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+
+use crate::pass::context::PassContext;
+use crate::pass::plan::{past, MissingFor};
+use crate::pass::report::Problem;
+
+/// `gc/missing/<owner>`: written by the first pass that finds the owner's lease missing.
+pub fn missing_path(bank: &Bank, owner: &OwnerId) -> Path {
+    Key::GcMissing(owner.clone()).path(bank)
+}
+
+/// Read (or start) the missing-since record of `owner`, its HEAD sent at `sent`.
+pub(crate) async fn missing_for(
+    ctx: &PassContext,
+    owner: &OwnerId,
+    sent: Instant,
+) -> banklease::Result<MissingFor> {
+    let bank = &ctx.bank;
+    let path = missing_path(bank, owner);
+    match bank.store().head(&path).await {
+        // A pass writes it empty: anything else there is not ours to time the grace by (nor
+        // to remove), so the grace never starts — no collection on doubt.
+        Ok(meta) if meta.size != 0 => {
+            tracing::warn!(path = %path, size = meta.size,
+                "a file the GC did not write sits where its missing-since record goes; \
+                 remove it for the owner's checkpoints to be collected");
+            Ok(MissingFor::JustNow)
+        }
+        Ok(meta) => Ok(MissingFor::AtLeast(
+            ctx.elapsed_since(meta.last_modified, sent),
+        )),
+        Err(object_store::Error::NotFound { .. }) => {
+            if !ctx.options.dry_run {
+                let put = bank
+                    .store()
+                    .put_opts(
+                        &path,
+                        PutPayload::default(),
+                        PutOptions::from(PutMode::Create),
+                    )
+                    .await;
+                match put {
+                    Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => {}
+                    Err(e) => return Err(banklease::Error::store("put", &path, e)),
+                }
+            }
+            Ok(MissingFor::JustNow)
+        }
+        Err(e) => Err(banklease::Error::store("head", &path, e)),
+    }
+}
+
+/// Store-clock probe keys older than this (store clock) belong to processes that stopped reading
+/// the clock; each process rewrites its own key at every reading.
+pub const CLOCK_PROBE_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// Remove store-clock probe keys (`_banklease/clock/<handle>`) not written for a day; returns
+/// what failed. A key removed under a live process is rewritten by its next reading.
+pub(crate) async fn forget_clock_probes(ctx: &PassContext, sent: Instant) -> Vec<Problem> {
+    let bank = &ctx.bank;
+    let own = bank.own_clock_probe();
+    // A probe's own stamp, unfloored and with no staleness allowance: a day dwarfs both, and
+    // a key removed too early is only rewritten.
+    let now = ctx.store_time.at_send(sent, Duration::ZERO);
+    delete_listed(
+        bank,
+        &bank.clock_probe_prefix(),
+        "store-clock probe",
+        |meta| {
+            meta.location != own
+                && past(
+                    StoreTime::between(meta.last_modified, now),
+                    CLOCK_PROBE_MAX_AGE,
+                    Duration::ZERO,
+                )
+        },
+    )
+    .await
+}
+
+/// Remove the missing-since records of owners that `keep` rejects; returns what failed.
+///
+/// Safe whatever the listing shows or omits: removing a record only restarts the grace of an
+/// owner whose lease is missing (collection comes later, never earlier). Only what a pass wrote
+/// is removed: an empty object at a key of the layout — never a name that merely parses as an
+/// owner id with something in it.
+pub(crate) async fn forget_missing(bank: &Bank, keep: impl Fn(&OwnerId) -> bool) -> Vec<Problem> {
+    let prefix = Prefix::GcMissing.path(bank);
+    delete_listed(bank, &prefix, "missing-since record", |meta| {
+        meta.size == 0
+            && matches!(Key::parse(bank, &meta.location), Some(Key::GcMissing(o)) if !keep(&o))
+    })
+    .await
+}
+
+/// Delete the objects under `prefix` that `stale` selects (listed first, then deleted); returns
+/// what failed. For the GC's own bookkeeping, where deleting too much only delays.
+pub(crate) async fn delete_listed(
+    bank: &Bank,
+    prefix: &Path,
+    what: &str,
+    stale: impl Fn(&object_store::ObjectMeta) -> bool,
+) -> Vec<Problem> {
+    use futures::StreamExt;
+    let mut errors = Vec::new();
+    let mut found = Vec::new();
+    let mut listing = bank.store().list(Some(prefix));
+    while let Some(item) = listing.next().await {
+        match item {
+            Ok(meta) if stale(&meta) => found.push(meta.location),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(target: crate::pass::report::PROBLEM_TARGET, error = %banklease::error::error_chain(&e), what, "listing failed");
+                errors.push(Problem::new(
+                    format!("listing `{prefix}`"),
+                    banklease::error::error_chain(&e),
+                ));
+                break;
+            }
+        }
+    }
+    drop(listing);
+    for path in found {
+        match bank.store().delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => {
+                tracing::warn!(target: crate::pass::report::PROBLEM_TARGET, path = %path, error = %banklease::error::error_chain(&e), what,
+                    "removing failed");
+                errors.push(Problem::new(
+                    format!("{what} `{path}`"),
+                    banklease::error::error_chain(&e),
+                ));
+            }
+        }
+    }
+    errors
+}

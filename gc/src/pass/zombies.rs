@@ -1,0 +1,238 @@
+//! Finding zombies: the protecting index is listed once, and each owner in it judged once, by
+//! reading its lease (never by a listing). A missing lease is timed by its missing-since record
+//! ([`crate::pass::records`]); the verdicts themselves are the planner's ([`crate::pass::plan::Verdict`]).
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use banklease::checkpoint::{parse_marker, protecting_prefix, Evidence};
+use banklease::error::error_chain;
+use banklease::{LeaseView, OwnerId};
+use futures::StreamExt;
+
+use crate::pass::context::PassContext;
+use crate::pass::plan::{OwnerTally, Verdict};
+use crate::pass::records::missing_for;
+use crate::pass::report::{PassReport, Problem};
+
+/// The owners of the protecting index, judged.
+#[derive(Debug)]
+pub(crate) struct Judged {
+    /// Every owner with a marker in the listing, in listing order.
+    pub(crate) tallies: Vec<OwnerTally>,
+    /// When the listing was sent: a missing lease's markers are judged at that instant.
+    pub(crate) listed_at: Instant,
+    /// Whether the listing ran to its end: only then does an owner it did not show have no
+    /// protecting checkpoint (the reaper's premise).
+    pub(crate) listed_all: bool,
+    /// Owners whose missing-since record is kept: their lease reads as missing (or cannot be
+    /// read). A record left from an earlier episode would start a later episode's grace long
+    /// before it began.
+    pub(crate) keep_records: HashSet<OwnerId>,
+    /// How long each dead owner has been dead.
+    pub(crate) dead_for: HashMap<OwnerId, Duration>,
+}
+
+/// One owner's judgement.
+struct Judgement {
+    owner: OwnerId,
+    /// Why the owner waits past the collector's grace (what it declared needs longer).
+    waiting: Option<String>,
+    /// The retry budget its lease declared.
+    budget_ms: Option<u64>,
+    verdict: Verdict,
+    keep_record: bool,
+    state: &'static str,
+    dead_for: Option<Duration>,
+    evidence: Option<Evidence>,
+}
+
+/// List the protecting index (streamed: memory grows with owners, not checkpoints) and judge
+/// each owner once.
+pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
+    let bank = &ctx.bank;
+    let listed_at = ctx.clock.now();
+    let mut markers: HashMap<OwnerId, u64> = HashMap::new();
+    let mut order: Vec<OwnerId> = Vec::new();
+    let mut listed_all = true;
+    let prefix = protecting_prefix(bank);
+    let mut listing = bank.store().list(Some(&prefix));
+    while let Some(item) = listing.next().await {
+        match item {
+            Ok(meta) => match parse_marker(bank, &meta.location) {
+                Some((owner, _)) => {
+                    report.scanned += 1;
+                    let n = markers.entry(owner.clone()).or_insert_with(|| {
+                        order.push(owner);
+                        0
+                    });
+                    *n += 1;
+                }
+                None => {
+                    tracing::warn!(path = %meta.location, "malformed protecting marker: skipped");
+                    report.skipped += 1;
+                }
+            },
+            Err(e) => {
+                // Judge what was seen (each owner by its lease); the rest waits for the next
+                // pass. An owner not seen may have markers, so nothing is reaped.
+                listed_all = false;
+                let reaping = ctx.options.reap_leases && !ctx.options.dry_run;
+                let error = format!(
+                    "{}{}",
+                    error_chain(&e),
+                    if reaping {
+                        "; no lease is reaped this pass (an owner it did not list may still \
+                         have protecting checkpoints)"
+                    } else {
+                        ""
+                    }
+                );
+                tracing::warn!(target: crate::pass::report::PROBLEM_TARGET, %error, "listing the protecting index failed");
+                report.failed(Problem::new(
+                    format!("listing the protecting index `{prefix}`"),
+                    error,
+                ));
+                break;
+            }
+        }
+    }
+    drop(listing);
+    report.owners = order.len() as u64;
+
+    let judgements: Vec<Judgement> = futures::stream::iter(order)
+        .map(|owner| judge(ctx, owner))
+        .buffered(ctx.options.concurrency)
+        .collect()
+        .await;
+    let keep_records: HashSet<OwnerId> = judgements
+        .iter()
+        .filter(|j| j.keep_record)
+        .map(|j| j.owner.clone())
+        .collect();
+    let mut dead_for: HashMap<OwnerId, Duration> = HashMap::new();
+    let tallies = judgements
+        .into_iter()
+        .map(|j| {
+            let n = markers.get(&j.owner).copied().unwrap_or(0);
+            if let Some(why) = j.waiting {
+                report.wait(why);
+            }
+            *report.leases.entry(j.state.to_owned()).or_default() += 1;
+            let owner_state = match &j.verdict {
+                Verdict::Alive => {
+                    report.alive += 1;
+                    "alive"
+                }
+                Verdict::InGrace => {
+                    report.in_grace += 1;
+                    "in_grace"
+                }
+                Verdict::Unreadable(error) => {
+                    tracing::warn!(owner_id = %j.owner, %error, "lease unreadable: not collecting");
+                    report.unreadable += 1;
+                    "unreadable"
+                }
+                Verdict::Expired | Verdict::Missing => {
+                    report.dead += 1;
+                    dead_for.insert(j.owner.clone(), j.dead_for.unwrap_or_default());
+                    "dead"
+                }
+            };
+            *report.protecting.entry(owner_state.to_owned()).or_default() += n;
+            if !j.verdict.is_dead() {
+                report.skipped += n;
+            }
+            OwnerTally {
+                owner: j.owner,
+                markers: n,
+                verdict: j.verdict,
+                evidence: j.evidence,
+                budget_ms: j.budget_ms,
+            }
+        })
+        .collect();
+    Judged {
+        tallies,
+        listed_at,
+        listed_all,
+        keep_records,
+        dead_for,
+    }
+}
+
+/// Judge one owner by reading its lease (and, when it is missing, its missing-since record).
+async fn judge(ctx: &PassContext, owner: OwnerId) -> Judgement {
+    let (view, read) = ctx.observer.view_read(&owner, &ctx.store_time).await;
+    // The owner's own rule: its declared budget and windows may need more than the grace.
+    let (grace, longer) = match &view {
+        LeaseView::Expired { record, .. } => ctx.rules.grace_for(record, &ctx.options),
+        _ => (ctx.options.grace, None),
+    };
+    let budget_ms = match &view {
+        LeaseView::Expired { record, .. } => record.retry_budget_ms,
+        _ => None,
+    };
+    let mut verdict = Verdict::of(&view, grace);
+    let waiting = longer.filter(|_| {
+        verdict == Verdict::InGrace && Verdict::of(&view, ctx.options.grace) == Verdict::Expired
+    });
+    let mut dead_for = match &view {
+        LeaseView::Expired { since, .. } => Some(*since),
+        _ => None,
+    };
+    if verdict == Verdict::Missing {
+        let sent = ctx.clock.now();
+        let seen = missing_for(ctx, &owner, sent)
+            .await
+            .map_err(|e| error_chain(&e));
+        (verdict, dead_for) = Verdict::of_missing(seen, ctx.options.grace, ctx.options.skew_margin);
+    }
+    tracing::debug!(owner_id = %owner, view = view.name(), ?verdict, "judged owner");
+    let evidence = match (&verdict, dead_for) {
+        (Verdict::Expired | Verdict::Missing, Some(dead_for)) => {
+            Some(evidence(ctx, &view, &read, dead_for, grace))
+        }
+        _ => None,
+    };
+    Judgement {
+        evidence,
+        waiting,
+        budget_ms,
+        keep_record: matches!(view, LeaseView::Missing | LeaseView::Unreadable { .. }),
+        state: view.name(),
+        owner,
+        verdict,
+        dead_for,
+    }
+}
+
+/// The evidence an owner was judged dead on, as a decision (or a reap record) records it.
+pub(crate) fn evidence(
+    ctx: &PassContext,
+    view: &LeaseView,
+    read: &banklease::observe::Read,
+    dead_for: Duration,
+    grace: Duration,
+) -> Evidence {
+    Evidence {
+        lease: view.name().to_owned(),
+        lease_stamp: read.stamp,
+        expire_window_ms: match view {
+            LeaseView::Expired { record, .. } => Some(millis(record.expire_window())),
+            _ => None,
+        },
+        judged_at: read.judged_at,
+        dead_for_ms: millis(dead_for),
+        skew_margin_ms: millis(ctx.options.skew_margin),
+        grace_ms: millis(grace),
+        collector: ctx.options.collector.clone(),
+        collector_host: Some(banklease::id::local_hostname()),
+        collector_pid: Some(std::process::id()),
+        pass: ctx.pass.clone(),
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
