@@ -43,7 +43,7 @@ const METHOD_DOCS: [&str; 4] = [
     "RELIABILITY.md",
     "BENCHMARKS.md",
 ];
-const ROOTS: &str = "src gc cli python tests testkit examples etc .ci";
+const ROOTS: &str = "src gc gc-daemon cli python tests testkit examples etc benches .ci";
 const EXTERNAL: &str = "std core tokio object_store futures serde hyper axum clap pyo3";
 const FOREIGN_FLAGS: &str = "--help --release --test --bench --nocapture --ignored --no-run \
                              --workspace --all-targets --check --doc --exact --lib";
@@ -516,6 +516,46 @@ fn every_name_the_docs_cite_exists() {
     assert!(checked > 500, "only {checked} spans: extraction broken?");
     let (n, list) = (problems.len(), problems.join("\n"));
     assert!(n == 0, "{n} names the docs cite do not exist:\n{list}");
+}
+
+/// Paths written in prose (outside backticks): `[see gc/src/pass/collect.rs]`. A token that
+/// starts with a folder of the workspace and names a file (it has an extension) or a folder
+/// (it ends in `/`) must exist; `gc/<name>` without an extension is a key of the bank's layout
+/// (`gc/active`), not a path.
+#[test]
+fn every_path_the_docs_write_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let s = sources(root);
+    let (mut problems, mut checked) = (Vec::new(), 0);
+    for doc in DOCS.iter().chain(&["README.md"]) {
+        let text = fs::read_to_string(root.join(doc)).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let prose: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+            let tokens = prose.split(|c: char| c.is_whitespace() || "()[],;\"'*".contains(c));
+            for token in tokens {
+                let t = token.trim_end_matches(['.', ':']);
+                let Some((first, _)) = t.split_once('/') else {
+                    continue;
+                };
+                let file = t.rsplit('/').next().is_some_and(|f| f.contains('.'));
+                if !one_of(ROOTS, first)
+                    || t.contains(['<', '{', '$'])
+                    || !(file || t.ends_with('/'))
+                {
+                    continue;
+                }
+                checked += 1;
+                let exists =
+                    s.files.iter().any(|f| f == t) || s.dirs.contains(t.trim_end_matches('/'));
+                if !exists {
+                    problems.push(format!("{doc}:{}: {t}: no such file or directory", n + 1));
+                }
+            }
+        }
+    }
+    assert!(checked > 50, "only {checked} paths: extraction broken?");
+    let (n, list) = (problems.len(), problems.join("\n"));
+    assert!(n == 0, "{n} paths the docs write do not exist:\n{list}");
 }
 
 /// The `Type::method`s a doc span names: `Type` a CamelCase type of the workspace (without its

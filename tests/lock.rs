@@ -8,8 +8,7 @@
 //! durations on the system clock and poll until the store says the lock has expired.
 #![allow(clippy::disallowed_methods)] // real time: expiry is judged on the store's clock
 
-#[path = "common/gate.rs"]
-mod gate;
+use banklease_testkit::gate;
 
 use std::path::{Path as FsPath, PathBuf};
 use std::process::Command;

@@ -10,8 +10,7 @@
 //! takes absence read back as doubt, never as proof. Each test sets up one such case, and each
 //! failed on the code before the fix it guards (the comment on each says what went wrong there).
 
-#[path = "common/gate.rs"]
-mod gate;
+use banklease_testkit::gate;
 
 use std::sync::Arc;
 use std::time::Duration;

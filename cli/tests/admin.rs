@@ -3,6 +3,8 @@
 
 #![allow(clippy::disallowed_methods)] // real processes on real time
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
@@ -11,16 +13,11 @@ use std::time::Duration;
 use banklease::clock::{Jitter, SystemClock};
 use banklease::{Bank, LeaseWindows, OwnerId, OwnerLease};
 
-const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+use common::BIN;
 
 /// `banklease --bank url args` with only the given `BANKLEASE_*` variables.
 fn cli(url: &str, env: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("BANKLEASE_") {
-            cmd.env_remove(name);
-        }
-    }
+    let mut cmd = common::bare();
     cmd.args(["--bank", url]).args(args).env_remove("NO_COLOR");
     for (k, v) in env {
         cmd.env(k, v);

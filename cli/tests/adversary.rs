@@ -28,6 +28,8 @@
 
 #![allow(clippy::disallowed_methods)] // real processes on real time
 
+mod common;
+
 #[path = "adversary/procs.rs"]
 mod procs;
 #[path = "adversary/proxy.rs"]
@@ -52,7 +54,7 @@ use proxy::Proxy;
 use shapes::{Shape, Wrap};
 use witness::Violation;
 
-const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+use common::BIN;
 const KEY: &str = "adversary/k";
 /// Each holding's duration: short, so that pauses of a few seconds outlast it.
 const DURATION: Duration = Duration::from_secs(2);

@@ -7,11 +7,13 @@
 
 #![allow(clippy::disallowed_methods)] // real processes on real time
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+use common::BIN;
 /// Every wait of these tests is bounded by this.
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -37,12 +39,7 @@ impl Env {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("BANKLEASE_") {
-                cmd.env_remove(name);
-            }
-        }
+        let mut cmd = common::bare();
         let cli_dir = Path::new(BIN).parent().unwrap().to_path_buf();
         let mut paths = vec![cli_dir];
         paths.extend(std::env::split_paths(

@@ -6,12 +6,14 @@
 
 #![allow(clippy::disallowed_methods)] // real processes
 
+mod common;
+
 use std::net::TcpListener;
 use std::process::{Command, Output};
 
 use banklease_testkit::keystone::{KeystoneEnv, Vars};
 
-const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+use common::BIN;
 
 /// `banklease --bank url args` with only `vars` from an openrc: no TempAuth `ST_*`, no other
 /// `OS_*`, no developer's `BANKLEASE_*`.

@@ -4,19 +4,16 @@
 
 #![allow(clippy::disallowed_methods)] // real processes on real files
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+use std::path::Path;
+use std::process::Output;
+
+use common::BIN;
 
 /// `banklease args` in `cwd`, with only the given `BANKLEASE_*` variables.
 fn cli(cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("BANKLEASE_") {
-            cmd.env_remove(name);
-        }
-    }
+    let mut cmd = common::bare();
     cmd.current_dir(cwd)
         .args(args)
         .env("NO_COLOR", "1")

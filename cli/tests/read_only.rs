@@ -5,6 +5,8 @@
 
 #![allow(clippy::disallowed_methods)] // real processes on real files
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -14,7 +16,7 @@ use std::time::Duration;
 use banklease::clock::SystemClock;
 use banklease::{Bank, Checkpoint, LeaseWindows, OwnerId, OwnerLease};
 
-const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+use common::BIN;
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

@@ -5,13 +5,15 @@
 
 #![allow(clippy::disallowed_methods)] // real processes on real time
 
+mod common;
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use banklease_testkit::backends::Backend;
 use banklease_testkit::stall::StallingProxy;
 
-const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+use common::BIN;
 
 #[test]
 fn release_gives_up_at_the_locks_end_when_the_store_hangs() {

@@ -6,6 +6,8 @@
 
 #![allow(clippy::disallowed_methods)] // real processes on real time
 
+mod common;
+
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
@@ -17,7 +19,7 @@ use banklease::checkpoint::{data_prefix, read_checkpoint, Status};
 use banklease::{Bank, OwnerId};
 use object_store::ObjectStoreExt;
 
-const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+use common::BIN;
 const RENEW: &str = "1s";
 /// Renewals may stall for EXPIRE − VALIDITY (7 s) before `run` stops the job: room for a
 /// loaded CI disk (4 s, i.e. 3 s of room, once was not).
@@ -132,12 +134,7 @@ impl Env {
     /// `banklease [args]` with this bank and short windows; nothing from the caller's
     /// `BANKLEASE_*`.
     fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("BANKLEASE_") {
-                cmd.env_remove(name);
-            }
-        }
+        let mut cmd = common::bare();
         cmd.current_dir(self.dir.path())
             .args(["--bank", &self.url])
             .args(args)

@@ -2,9 +2,11 @@
 //! credentials are refused, nothing listens, TLS fails. On Swift and S3 (moto; s3s-fs for
 //! credentials, which moto does not check) when their servers run (`.ci/run` starts them).
 
+mod common;
+
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_banklease");
+use common::BIN;
 
 fn on(var: &str) -> bool {
     std::env::var(var).as_deref() == Ok("1")
@@ -12,12 +14,7 @@ fn on(var: &str) -> bool {
 
 /// `banklease --bank url lease list` with `env` changed; its exit code and stderr.
 fn lease_list(url: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
-    let mut cmd = Command::new(BIN);
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("BANKLEASE_") {
-            cmd.env_remove(name);
-        }
-    }
+    let mut cmd = common::bare();
     cmd.args(["--bank", url, "lease", "list"]);
     for (k, v) in env {
         cmd.env(k, v);

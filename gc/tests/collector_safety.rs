@@ -6,8 +6,7 @@
 //! Each test here failed on the code before the fix it guards; the comment on each says what
 //! went wrong there.
 
-#[path = "../../tests/common/gate.rs"]
-mod gate;
+use banklease_testkit::gate;
 
 use std::sync::Arc;
 use std::time::Duration;

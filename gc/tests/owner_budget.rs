@@ -9,8 +9,7 @@
 
 #![allow(clippy::disallowed_methods)] // a real clock: the store stamps real time
 
-#[path = "../../tests/common/gate.rs"]
-mod gate;
+use banklease_testkit::gate;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -18,8 +18,7 @@ const GRACE: Duration = Duration::from_millis(200);
 const MARGIN: Duration = Duration::from_millis(50);
 const VALIDITY: Duration = Duration::from_millis(50);
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use banklease_testkit::backends;
 
 /// One backend's bank for a test, behind a fault-injecting wrapper.
 struct Fixture {
@@ -32,7 +31,7 @@ struct Fixture {
     /// The collector's grace: `GRACE`, and on Swift what rule (c) asks for the test banks'
     /// declared budget.
     grace: Duration,
-    _guard: common::Guard,
+    _guard: backends::TestBank,
 }
 
 impl Fixture {
@@ -77,8 +76,8 @@ fn live_windows() -> LeaseWindows {
 /// A fresh bank on every available backend (memory, file; Swift and S3 when configured).
 async fn fixtures() -> Vec<(String, Fixture)> {
     let mut fixtures = Vec::new();
-    for backend in common::backends() {
-        let (bank, faults, guard) = common::bank(backend, &MockClock::new()).await;
+    for backend in backends::backends() {
+        let (bank, faults, guard) = backends::faulty_bank(backend, &MockClock::new()).await;
         let margin = MARGIN + backend.stamp_resolution();
         let expire = if backend.is_server() {
             Duration::from_secs(2)
@@ -412,7 +411,7 @@ async fn only_objects_under_the_prefix_are_touched() {
         margin: MARGIN,
         expire: EXPIRE,
         grace: GRACE,
-        _guard: common::plain_bank(common::Backend::Memory).await.1,
+        _guard: backends::plain_bank(backends::Backend::Memory).await.1,
     };
     let outside = object_store::path::Path::from("elsewhere/index/protecting/x/y");
     f.faults

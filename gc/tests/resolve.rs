@@ -15,13 +15,12 @@ use banklease_gc::GcOptions;
 use futures::TryStreamExt;
 use object_store::{ObjectStoreExt, PutPayload};
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use banklease_testkit::backends;
 
 #[tokio::test]
 async fn an_unreadable_record_is_kept_then_replaced_only_in_the_version_kept() {
-    for backend in common::backends() {
-        let (bank, _guard) = common::plain_bank(backend).await;
+    for backend in backends::backends() {
+        let (bank, _guard) = backends::plain_bank(backend).await;
         let id = "cp-torn";
         let path = Key::Decision(id.to_owned()).path(&bank);
         let read = |path: object_store::path::Path| {

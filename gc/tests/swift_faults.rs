@@ -21,8 +21,7 @@
 //! cannot be started fails the test. The tests run one at a time (they measure real time).
 #![allow(clippy::disallowed_methods)] // a real server and real outages: real time
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use banklease_testkit::backends;
 #[path = "common/swift_proxy.rs"]
 mod swift_proxy;
 
@@ -180,7 +179,7 @@ fn unique_prefix() -> String {
 /// The tests run one at a time; `None` (after saying so) when Swift is not configured.
 async fn serial(test: &str) -> Option<tokio::sync::MutexGuard<'static, ()>> {
     static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    if !common::backends().contains(&common::Backend::Swift) {
+    if !backends::backends().contains(&backends::Backend::Swift) {
         eprintln!("{test}: skipped: needs BANKLEASE_TEST_SWIFT=1 and a Swift (.ci/start-swift.sh)");
         return None;
     }

@@ -36,8 +36,7 @@
 //! and `SWIFT_CONTAINER`; otherwise it says that it skips.
 #![allow(clippy::disallowed_methods)] // a real server and a real outage: real time
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use banklease_testkit::backends;
 #[path = "common/swift_proxy.rs"]
 mod swift_proxy;
 
@@ -95,7 +94,7 @@ struct Replicas {
 impl Replicas {
     /// `None` (after saying why) when the test must skip.
     fn from_env() -> Option<Replicas> {
-        if !common::backends().contains(&common::Backend::Swift) {
+        if !backends::backends().contains(&backends::Backend::Swift) {
             eprintln!(
                 "{TEST}: skipped: needs BANKLEASE_TEST_SWIFT=1 and a 3-replica Swift \
                  (SWIFT_REPLICAS=3 .ci/start-swift.sh; .ci/run starts it)"

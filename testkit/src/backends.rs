@@ -305,6 +305,20 @@ impl TestBank {
     }
 }
 
+/// A fresh bank (made by `init`) on `backend`, and what keeps it alive.
+pub async fn plain_bank(backend: Backend) -> (Bank, TestBank) {
+    let guard = backend.open().await;
+    (guard.bank.clone(), guard)
+}
+
+/// A fresh bank on `backend` behind a [`FailingStore`] whose latency advances `clock`, that
+/// store, and what keeps the bank alive.
+pub async fn faulty_bank(backend: Backend, clock: &MockClock) -> (Bank, Faults, TestBank) {
+    let guard = backend.open().await;
+    let (bank, failing) = guard.with_faults(clock);
+    (bank, failing, guard)
+}
+
 /// The store in front of the backend's in [`each_backend`]'s banks.
 pub type Faults = FailingStore<Arc<dyn ObjectStore>>;
 

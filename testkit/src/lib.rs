@@ -7,6 +7,8 @@
 //!   latency and timeouts on a mock clock, late answers, partitions, lagging listings;
 //! - [`sim_store`]: `SimStore`, an in-memory store that stamps `last_modified` with its own
 //!   clock (skewed, jumping), with switches for weaker stores (no If-Match, stale reads);
+//! - [`gate`]: `GateStore<T>`, a wrapper that holds one chosen answer back after the store
+//!   served it (a late answer), splits a create-if-absent as Swift does, or holds listings;
 //! - [`rgw`]: `RgwEtags<T>`, a store that compares `If-Match` with unquoted ETags (Ceph RGW);
 //! - [`backends`]: the backends a suite runs on (memory, file, and the servers CI configures),
 //!   a fresh bank on each, and `each_backend`, which runs a suite on all of them.
@@ -15,6 +17,7 @@
 
 pub mod backends;
 pub mod failing;
+pub mod gate;
 pub mod keystone;
 pub mod rgw;
 pub mod sim_store;

@@ -2,6 +2,8 @@
 //! short windows, and a bank whose owner died.
 
 #![allow(dead_code)] // each suite uses its part
+// A harness of processes, timed by the wall clock it shares with them.
+#![allow(clippy::disallowed_methods)]
 
 pub mod work;
 
@@ -21,14 +23,15 @@ pub fn cli(url: &str, args: &[&str]) -> Output {
     command(url, args).output().unwrap()
 }
 
-/// [`cli`]'s command, not yet run.
-pub fn command(url: &str, args: &[&str]) -> Command {
-    command_via(&[], url, args)
+/// The binary with none of the developer's `BANKLEASE_*` variables: what a suite then sets is
+/// all the binary sees.
+pub fn bare() -> Command {
+    bare_via(&[])
 }
 
-/// [`command`] run through `wrapper` (`["faketime", "-f", "+40s"]`): the wrapper's program with
-/// its arguments, then the binary with [`cli`]'s.
-pub fn command_via(wrapper: &[&str], url: &str, args: &[&str]) -> Command {
+/// [`bare`] run through `wrapper` (`["faketime", "-f", "+40s"]`): the wrapper's program with its
+/// arguments, then the binary.
+pub fn bare_via(wrapper: &[&str]) -> Command {
     let mut cmd = match wrapper.split_first() {
         Some((program, rest)) => {
             let mut cmd = Command::new(program);
@@ -42,6 +45,18 @@ pub fn command_via(wrapper: &[&str], url: &str, args: &[&str]) -> Command {
             cmd.env_remove(name);
         }
     }
+    cmd
+}
+
+/// [`cli`]'s command, not yet run.
+pub fn command(url: &str, args: &[&str]) -> Command {
+    command_via(&[], url, args)
+}
+
+/// [`command`] run through `wrapper` (`["faketime", "-f", "+40s"]`): the wrapper's program with
+/// its arguments, then the binary with [`cli`]'s.
+pub fn command_via(wrapper: &[&str], url: &str, args: &[&str]) -> Command {
+    let mut cmd = bare_via(wrapper);
     cmd.args(["--bank", url])
         .args(args)
         .env("BANKLEASE_LEASE__RENEW_WINDOW", "300ms")

@@ -7,15 +7,10 @@ use banklease::paths::Key;
 
 use banklease::clock::Clock as _;
 use banklease_testkit::failing::FailingStore;
+use banklease_testkit::gate::{GateStore, ListGate};
 use banklease_testkit::sim_store::{SimStore, StoreClock};
-use futures::stream::BoxStream;
-use futures::StreamExt as _;
 use object_store::memory::InMemory;
-use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    ObjectStoreExt as _, PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
+use object_store::ObjectStoreExt as _;
 
 fn config() -> Config {
     let env = [
@@ -100,91 +95,12 @@ async fn shutdown_before_the_probe_ends_cleanly() {
     assert!(result.is_none());
 }
 
-/// A store whose listings wait at a gate, so that a test can hold a pass in flight.
-#[derive(Debug)]
-struct GatedStore {
-    inner: InMemory,
-    gate: Arc<tokio::sync::Semaphore>,
-    entered: Arc<tokio::sync::Notify>,
-}
-
-impl std::fmt::Display for GatedStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "GatedStore({})", self.inner)
-    }
-}
-
-#[async_trait::async_trait]
-impl ObjectStore for GatedStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let inner = self.inner.list(prefix);
-        let (gate, entered) = (self.gate.clone(), self.entered.clone());
-        futures::stream::once(async move {
-            entered.notify_one();
-            // Each permit lets one listing through; the gate is never closed.
-            gate.acquire().await.expect("gate open").forget();
-            inner
-        })
-        .flatten()
-        .boxed()
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
-
 #[tokio::test]
 async fn shutdown_waits_for_the_pass_in_flight_then_releases() {
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let entered = Arc::new(tokio::sync::Notify::new());
-    let store = GatedStore {
-        inner: InMemory::new(),
-        gate: gate.clone(),
-        entered: entered.clone(),
-    };
-    let bank = banklease_testkit::made(Bank::from_store(Arc::new(store), "", "gated://"));
+    let store = GateStore::new(InMemory::new());
+    let bank = banklease_testkit::made(Bank::from_store(Arc::new(store.clone()), "", "gated://"));
+    // Each listing of a pass waits at the gate: the pass stays in flight until permits come.
+    let ListGate { gate, entered } = store.gate_listings();
     let path = Key::GcActive.path(&bank);
     let daemon = Daemon::new(bank.clone(), clock(), config());
     let metrics = daemon.metrics().clone();

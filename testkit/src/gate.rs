@@ -3,15 +3,15 @@
 //! served, but its caller only sees it when the test lets it through. This is the "answer
 //! delivered late" fault (a collector paused after its read landed, a slow network, a swapped-out
 //! process): whatever the caller does with the answer must be judged at the instant the request
-//! was sent, not when the answer arrived.
-#![allow(dead_code)]
+//! was sent, not when the answer arrived. [`GateStore::gate_listings`] holds listings instead, at
+//! their start, so that a test can hold a pass in flight.
 
 use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use futures::stream::BoxStream;
+use futures::stream::{BoxStream, StreamExt as _};
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
 use object_store::{
@@ -69,6 +69,16 @@ pub struct GateStore<T> {
     inner: T,
     holds: Arc<Mutex<Vec<Hold>>>,
     write_holds: Arc<Mutex<Vec<Hold>>>,
+    listings: Arc<Mutex<Option<ListGate>>>,
+}
+
+/// The test's end of gated listings ([`GateStore::gate_listings`]).
+#[derive(Debug, Clone)]
+pub struct ListGate {
+    /// Notified as each listing reaches the gate.
+    pub entered: Arc<tokio::sync::Notify>,
+    /// Each permit added lets one listing through.
+    pub gate: Arc<tokio::sync::Semaphore>,
 }
 
 impl<T> fmt::Debug for GateStore<T> {
@@ -90,7 +100,19 @@ impl<T: ObjectStore> GateStore<T> {
             inner,
             holds: Arc::new(Mutex::new(Vec::new())),
             write_holds: Arc::new(Mutex::new(Vec::new())),
+            listings: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// From now on, every listing waits at a gate when it starts: it notifies `entered`, then
+    /// takes one permit of `gate` (none at first; the gate is never closed).
+    pub fn gate_listings(&self) -> ListGate {
+        let gate = ListGate {
+            entered: Arc::new(tokio::sync::Notify::new()),
+            gate: Arc::new(tokio::sync::Semaphore::new(0)),
+        };
+        *self.listings.lock().unwrap() = Some(gate.clone());
+        gate
     }
 
     /// Hold the answer of the next PUT whose path ends with `suffix`: it lands in the inner
@@ -242,7 +264,17 @@ impl<T: ObjectStore> ObjectStore for GateStore<T> {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list(prefix)
+        let inner = self.inner.list(prefix);
+        let Some(ListGate { entered, gate }) = self.listings.lock().unwrap().clone() else {
+            return inner;
+        };
+        futures::stream::once(async move {
+            entered.notify_one();
+            gate.acquire().await.expect("gate open").forget();
+            inner
+        })
+        .flatten()
+        .boxed()
     }
 
     fn list_with_offset(
