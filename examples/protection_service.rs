@@ -19,6 +19,7 @@
 //!     --renew-window 2s --expire-window 10s --validity-window 1s
 //! ```
 
+use banklease_testkit::cid;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -118,7 +119,7 @@ async fn run(args: Args) -> Result<ExitCode> {
     let mut available = Vec::new();
     for i in 0..args.checkpoints {
         let id = format!("cp-{short}-{i}");
-        let cp = Checkpoint::create(&lease, &id)
+        let cp = Checkpoint::create(&lease, &cid(&id))
             .await
             .with_context(|| format!("cannot create checkpoint `{id}`"))?;
         for part in 0..OBJECTS_PER_CHECKPOINT {
@@ -139,8 +140,8 @@ async fn run(args: Args) -> Result<ExitCode> {
 
     let ready = Ready {
         owner_id: owner.as_str(),
-        protecting: protecting.iter().map(Checkpoint::id).collect(),
-        available: available.iter().map(Checkpoint::id).collect(),
+        protecting: protecting.iter().map(|c| c.id().as_str()).collect(),
+        available: available.iter().map(|c| c.id().as_str()).collect(),
     };
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", serde_json::to_string(&ready)?)?;
@@ -175,10 +176,10 @@ async fn run(args: Args) -> Result<ExitCode> {
     let mut failed = 0usize;
     for cp in &protecting {
         match cp.complete(Status::Error).await {
-            Ok(()) => tracing::info!(checkpoint_id = cp.id(), "marked error"),
+            Ok(()) => tracing::info!(checkpoint_id = %cp.id(), "marked error"),
             Err(e) => {
                 failed += 1;
-                tracing::error!(checkpoint_id = cp.id(), error = %e, "cannot mark checkpoint error");
+                tracing::error!(checkpoint_id = %cp.id(), error = %e, "cannot mark checkpoint error");
             }
         }
     }

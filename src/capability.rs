@@ -3,6 +3,14 @@
 //! A condition a store silently ignores is worse than one it refuses: the caller believes it is
 //! protected when it is not. So before a bank is used for leasing, [`Capabilities::probe`] writes a
 //! probe key and checks each condition against its actual effect.
+//!
+//! Invariant: **never rely on a silently ignored condition.** The probe writes its key twice
+//! with create-if-absent and overwrites it with a stale ETag. A store that ignores
+//! create-if-absent is refused for leasing; one that ignores or refuses If-Match renews by
+//! verify-then-overwrite (read the ETag, then overwrite). That is not atomic against a third
+//! writer, but the GC cannot fall into its gap: it acts only after expiry on the store's clock
+//! plus margin and grace, and a renewal counts only if its answer came before the owner's
+//! `valid_until`.
 
 use std::sync::Arc;
 

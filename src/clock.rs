@@ -3,6 +3,12 @@
 //! The library never reads the system clock or sleeps directly (clippy's `disallowed_methods`
 //! enforces this outside this file). Owner-side lease expiry uses [`Clock::now`], a *monotonic*
 //! instant, so wall-clock jumps on the owner's host cannot extend a lease.
+//!
+//! Invariant: **validity counts time the host spent suspended.** Rust's `Instant` is
+//! `CLOCK_MONOTONIC` on Linux, which stops while the host is suspended, whereas the store's
+//! clock and every observer's go on. [`SystemClock`]'s `now` adds the growth of
+//! `CLOCK_BOOTTIME − CLOCK_MONOTONIC` since the process started, so an owner that wakes from a
+//! suspend longer than its remaining validity finds its lease Lost instead of writing on.
 
 pub use crate::store_clock::{add_saturating, sub_saturating, StoreTime};
 

@@ -3,6 +3,11 @@
 //! Every key is listed and commented in `etc/banklease.toml`. Unknown keys are refused, naming the
 //! key and where it came from, so a typo never silently falls back to a default.
 //!
+//! Invariant: **one configuration gate** ([`Config::gate`]). The file, the variables,
+//! `BANKLEASE_BANK` and a command line's overrides are merged first and validated once, so
+//! every rule is judged on the bank and the values actually used, by every entry point alike;
+//! the timing rules use the retry budget of the store client actually opened.
+//!
 //! ```
 //! use banklease::config::Config;
 //!

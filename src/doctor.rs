@@ -11,6 +11,11 @@
 //! diagnoses; [`owner_lease_verdict`] is the part that needs only the capability probe, which the
 //! GC daemon checks at start without running any race.
 //!
+//! Invariant: **a guarantee is called atomic only when measured so.** Each race round sets 16
+//! writers on a fresh key; one round with several winners makes the guarantee *timing* (owner
+//! leases, completion versus collection) or *refused* (named locks, which have no timing
+//! fallback), and a race that could not be measured never counts as atomic.
+//!
 //! Scratch objects live under `_banklease/doctor/<uuid>/` and are deleted afterwards (best
 //! effort). On Swift that includes the expired one: its DELETE answers 404 but drops the listing
 //! entry that would otherwise stay until Swift's expirer ran.

@@ -187,6 +187,19 @@ impl fmt::Debug for CheckpointId {
     }
 }
 
+impl std::str::FromStr for CheckpointId {
+    type Err = InvalidId;
+    fn from_str(id: &str) -> Result<Self, InvalidId> {
+        Self::parse(id)
+    }
+}
+
+impl AsRef<str> for CheckpointId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
 impl PartialEq<str> for CheckpointId {
     fn eq(&self, other: &str) -> bool {
         self.0 == other

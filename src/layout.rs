@@ -28,7 +28,12 @@
 //! Invariant: **banklease never acts on what it did not make.** `init` adopts a prefix without
 //! a descriptor only if everything at its top is a bank's own ([`BANK_ENTRIES`]): a user's
 //! directory named by mistake (`--bank file:///home/me`) is refused with the foreign name it
-//! holds, before anything is read, written or swept in it.
+//! holds, before anything is read, written or swept in it. On a `file:` bank the top is read
+//! from the directory itself (`LocalStore::root_entries`): object_store's listings hide names
+//! ending in `#<digits>`, so a directory of `photo#1` and `invoice#2024` would pass for an empty
+//! one. Opening a `file:` bank writes nothing, so a directory that is not a bank keeps every
+//! byte and every mtime. A `memory://` bank is a bank from its opening (nothing else can name
+//! it), and there is no default bank: a missing URL is an error naming where to give one.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> banklease::Result<()> {

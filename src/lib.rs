@@ -78,7 +78,8 @@
 #![cfg_attr(not(feature = "collector"), doc = "```compile_fail")]
 #![cfg_attr(feature = "collector", doc = "```no_run")]
 //! # async fn f(bank: banklease::Bank, owner: banklease::OwnerId) -> banklease::Result<()> {
-//! banklease::collector::write_tombstone(&bank, "someone-elses-checkpoint", &owner, None, chrono::Utc::now()).await
+//! let id: banklease::CheckpointId = "someone-elses-checkpoint".parse()?;
+//! banklease::collector::write_tombstone(&bank, &id, &owner, None, chrono::Utc::now()).await
 //! # }
 //! ```
 

@@ -8,7 +8,7 @@
 
 use object_store::path::{Path, PathPart};
 
-use crate::id::{validate_id, InvalidId, OwnerId};
+use crate::id::{validate_id, CheckpointId, InvalidId, OwnerId};
 
 /// What the layout's keys live under: a [`crate::Bank`] (its root prefix), or a bare prefix.
 pub trait Prefixed {
@@ -57,15 +57,21 @@ pub enum Key {
     /// `leases/<owner>`
     Lease(OwnerId),
     /// `index/protecting/<owner>/<checkpoint>`: the owner's marker of a protecting checkpoint.
-    Marker { owner: OwnerId, checkpoint: String },
+    Marker {
+        owner: OwnerId,
+        checkpoint: CheckpointId,
+    },
     /// `index/sweep/<checkpoint>`: a collected checkpoint the late sweep visits again.
-    SweepMarker(String),
+    SweepMarker(CheckpointId),
     /// `checkpoints/<checkpoint>/index.json`
-    Index(String),
+    Index(CheckpointId),
     /// `checkpoints/<checkpoint>/data/<name>`
-    Data { checkpoint: String, name: String },
+    Data {
+        checkpoint: CheckpointId,
+        name: String,
+    },
     /// `decisions/<checkpoint>`
-    Decision(String),
+    Decision(CheckpointId),
     /// `gc/active`: the lease of the active collector.
     GcActive,
     /// `gc/clock-floor`: the highest store time a collector has seen.
@@ -115,9 +121,9 @@ pub enum Prefix<'a> {
     /// `checkpoints/`
     Checkpoints,
     /// `checkpoints/<checkpoint>/`
-    Checkpoint(&'a str),
+    Checkpoint(&'a CheckpointId),
     /// `checkpoints/<checkpoint>/data/`
-    Data(&'a str),
+    Data(&'a CheckpointId),
     /// `gc/missing/`
     GcMissing,
     /// `gc/reaped/`
@@ -145,20 +151,29 @@ fn queue_dir(key: &str) -> String {
 }
 
 impl Key {
+    /// `index/protecting/<owner>/<checkpoint>`.
+    pub fn marker(owner: &OwnerId, checkpoint: &CheckpointId) -> Key {
+        Key::Marker {
+            owner: owner.clone(),
+            checkpoint: checkpoint.clone(),
+        }
+    }
+
     /// Where this object is in `bank`.
     pub fn path<B: Prefixed + ?Sized>(&self, bank: &B) -> Path {
         match self {
             Key::Descriptor => join(bank, &[DESCRIPTOR]),
             Key::Lease(owner) => join(bank, &["leases", owner.as_str()]),
-            Key::Marker { owner, checkpoint } => {
-                join(bank, &["index", "protecting", owner.as_str(), checkpoint])
-            }
-            Key::SweepMarker(id) => join(bank, &["index", "sweep", id]),
-            Key::Index(id) => join(bank, &["checkpoints", id, "index.json"]),
+            Key::Marker { owner, checkpoint } => join(
+                bank,
+                &["index", "protecting", owner.as_str(), checkpoint.as_str()],
+            ),
+            Key::SweepMarker(id) => join(bank, &["index", "sweep", id.as_str()]),
+            Key::Index(id) => join(bank, &["checkpoints", id.as_str(), "index.json"]),
             Key::Data { checkpoint, name } => {
-                join(bank, &["checkpoints", checkpoint, "data", name])
+                join(bank, &["checkpoints", checkpoint.as_str(), "data", name])
             }
-            Key::Decision(id) => join(bank, &["decisions", id]),
+            Key::Decision(id) => join(bank, &["decisions", id.as_str()]),
             Key::GcActive => join(bank, &["gc", "active"]),
             Key::GcClockFloor => join(bank, &["gc", "clock-floor"]),
             Key::GcClockHost(host) => join(bank, &["gc", "clock-hosts", host]),
@@ -189,7 +204,7 @@ impl Key {
     pub fn parse<B: Prefixed + ?Sized>(bank: &B, path: &Path) -> Option<Key> {
         let rest: Vec<PathPart<'_>> = path.prefix_match(bank.root())?.collect();
         let parts: Vec<&str> = rest.iter().map(|p| p.as_ref()).collect();
-        let id = |s: &str| validate_id("checkpoint", s).ok().map(|()| s.to_owned());
+        let id = |s: &str| CheckpointId::parse(s).ok();
         let owner = |s: &str| OwnerId::parse(s).ok();
         let key = match parts.as_slice() {
             [DESCRIPTOR] => Key::Descriptor,
@@ -325,8 +340,8 @@ impl Prefix<'_> {
             Prefix::OwnerMarkers(owner) => join(bank, &["index", "protecting", owner.as_str()]),
             Prefix::Sweep => join(bank, &["index", "sweep"]),
             Prefix::Checkpoints => join(bank, &["checkpoints"]),
-            Prefix::Checkpoint(id) => join(bank, &["checkpoints", id]),
-            Prefix::Data(id) => join(bank, &["checkpoints", id, "data"]),
+            Prefix::Checkpoint(id) => join(bank, &["checkpoints", id.as_str()]),
+            Prefix::Data(id) => join(bank, &["checkpoints", id.as_str(), "data"]),
             Prefix::GcMissing => join(bank, &["gc", "missing"]),
             Prefix::GcReaped => join(bank, &["gc", "reaped"]),
             Prefix::ClockProbes => join(bank, &["_banklease", "clock"]),
@@ -350,6 +365,10 @@ mod tests {
         id().prop_map(|s| OwnerId::parse(&s).unwrap())
     }
 
+    fn checkpoint() -> impl Strategy<Value = CheckpointId> {
+        id().prop_map(|s| CheckpointId::parse(&s).unwrap())
+    }
+
     /// Path-like keys: one to three `/`-separated segments.
     fn lock_key() -> impl Strategy<Value = String> {
         proptest::collection::vec("[A-Za-z0-9._-]{1,12}", 1..4)
@@ -361,11 +380,12 @@ mod tests {
         prop_oneof![
             Just(Key::Descriptor),
             owner().prop_map(Key::Lease),
-            (owner(), id()).prop_map(|(owner, checkpoint)| Key::Marker { owner, checkpoint }),
-            id().prop_map(Key::SweepMarker),
-            id().prop_map(Key::Index),
-            (id(), id()).prop_map(|(checkpoint, name)| Key::Data { checkpoint, name }),
-            id().prop_map(Key::Decision),
+            (owner(), checkpoint())
+                .prop_map(|(owner, checkpoint)| Key::Marker { owner, checkpoint }),
+            checkpoint().prop_map(Key::SweepMarker),
+            checkpoint().prop_map(Key::Index),
+            (checkpoint(), id()).prop_map(|(checkpoint, name)| Key::Data { checkpoint, name }),
+            checkpoint().prop_map(Key::Decision),
             Just(Key::GcActive),
             Just(Key::GcClockFloor),
             id().prop_map(Key::GcClockHost),
@@ -399,7 +419,7 @@ mod tests {
         }
 
         #[test]
-        fn a_key_is_inside_its_directory(owner in owner(), c in id(), ns in id(), k in lock_key()) {
+        fn a_key_is_inside_its_directory(owner in owner(), c in checkpoint(), ns in id(), k in lock_key()) {
             let bank = Path::from("b");
             let inside = |key: Key, prefix: Prefix<'_>| {
                 key.path(&bank).prefix_match(&prefix.path(&bank)).map(|r| r.count())
@@ -414,7 +434,7 @@ mod tests {
             prop_assert_eq!(inside(data, Prefix::Data(&c)), Some(1));
             prop_assert_eq!(inside(Key::GcMissing(owner.clone()), Prefix::GcMissing), Some(1));
             prop_assert_eq!(inside(Key::GcReaped(owner.clone()), Prefix::GcReaped), Some(1));
-            prop_assert_eq!(inside(Key::ClockProbe(c.clone()), Prefix::ClockProbes), Some(1));
+            prop_assert_eq!(inside(Key::ClockProbe(c.to_string()), Prefix::ClockProbes), Some(1));
             let lock = Key::Lock { namespace: ns.clone(), key: k.clone() };
             prop_assert_eq!(inside(lock, Prefix::Locks(&ns)), Some(1));
             let ticket = Key::Ticket { namespace: ns.clone(), key: k.clone(), ticket: "0".repeat(20) };

@@ -1,14 +1,16 @@
 //! Bad input: every malformed thing a bank, a config or a user can hand us gives a clear error
 //! or a counted skip — never a panic, never a path outside the bank, never a deletion on doubt.
 
+use banklease_testkit::cid;
 use std::io::Write;
 use std::path::Path as FsPath;
 
-use banklease::checkpoint::{decision_path, index_path, read_checkpoint, read_decision};
+use banklease::checkpoint::{read_checkpoint, read_decision};
 use banklease::config::Config;
 use banklease::id::validate_id;
 use banklease::lease::read_lease;
 use banklease::lease::MAX_LEASE_BYTES;
+use banklease::paths::Key;
 use banklease::LeaseRecord;
 use banklease::{Bank, Error, OwnerId};
 use object_store::path::Path;
@@ -148,24 +150,33 @@ async fn malformed_checkpoint_metadata_and_decisions_are_corrupt() {
     ];
     for (name, body) in &cases {
         bank.store()
-            .put(&index_path(&bank, "cp"), PutPayload::from(body.clone()))
+            .put(
+                &Key::Index(cid("cp")).path(&bank),
+                PutPayload::from(body.clone()),
+            )
             .await
             .unwrap();
         assert!(
             matches!(
-                read_checkpoint(&bank, "cp").await,
+                read_checkpoint(&bank, &cid("cp")).await,
                 Err(Error::Corrupt { .. })
             ),
             "{name}"
         );
         bank.store()
-            .put(&decision_path(&bank, "cp"), PutPayload::from(body.clone()))
+            .put(
+                &Key::Decision(cid("cp")).path(&bank),
+                PutPayload::from(body.clone()),
+            )
             .await
             .unwrap();
-        assert!(read_decision(&bank, "cp").await.is_err(), "{name}");
+        assert!(read_decision(&bank, &cid("cp")).await.is_err(), "{name}");
     }
     // Missing metadata is not an error: it is absent.
-    assert_eq!(read_checkpoint(&bank, "nothing-here").await.unwrap(), None);
+    assert_eq!(
+        read_checkpoint(&bank, &cid("nothing-here")).await.unwrap(),
+        None
+    );
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! if answered, with exactly one PUT — not a second write, not a lost holding, not a conflict
 //! with itself. Break the read-back rule once and each of these fails.
 
+use banklease_testkit::cid;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -233,7 +234,7 @@ async fn decision() {
     let decision = Decision {
         format: CHECKPOINT_FORMAT,
         rebuilt: None,
-        checkpoint_id: "c1".to_owned(),
+        checkpoint_id: cid("c1"),
         owner_id: OwnerId::parse("o").unwrap(),
         by: Decider::Gc,
         outcome: Status::Deleted,

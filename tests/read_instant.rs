@@ -10,6 +10,7 @@
 //! takes absence read back as doubt, never as proof. Each test sets up one such case, and each
 //! failed on the code before the fix it guards (the comment on each says what went wrong there).
 
+use banklease_testkit::cid;
 use banklease_testkit::gate;
 
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use banklease::checkpoint::{self, Status};
 use banklease::clock::{MockClock, SharedClock};
+use banklease::paths::Key;
 use banklease::Checkpoint;
 use banklease::{Bank, Error, LeaseObserver, LeaseView, LeaseWindows, OwnerId, OwnerLease};
 use banklease_testkit::failing::{FailingStore, Op, Strike};
@@ -238,12 +240,12 @@ async fn an_ambiguous_create_keeps_its_marker() {
     .await
     .unwrap();
     // The first create call: its marker and index.json landed, but index.json's answer was lost.
-    let marker = checkpoint::marker_path(&bank, lease.owner_id(), "cp1");
-    let index = checkpoint::index_path(&bank, "cp1");
+    let marker = Key::marker(lease.owner_id(), &cid("cp1")).path(&bank);
+    let index = Key::Index(cid("cp1")).path(&bank);
     let first = checkpoint::CheckpointRecord {
         format: checkpoint::CHECKPOINT_FORMAT,
         rebuilt: None,
-        id: "cp1".to_owned(),
+        id: cid("cp1"),
         owner_id: lease.owner_id().clone(),
         status: Status::Protecting,
         created_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
@@ -257,19 +259,19 @@ async fn an_ambiguous_create_keeps_its_marker() {
         .unwrap();
     // The retry: its read-back of index.json fails.
     failing.fail_next(Op::Get, Strike::Before, 1);
-    let retry = Checkpoint::create(&lease, "cp1").await;
+    let retry = Checkpoint::create(&lease, &cid("cp1")).await;
     assert!(retry.is_err(), "{retry:?}");
     assert!(
         sim.head(&marker).await.is_ok(),
         "the marker of a protecting index.json must never be deleted on doubt"
     );
-    let record = checkpoint::read_checkpoint(&bank, "cp1")
+    let record = checkpoint::read_checkpoint(&bank, &cid("cp1"))
         .await
         .unwrap()
         .unwrap();
     assert_eq!(record.status, Status::Protecting);
     // The owner takes its checkpoint up again and completes it.
-    let cp = Checkpoint::adopt(&lease, "cp1").await.unwrap();
+    let cp = Checkpoint::adopt(&lease, &cid("cp1")).await.unwrap();
     cp.complete(Status::Available).await.unwrap();
     assert!(
         sim.head(&marker).await.is_err(),
@@ -315,11 +317,11 @@ async fn adopt_of_another_owners_checkpoint_removes_our_marker() {
     )
     .await
     .unwrap();
-    let marker = checkpoint::marker_path(&w.owner_bank, lease.owner_id(), "cp9");
+    let marker = Key::marker(lease.owner_id(), &cid("cp9")).path(&w.owner_bank);
     let theirs = checkpoint::CheckpointRecord {
         format: checkpoint::CHECKPOINT_FORMAT,
         rebuilt: None,
-        id: "cp9".to_owned(),
+        id: cid("cp9"),
         owner_id: OwnerId::parse("them").unwrap(),
         status: Status::Protecting,
         created_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
@@ -331,12 +333,12 @@ async fn adopt_of_another_owners_checkpoint_removes_our_marker() {
         .unwrap();
     w.sim
         .put(
-            &checkpoint::index_path(&w.owner_bank, "cp9"),
+            &Key::Index(cid("cp9")).path(&w.owner_bank),
             serde_json::to_vec(&theirs).unwrap().into(),
         )
         .await
         .unwrap();
-    let err = Checkpoint::adopt(&lease, "cp9").await.unwrap_err();
+    let err = Checkpoint::adopt(&lease, &cid("cp9")).await.unwrap_err();
     assert!(matches!(err, Error::CheckpointExists { .. }), "{err}");
     assert!(
         w.sim.head(&marker).await.is_err(),
@@ -358,11 +360,11 @@ async fn adopt_keeps_the_marker_when_index_json_reads_as_missing() {
     )
     .await
     .unwrap();
-    let marker = checkpoint::marker_path(&w.gc_bank, lease.owner_id(), "cpa");
+    let marker = Key::marker(lease.owner_id(), &cid("cpa")).path(&w.gc_bank);
     let ours = checkpoint::CheckpointRecord {
         format: checkpoint::CHECKPOINT_FORMAT,
         rebuilt: None,
-        id: "cpa".to_owned(),
+        id: cid("cpa"),
         owner_id: lease.owner_id().clone(),
         status: Status::Protecting,
         created_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
@@ -374,18 +376,18 @@ async fn adopt_keeps_the_marker_when_index_json_reads_as_missing() {
         .unwrap();
     w.sim
         .put(
-            &checkpoint::index_path(&w.gc_bank, "cpa"),
+            &Key::Index(cid("cpa")).path(&w.gc_bank),
             serde_json::to_vec(&ours).unwrap().into(),
         )
         .await
         .unwrap();
     let lagging = w.gate.not_found_next("checkpoints/cpa/index.json");
     lagging.release.send(()).unwrap();
-    let err = Checkpoint::adopt(&lease, "cpa").await.unwrap_err();
+    let err = Checkpoint::adopt(&lease, &cid("cpa")).await.unwrap_err();
     assert!(matches!(err, Error::CheckpointAmbiguous { .. }), "{err}");
     assert!(w.sim.head(&marker).await.is_ok(), "the marker stays");
     // Once the index.json reads back, the owner adopts it.
-    Checkpoint::adopt(&lease, "cpa").await.unwrap();
+    Checkpoint::adopt(&lease, &cid("cpa")).await.unwrap();
 }
 
 /// Found by the simulation (seed 1,000,704, stale reads): the store-clock probe's HEAD answered

@@ -1,5 +1,6 @@
 //! `Checkpoint::upload_data`: a data object in parts, each sent only while the lease is valid.
 
+use banklease_testkit::cid;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ async fn owner() -> (Bank, Arc<MockClock>, Checkpoint) {
     let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, clock.clone())
         .await
         .unwrap();
-    let cp = Checkpoint::create(&lease, "cp-1").await.unwrap();
+    let cp = Checkpoint::create(&lease, &cid("cp-1")).await.unwrap();
     (bank, clock, cp)
 }
 

@@ -2,7 +2,7 @@
 
 use anyhow::{anyhow, Context, Result};
 use banklease::checkpoint::{self, CheckpointRecord, Decider, Decision, Status};
-use banklease::paths::Prefix;
+use banklease::paths::{Key, Prefix};
 use banklease::{Bank, OwnerId};
 use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectMeta, ObjectStoreExt};
@@ -90,7 +90,7 @@ pub(crate) fn checkpoint_row(
 /// Read index.json and the decision of `id` together.
 pub(crate) async fn read_checkpoint_state(
     bank: &Bank,
-    id: &str,
+    id: &banklease::CheckpointId,
 ) -> Result<(Option<CheckpointRecord>, Option<Decision>)> {
     let (index, decision) = futures::join!(
         checkpoint::read_checkpoint(bank, id),
@@ -112,7 +112,7 @@ pub(crate) struct ListedCheckpoint {
 /// of that checkpoint says (rare: only checkpoints being or having been deleted).
 pub(crate) async fn read_listed_checkpoint(
     bank: &Bank,
-    id: &str,
+    id: &banklease::CheckpointId,
 ) -> Result<Option<ListedCheckpoint>> {
     let (index, decision) = read_checkpoint_state(bank, id).await?;
     if index.is_none() {
@@ -154,7 +154,10 @@ pub(crate) async fn checkpoint_list(
     let bank = &ctx.bank;
     let entries: Vec<(String, Result<Option<ListedCheckpoint>>)> = futures::stream::iter(ids)
         .map(|id| async move {
-            let state = read_listed_checkpoint(bank, &id).await;
+            let state = match banklease::CheckpointId::parse(&id) {
+                Ok(cid) => read_listed_checkpoint(bank, &cid).await,
+                Err(e) => Err(banklease::Error::from(e).into()),
+            };
             (id, state)
         })
         .buffered(LIST_CONCURRENCY)
@@ -230,7 +233,7 @@ pub(crate) async fn checkpoint_list(
 
 /// `banklease checkpoint show ID`
 pub(crate) async fn checkpoint_show(ctx: &Ctx, id: &str) -> Result<Outcome> {
-    checkpoint::validate_checkpoint_id(id)?;
+    let id = &banklease::CheckpointId::parse(id)?;
     let bank = &ctx.bank;
     let (index, decision) = read_checkpoint_state(bank, id)
         .await
@@ -248,7 +251,7 @@ pub(crate) async fn checkpoint_show(ctx: &Ctx, id: &str) -> Result<Outcome> {
         .or_else(|| decision.as_ref().map(|d| d.owner_id.clone()));
     let protecting_marker = match &owner {
         Some(o) => {
-            let marker = checkpoint::marker_path(bank, o, id);
+            let marker = Key::marker(o, id).path(bank);
             match bank.store().head(&marker).await {
                 Ok(_) => Some(true),
                 Err(object_store::Error::NotFound { .. }) => Some(false),
@@ -262,7 +265,7 @@ pub(crate) async fn checkpoint_show(ctx: &Ctx, id: &str) -> Result<Outcome> {
     let status = effective_status(index.as_ref(), decision.as_ref(), !objects.is_empty())
         .map_or("missing", |s| s.as_str());
     let detail = CheckpointDetail {
-        row: checkpoint_row(id, index.as_ref(), decision.as_ref(), status),
+        row: checkpoint_row(id.as_str(), index.as_ref(), decision.as_ref(), status),
         index: index.is_some(),
         protecting_marker,
         objects: objects.len() as u64,

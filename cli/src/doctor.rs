@@ -448,7 +448,7 @@ pub(super) async fn read_only(ctx: &Ctx) -> Result<Outcome> {
         anyhow::Ok(listed.len() as u64)
     };
     let leases = count(banklease::paths::Prefix::Leases.path(bank)).await?;
-    let protecting = count(banklease::checkpoint::protecting_prefix(bank)).await?;
+    let protecting = count(banklease::paths::Prefix::Protecting.path(bank)).await?;
     // Nothing is written, the clock probe included: say where judging takes the time from.
     let store_time = match bank.local() {
         Some(local) if local.keeps_exact_mtime() => {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::Result;
 use banklease::checkpoint::{self, CheckpointRecord, Decider, Decision, Evidence, Rebuilt, Status};
 use banklease::error::error_chain;
+use banklease::paths::Key;
 use banklease::{LeaseView, OwnerId};
 use object_store::ObjectStoreExt;
 use serde::Serialize;
@@ -49,14 +50,14 @@ struct Explanation {
 
 /// `banklease checkpoint explain ID`: exit 0 explained, 1 nothing of it is in the bank.
 pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
-    checkpoint::validate_checkpoint_id(id)?;
+    let id = &banklease::CheckpointId::parse(id)?;
     let bank = &ctx.bank;
     let (index, decision) = futures::join!(
         checkpoint::read_checkpoint(bank, id),
         checkpoint::read_decision(bank, id)
     );
-    let index_path = checkpoint::index_path(bank, id);
-    let decision_path = checkpoint::decision_path(bank, id);
+    let index_path = Key::Index(id.clone()).path(bank);
+    let decision_path = Key::Decision(id.clone()).path(bank);
     let owner: Option<OwnerId> = match (&index, &decision) {
         (Ok(Some(r)), _) => Some(r.owner_id.clone()),
         (_, Ok(Some(d))) => Some(d.owner_id.clone()),
@@ -67,11 +68,7 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         },
     };
     let marker = match &owner {
-        Some(o) => match bank
-            .store()
-            .head(&checkpoint::marker_path(bank, o, id))
-            .await
-        {
+        Some(o) => match bank.store().head(&Key::marker(o, id).path(bank)).await {
             Ok(_) => Some(true),
             Err(object_store::Error::NotFound { .. }) => Some(false),
             Err(_) => None,
@@ -119,7 +116,7 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
     }
     let (why, next) = conclude(
         ctx,
-        id,
+        id.as_str(),
         &index,
         &decision,
         owner_now.as_ref(),
@@ -127,7 +124,7 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         advice.as_ref(),
     );
     let explanation = Explanation {
-        checkpoint_id: id.to_owned(),
+        checkpoint_id: id.to_string(),
         index: match &index {
             Ok(Some(_)) => "present".to_owned(),
             Ok(None) => "missing".to_owned(),
@@ -480,6 +477,7 @@ pub(crate) async fn resolve(
 ) -> Result<Outcome> {
     use banklease_gc::operator::resolve::Resolution;
     let options = banklease_gc::GcOptions::from_config(&ctx.config);
+    let id = &banklease::CheckpointId::parse(id)?;
     let resolution = banklease_gc::operator::resolve::resolve(
         &ctx.bank, &ctx.clock, &options, id, operator, assertion,
     )

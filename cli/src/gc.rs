@@ -162,7 +162,7 @@ pub(crate) fn staged_line(
 /// The partial uploads staged for `id` once the gc collected it (`file:` banks), in words.
 pub(crate) async fn staged_for(
     ctx: &Ctx,
-    id: &str,
+    id: &banklease::CheckpointId,
     decision: &banklease::Result<Option<banklease::checkpoint::Decision>>,
 ) -> Vec<String> {
     let (Some(local), Ok(Some(d))) = (ctx.bank.local(), decision) else {

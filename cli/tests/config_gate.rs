@@ -4,6 +4,7 @@
 
 #![allow(clippy::disallowed_methods)] // real processes
 
+use banklease_testkit::cid;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
@@ -220,7 +221,7 @@ fn a_gc_daemon_on_swift_runs_with_short_windows_under_a_budget_that_fits() {
         let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
             .await
             .unwrap();
-        Checkpoint::create(&lease, "zombie").await.unwrap();
+        Checkpoint::create(&lease, &cid("zombie")).await.unwrap();
     });
     let daemon = |retry: &str| {
         let mut cmd = Command::new(gc_bin());
@@ -265,7 +266,10 @@ fn a_gc_daemon_on_swift_runs_with_short_windows_under_a_budget_that_fits() {
     let start = Instant::now();
     let collected = loop {
         let status = runtime
-            .block_on(banklease::checkpoint::read_checkpoint(&bank, "zombie"))
+            .block_on(banklease::checkpoint::read_checkpoint(
+                &bank,
+                &cid("zombie"),
+            ))
             .ok()
             .flatten()
             .map(|r| r.status);

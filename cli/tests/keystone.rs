@@ -8,6 +8,7 @@
 
 mod common;
 
+use banklease_testkit::cid;
 use std::net::TcpListener;
 use std::process::{Command, Output};
 
@@ -286,7 +287,7 @@ fn a_reader_judges_by_the_date_of_the_stores_answers_and_writes_nothing() {
                 OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
                     .await
                     .unwrap();
-            Checkpoint::create(&lease, cp).await.unwrap();
+            Checkpoint::create(&lease, &cid(cp)).await.unwrap();
             ids.push(lease.owner_id().to_string());
         }
         (ids[0].clone(), ids[1].clone())

@@ -7,6 +7,7 @@
 
 mod common;
 
+use banklease_testkit::cid;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -116,7 +117,7 @@ fn live_owner_and_lock(url: &str, lock: bool) -> String {
         let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
             .await
             .unwrap();
-        Checkpoint::create(&lease, "cp-1").await.unwrap();
+        Checkpoint::create(&lease, &cid("cp-1")).await.unwrap();
         lease.owner_id().to_string()
     });
     if lock {

@@ -7,6 +7,7 @@
 
 #![allow(clippy::disallowed_methods)] // real processes on real files, a real clock
 
+use banklease_testkit::cid;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,7 +62,7 @@ fn completed_and_zombie(dir: &Path) -> String {
     let url = dead_owner_bank(dir, &[]);
     dying_owner(&url, async |lease| {
         for id in ["cp-done", "cp-zombie"] {
-            let cp = Checkpoint::create(lease, id).await.unwrap();
+            let cp = Checkpoint::create(lease, &cid(id)).await.unwrap();
             cp.put_data("blob", vec![7u8; 4096].into()).await.unwrap();
             if id == "cp-done" {
                 cp.complete(Status::Available).await.unwrap();
@@ -314,7 +315,7 @@ fn resolve_refuses_a_live_owners_checkpoint() {
         let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
             .await
             .unwrap();
-        Checkpoint::create(&lease, "cp-live").await.unwrap();
+        Checkpoint::create(&lease, &cid("cp-live")).await.unwrap();
         lease
     });
     let index = dir.path().join("bank/checkpoints/cp-live/index.json");
@@ -358,7 +359,7 @@ fn dead_owner_with(dir: &Path, ids: &[&str], complete: usize) -> (String, String
     dying_owner(&url, async |lease| {
         *owner.lock().unwrap() = lease.owner_id().to_string();
         for (i, id) in ids.iter().enumerate() {
-            let cp = Checkpoint::create(lease, id).await.unwrap();
+            let cp = Checkpoint::create(lease, &cid(id)).await.unwrap();
             cp.put_data("blob", vec![7u8; 16].into()).await.unwrap();
             if i < complete {
                 cp.complete(Status::Available).await.unwrap();

@@ -8,6 +8,7 @@
 
 mod common;
 
+use banklease_testkit::cid;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
@@ -15,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use banklease::checkpoint::{data_prefix, read_checkpoint, Status};
+use banklease::checkpoint::{read_checkpoint, Status};
+use banklease::paths::Prefix;
 use banklease::{Bank, OwnerId};
 use object_store::ObjectStoreExt;
 
@@ -202,14 +204,14 @@ impl Env {
     }
 
     fn status_of(&self, id: &str) -> Option<Status> {
-        block(read_checkpoint(&self.bank(), id))
+        block(read_checkpoint(&self.bank(), &cid(id)))
             .unwrap()
             .map(|r| r.status)
     }
 
     fn data_of(&self, id: &str) -> Vec<(String, Vec<u8>)> {
         let bank = self.bank();
-        let prefix = data_prefix(&bank, id);
+        let prefix = Prefix::Data(&cid(id)).path(&bank);
         block(async {
             let mut out = Vec::new();
             let listed: Vec<_> =

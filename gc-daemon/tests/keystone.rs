@@ -5,6 +5,7 @@
 //! `BANKLEASE_TEST_KEYSTONE=1` (`.ci/run`).
 #![allow(clippy::disallowed_methods)] // real processes and real token lifetimes
 
+use banklease_testkit::cid;
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -48,7 +49,7 @@ async fn the_collector_reauthenticates_through_token_expiries_and_collects() {
     let dead = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
         .await
         .unwrap();
-    let zombie = Checkpoint::create(&dead, "zombie").await.unwrap();
+    let zombie = Checkpoint::create(&dead, &cid("zombie")).await.unwrap();
     zombie
         .put_data("d", PutPayload::from_static(b"bytes"))
         .await
@@ -57,7 +58,7 @@ async fn the_collector_reauthenticates_through_token_expiries_and_collects() {
         .await
         .unwrap();
     let keeper = live.spawn_keeper(Jitter::seeded(3), 0.1);
-    let working = Checkpoint::create(&live, "working").await.unwrap();
+    let working = Checkpoint::create(&live, &cid("working")).await.unwrap();
     drop(dead);
 
     let options = GcOptions::builder()
@@ -88,14 +89,14 @@ async fn the_collector_reauthenticates_through_token_expiries_and_collects() {
     }
     assert_eq!(collected, 1, "the zombie, once");
     assert_ne!(
-        checkpoint::read_checkpoint(&bank, "zombie")
+        checkpoint::read_checkpoint(&bank, &cid("zombie"))
             .await
             .unwrap()
             .map(|r| r.status),
         Some(Status::Protecting)
     );
     assert_eq!(
-        checkpoint::read_checkpoint(&bank, "working")
+        checkpoint::read_checkpoint(&bank, &cid("working"))
             .await
             .unwrap()
             .map(|r| r.status),

@@ -52,13 +52,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use banklease::checkpoint::{
-    data_prefix, index_path, marker_path, parse_marker, protecting_prefix, CheckpointRecord,
-    Decided, Decider, Decision, Status, CHECKPOINT_FORMAT,
+    parse_marker, CheckpointRecord, Decided, Decider, Decision, Status, CHECKPOINT_FORMAT,
 };
 use banklease::clock::{Clock, Jitter, MockClock, SharedClock};
 use banklease::collector::{decide, finish_owner_decision, write_tombstone};
 use banklease::config::Config;
 use banklease::observe::judge;
+use banklease::paths::{Key, Prefix};
 use banklease::LeaseView;
 use banklease::{Bank, Checkpoint, Error, LeaseState, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, GcOptions};

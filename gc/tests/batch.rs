@@ -2,6 +2,7 @@
 //! (data, then tombstone, then marker) holds whatever its neighbours in a batch do, and a batch
 //! that fails is resumed by the next pass. On a store whose clock the test drives.
 
+use banklease_testkit::cid;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -79,7 +80,7 @@ impl World {
             let lease = self.owner(&format!("owner-{o}")).await;
             for c in 0..per_owner {
                 let id = format!("cp-{o}-{c}");
-                let cp = Checkpoint::create(&lease, &id).await.unwrap();
+                let cp = Checkpoint::create(&lease, &cid(&id)).await.unwrap();
                 for d in 0..data {
                     cp.put_data(&format!("d{d:03}"), PutPayload::from_static(b"x"))
                         .await
@@ -94,7 +95,7 @@ impl World {
     }
 
     async fn status(&self, id: &str) -> Option<Status> {
-        checkpoint::read_checkpoint(&self.owner_bank, id)
+        checkpoint::read_checkpoint(&self.owner_bank, &cid(id))
             .await
             .unwrap()
             .map(|r| r.status)
@@ -195,7 +196,7 @@ async fn batches_larger_than_the_limits_finish_every_checkpoint() {
     // And one checkpoint of an owner of its own with more than LISTED_MAX objects.
     let big = {
         let lease = w.owner("owner-big").await;
-        let cp = Checkpoint::create(&lease, "cp-big").await.unwrap();
+        let cp = Checkpoint::create(&lease, &cid("cp-big")).await.unwrap();
         for d in 0..LISTED_MAX + 5 {
             cp.put_data(&format!("d{d:04}"), PutPayload::from_static(b"x"))
                 .await
@@ -230,7 +231,7 @@ async fn an_object_that_cannot_be_deleted_holds_back_its_own_checkpoint_only() {
         "the layout above assumes batches of 1,000"
     );
     let other = w.owner("owner-other").await;
-    Checkpoint::create(&other, "cp-other").await.unwrap();
+    Checkpoint::create(&other, &cid("cp-other")).await.unwrap();
     drop(other);
     ids.push("cp-other".to_owned());
     w.clock

@@ -6,6 +6,7 @@
 //! Each test here failed on the code before the fix it guards; the comment on each says what
 //! went wrong there.
 
+use banklease_testkit::cid;
 use banklease_testkit::gate;
 
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use banklease::checkpoint::{self, Status};
 use banklease::clock::{Clock, MockClock, SharedClock};
+use banklease::paths::Key;
 use banklease::Checkpoint;
 use banklease::{Bank, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, GcOptions, PassReport};
@@ -144,7 +146,7 @@ async fn pass(c: &Collector) -> PassReport {
 async fn a_late_lease_answer_never_collects_a_live_owner() {
     let w = world();
     let lease = w.owner("owner-a").await;
-    let cp = Checkpoint::create(&lease, "cp-a").await.unwrap();
+    let cp = Checkpoint::create(&lease, &cid("cp-a")).await.unwrap();
     let gc = w.collector(GRACE);
     w.clock.advance(Duration::from_secs(8));
 
@@ -197,7 +199,7 @@ async fn a_missing_lease_waits_grace_from_first_seen_missing() {
     let w = world();
     let grace = Duration::from_secs(600);
     let lease = w.owner("owner-c").await;
-    let _cp = Checkpoint::create(&lease, "cp-c").await.unwrap();
+    let _cp = Checkpoint::create(&lease, &cid("cp-c")).await.unwrap();
     // A long-lived owner: its checkpoint is 20 minutes old when it dies.
     w.live_for(&lease, Duration::from_secs(1200)).await;
     drop(lease);
@@ -245,13 +247,13 @@ async fn a_missing_since_record_the_gc_did_not_write_is_never_removed() {
 async fn a_stray_marker_beside_an_available_checkpoint_is_repaired_not_collected() {
     let w = world();
     let lease = w.owner("owner-d").await;
-    let cp = Checkpoint::create(&lease, "cp-d").await.unwrap();
+    let cp = Checkpoint::create(&lease, &cid("cp-d")).await.unwrap();
     cp.put_data("vol", PutPayload::from_static(b"bytes"))
         .await
         .unwrap();
     cp.complete(Status::Available).await.unwrap();
-    let marker = checkpoint::marker_path(&w.owner_bank, lease.owner_id(), "cp-d");
-    let decision = checkpoint::decision_path(&w.owner_bank, "cp-d");
+    let marker = Key::marker(lease.owner_id(), &cid("cp-d")).path(&w.owner_bank);
+    let decision = Key::Decision(cid("cp-d")).path(&w.owner_bank);
     let data = Path::from("checkpoints/cp-d/data/vol");
     w.sim.put(&marker, PutPayload::default()).await.unwrap();
     w.sim.delete(&decision).await.unwrap();
@@ -265,7 +267,7 @@ async fn a_stray_marker_beside_an_available_checkpoint_is_repaired_not_collected
         w.exists(&data).await,
         "an available checkpoint's data stays"
     );
-    let record = checkpoint::read_checkpoint(&w.owner_bank, "cp-d")
+    let record = checkpoint::read_checkpoint(&w.owner_bank, &cid("cp-d"))
         .await
         .unwrap()
         .unwrap();
@@ -279,11 +281,11 @@ async fn a_stray_marker_beside_an_available_checkpoint_is_repaired_not_collected
 async fn an_unreadable_index_json_is_never_overwritten() {
     let w = world();
     let lease = w.owner("owner-e").await;
-    let _cp = Checkpoint::create(&lease, "cp-e").await.unwrap();
+    let _cp = Checkpoint::create(&lease, &cid("cp-e")).await.unwrap();
     let decision = checkpoint::Decision {
         format: checkpoint::CHECKPOINT_FORMAT,
         rebuilt: None,
-        checkpoint_id: "cp-e".to_owned(),
+        checkpoint_id: cid("cp-e"),
         owner_id: lease.owner_id().clone(),
         by: checkpoint::Decider::Owner,
         outcome: Status::Available,
@@ -294,7 +296,7 @@ async fn an_unreadable_index_json_is_never_overwritten() {
     banklease::collector::decide(&w.owner_bank, decision)
         .await
         .unwrap();
-    let index = checkpoint::index_path(&w.owner_bank, "cp-e");
+    let index = Key::Index(cid("cp-e")).path(&w.owner_bank);
     let future = br#"{"format":99,"id":"cp-e","something":"new"}"#;
     w.sim
         .put(&index, PutPayload::from_static(future))
@@ -312,7 +314,7 @@ async fn an_unreadable_index_json_is_never_overwritten() {
         "index.json must be left as it was"
     );
     // The function the owner's `complete` and the GC's repair share refuses too.
-    let decision = checkpoint::read_decision(&w.owner_bank, "cp-e")
+    let decision = checkpoint::read_decision(&w.owner_bank, &cid("cp-e"))
         .await
         .unwrap()
         .unwrap();
@@ -327,7 +329,7 @@ async fn an_unreadable_index_json_is_never_overwritten() {
 async fn late_data_under_a_collected_checkpoint_is_swept() {
     let w = world();
     let lease = w.owner("owner-f").await;
-    let cp = Checkpoint::create(&lease, "cp-f").await.unwrap();
+    let cp = Checkpoint::create(&lease, &cid("cp-f")).await.unwrap();
     cp.put_data("early", PutPayload::from_static(b"x"))
         .await
         .unwrap();
@@ -362,7 +364,7 @@ async fn late_data_under_a_collected_checkpoint_is_swept() {
 async fn a_store_clock_step_between_passes_collects_nothing() {
     let w = world();
     let lease = w.owner("owner-g").await;
-    let cp = Checkpoint::create(&lease, "cp-g").await.unwrap();
+    let cp = Checkpoint::create(&lease, &cid("cp-g")).await.unwrap();
     let gc = w.collector(GRACE);
     let first = pass(&gc).await;
     assert_eq!(first.collected, 0);
@@ -389,7 +391,7 @@ async fn a_store_clock_step_between_passes_collects_nothing() {
 async fn a_backward_step_during_a_pass_collects_nothing() {
     let w = world();
     let lease = w.owner("owner-h").await;
-    let cp = Checkpoint::create(&lease, "cp-h").await.unwrap();
+    let cp = Checkpoint::create(&lease, &cid("cp-h")).await.unwrap();
     let gc = w.collector(GRACE);
     assert_eq!(pass(&gc).await.collected, 0);
     w.live_for(&lease, Duration::from_secs(3)).await;
@@ -423,7 +425,7 @@ async fn a_backward_step_during_a_pass_collects_nothing() {
 async fn a_step_seen_once_is_remembered_by_the_next_collector() {
     let w = world();
     let lease = w.owner("owner-i").await;
-    let cp = Checkpoint::create(&lease, "cp-i").await.unwrap();
+    let cp = Checkpoint::create(&lease, &cid("cp-i")).await.unwrap();
     let first = w.collector(GRACE);
     assert_eq!(pass(&first).await.collected, 0);
     w.live_for(&lease, Duration::from_secs(2)).await;
@@ -447,7 +449,7 @@ async fn a_missing_since_record_does_not_outlive_its_episode() {
     let w = world();
     let grace = Duration::from_secs(600);
     let lease = w.owner("owner-j").await;
-    let _cp = Checkpoint::create(&lease, "cp-j").await.unwrap();
+    let _cp = Checkpoint::create(&lease, &cid("cp-j")).await.unwrap();
     let gc = w.collector(grace);
     let false_404 = w.gate.not_found_next("leases/owner-j");
     false_404.release.send(()).unwrap();
@@ -475,17 +477,17 @@ async fn a_missing_since_record_does_not_outlive_its_episode() {
 async fn a_gc_decision_over_an_available_checkpoint_deletes_nothing() {
     let w = world();
     let lease = w.owner("owner-k").await;
-    let cp = Checkpoint::create(&lease, "cp-k").await.unwrap();
+    let cp = Checkpoint::create(&lease, &cid("cp-k")).await.unwrap();
     cp.put_data("vol", PutPayload::from_static(b"bytes"))
         .await
         .unwrap();
     cp.complete(Status::Available).await.unwrap();
-    let decision_path = checkpoint::decision_path(&w.owner_bank, "cp-k");
+    let decision_path = Key::Decision(cid("cp-k")).path(&w.owner_bank);
     w.sim.delete(&decision_path).await.unwrap();
     let gc_decision = checkpoint::Decision {
         format: checkpoint::CHECKPOINT_FORMAT,
         rebuilt: None,
-        checkpoint_id: "cp-k".to_owned(),
+        checkpoint_id: cid("cp-k"),
         owner_id: lease.owner_id().clone(),
         by: checkpoint::Decider::Gc,
         outcome: Status::Deleted,
@@ -496,7 +498,7 @@ async fn a_gc_decision_over_an_available_checkpoint_deletes_nothing() {
     banklease::collector::decide(&w.owner_bank, gc_decision)
         .await
         .unwrap();
-    let marker = checkpoint::marker_path(&w.owner_bank, lease.owner_id(), "cp-k");
+    let marker = Key::marker(lease.owner_id(), &cid("cp-k")).path(&w.owner_bank);
     w.sim.put(&marker, PutPayload::default()).await.unwrap();
     drop(lease);
     w.clock
@@ -504,7 +506,7 @@ async fn a_gc_decision_over_an_available_checkpoint_deletes_nothing() {
     let r = pass(&w.collector(GRACE)).await;
     assert_eq!(r.collected, 0, "{r:?}");
     assert!(w.exists(&Path::from("checkpoints/cp-k/data/vol")).await);
-    let record = checkpoint::read_checkpoint(&w.owner_bank, "cp-k")
+    let record = checkpoint::read_checkpoint(&w.owner_bank, &cid("cp-k"))
         .await
         .unwrap()
         .unwrap();
@@ -517,7 +519,7 @@ async fn a_gc_decision_over_an_available_checkpoint_deletes_nothing() {
 async fn a_marker_without_metadata_never_collects_a_checkpoint_created_meanwhile() {
     let w = world();
     let dead = w.owner("owner-l").await;
-    let marker = checkpoint::marker_path(&w.owner_bank, dead.owner_id(), "cp-x");
+    let marker = Key::marker(dead.owner_id(), &cid("cp-x")).path(&w.owner_bank);
     w.sim.put(&marker, PutPayload::default()).await.unwrap();
     drop(dead);
     w.clock
@@ -528,7 +530,7 @@ async fn a_marker_without_metadata_never_collects_a_checkpoint_created_meanwhile
     let held = w.gate.hold_next_read("checkpoints/cp-x/index.json");
     let running = tokio::spawn(async move { gc.run_pass().await });
     held.served.await.unwrap();
-    let cp = Checkpoint::create(&live, "cp-x").await.unwrap();
+    let cp = Checkpoint::create(&live, &cid("cp-x")).await.unwrap();
     cp.put_data("vol", PutPayload::from_static(b"live"))
         .await
         .unwrap();
@@ -548,7 +550,7 @@ async fn a_marker_without_metadata_never_collects_a_checkpoint_created_meanwhile
 async fn a_step_before_a_daemons_first_reading_collects_nothing() {
     let w = world();
     let lease = w.owner("owner-n").await;
-    let cp = Checkpoint::create(&lease, "cp-n").await.unwrap();
+    let cp = Checkpoint::create(&lease, &cid("cp-n")).await.unwrap();
     w.live_for(&lease, Duration::from_secs(2)).await;
     w.sim.clock().jump_forward(Duration::from_secs(3600));
     // A daemon that just started (or took over): its first pass has nothing to compare with.
@@ -580,7 +582,7 @@ async fn a_pass_that_could_not_list_the_protecting_index_reaps_nothing() {
     for name in ["owner-o", "owner-p"] {
         let lease = w.owner(name).await;
         let id = format!("cp-{}", &name[6..]);
-        Checkpoint::create(&lease, &id).await.unwrap();
+        Checkpoint::create(&lease, &cid(&id)).await.unwrap();
     }
     w.clock
         .advance(EXPIRE + MARGIN + GRACE + Duration::from_secs(1));

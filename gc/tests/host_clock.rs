@@ -2,6 +2,7 @@
 //! mock clock with a boot clock: what the record holds, when it is written, and what a pass
 //! does with it.
 
+use banklease_testkit::cid;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -102,12 +103,12 @@ async fn live_owner(w: &World) -> OwnerLease {
     )
     .await
     .unwrap();
-    Checkpoint::create(&lease, "cp-live").await.unwrap();
+    Checkpoint::create(&lease, &cid("cp-live")).await.unwrap();
     lease
 }
 
 async fn status(w: &World) -> Option<Status> {
-    checkpoint::read_checkpoint(&w.bank, "cp-live")
+    checkpoint::read_checkpoint(&w.bank, &cid("cp-live"))
         .await
         .unwrap()
         .map(|r| r.status)

@@ -9,6 +9,7 @@
 
 #![allow(clippy::disallowed_methods)] // a real clock: the store stamps real time
 
+use banklease_testkit::cid;
 use banklease_testkit::gate;
 
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use std::time::Duration;
 use banklease::checkpoint::{self, Decider, Status};
 use banklease::clock::SystemClock;
 use banklease::config::ClientLimits;
+use banklease::paths::Prefix;
 use banklease::{Bank, Checkpoint, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, GcOptions};
 use gate::GateStore;
@@ -66,7 +68,7 @@ async fn the_gc_waits_for_each_owners_declared_retry_budget_before_deciding() {
     let slow = OwnerLease::acquire(&bank, OwnerId::random(), windows(), Arc::new(SystemClock))
         .await
         .unwrap();
-    let cp = Checkpoint::create(&slow, "cp-slow").await.unwrap();
+    let cp = Checkpoint::create(&slow, &cid("cp-slow")).await.unwrap();
     // An owner whose client gives up within 2.25 s, and says so.
     let quick_bank = bank.with_declared_limits(ClientLimits {
         request_timeout: Some(Duration::from_secs(1)),
@@ -81,7 +83,7 @@ async fn the_gc_waits_for_each_owners_declared_retry_budget_before_deciding() {
     )
     .await
     .unwrap();
-    Checkpoint::create(&quick, "cp-quick").await.unwrap();
+    Checkpoint::create(&quick, &cid("cp-quick")).await.unwrap();
 
     let held = gate.split_next_create("decisions/cp-slow");
     let completing = tokio::spawn(async move { cp.complete(Status::Available).await });
@@ -98,7 +100,7 @@ async fn the_gc_waits_for_each_owners_declared_retry_budget_before_deciding() {
         "{report:?}"
     );
     assert_eq!(
-        checkpoint::read_checkpoint(&bank, "cp-quick")
+        checkpoint::read_checkpoint(&bank, &cid("cp-quick"))
             .await
             .unwrap()
             .map(|r| r.status),
@@ -111,7 +113,7 @@ async fn the_gc_waits_for_each_owners_declared_retry_budget_before_deciding() {
         "{report:?}"
     );
     assert!(
-        checkpoint::read_decision(&bank, "cp-slow")
+        checkpoint::read_decision(&bank, &cid("cp-slow"))
             .await
             .unwrap()
             .is_none(),
@@ -121,13 +123,13 @@ async fn the_gc_waits_for_each_owners_declared_retry_budget_before_deciding() {
     // The owner's write lands: it alone decided.
     held.release.send(()).unwrap();
     completing.await.unwrap().unwrap();
-    let decision = checkpoint::read_decision(&bank, "cp-slow")
+    let decision = checkpoint::read_decision(&bank, &cid("cp-slow"))
         .await
         .unwrap()
         .unwrap();
     assert_eq!(decision.by, Decider::Owner);
     assert_eq!(
-        checkpoint::read_checkpoint(&bank, "cp-slow")
+        checkpoint::read_checkpoint(&bank, &cid("cp-slow"))
             .await
             .unwrap()
             .map(|r| r.status),
@@ -155,7 +157,7 @@ async fn a_gone_lease_is_judged_by_its_checkpoints_declared_budget_and_so_is_the
     let slow = OwnerLease::acquire(&bank, OwnerId::random(), windows(), Arc::new(SystemClock))
         .await
         .unwrap();
-    Checkpoint::create(&slow, "cp-slow").await.unwrap();
+    Checkpoint::create(&slow, &cid("cp-slow")).await.unwrap();
     let quick_bank = bank.with_declared_limits(ClientLimits {
         request_timeout: Some(Duration::from_secs(1)),
         retry_timeout: Some(Duration::from_secs(1)),
@@ -168,7 +170,7 @@ async fn a_gone_lease_is_judged_by_its_checkpoints_declared_budget_and_so_is_the
     )
     .await
     .unwrap();
-    let cp = Checkpoint::create(&quick, "cp-quick").await.unwrap();
+    let cp = Checkpoint::create(&quick, &cid("cp-quick")).await.unwrap();
     cp.put_data("d", object_store::PutPayload::from_static(b"bytes"))
         .await
         .unwrap();
@@ -197,14 +199,14 @@ async fn a_gone_lease_is_judged_by_its_checkpoints_declared_budget_and_so_is_the
         "{report:?}"
     );
     assert_eq!(
-        checkpoint::read_checkpoint(&bank, "cp-slow")
+        checkpoint::read_checkpoint(&bank, &cid("cp-slow"))
             .await
             .unwrap()
             .map(|r| r.status),
         Some(Status::Protecting)
     );
     // The sweep marker asks for the quick owner's 2.25 s (and drift), not the collector's 1 s.
-    let marker = banklease_gc::pass::sweep::sweep_path(&bank, "cp-quick");
+    let marker = banklease_gc::pass::sweep::sweep_path(&bank, &cid("cp-quick"));
     let body = bank
         .store()
         .get(&marker)
@@ -216,7 +218,7 @@ async fn a_gone_lease_is_judged_by_its_checkpoints_declared_budget_and_so_is_the
     let record: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(record["late_write_window_ms"], 2_253);
     // A late write of the quick owner's lands after the collection.
-    let late = checkpoint::data_prefix(&bank, "cp-quick").join("late");
+    let late = Prefix::Data(&cid("cp-quick")).path(&bank).join("late");
     bank.store()
         .put(&late, object_store::PutPayload::from_static(b"late"))
         .await

@@ -2,11 +2,14 @@
 //! everything else stays — under faults too.
 #![allow(clippy::disallowed_methods)] // tests wait on real time: the store stamps real times
 
+use banklease::CheckpointId;
+use banklease_testkit::cid;
 use std::sync::Arc;
 use std::time::Duration;
 
 use banklease::checkpoint::{self, Decided, Decider, Decision, Status};
 use banklease::clock::{Clock, MockClock, SharedClock, SystemClock};
+use banklease::paths::{Key, Prefix};
 use banklease::Checkpoint;
 use banklease::{Bank, Error, LeaseWindows, OwnerId, OwnerLease};
 use banklease_gc::{Collector, GcOptions, PassReport};
@@ -134,7 +137,7 @@ async fn owner_with_windows(
     let mut cps = Vec::new();
     for i in 0..n {
         let id = format!("cp-{}-{i}", &lease.owner_id().as_str()[..8]);
-        let cp = Checkpoint::create(&lease, &id).await.unwrap();
+        let cp = Checkpoint::create(&lease, &cid(&id)).await.unwrap();
         for d in 0..3 {
             cp.put_data(&format!("d{d}"), PutPayload::from_static(b"bytes"))
                 .await
@@ -148,18 +151,18 @@ async fn owner_with_windows(
     (lease, cps, keeper)
 }
 
-async fn status(bank: &Bank, id: &str) -> Option<Status> {
+async fn status(bank: &Bank, id: &CheckpointId) -> Option<Status> {
     checkpoint::read_checkpoint(bank, id)
         .await
         .unwrap()
         .map(|r| r.status)
 }
 
-async fn data_count(bank: &Bank, id: &str) -> usize {
+async fn data_count(bank: &Bank, id: &CheckpointId) -> usize {
     use futures::TryStreamExt;
     let v: Vec<_> = bank
         .store()
-        .list(Some(&checkpoint::data_prefix(bank, id)))
+        .list(Some(&Prefix::Data(id).path(bank)))
         .try_collect()
         .await
         .unwrap();
@@ -218,10 +221,17 @@ async fn collects_exactly_the_dead_owners_protecting_checkpoints() {
             "{name}: {r:?}"
         );
 
-        assert_eq!(status(b, dead_cps[0].id()).await, Some(Status::Available));
+        assert_eq!(
+            status(b, dead_cps[0].id()).await,
+            Some(Status::Available)
+        );
         assert_eq!(data_count(b, dead_cps[0].id()).await, 3);
         for cp in &dead_cps[1..] {
-            assert_eq!(status(b, cp.id()).await, Some(Status::Deleted), "{name}");
+            assert_eq!(
+                status(b, cp.id()).await,
+                Some(Status::Deleted),
+                "{name}"
+            );
             assert_eq!(data_count(b, cp.id()).await, 0, "{name}");
             let d = checkpoint::read_decision(b, cp.id())
                 .await
@@ -229,9 +239,16 @@ async fn collects_exactly_the_dead_owners_protecting_checkpoints() {
                 .unwrap();
             assert_eq!(d.by, Decider::Gc);
         }
-        assert_eq!(status(b, live_cps[0].id()).await, Some(Status::Available));
+        assert_eq!(
+            status(b, live_cps[0].id()).await,
+            Some(Status::Available)
+        );
         for cp in &live_cps[1..] {
-            assert_eq!(status(b, cp.id()).await, Some(Status::Protecting), "{name}");
+            assert_eq!(
+                status(b, cp.id()).await,
+                Some(Status::Protecting),
+                "{name}"
+            );
             assert_eq!(data_count(b, cp.id()).await, 3, "{name}");
         }
 
@@ -295,7 +312,10 @@ async fn dry_run_brake_and_limit() {
         let r = pass(b, dry).await;
         assert_eq!((r.collected, r.dry_run), (5, true), "{name}: {r:?}");
         assert_eq!(r.requests.get("delete"), None, "{name}: {r:?}");
-        assert_eq!(status(b, cps[0].id()).await, Some(Status::Protecting));
+        assert_eq!(
+            status(b, cps[0].id()).await,
+            Some(Status::Protecting)
+        );
 
         let braking = f
             .options()
@@ -344,7 +364,10 @@ async fn owner_decision_interrupted_is_finished_not_collected() {
         tokio::time::sleep(f.past_expiry()).await;
         let r = pass(b, f.options()).await;
         assert_eq!((r.collected, r.repaired), (0, 1), "{name}: {r:?}");
-        assert_eq!(status(b, cps[0].id()).await, Some(Status::Available));
+        assert_eq!(
+            status(b, cps[0].id()).await,
+            Some(Status::Available)
+        );
         assert_eq!(data_count(b, cps[0].id()).await, 3);
     }
 }
@@ -392,7 +415,10 @@ async fn store_errors_on_lease_reads_never_collect() {
         f.faults.fail_next_get_of("leases/", Strike::Before);
         let r = pass(b, f.options()).await;
         assert_eq!((r.collected, r.unreadable), (0, 1), "{name}: {r:?}");
-        assert_eq!(status(b, cps[0].id()).await, Some(Status::Protecting));
+        assert_eq!(
+            status(b, cps[0].id()).await,
+            Some(Status::Protecting)
+        );
         // A partition makes the pass fail as a whole (no store clock), deleting nothing.
         f.faults.set_partitioned(true);
         assert!(collector(b, f.options()).run_pass().await.is_err());
@@ -446,7 +472,7 @@ async fn malformed_index_entries_are_counted_and_dangling_markers_collected() {
         // A marker of the dead owner pointing at a checkpoint that has no metadata or data.
         f.faults
             .put(
-                &checkpoint::marker_path(b, &dead_owner, "dangling"),
+                &Key::marker(&dead_owner, &cid("dangling")).path(b),
                 PutPayload::from_static(b""),
             )
             .await
@@ -609,7 +635,7 @@ async fn a_pass_deletes_each_removed_object_once() {
         .await
         .unwrap();
         for i in 0..N {
-            let cp = Checkpoint::create(&lease, &format!("cp-{i}"))
+            let cp = Checkpoint::create(&lease, &cid(&format!("cp-{i}")))
                 .await
                 .unwrap();
             cp.put_data("d0", PutPayload::from_static(b"bytes"))
@@ -691,7 +717,7 @@ async fn a_dead_owners_stray_marker_on_another_owners_checkpoint_is_removed() {
         let (dead, _, _keeper) = owner_with(&f, frozen.clone(), 0, 0).await;
         let (live, cps, keeper) = live_owner(&f, 1, 0).await;
         let id = cps[0].id().to_owned();
-        let stray = checkpoint::marker_path(b, dead.owner_id(), &id);
+        let stray = Key::marker(dead.owner_id(), &id).path(b);
         b.store().put(&stray, PutPayload::default()).await.unwrap();
         tokio::time::sleep(f.past_expiry()).await;
 
@@ -708,13 +734,17 @@ async fn a_dead_owners_stray_marker_on_another_owners_checkpoint_is_removed() {
             ),
             "{name}: the stray marker is still there"
         );
-        assert_eq!(status(b, &id).await, Some(Status::Protecting), "{name}");
+        assert_eq!(
+            status(b, &id).await,
+            Some(Status::Protecting),
+            "{name}"
+        );
         assert_eq!(data_count(b, &id).await, 3, "{name}");
         assert!(
             checkpoint::read_decision(b, &id).await.unwrap().is_none(),
             "{name}: nothing was decided on the live owner's checkpoint"
         );
-        assert!(checkpoint::marker_path(b, live.owner_id(), &id) != stray);
+        assert!(Key::marker(live.owner_id(), &id).path(b) != stray);
         assert!(
             banklease::lease::read_lease(b, dead.owner_id())
                 .await

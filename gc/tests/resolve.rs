@@ -12,6 +12,7 @@ use banklease::paths::Key;
 use banklease::{Checkpoint, Error, OwnerId, OwnerLease};
 use banklease_gc::operator::resolve::{resolve, Assertion, Resolution};
 use banklease_gc::GcOptions;
+use banklease_testkit::cid;
 use futures::TryStreamExt;
 use object_store::{ObjectStoreExt, PutPayload};
 
@@ -22,7 +23,7 @@ async fn an_unreadable_record_is_kept_then_replaced_only_in_the_version_kept() {
     for backend in backends::backends() {
         let (bank, _guard) = backends::plain_bank(backend).await;
         let id = "cp-torn";
-        let path = Key::Decision(id.to_owned()).path(&bank);
+        let path = Key::Decision(cid(id)).path(&bank);
         let read = |path: object_store::path::Path| {
             let bank = bank.clone();
             async move {
@@ -34,7 +35,7 @@ async fn an_unreadable_record_is_kept_then_replaced_only_in_the_version_kept() {
         let decision = Decision {
             format: checkpoint::CHECKPOINT_FORMAT,
             rebuilt: None,
-            checkpoint_id: id.to_owned(),
+            checkpoint_id: cid(id),
             owner_id: OwnerId::random(),
             by: Decider::Owner,
             outcome: Status::Available,
@@ -43,7 +44,7 @@ async fn an_unreadable_record_is_kept_then_replaced_only_in_the_version_kept() {
             evidence: None,
         };
 
-        let first = set_aside(&bank, Key::Decision(id.to_owned()), id, chrono::Utc::now())
+        let first = set_aside(&bank, Key::Decision(cid(id)), &cid(id), chrono::Utc::now())
             .await
             .unwrap();
         assert_eq!(read(first.kept_at.clone()).await, "{torn", "{backend:?}");
@@ -66,11 +67,14 @@ async fn an_unreadable_record_is_kept_then_replaced_only_in_the_version_kept() {
         );
 
         // Kept again, in the version now there: replaced.
-        let second = set_aside(&bank, Key::Decision(id.to_owned()), id, chrono::Utc::now())
+        let second = set_aside(&bank, Key::Decision(cid(id)), &cid(id), chrono::Utc::now())
             .await
             .unwrap();
         replace_decision(&bank, &second, &decision).await.unwrap();
-        let now = checkpoint::read_decision(&bank, id).await.unwrap().unwrap();
+        let now = checkpoint::read_decision(&bank, &cid(id))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (now.by, now.outcome, now.token.as_str()),
             (Decider::Owner, Status::Available, "restored"),
@@ -134,14 +138,13 @@ async fn markers_of_two_owners_on_one_id_are_refused_never_judged_by_the_first()
     let bank = banklease::Bank::open("memory://").unwrap();
     let _dead = owner(&bank, "aaa-dead", std::time::Duration::from_secs(1)).await;
     let live = owner(&bank, "zzz-live", std::time::Duration::from_secs(60)).await;
-    Checkpoint::create(&live, "cp-dup").await.unwrap();
-    let dead_marker =
-        checkpoint::marker_path(&bank, &OwnerId::parse("aaa-dead").unwrap(), "cp-dup");
+    Checkpoint::create(&live, &cid("cp-dup")).await.unwrap();
+    let dead_marker = Key::marker(&OwnerId::parse("aaa-dead").unwrap(), &cid("cp-dup")).path(&bank);
     bank.store()
         .put(&dead_marker, PutPayload::default())
         .await
         .unwrap();
-    let index = Key::Index("cp-dup".into()).path(&bank);
+    let index = Key::Index(cid("cp-dup")).path(&bank);
     bank.store().put(&index, "{torn".into()).await.unwrap();
     tokio::time::sleep(DEAD_AFTER).await;
 
@@ -149,7 +152,7 @@ async fn markers_of_two_owners_on_one_id_are_refused_never_judged_by_the_first()
         &bank,
         &clock(),
         &options(),
-        "cp-dup",
+        &cid("cp-dup"),
         "test",
         Assertion::None,
     )
@@ -164,7 +167,7 @@ async fn markers_of_two_owners_on_one_id_are_refused_never_judged_by_the_first()
         }
         other => panic!("judged by one marker: {other:?}"),
     }
-    assert!(checkpoint::read_decision(&bank, "cp-dup")
+    assert!(checkpoint::read_decision(&bank, &cid("cp-dup"))
         .await
         .unwrap()
         .is_none());
@@ -187,10 +190,10 @@ async fn a_checkpoint_created_while_resolve_judges_is_never_tombstoned() {
     use banklease_testkit::failing::{FailingStore, Op};
     let inner = banklease::Bank::open("memory://").unwrap();
     let dead = owner(&inner, "dead-x", std::time::Duration::from_secs(1)).await;
-    Checkpoint::create(&dead, "cp-reused").await.unwrap();
-    let index = Key::Index("cp-reused".into()).path(&inner);
+    Checkpoint::create(&dead, &cid("cp-reused")).await.unwrap();
+    let index = Key::Index(cid("cp-reused")).path(&inner);
     inner.store().delete(&index).await.unwrap();
-    let decision = Key::Decision("cp-reused".into()).path(&inner);
+    let decision = Key::Decision(cid("cp-reused")).path(&inner);
     inner.store().put(&decision, "{torn".into()).await.unwrap();
     tokio::time::sleep(DEAD_AFTER).await;
 
@@ -204,7 +207,7 @@ async fn a_checkpoint_created_while_resolve_judges_is_never_tombstoned() {
             &bank,
             &clock(),
             &options(),
-            "cp-reused",
+            &cid("cp-reused"),
             "test",
             Assertion::Deleted,
         )
@@ -219,11 +222,11 @@ async fn a_checkpoint_created_while_resolve_judges_is_never_tombstoned() {
     assert!(failing.calls(Op::Put) > 0, "resolve never wrote");
     // While resolve's first write is held: a live owner takes the id.
     let live = owner(&inner, "live-y", std::time::Duration::from_secs(60)).await;
-    Checkpoint::create(&live, "cp-reused").await.unwrap();
+    Checkpoint::create(&live, &cid("cp-reused")).await.unwrap();
 
     let r = resolving.await.unwrap().unwrap();
     assert!(matches!(r, Resolution::Refused(_)), "{r:?}");
-    let now = checkpoint::read_checkpoint(&inner, "cp-reused")
+    let now = checkpoint::read_checkpoint(&inner, &cid("cp-reused"))
         .await
         .unwrap()
         .unwrap();
@@ -240,8 +243,8 @@ async fn a_checkpoint_created_while_resolve_judges_is_never_tombstoned() {
 async fn a_newer_releases_index_is_refused_before_anything_is_written() {
     let bank = banklease::Bank::open("memory://").unwrap();
     let dead = owner(&bank, "dead-n", std::time::Duration::from_secs(1)).await;
-    Checkpoint::create(&dead, "cp-newer").await.unwrap();
-    let index = Key::Index("cp-newer".into()).path(&bank);
+    Checkpoint::create(&dead, &cid("cp-newer")).await.unwrap();
+    let index = Key::Index(cid("cp-newer")).path(&bank);
     bank.store()
         .put(&index, r#"{"format": 99}"#.into())
         .await
@@ -251,7 +254,7 @@ async fn a_newer_releases_index_is_refused_before_anything_is_written() {
         &bank,
         &clock(),
         &options(),
-        "cp-newer",
+        &cid("cp-newer"),
         "test",
         Assertion::None,
     )
@@ -261,7 +264,7 @@ async fn a_newer_releases_index_is_refused_before_anything_is_written() {
         Resolution::Refused(why) => assert!(why.contains("upgrade banklease"), "{why}"),
         other => panic!("{other:?}"),
     }
-    assert!(checkpoint::read_decision(&bank, "cp-newer")
+    assert!(checkpoint::read_decision(&bank, &cid("cp-newer"))
         .await
         .unwrap()
         .is_none());
@@ -277,9 +280,15 @@ async fn resolve_calls_unreadable_exactly_what_the_gc_will_not_read() {
     let bank = banklease::Bank::open("memory://").unwrap();
     let owner = OwnerId::parse("owner-r").unwrap();
     let now = chrono::Utc::now();
-    let index =
-        |id: &str| serde_json::to_vec(&CheckpointRecord::new(id, &owner, Status::Protecting, now));
-    let decision = |id: &str| serde_json::to_vec(&Decision::collect(id, &owner, now, None));
+    let index = |id: &str| {
+        serde_json::to_vec(&CheckpointRecord::new(
+            &cid(id),
+            &owner,
+            Status::Protecting,
+            now,
+        ))
+    };
+    let decision = |id: &str| serde_json::to_vec(&Decision::collect(&cid(id), &owner, now, None));
     // Valid JSON still: whitespace after the record.
     let padded = |mut body: Vec<u8>| {
         body.resize(MAX_META_BYTES as usize + 1, b' ');
@@ -303,7 +312,7 @@ async fn resolve_calls_unreadable_exactly_what_the_gc_will_not_read() {
         ),
     ];
     for (what, index_body, decision_body, reads) in cases {
-        let (index_key, decision_key) = (Key::Index(id.into()), Key::Decision(id.into()));
+        let (index_key, decision_key) = (Key::Index(cid(id)), Key::Decision(cid(id)));
         let store = bank.store();
         store
             .put(&index_key.path(&bank), index_body.into())
@@ -314,8 +323,8 @@ async fn resolve_calls_unreadable_exactly_what_the_gc_will_not_read() {
             .await
             .unwrap();
         let gc = [
-            checkpoint::read_checkpoint(&bank, id).await.map(drop),
-            checkpoint::read_decision(&bank, id).await.map(drop),
+            checkpoint::read_checkpoint(&bank, &cid(id)).await.map(drop),
+            checkpoint::read_decision(&bank, &cid(id)).await.map(drop),
         ];
         for (key, gc) in [index_key, decision_key].into_iter().zip(gc) {
             let resolve = banklease::collector::check_replaceable(&bank, &key).await;
@@ -365,17 +374,24 @@ async fn resolve_refuses_a_margin_below_the_stores_stamp_resolution() {
     let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(world.clone()))
         .await
         .unwrap();
-    Checkpoint::create(&lease, "cp-torn").await.unwrap();
-    let index = Key::Index("cp-torn".to_owned()).path(&bank);
+    Checkpoint::create(&lease, &cid("cp-torn")).await.unwrap();
+    let index = Key::Index(cid("cp-torn")).path(&bank);
     bank.store().put(&index, "{torn".into()).await.unwrap();
     let options = GcOptions::builder()
         .grace(Duration::from_millis(200))
         .skew_margin(Duration::from_millis(50))
         .build();
     let clock: banklease::clock::SharedClock = Arc::new(world);
-    let err = resolve(&bank, &clock, &options, "cp-torn", "op", Assertion::None)
-        .await
-        .expect_err("a margin below the stamp resolution is refused");
+    let err = resolve(
+        &bank,
+        &clock,
+        &options,
+        &cid("cp-torn"),
+        "op",
+        Assertion::None,
+    )
+    .await
+    .expect_err("a margin below the stamp resolution is refused");
     let msg = banklease::error::error_chain(&err);
     assert!(msg.contains("lease.skew_margin=`50ms`"), "{msg}");
     assert!(msg.contains("resolution=`1s`"), "{msg}");
@@ -387,7 +403,7 @@ async fn resolve_refuses_a_margin_below_the_stores_stamp_resolution() {
     );
     assert!(bank
         .store()
-        .head(&Key::Decision("cp-torn".to_owned()).path(&bank))
+        .head(&Key::Decision(cid("cp-torn")).path(&bank))
         .await
         .is_err());
 }

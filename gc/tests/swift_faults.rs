@@ -22,6 +22,7 @@
 #![allow(clippy::disallowed_methods)] // a real server and real outages: real time
 
 use banklease_testkit::backends;
+use banklease_testkit::cid;
 #[path = "common/swift_proxy.rs"]
 mod swift_proxy;
 
@@ -31,6 +32,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use banklease::checkpoint::{self, Decider, Status};
 use banklease::clock::{Clock, Jitter, MockClock, SystemClock};
+use banklease::paths::{Key, Prefix};
 use banklease::store::SwiftBuilder;
 use banklease::Checkpoint;
 use banklease::{Bank, Keeper, LeaseState, LeaseWindows, OwnerId, OwnerLease};
@@ -560,7 +562,7 @@ async fn protecting(lease: &OwnerLease, tag: &str, n: usize) -> Vec<String> {
     let ids: Vec<String> = (0..n).map(|i| format!("{tag}-{i:02}")).collect();
     let made: Vec<()> = futures::stream::iter(ids.clone())
         .map(|id| async move {
-            let cp = Checkpoint::create(lease, &id).await.unwrap();
+            let cp = Checkpoint::create(lease, &cid(&id)).await.unwrap();
             for d in DATA {
                 cp.put_data(d, PutPayload::from_static(b"bytes"))
                     .await
@@ -584,22 +586,22 @@ async fn exists(bank: &Bank, path: &Path) -> bool {
 
 /// Read object by object (never a listing): the checkpoint is exactly as its owner left it.
 async fn assert_untouched(shared: &Bank, owner: &OwnerId, id: &str) {
-    let status = checkpoint::read_checkpoint(shared, id)
+    let status = checkpoint::read_checkpoint(shared, &cid(id))
         .await
         .unwrap()
         .map(|r| r.status);
     assert_eq!(status, Some(Status::Protecting), "{id}");
     assert_eq!(
-        checkpoint::read_decision(shared, id).await.unwrap(),
+        checkpoint::read_decision(shared, &cid(id)).await.unwrap(),
         None,
         "{id}"
     );
     assert!(
-        exists(shared, &checkpoint::marker_path(shared, owner, id)).await,
+        exists(shared, &Key::marker(owner, &cid(id)).path(shared)).await,
         "{id}: marker"
     );
     for d in DATA {
-        let path = checkpoint::data_prefix(shared, id).join(d);
+        let path = Prefix::Data(&cid(id)).path(shared).join(d);
         assert!(exists(shared, &path).await, "{id}: {d}");
     }
 }
@@ -607,19 +609,19 @@ async fn assert_untouched(shared: &Bank, owner: &OwnerId, id: &str) {
 /// Read object by object: the GC decided the checkpoint and removed everything but its
 /// tombstone and decision.
 async fn assert_collected(shared: &Bank, owner: &OwnerId, id: &str) {
-    let status = checkpoint::read_checkpoint(shared, id)
+    let status = checkpoint::read_checkpoint(shared, &cid(id))
         .await
         .unwrap()
         .map(|r| r.status);
     assert_eq!(status, Some(Status::Deleted), "{id}");
-    let decision = checkpoint::read_decision(shared, id).await.unwrap();
+    let decision = checkpoint::read_decision(shared, &cid(id)).await.unwrap();
     assert_eq!(decision.map(|d| d.by), Some(Decider::Gc), "{id}");
     assert!(
-        !exists(shared, &checkpoint::marker_path(shared, owner, id)).await,
+        !exists(shared, &Key::marker(owner, &cid(id)).path(shared)).await,
         "{id}: marker"
     );
     for d in DATA {
-        let path = checkpoint::data_prefix(shared, id).join(d);
+        let path = Prefix::Data(&cid(id)).path(shared).join(d);
         assert!(!exists(shared, &path).await, "{id}: {d}");
     }
 }

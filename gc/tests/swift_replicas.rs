@@ -37,6 +37,7 @@
 #![allow(clippy::disallowed_methods)] // a real server and a real outage: real time
 
 use banklease_testkit::backends;
+use banklease_testkit::cid;
 #[path = "common/swift_proxy.rs"]
 mod swift_proxy;
 
@@ -48,8 +49,10 @@ use std::time::{Duration, Instant};
 
 use banklease::checkpoint::{self, Decider, Status};
 use banklease::clock::{Jitter, MockClock, SystemClock};
+use banklease::paths::{Key, Prefix};
 use banklease::store::SwiftBuilder;
 use banklease::Checkpoint;
+use banklease::CheckpointId;
 use banklease::{Bank, LeaseState, LeaseWindows, OwnerId, OwnerLease};
 use banklease::{LeaseObserver, LeaseView};
 use banklease_gc::{Collector, GcOptions, PassReport};
@@ -422,7 +425,7 @@ fn container() -> String {
 async fn protecting(lease: &OwnerLease, tag: &str, n: usize) -> Vec<Checkpoint> {
     futures::stream::iter(0..n)
         .map(|i| async move {
-            let cp = Checkpoint::create(lease, &format!("{tag}-{i:02}"))
+            let cp = Checkpoint::create(lease, &cid(&format!("{tag}-{i:02}")))
                 .await
                 .unwrap();
             for d in DATA {
@@ -543,7 +546,7 @@ async fn a_stale_object_server_is_never_read_and_passes_collect_nothing_of_the_l
     let mut live = protecting(&lease, "live", 4).await;
     // Completed during the outage: the stopped server keeps it protecting, with its marker.
     let done = live.pop().unwrap();
-    let live_ids: Vec<String> = live.iter().map(|c| c.id().to_owned()).collect();
+    let live_ids: Vec<CheckpointId> = live.iter().map(|c| c.id().to_owned()).collect();
     let done_id = done.id().to_owned();
     // A dead owner: its clock is frozen and nothing renews its lease; the positive control.
     let dead = OwnerLease::acquire(
@@ -554,7 +557,7 @@ async fn a_stale_object_server_is_never_read_and_passes_collect_nothing_of_the_l
     )
     .await
     .unwrap();
-    let dead_ids: Vec<String> = protecting(&dead, "dead", 4)
+    let dead_ids: Vec<CheckpointId> = protecting(&dead, "dead", 4)
         .await
         .iter()
         .map(|c| c.id().to_owned())
@@ -565,8 +568,8 @@ async fn a_stale_object_server_is_never_read_and_passes_collect_nothing_of_the_l
         .expect("the live lease");
 
     let lease_path = readers.lease_path(&owner);
-    let index_path = checkpoint::index_path(&readers, &done_id);
-    let marker_path = checkpoint::marker_path(&readers, &owner, &done_id);
+    let index_path = Key::Index(done_id.clone()).path(&readers);
+    let marker_path = Key::marker(&owner, &done_id).path(&readers);
     let located = replicas
         .locate(
             &account,
@@ -765,39 +768,47 @@ async fn a_stale_object_server_is_never_read_and_passes_collect_nothing_of_the_l
     let held = lease.check_validity();
     let mut missing = Vec::new();
     for id in &live_ids {
-        let status = checkpoint::read_checkpoint(&readers, id)
+        let status = checkpoint::read_checkpoint(&readers, &cid(id.as_str()))
             .await
             .unwrap()
             .map(|r| r.status);
         if status != Some(Status::Protecting) {
             missing.push(format!("{id}: index.json {status:?}"));
         }
-        if let Some(d) = checkpoint::read_decision(&readers, id).await.unwrap() {
+        if let Some(d) = checkpoint::read_decision(&readers, &cid(id.as_str()))
+            .await
+            .unwrap()
+        {
             missing.push(format!("{id}: decision by {:?}", d.by));
         }
-        if !exists(&readers, &checkpoint::marker_path(&readers, &owner, id)).await {
+        if !exists(
+            &readers,
+            &Key::marker(&owner, &cid(id.as_str())).path(&readers),
+        )
+        .await
+        {
             missing.push(format!("{id}: marker"));
         }
         for d in DATA {
-            if !exists(&readers, &checkpoint::data_prefix(&readers, id).join(d)).await {
+            if !exists(
+                &readers,
+                &Prefix::Data(&cid(id.as_str())).path(&readers).join(d),
+            )
+            .await
+            {
                 missing.push(format!("{id}: {d}"));
             }
         }
     }
     for d in DATA {
-        if !exists(
-            &readers,
-            &checkpoint::data_prefix(&readers, &done_id).join(d),
-        )
-        .await
-        {
+        if !exists(&readers, &Prefix::Data(&done_id).path(&readers).join(d)).await {
             missing.push(format!("{done_id}: {d}"));
         }
     }
     // The positive control: the dead owner's checkpoints were collected.
     let mut not_collected = Vec::new();
     for id in &dead_ids {
-        let status = checkpoint::read_checkpoint(&readers, id)
+        let status = checkpoint::read_checkpoint(&readers, &cid(id.as_str()))
             .await
             .unwrap()
             .map(|r| r.status);

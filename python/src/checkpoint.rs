@@ -49,15 +49,20 @@ fn payload(data: &Bound<'_, PyAny>) -> PyResult<Bytes> {
     )))
 }
 
+/// `id` as a checkpoint id, or the library's refusal of it.
+fn checkpoint_id(id: &str) -> PyResult<banklease::CheckpointId> {
+    banklease::CheckpointId::parse(id).map_err(|e| to_py(e.into()))
+}
+
 async fn create(lease: banklease::OwnerLease, id: String) -> PyResult<Checkpoint> {
-    let inner = banklease::Checkpoint::create(&lease, &id)
+    let inner = banklease::Checkpoint::create(&lease, &checkpoint_id(&id)?)
         .await
         .map_err(to_py)?;
     Ok(Checkpoint { inner })
 }
 
 async fn adopt(lease: banklease::OwnerLease, id: String) -> PyResult<Checkpoint> {
-    let inner = banklease::Checkpoint::adopt(&lease, &id)
+    let inner = banklease::Checkpoint::adopt(&lease, &checkpoint_id(&id)?)
         .await
         .map_err(to_py)?;
     Ok(Checkpoint { inner })
@@ -114,7 +119,7 @@ impl Checkpoint {
     /// The checkpoint id.
     #[getter]
     fn id(&self) -> String {
-        self.inner.id().to_owned()
+        self.inner.id().to_string()
     }
 
     /// Write one data object, `checkpoints/<id>/data/<name>` (bytes-like `data`).
@@ -169,7 +174,7 @@ impl Checkpoint {
 async fn read(bank: banklease::Bank, id: String) -> PyResult<Option<String>> {
     // A URL that holds no bank (a typo) must not answer "no such checkpoint".
     banklease::layout::check(&bank).await.map_err(to_py)?;
-    let record = banklease::checkpoint::read_checkpoint(&bank, &id)
+    let record = banklease::checkpoint::read_checkpoint(&bank, &checkpoint_id(&id)?)
         .await
         .map_err(to_py)?;
     record

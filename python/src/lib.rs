@@ -5,6 +5,14 @@
 //! an awaitable driven by the same runtime (pyo3-async-runtimes). The Python layer
 //! (`banklease/__init__.py`) adds the exception classes, the report dataclasses and the
 //! compatibility layer with the seed design's bank-plugin names.
+//!
+//! Invariant: **a Python owner is held to the same checks as a Rust one.** The module wraps the
+//! library's `OwnerLease` and `Checkpoint` and adds no state of its own: every create, data
+//! write and completion goes through the library's `ensure_valid`, renewal failures are raised
+//! (from the keeper, through `on_lost` and `wait_lost` with `LeaseLost`), and a GC pass runs the
+//! GC crate's `OnePass` after the same layout, capability and skew-margin checks as
+//! `banklease gc`. The compatibility layer's `check_lease_existence` answers False only for a
+//! lease read as missing or expired past the margin, and raises on doubt.
 
 use pyo3::prelude::*;
 

@@ -3,28 +3,154 @@
 //! through [`crate::Checkpoint`]; the collector through `banklease::collector`, which only the
 //! `collector` feature (enabled by the GC crate) makes public, so an owner cannot decide or
 //! tombstone another owner's checkpoint through the library.
+//!
+//! Never delete on doubt: [`finish_owner_decision`] writes over an `index.json` only once it
+//! could read it (a newer format, garbage or a store error leaves the marker, so the move is
+//! retried and an operator sees why). The GC's tombstone of an id without `index.json` is a
+//! fence: a paused owner's late create of `index.json` then fails (`Error::Fenced`) instead of
+//! landing as a protecting checkpoint without a marker, which no pass would ever find.
 
+use std::fmt;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use object_store::{ObjectStoreExt, PutMode};
+use serde::{Deserialize, Serialize};
 
 use crate::bank::Bank;
+use crate::checkpoint::record::{Record, CHECKPOINT_FORMAT};
 use crate::checkpoint::{
-    decision_path, index_path, marker_path, read_checkpoint, read_decision, to_payload,
-    write_index, CheckpointRecord, Decided, Decision, Status,
+    read_checkpoint, read_decision, to_payload, write_index, CheckpointRecord, Rebuilt, Status,
 };
 use crate::clock::{SharedClock, SystemClock};
 use crate::error::{Error, Result};
-use crate::id::OwnerId;
+use crate::id::{CheckpointId, OwnerId};
 use crate::lease::{CondWrite, Found, How, Tokened, Written};
+use crate::paths::Key;
+
+/// Who took the decision on a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decider {
+    /// The owner completed it (`available` or `error`).
+    Owner,
+    /// The GC collected it.
+    Gc,
+}
+
+impl fmt::Display for Decider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Decider::Owner => "owner",
+            Decider::Gc => "gc",
+        })
+    }
+}
+
+/// `decisions/<id>`: the one write that moves a checkpoint out of `protecting`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    /// Body format version.
+    pub format: u32,
+    /// The checkpoint.
+    pub checkpoint_id: CheckpointId,
+    /// The checkpoint's owner.
+    pub owner_id: OwnerId,
+    /// Who decided.
+    pub by: Decider,
+    /// `available` or `error` (owner), `deleted` (GC).
+    pub outcome: Status,
+    /// Unique per attempt, to recognise our own write when an answer was lost.
+    pub token: String,
+    /// Wall clock of the decider, for humans.
+    pub decided_at: DateTime<Utc>,
+    /// Why the GC decided (its decisions only; `banklease checkpoint explain` prints it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<Evidence>,
+    /// Set when an operator's `checkpoint resolve` rebuilt this decision from `index.json`
+    /// (then `decided_at` is when it was rebuilt: the original was lost).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuilt: Option<Rebuilt>,
+}
+
+impl Decision {
+    /// The GC's decision to collect checkpoint `id` of `owner`, on `evidence`, with a fresh
+    /// token (the collector's pass, or an operator's `checkpoint resolve`).
+    pub fn collect(
+        id: &CheckpointId,
+        owner: &OwnerId,
+        decided_at: DateTime<Utc>,
+        evidence: Option<Evidence>,
+    ) -> Self {
+        Self {
+            format: CHECKPOINT_FORMAT,
+            rebuilt: None,
+            checkpoint_id: id.clone(),
+            owner_id: owner.clone(),
+            by: Decider::Gc,
+            outcome: Status::Deleted,
+            token: uuid::Uuid::new_v4().simple().to_string(),
+            decided_at,
+            evidence,
+        }
+    }
+}
+
+/// What a GC collection was decided on, recorded in its decision: the owner's lease as read,
+/// the store's time it was judged at, the rules applied, and who decided in which pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// `expired` (the lease ran out) or `missing` (no lease object).
+    pub lease: String,
+    /// The lease's `last_modified` as read (raised to any clock-step floor), when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_stamp: Option<DateTime<Utc>>,
+    /// The expire window the lease declared, in milliseconds, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expire_window_ms: Option<u64>,
+    /// The store's time the lease was judged at (the instant its read was sent).
+    pub judged_at: DateTime<Utc>,
+    /// How long the owner had been dead then, in milliseconds, the margin in its favour: since
+    /// its lease's end (expired), or since the lease was first seen missing (missing).
+    pub dead_for_ms: u64,
+    /// The skew margin applied, in milliseconds.
+    pub skew_margin_ms: u64,
+    /// The grace the owner had to be dead for, in milliseconds.
+    pub grace_ms: u64,
+    /// The collector that decided (the GC lease's owner id of a daemon or `banklease gc`).
+    pub collector: String,
+    /// The host the collector ran on, for humans (absent from older releases' decisions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector_host: Option<String>,
+    /// The collector's process id, for humans (absent from older releases' decisions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector_pid: Option<u32>,
+    /// The pass that decided (random per pass).
+    pub pass: String,
+}
+
+/// What [`decide`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decided {
+    /// Our decision is the one in the bank.
+    Won(Decision),
+    /// Someone decided first; here is their decision.
+    Lost(Decision),
+}
+
+impl Record for Decision {
+    const ID_FIELD: &'static str = "checkpoint_id";
+    fn checkpoint(&self) -> &CheckpointId {
+        &self.checkpoint_id
+    }
+}
 
 /// Try to take the decision on checkpoint `decision.checkpoint_id` with create-if-absent.
 ///
 /// An ambiguous answer (AlreadyExists after a lost reply, an error after the create landed) is
 /// settled by reading the decision back and comparing tokens ([`CondWrite`]).
 pub async fn decide(bank: &Bank, decision: Decision) -> Result<Decided> {
-    let path = decision_path(bank, &decision.checkpoint_id);
+    let path = Key::Decision(decision.checkpoint_id.clone()).path(bank);
     // No deadline: the clock only stamps the answer, which a decision does not use.
     let clock: SharedClock = Arc::new(SystemClock);
     let id = &decision.checkpoint_id;
@@ -64,7 +190,7 @@ impl Tokened for Decision {
 /// owner that crashed in between.
 pub async fn finish_owner_decision(bank: &Bank, decision: &Decision) -> Result<()> {
     let id = &decision.checkpoint_id;
-    let index = index_path(bank, id);
+    let index = Key::Index(id.clone()).path(bank);
     // Never overwrite what cannot be read (a newer format, garbage, a store error): the error
     // leaves the marker, so the move is retried, and an operator sees why.
     let existing = read_checkpoint(bank, id).await?;
@@ -85,7 +211,7 @@ pub async fn finish_owner_decision(bank: &Bank, decision: &Decision) -> Result<(
     // An operator's rebuilt record keeps saying so.
     record.rebuilt = existing.and_then(|r| r.rebuilt);
     write_index(bank, &record, false).await?;
-    let marker = marker_path(bank, &decision.owner_id, id);
+    let marker = Key::marker(&decision.owner_id, id).path(bank);
     match bank.store().delete(&marker).await {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
         Err(e) => Err(Error::store("delete", &marker, e)),
@@ -98,7 +224,7 @@ pub async fn finish_owner_decision(bank: &Bank, decision: &Decision) -> Result<(
 #[cfg_attr(not(feature = "collector"), allow(dead_code))]
 pub async fn write_tombstone(
     bank: &Bank,
-    id: &str,
+    id: &CheckpointId,
     owner: &OwnerId,
     created_at: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
@@ -114,7 +240,7 @@ pub async fn write_tombstone(
 #[cfg_attr(not(feature = "collector"), allow(dead_code))]
 pub async fn create_tombstone(
     bank: &Bank,
-    id: &str,
+    id: &CheckpointId,
     owner: &OwnerId,
     now: DateTime<Utc>,
 ) -> Result<bool> {

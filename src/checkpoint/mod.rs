@@ -24,6 +24,15 @@
 //! Invariant: **completion versus collection is decided once**, by one create-if-absent on
 //! `decisions/<id>`; on a store whose create-if-absent is atomic at most one side wins. The
 //! decision object stays as a tombstone so that a paused owner that wakes up later is fenced.
+//! Where create-if-absent is not atomic under races (Swift), exclusion rests on timing: the
+//! owner decides only while `check_validity` holds, the GC only after expiry + margin + grace,
+//! and the configuration's rule (c) makes sure the owner's write (which its client may resend
+//! for its whole retry budget) has landed by then.
+//!
+//! A create answered AlreadyExists keeps its marker unless the read-back *proves* the id
+//! another owner's, a tombstone or a finished checkpoint: on doubt it fails with
+//! [`Error::CheckpointAmbiguous`] and the owner takes it up with [`Checkpoint::adopt`], since
+//! deleting the marker of a `protecting` checkpoint that is ours would hide it from every pass.
 //!
 //! - `record`: the records (`index.json`, the decision), their paths and bounded reads;
 //! - [`Checkpoint`] (here): the owner's side — create (marker, then `index.json`), write data
@@ -38,6 +47,7 @@ mod record;
 pub(crate) mod repair;
 pub(crate) mod upload;
 
+pub use decision::{Decided, Decider, Decision, Evidence};
 pub use record::*;
 
 use object_store::{ObjectStoreExt, PutPayload};
@@ -46,6 +56,7 @@ use self::decision::{decide, finish_owner_decision};
 use crate::error::{Error, Result};
 use crate::id::{validate_id, CheckpointId};
 use crate::lease::OwnerLease;
+use crate::paths::{Key, Prefix};
 
 /// The error of an owner whose checkpoint `id` the GC collected (a tombstone is there).
 fn collected(id: &CheckpointId) -> Error {
@@ -68,10 +79,11 @@ fn collected(id: &CheckpointId) -> Error {
 /// let windows = LeaseWindows::new(Duration::from_secs(1), Duration::from_secs(5), Duration::from_secs(1))?;
 /// let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock)).await?;
 ///
-/// let cp = Checkpoint::create(&lease, "cp-0001").await?;
+/// let id: banklease::CheckpointId = "cp-0001".parse()?;
+/// let cp = Checkpoint::create(&lease, &id).await?;
 /// cp.put_data("volume-1", b"backup bytes".to_vec().into()).await?;
 /// cp.complete(Status::Available).await?;
-/// let record = banklease::checkpoint::read_checkpoint(&bank, "cp-0001").await?.unwrap();
+/// let record = banklease::checkpoint::read_checkpoint(&bank, &id).await?.unwrap();
 /// assert_eq!(record.status, Status::Available);
 /// # Ok(()) }
 /// ```
@@ -86,12 +98,12 @@ impl Checkpoint {
     ///
     /// Checks validity first (zero requests), writes the protecting marker, then `index.json`
     /// with create-if-absent ([`Error::CheckpointExists`] if the id is taken).
-    pub async fn create(lease: &OwnerLease, id: &str) -> Result<Self> {
-        let cid = CheckpointId::parse(id)?;
+    pub async fn create(lease: &OwnerLease, id: &CheckpointId) -> Result<Self> {
+        let cid = id.clone();
         lease.ensure_valid()?;
         let bank = lease.bank();
         let owner = lease.owner_id();
-        let marker = marker_path(bank, owner, id);
+        let marker = Key::marker(owner, id).path(bank);
         bank.store()
             .put(&marker, marker_body(bank))
             .await
@@ -154,12 +166,12 @@ impl Checkpoint {
     ///
     /// Succeeds only if `index.json` names this owner and is still `protecting`; writes the
     /// protecting marker again (idempotent) so the GC can find it. Checks validity first.
-    pub async fn adopt(lease: &OwnerLease, id: &str) -> Result<Self> {
-        let cid = CheckpointId::parse(id)?;
+    pub async fn adopt(lease: &OwnerLease, id: &CheckpointId) -> Result<Self> {
+        let cid = id.clone();
         lease.ensure_valid()?;
         let bank = lease.bank();
         let owner = lease.owner_id();
-        let marker = marker_path(bank, owner, id);
+        let marker = Key::marker(owner, id).path(bank);
         match read_checkpoint(bank, id).await? {
             Some(r) if r.owner_id == *owner && r.status == Status::Protecting => {}
             None => {
@@ -194,8 +206,8 @@ impl Checkpoint {
     }
 
     /// The checkpoint id.
-    pub fn id(&self) -> &str {
-        self.id.as_str()
+    pub fn id(&self) -> &CheckpointId {
+        &self.id
     }
 
     /// The lease this checkpoint is written under.
@@ -208,7 +220,7 @@ impl Checkpoint {
         validate_id("data object", name)?;
         self.lease.ensure_valid()?;
         let bank = self.lease.bank();
-        let path = data_prefix(bank, self.id.as_str()).join(name);
+        let path = Prefix::Data(&self.id).path(bank).join(name);
         bank.store()
             .put(&path, data)
             .await
@@ -231,7 +243,7 @@ impl Checkpoint {
         let decision = Decision {
             format: CHECKPOINT_FORMAT,
             rebuilt: None,
-            checkpoint_id: self.id.to_string(),
+            checkpoint_id: self.id.clone(),
             owner_id: self.lease.owner_id().clone(),
             by: Decider::Owner,
             outcome,

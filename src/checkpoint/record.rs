@@ -12,9 +12,10 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use crate::bank::Bank;
+use crate::checkpoint::decision::Decision;
 use crate::error::{Error, Result};
-use crate::id::{validate_id, OwnerId};
-use crate::paths::{Key, Prefix};
+use crate::id::{CheckpointId, OwnerId};
+use crate::paths::Key;
 
 /// Format version of checkpoint metadata and decision bodies.
 pub const CHECKPOINT_FORMAT: u32 = 1;
@@ -85,7 +86,7 @@ pub struct CheckpointRecord {
     /// Body format version.
     pub format: u32,
     /// The checkpoint id.
-    pub id: String,
+    pub id: CheckpointId,
     /// The owner that created it.
     pub owner_id: OwnerId,
     /// Its status.
@@ -119,12 +120,17 @@ pub struct Rebuilt {
 
 impl CheckpointRecord {
     /// The record of `id`, owned by `owner`, in this release's format.
-    pub fn new(id: &str, owner: &OwnerId, status: Status, created_at: DateTime<Utc>) -> Self {
+    pub fn new(
+        id: &CheckpointId,
+        owner: &OwnerId,
+        status: Status,
+        created_at: DateTime<Utc>,
+    ) -> Self {
         Self {
             format: CHECKPOINT_FORMAT,
             rebuilt: None,
             retry_budget_ms: None,
-            id: id.to_owned(),
+            id: id.clone(),
             owner_id: owner.clone(),
             status,
             created_at,
@@ -139,7 +145,7 @@ pub(crate) async fn write_index(
     record: &CheckpointRecord,
     create_only: bool,
 ) -> Result<bool> {
-    let index = index_path(bank, &record.id);
+    let index = Key::Index(record.id.clone()).path(bank);
     let mode = if create_only {
         PutMode::Create
     } else {
@@ -154,150 +160,6 @@ pub(crate) async fn write_index(
         Err(object_store::Error::AlreadyExists { .. }) if create_only => Ok(false),
         Err(e) => Err(Error::store("put", &index, e)),
     }
-}
-
-/// Who took the decision on a checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Decider {
-    /// The owner completed it (`available` or `error`).
-    Owner,
-    /// The GC collected it.
-    Gc,
-}
-
-impl fmt::Display for Decider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Decider::Owner => "owner",
-            Decider::Gc => "gc",
-        })
-    }
-}
-
-/// `decisions/<id>`: the one write that moves a checkpoint out of `protecting`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Decision {
-    /// Body format version.
-    pub format: u32,
-    /// The checkpoint.
-    pub checkpoint_id: String,
-    /// The checkpoint's owner.
-    pub owner_id: OwnerId,
-    /// Who decided.
-    pub by: Decider,
-    /// `available` or `error` (owner), `deleted` (GC).
-    pub outcome: Status,
-    /// Unique per attempt, to recognise our own write when an answer was lost.
-    pub token: String,
-    /// Wall clock of the decider, for humans.
-    pub decided_at: DateTime<Utc>,
-    /// Why the GC decided (its decisions only; `banklease checkpoint explain` prints it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub evidence: Option<Evidence>,
-    /// Set when an operator's `checkpoint resolve` rebuilt this decision from `index.json`
-    /// (then `decided_at` is when it was rebuilt: the original was lost).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rebuilt: Option<Rebuilt>,
-}
-
-impl Decision {
-    /// The GC's decision to collect checkpoint `id` of `owner`, on `evidence`, with a fresh
-    /// token (the collector's pass, or an operator's `checkpoint resolve`).
-    pub fn collect(
-        id: &str,
-        owner: &OwnerId,
-        decided_at: DateTime<Utc>,
-        evidence: Option<Evidence>,
-    ) -> Self {
-        Self {
-            format: CHECKPOINT_FORMAT,
-            rebuilt: None,
-            checkpoint_id: id.to_owned(),
-            owner_id: owner.clone(),
-            by: Decider::Gc,
-            outcome: Status::Deleted,
-            token: uuid::Uuid::new_v4().simple().to_string(),
-            decided_at,
-            evidence,
-        }
-    }
-}
-
-/// What a GC collection was decided on, recorded in its decision: the owner's lease as read,
-/// the store's time it was judged at, the rules applied, and who decided in which pass.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Evidence {
-    /// `expired` (the lease ran out) or `missing` (no lease object).
-    pub lease: String,
-    /// The lease's `last_modified` as read (raised to any clock-step floor), when there was one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease_stamp: Option<DateTime<Utc>>,
-    /// The expire window the lease declared, in milliseconds, when there was one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expire_window_ms: Option<u64>,
-    /// The store's time the lease was judged at (the instant its read was sent).
-    pub judged_at: DateTime<Utc>,
-    /// How long the owner had been dead then, in milliseconds, the margin in its favour: since
-    /// its lease's end (expired), or since the lease was first seen missing (missing).
-    pub dead_for_ms: u64,
-    /// The skew margin applied, in milliseconds.
-    pub skew_margin_ms: u64,
-    /// The grace the owner had to be dead for, in milliseconds.
-    pub grace_ms: u64,
-    /// The collector that decided (the GC lease's owner id of a daemon or `banklease gc`).
-    pub collector: String,
-    /// The host the collector ran on, for humans (absent from older releases' decisions).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub collector_host: Option<String>,
-    /// The collector's process id, for humans (absent from older releases' decisions).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub collector_pid: Option<u32>,
-    /// The pass that decided (random per pass).
-    pub pass: String,
-}
-
-/// What [`decide`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decided {
-    /// Our decision is the one in the bank.
-    Won(Decision),
-    /// Someone decided first; here is their decision.
-    Lost(Decision),
-}
-
-/// Check a checkpoint id (same rules as owner ids).
-pub fn validate_checkpoint_id(id: &str) -> Result<()> {
-    Ok(validate_id("checkpoint", id)?)
-}
-
-/// `index/protecting/<owner>/<id>`
-pub fn marker_path(bank: &Bank, owner: &OwnerId, id: &str) -> Path {
-    Key::Marker {
-        owner: owner.clone(),
-        checkpoint: id.to_owned(),
-    }
-    .path(bank)
-}
-
-/// `index/protecting/` — the prefix the GC lists.
-pub fn protecting_prefix(bank: &Bank) -> Path {
-    Prefix::Protecting.path(bank)
-}
-
-/// `checkpoints/<id>/index.json`
-pub fn index_path(bank: &Bank, id: &str) -> Path {
-    Key::Index(id.to_owned()).path(bank)
-}
-
-/// `checkpoints/<id>/data/`
-pub fn data_prefix(bank: &Bank, id: &str) -> Path {
-    Prefix::Data(id).path(bank)
-}
-
-/// `decisions/<id>`
-pub fn decision_path(bank: &Bank, id: &str) -> Path {
-    Key::Decision(id.to_owned()).path(bank)
 }
 
 /// The body of a protecting marker: what its owner declared, for a collector that finds the
@@ -322,8 +184,12 @@ pub(crate) fn marker_body(bank: &Bank) -> PutPayload {
 
 /// The retry budget a marker declares: `None` for a marker that is gone, empty (an older
 /// release's) or not a record this release reads.
-pub async fn read_marker_budget(bank: &Bank, owner: &OwnerId, id: &str) -> Result<Option<u64>> {
-    let path = marker_path(bank, owner, id);
+pub async fn read_marker_budget(
+    bank: &Bank,
+    owner: &OwnerId,
+    id: &CheckpointId,
+) -> Result<Option<u64>> {
+    let path = Key::marker(owner, id).path(bank);
     let Some((bytes, _)) =
         crate::lease::record::read_bounded(bank, &path, MAX_MARKER_BYTES).await?
     else {
@@ -334,9 +200,9 @@ pub async fn read_marker_budget(bank: &Bank, owner: &OwnerId, id: &str) -> Resul
         .map(|r| r.retry_budget_ms))
 }
 
-/// Parse a marker path under [`protecting_prefix`] into (owner, checkpoint id).
+/// Parse a marker path under `index/protecting/` into (owner, checkpoint id).
 /// `None` when it is not of the form `<owner>/<id>` with valid ids.
-pub fn parse_marker(bank: &Bank, path: &Path) -> Option<(OwnerId, String)> {
+pub fn parse_marker(bank: &Bank, path: &Path) -> Option<(OwnerId, CheckpointId)> {
     match Key::parse(bank, path)? {
         Key::Marker { owner, checkpoint } => Some((owner, checkpoint)),
         _ => None,
@@ -348,20 +214,13 @@ pub(crate) trait Record: serde::de::DeserializeOwned {
     /// Its field naming the checkpoint, as a refusal names it.
     const ID_FIELD: &'static str;
     /// The checkpoint it names.
-    fn checkpoint(&self) -> &str;
+    fn checkpoint(&self) -> &CheckpointId;
 }
 
 impl Record for CheckpointRecord {
     const ID_FIELD: &'static str = "id";
-    fn checkpoint(&self) -> &str {
+    fn checkpoint(&self) -> &CheckpointId {
         &self.id
-    }
-}
-
-impl Record for Decision {
-    const ID_FIELD: &'static str = "checkpoint_id";
-    fn checkpoint(&self) -> &str {
-        &self.checkpoint_id
     }
 }
 
@@ -372,7 +231,7 @@ impl Record for Decision {
 /// stored under — another's would make the reader act on that other checkpoint.
 pub(crate) async fn parse_record<T: Record>(
     path: &Path,
-    id: &str,
+    id: &CheckpointId,
     size: u64,
     body: impl Future<Output = Result<Bytes>>,
 ) -> Result<T> {
@@ -407,7 +266,7 @@ pub(crate) async fn parse_record<T: Record>(
 }
 
 /// Read the record of checkpoint `id` at `path` by [`parse_record`].
-async fn read_record<T: Record>(bank: &Bank, id: &str, path: &Path) -> Result<Option<T>> {
+async fn read_record<T: Record>(bank: &Bank, id: &CheckpointId, path: &Path) -> Result<Option<T>> {
     let got = match bank.store().get(path).await {
         Ok(g) => g,
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
@@ -437,19 +296,21 @@ pub(crate) fn to_payload<T: Serialize>(value: &T) -> PutPayload {
 }
 
 /// Read `checkpoints/<id>/index.json` ([`parse_record`]'s rule).
-pub async fn read_checkpoint(bank: &Bank, id: &str) -> Result<Option<CheckpointRecord>> {
-    validate_checkpoint_id(id)?;
-    read_record(bank, id, &index_path(bank, id)).await
+pub async fn read_checkpoint(bank: &Bank, id: &CheckpointId) -> Result<Option<CheckpointRecord>> {
+    read_record(bank, id, &Key::Index(id.clone()).path(bank)).await
 }
 
 /// Read `decisions/<id>` ([`parse_record`]'s rule).
-pub async fn read_decision(bank: &Bank, id: &str) -> Result<Option<Decision>> {
-    validate_checkpoint_id(id)?;
-    read_record(bank, id, &decision_path(bank, id)).await
+pub async fn read_decision(bank: &Bank, id: &CheckpointId) -> Result<Option<Decision>> {
+    read_record(bank, id, &Key::Decision(id.clone()).path(bank)).await
 }
 
 #[cfg(test)]
 mod tests {
+    fn cid(id: &str) -> crate::CheckpointId {
+        crate::CheckpointId::parse(id).unwrap()
+    }
+
     use super::*;
 
     #[test]
@@ -475,34 +336,35 @@ mod tests {
     /// over the size limit without fetching its body.
     #[tokio::test]
     async fn a_record_reads_only_under_its_own_id_and_size() {
+        let (cp1, cp2) = (cid("cp1"), cid("cp2"));
         let path = Path::from("x");
         let owner = OwnerId::parse("o1").unwrap();
         let now = Utc::now();
-        let index = serde_json::to_vec(&CheckpointRecord::new("cp1", &owner, Status::Error, now));
-        let decision = serde_json::to_vec(&Decision::collect("cp1", &owner, now, None));
+        let index = serde_json::to_vec(&CheckpointRecord::new(&cp1, &owner, Status::Error, now));
+        let decision = serde_json::to_vec(&Decision::collect(&cp1, &owner, now, None));
         let (index, decision) = (Bytes::from(index.unwrap()), Bytes::from(decision.unwrap()));
         let body = |b: &Bytes| std::future::ready(Ok(b.clone()));
         let size = |b: &Bytes| b.len() as u64;
         assert!(
-            parse_record::<CheckpointRecord>(&path, "cp1", size(&index), body(&index))
+            parse_record::<CheckpointRecord>(&path, &cp1, size(&index), body(&index))
                 .await
                 .is_ok()
         );
         assert!(
-            parse_record::<Decision>(&path, "cp1", size(&decision), body(&decision))
+            parse_record::<Decision>(&path, &cp1, size(&decision), body(&decision))
                 .await
                 .is_ok()
         );
-        let other = parse_record::<CheckpointRecord>(&path, "cp2", size(&index), body(&index));
+        let other = parse_record::<CheckpointRecord>(&path, &cp2, size(&index), body(&index));
         assert!(
             matches!(other.await, Err(Error::Corrupt { reason, .. }) if reason == "it names id=`cp1`, another checkpoint")
         );
-        let other = parse_record::<Decision>(&path, "cp2", size(&decision), body(&decision));
+        let other = parse_record::<Decision>(&path, &cp2, size(&decision), body(&decision));
         assert!(
             matches!(other.await, Err(Error::Corrupt { reason, .. }) if reason.starts_with("it names checkpoint_id=`cp1`"))
         );
         let unfetched = async { panic!("a body over the limit is never fetched") };
-        let big = parse_record::<Decision>(&path, "cp1", MAX_META_BYTES + 1, unfetched);
+        let big = parse_record::<Decision>(&path, &cp1, MAX_META_BYTES + 1, unfetched);
         assert!(
             matches!(big.await, Err(Error::Corrupt { reason, .. }) if reason.contains("exceeds"))
         );
@@ -512,9 +374,9 @@ mod tests {
     fn markers_parse_only_when_well_formed() {
         let bank = Bank::open("memory:///root").unwrap();
         let owner = OwnerId::parse("o1").unwrap();
-        let p = marker_path(&bank, &owner, "cp1");
+        let p = Key::marker(&owner, &CheckpointId::parse("cp1").unwrap()).path(&bank);
         assert_eq!(p.as_ref(), "root/index/protecting/o1/cp1");
-        assert_eq!(parse_marker(&bank, &p), Some((owner, "cp1".to_owned())));
+        assert_eq!(parse_marker(&bank, &p), Some((owner, cid("cp1"))));
         for bad in [
             "root/index/protecting/o1",
             "root/index/protecting/o1/cp1/extra",

@@ -19,6 +19,7 @@ use crate::bank::Bank;
 use crate::capability::Condition;
 use crate::checkpoint::{newer_format, parse_record, to_payload, CheckpointRecord, Decision};
 use crate::error::{Error, Result};
+use crate::id::CheckpointId;
 use crate::paths::Key;
 
 /// The largest record a repair reads and keeps: far above any record banklease writes
@@ -109,7 +110,7 @@ async fn read_unreadable(
 pub async fn set_aside(
     bank: &Bank,
     key: Key,
-    checkpoint: &str,
+    checkpoint: &CheckpointId,
     now: DateTime<Utc>,
 ) -> Result<SetAside> {
     let path = key.path(bank);

@@ -35,7 +35,6 @@ use std::fmt;
 use object_store::path::Path;
 use object_store::{MultipartUpload, ObjectStoreExt, PutPayload};
 
-use crate::checkpoint::data_prefix;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::id::validate_id;
@@ -68,7 +67,7 @@ impl Checkpoint {
         validate_id("data object", name)?;
         self.lease().ensure_valid()?;
         let bank = self.lease().bank();
-        let path = data_prefix(bank, self.id()).join(name);
+        let path = crate::paths::Prefix::Data(self.id()).path(bank).join(name);
         let upload = bank
             .store()
             .put_multipart(&path)

@@ -1,6 +1,11 @@
 //! The one expiry judgement: is a holding that the store stamped at `last_modified`, declared to
 //! last `length`, still held at the store's time `store_now`? Owner leases
 //! ([`crate::observe::judge`]), named locks ([`crate::lock::judge`]) and takeovers all call it.
+//!
+//! Everything uncertain goes in the holder's favour: the skew margin, and the clock drift of
+//! the holding's *own* declared length (its holder times it on its own clock, which may count
+//! 0.1 % less than passed), whatever window the observer is configured with; the arithmetic
+//! saturates, so absurd margins or stamps only make a holding look alive.
 
 use std::time::Duration;
 

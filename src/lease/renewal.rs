@@ -1,6 +1,10 @@
 //! One keeper for every holding: a task that renews it on its cadence, retries store errors with
 //! backoff while time remains, and stops once the holding is Lost or released. Owner leases
 //! ([`crate::Keeper`]) and named locks ([`crate::lock::Heartbeat`]) are thin users of it.
+//!
+//! Lost is final here too: the keeper never sleeps past `valid_until`, and a renewal that
+//! outlasts the validity (a hung or retried request) is abandoned there and Lost published, so
+//! the holder learns it at the instant an observer may judge it dead, not when the store answers.
 
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -1,4 +1,10 @@
 //! Owner leases on Swift: the server-side expiry that backs up the store-clock judgement.
+//!
+//! The backstop never comes before observers may judge the lease expired from its
+//! `last_modified`, and no judgement rests on it: since it may fire before `gc.grace` is over,
+//! a lease found missing is timed from when a pass first saw it missing, never from the
+//! backstop. Renewals send an `X-Delete-At` on a 60 s grid, so Swift's expirer queue is
+//! updated about once a minute rather than at every renewal.
 
 use std::time::Duration;
 

@@ -10,7 +10,8 @@
 //!
 //! Invariant: **an ambiguous write is settled only by reading back.** Neither a refused
 //! condition nor an error says whether our own attempt (or the client's hidden retry of it)
-//! landed first; only the token read back does.
+//! landed first; only the token read back does. The send time is taken once, before the first
+//! attempt: a retry may adopt an earlier attempt that landed, and validity must count from it.
 //!
 //! Invariant: **no answer counts after the deadline.** A write given a deadline (a renewal or a
 //! release: the end of the holding it acts for) is abandoned there, read-back included, and an

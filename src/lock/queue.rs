@@ -13,6 +13,18 @@
 //!
 //! Two waiters whose ticket-taking overlaps may be served in either order (as in the bakery); a
 //! waiter whose ticket was lost (paused past its ticket lease) takes a new one at the back.
+//!
+//! A waiter that gives up (its wait ran out, an error, or the future given to
+//! `acquire_blocking_or` completed: `lock run` and `lock acquire` give it their signals)
+//! deletes its ticket before it returns; one killed outright holds its place only until its
+//! ticket's lease (1–5 s) runs out on the store's clock.
+//!
+//! Handoff on one host: a waiter that saw a holder bound to processes of its host
+//! ([`ProcessBinding`]) asks the kernel every `LOCAL_POLL` (10 ms; `/proc`, a `kill(-group, 0)`
+//! and the cgroup, no store request) and looks at the lock again when the answer changes — the
+//! supervisor exiting after a release, or everything gone — so a handoff takes tens of
+//! milliseconds rather than a store poll. `lock run --no-same-host-handoff` and `run --lock`
+//! allow no early takeover: their lock runs out instead.
 
 use std::future::Future;
 use std::str::FromStr;

@@ -1,5 +1,18 @@
 //! Reading the store's clock: a probe written and read back, or, for a reading-only handle,
 //! what leaves nothing new in the bank (see [`Bank::reading_only`]).
+//!
+//! **Each probe is its own.** Every writer's bank handle probes its own key, so no concurrent
+//! prober's write is read back as ours and a collector's reading is never made unverified by
+//! another process; a read command's handle shares its host's one key, and takes a read-back
+//! as its own only when the ETag is that of its own write. A reading that never saw its own
+//! write is *unverified*: its stamp may come from after a step no comparison saw, so the GC
+//! judges nothing on it.
+//!
+//! Invariant: **a read command leaves nothing new in the bank.** A reading-only handle reads
+//! the store's time without adding an object: on a `file:` bank the host's clock (which stamps
+//! every write there), elsewhere one probe per host rewritten in place; where the store refuses
+//! that write, the `Date` of its answer (widened by a second), and without one the command is
+//! refused as [`Error::ReadOnly`], naming the write to allow.
 
 use std::time::Duration;
 

@@ -3,6 +3,11 @@
 //! Invariant: every expiry judgement compares a `last_modified` written by the store with a time
 //! also from the store — never with this host's wall clock (see ARCHITECTURE.md, "one clock
 //! domain").
+//!
+//! Invariant: **a read is judged at the instant before it was sent** ([`StoreTime::at_send`]):
+//! an owner may renew while the answer is on its way, so judging at receipt would turn a slow
+//! answer into a live owner judged dead. The opposite question — may this holder still start an
+//! update? — is judged at an upper bound instead ([`StoreTime::upper_at`]).
 
 use std::time::{Duration, Instant};
 

@@ -25,6 +25,11 @@ pub mod stall;
 
 use banklease::Bank;
 
+/// A checkpoint id from a literal a test knows is valid.
+pub fn cid(id: &str) -> banklease::CheckpointId {
+    banklease::CheckpointId::parse(id).unwrap_or_else(|e| panic!("checkpoint id {id:?}: {e}"))
+}
+
 /// `bank`, made a bank (`banklease init`: its descriptor written), as every owner, command and
 /// collector requires. For the in-process stores of this crate and `memory://`, which answer
 /// without a runtime; a server's bank is made by [`backends::Backend::open`].

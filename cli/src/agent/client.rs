@@ -3,6 +3,13 @@
 //!
 //! Exit codes: 0 done; 1 refused (the lease is not valid or lost, or the GC collected the
 //! checkpoint); 2 error (no agent, bad input, store failure).
+//!
+//! Invariant: **a refusal always reaches the caller.** The agent answers a refused upload (a
+//! bad name, a completed checkpoint, `not_valid`, `fenced`, `closing`) as soon as it refuses,
+//! without reading the rest of the body, and closes; this client (`AnswerFirst`) drops its
+//! writes from the first broken pipe and reads the answer, so the job gets the reason and a
+//! non-zero exit however large and fast its body is. Success is never made up: the agent
+//! answers 2xx only after the whole body.
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;

@@ -16,7 +16,14 @@
 //! is never later than the store's expiry), so a SIGKILL sent `kill_after < validity_window`
 //! after validity ended lands before the store lets the GC collect — when `run` runs on time.
 //! After `run` was paused or the host suspended, it acts at most a second after it runs again.
-//! Writes through the agent are refused from the instant validity ends, by the library.
+//! Writes through the agent are refused from the instant validity ends, by the library. A
+//! completion refused there leaves the checkpoint protecting for the GC: nothing written after
+//! the validity ended is reported as completed. Members of COMMAND's group that ignored SIGTERM
+//! are SIGKILLed too, even if COMMAND itself exited.
+//!
+//! At COMMAND's exit the agent is closed first (it waits for writes in flight, at most the
+//! validity window, then refuses all), and only then is what is left protecting completed as
+//! `error`, so the agent's own completion never races one of COMMAND's.
 //!
 //! If `run` itself is killed (SIGKILL), nothing is released: the lease runs out and the GC
 //! collects the protecting checkpoints, as for any crashed owner; COMMAND's calls to the
@@ -406,13 +413,13 @@ async fn finish_protecting(agent: &Agent) {
     for checkpoint in agent.protecting() {
         match checkpoint.complete(Status::Error).await {
             Ok(()) => {
-                agent.completed(checkpoint.id(), Status::Error);
+                agent.completed(checkpoint.id().as_str(), Status::Error);
                 tracing::warn!(
-                    checkpoint_id = checkpoint.id(),
+                    checkpoint_id = %checkpoint.id(),
                     "COMMAND exited with this checkpoint protecting: completed as error"
                 );
             }
-            Err(e) => tracing::warn!(checkpoint_id = checkpoint.id(), error = %error_chain(&e),
+            Err(e) => tracing::warn!(checkpoint_id = %checkpoint.id(), error = %error_chain(&e),
                 "cannot complete a checkpoint COMMAND left protecting; the GC collects it once the lease is gone"),
         }
     }

@@ -24,7 +24,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::serve::IncomingStream;
 use axum::Router;
-use banklease::checkpoint::{validate_checkpoint_id, Status};
+use banklease::checkpoint::Status;
+use banklease::CheckpointId;
 use banklease::{Checkpoint, LeaseState, OwnerLease};
 use tokio::net::UnixListener;
 
@@ -192,7 +193,7 @@ fn check<'a>(
     id: &str,
     done: Option<Status>,
 ) -> Result<&'a Held, ApiError> {
-    validate_checkpoint_id(id).map_err(ApiError::from)?;
+    CheckpointId::parse(id).map_err(|e| ApiError::from(banklease::Error::from(e)))?;
     let held = all.get(id).ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -339,7 +340,7 @@ async fn create(
 ) -> Result<Json<CheckpointBody>, ApiError> {
     let _open = agent.enter().await?;
     let CreateBody { id } = parse_json(&body, r#"{"id": "cp-1"}"#)?;
-    validate_checkpoint_id(&id)?;
+    let checkpoint_id = CheckpointId::parse(&id).map_err(banklease::Error::from)?;
     if let Some(prefix) = &agent.prefix {
         if !id.starts_with(prefix.as_str()) {
             return Err(ApiError::new(
@@ -352,7 +353,7 @@ async fn create(
             ));
         }
     }
-    let checkpoint = Checkpoint::create(&agent.lease, &id).await?;
+    let checkpoint = Checkpoint::create(&agent.lease, &checkpoint_id).await?;
     agent.held().insert(
         id.clone(),
         Held {
@@ -448,6 +449,7 @@ async fn complete(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use banklease_testkit::cid;
 
     /// An upload and a completion of one checkpoint exclude each other: each is checked and
     /// counted in one critical section, so neither can start between the other's check and its
@@ -472,7 +474,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let checkpoint = Checkpoint::create(&lease, "cp-1").await.unwrap();
+        let checkpoint = Checkpoint::create(&lease, &cid("cp-1")).await.unwrap();
         let agent = Agent::new(lease, None, 0);
         agent.held().insert(
             "cp-1".into(),

@@ -16,7 +16,10 @@
 //! supervisor itself keeps, so SIGKILL lands before any hold can lapse. Deadlines are on
 //! `CLOCK_BOOTTIME`: one clock for both processes, and it counts time the host spent
 //! suspended. The guard only ever acts on the last deadline it was sent: a supervisor that
-//! stops renewing stops moving it.
+//! stops renewing stops moving it. It starts COMMAND only once armed, so COMMAND never runs
+//! unguarded, and not at all when its holds prove no time left. What remains: a freeze of the
+//! whole host (or of supervisor and guard together) stops the switch with COMMAND, which may
+//! act on thawing before the guard reads the clock; fenced writes are the protection there.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt as _;

@@ -21,6 +21,16 @@
 //! process forks no more, and one whose fork was under way shows its child by then — then
 //! signalled, then thawed. What was stopped before (a ^Z, a user's SIGSTOP) is not continued.
 //! A kill is repeated by its callers until no process of the tree lives.
+//!
+//! Invariant: **a lock holds COMMAND's whole tree.** No process COMMAND started runs beside the
+//! next holder: every stop (the guard's deadline, a lost lock, forwarded signals, ^Z, the
+//! supervisor's death, COMMAND's exit) goes through [`Tree`], and a tree that cannot be made to
+//! die (a process this user may not signal, an uninterruptible sleep) is not released beside:
+//! the lock is left to run out, its record still naming the tree. What remains: without a
+//! cgroup, supervisor and guard killed together leave what COMMAND started outside its process
+//! group out of reach (COMMAND itself dies with the guard, unless it exec'd a setuid program);
+//! work outside the host (a container under a daemon, `ssh`'s remote side) is in no tree; a
+//! waiter on another host sees none of it. Fenced writes are what holds there.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;

@@ -1,6 +1,13 @@
 //! A named lock held for a command's life: acquired (waiting as asked, leaving the queue on a
 //! signal), kept by a background heartbeat, watched for the instant it can no longer be proved
 //! held, and released. Used by `lock run` and `run --lock`.
+//!
+//! `Kept::ended` completes with no request when the lock is Lost or released, or when no more
+//! than a quarter of its duration is left on the holder's clock (counted from the send time of
+//! its last successful write, so never later than the store's expiry); the heartbeat renews at
+//! half the duration and retries until then. Releasing is bounded too: `Kept::release` gives up
+//! at the lock's `valid_until` and says so in one line, since past it the lock is no longer
+//! ours to release; the exit status stays COMMAND's.
 
 use std::ffi::OsString;
 use std::time::Duration;

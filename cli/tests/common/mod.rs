@@ -7,6 +7,7 @@
 
 pub mod work;
 
+use banklease_testkit::cid;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output};
 use std::sync::Arc;
@@ -84,7 +85,7 @@ pub fn dead_owner_bank(dir: &Path, checkpoints: &[&str]) -> String {
     if !checkpoints.is_empty() {
         dying_owner(&url, async |lease| {
             for id in checkpoints {
-                Checkpoint::create(lease, id).await.unwrap();
+                Checkpoint::create(lease, &cid(id)).await.unwrap();
             }
         });
     }

@@ -1,6 +1,7 @@
 //! The participants: owners running the real library, and collectors (real and broken).
 
 use super::*;
+use banklease_testkit::cid;
 
 // ---- owners --------------------------------------------------------------------------------
 
@@ -205,7 +206,7 @@ async fn create_checkpoint(
     rng: &mut Rng,
 ) -> Option<Checkpoint> {
     for attempt in 0..3 {
-        let e = match Checkpoint::create(lease, cp_id).await {
+        let e = match Checkpoint::create(lease, &cid(cp_id)).await {
             Ok(cp) => {
                 world.reg().created += 1;
                 world.trace(format_args!("{name} created {cp_id}"));
@@ -249,7 +250,7 @@ async fn adopt_checkpoint(
     rng: &mut Rng,
 ) -> Option<Checkpoint> {
     for _ in 0..3 {
-        match Checkpoint::adopt(lease, cp_id).await {
+        match Checkpoint::adopt(lease, &cid(cp_id)).await {
             Ok(cp) => {
                 world.reg().created += 1;
                 world.trace(format_args!("{name} adopted {cp_id}"));
@@ -370,7 +371,7 @@ impl Broken {
         let markers: Vec<ObjectMeta> = self
             .bank
             .store()
-            .list(Some(&protecting_prefix(&self.bank)))
+            .list(Some(&Prefix::Protecting.path(&self.bank)))
             .try_collect()
             .await
             .map_err(|e| banklease::Error::Store {
@@ -381,7 +382,7 @@ impl Broken {
         let mut by_owner: BTreeMap<OwnerId, Vec<String>> = BTreeMap::new();
         for m in &markers {
             if let Some((owner, id)) = parse_marker(&self.bank, &m.location) {
-                by_owner.entry(owner).or_default().push(id);
+                by_owner.entry(owner).or_default().push(id.to_string());
             }
         }
         for (owner, ids) in by_owner {
@@ -410,7 +411,7 @@ impl Broken {
                     let decision = Decision {
                         format: CHECKPOINT_FORMAT,
                         rebuilt: None,
-                        checkpoint_id: id.clone(),
+                        checkpoint_id: cid(&id),
                         owner_id: owner.clone(),
                         by: Decider::Gc,
                         outcome: Status::Deleted,
@@ -431,7 +432,7 @@ impl Broken {
                 let data: Vec<ObjectMeta> = self
                     .bank
                     .store()
-                    .list(Some(&data_prefix(&self.bank, &id)))
+                    .list(Some(&Prefix::Data(&cid(&id)).path(&self.bank)))
                     .try_collect()
                     .await
                     .unwrap_or_default();
@@ -440,15 +441,19 @@ impl Broken {
                 }
                 if self.kind == GcKind::BrokenJudgeAtReceipt {
                     let now = self.clock.system_now().into();
-                    write_tombstone(&self.bank, &id, &owner, None, now).await?;
+                    write_tombstone(&self.bank, &cid(&id), &owner, None, now).await?;
                 } else {
                     // BROKEN: no tombstone; a paused owner's late create lands as a zombie.
-                    let _ = self.bank.store().delete(&index_path(&self.bank, &id)).await;
+                    let _ = self
+                        .bank
+                        .store()
+                        .delete(&Key::Index(cid(&id)).path(&self.bank))
+                        .await;
                 }
                 let _ = self
                     .bank
                     .store()
-                    .delete(&marker_path(&self.bank, &owner, &id))
+                    .delete(&Key::marker(&owner, &cid(&id)).path(&self.bank))
                     .await;
             }
         }

@@ -518,7 +518,10 @@ pub(crate) fn finish(
                     .peek(&Path::from(format!("{PREFIX}/decisions/{}", r.id)))
                     .and_then(|b| serde_json::from_slice::<Decision>(&b).ok())
                     .is_some_and(|d| d.by == Decider::Gc);
-                if r.status == Status::Protecting && !protecting.contains(&r.id) && gc_decided {
+                if r.status == Status::Protecting
+                    && !protecting.contains(r.id.as_str())
+                    && gc_decided
+                {
                     world.trace(format_args!(
                         "KNOWN index-after-collection: {} is protecting, has no marker, and \
                          the gc decided it",
@@ -527,15 +530,15 @@ pub(crate) fn finish(
                     world
                         .reg()
                         .known
-                        .insert((Known::IndexAfterCollection, r.id.clone()));
+                        .insert((Known::IndexAfterCollection, r.id.to_string()));
                 }
                 if r.status == Status::Protecting
-                    && (!protecting.contains(&r.id) || !live.contains(r.owner_id.as_str()))
+                    && (!protecting.contains(r.id.as_str()) || !live.contains(r.owner_id.as_str()))
                 {
                     world.violate(Violation::ZombieLeft {
-                        checkpoint: r.id.clone(),
+                        checkpoint: r.id.to_string(),
                         owner: r.owner_id.to_string(),
-                        marker: protecting.contains(&r.id),
+                        marker: protecting.contains(r.id.as_str()),
                     });
                 }
             }

@@ -15,14 +15,14 @@
 //!   checkpoint's data, so their data changes nothing it does and only costs building time
 //!   (on `file:` the temporaries sweep walks the tree, live data included).
 
+use banklease_testkit::cid;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use banklease::checkpoint::{
-    data_prefix, index_path, marker_path, CheckpointRecord, Status, CHECKPOINT_FORMAT,
-};
+use banklease::checkpoint::{CheckpointRecord, Status, CHECKPOINT_FORMAT};
 use banklease::clock::{Clock, SystemClock};
 use banklease::lease::LEASE_FORMAT;
+use banklease::paths::{Key, Prefix};
 use banklease::{Bank, LeaseRecord, OwnerId};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
@@ -144,13 +144,16 @@ fn checkpoint_objects(
     let data = layout.data_of(i % layout.owners);
     let id = format!("cp-{i:08}");
     let mut out = Vec::with_capacity(2 + data as usize);
-    out.push((marker_path(bank, &owner, &id), PutPayload::default()));
     out.push((
-        index_path(bank, &id),
+        Key::marker(&owner, &cid(&id)).path(bank),
+        PutPayload::default(),
+    ));
+    out.push((
+        Key::Index(cid(&id)).path(bank),
         json(&CheckpointRecord {
             format: CHECKPOINT_FORMAT,
             rebuilt: None,
-            id: id.clone(),
+            id: cid(&id),
             owner_id: owner,
             status: Status::Protecting,
             created_at: now,
@@ -159,7 +162,7 @@ fn checkpoint_objects(
     ));
     for d in 0..data {
         out.push((
-            data_prefix(bank, &id).join(format!("d{d}")),
+            Prefix::Data(&cid(&id)).path(bank).join(format!("d{d}")),
             PutPayload::from(vec![0x5a_u8; 64]),
         ));
     }

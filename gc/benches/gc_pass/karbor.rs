@@ -9,6 +9,7 @@
 //! [`KARBOR_REQUESTS_PER_DELETION`] requests per dead checkpoint, an estimate of the original
 //! design's per-checkpoint deletion.
 
+use banklease_testkit::cid;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,7 +87,7 @@ pub async fn scan(
             let observer = &observer;
             let store_time = &store_time;
             async move {
-                match read_checkpoint(bank, &id).await {
+                match read_checkpoint(bank, &cid(&id)).await {
                     Ok(Some(record)) if record.status == Status::Protecting => {
                         let view = observer.view(&record.owner_id, store_time).await;
                         Ok(Some(Verdict::of(&view, grace).is_dead()))

@@ -23,12 +23,13 @@
 //! from a record that states it, or from the operator's `--as deleted`, never inferred; a record
 //! a newer release wrote is refused, never replaced.
 
-use banklease::checkpoint::{self, parse_marker, protecting_prefix, Decided, Decider, Decision};
+use banklease::checkpoint::{self, parse_marker, Decided, Decider, Decision};
 use banklease::checkpoint::{CheckpointRecord, Evidence, Rebuilt, Status, CHECKPOINT_FORMAT};
 use banklease::clock::SharedClock;
 use banklease::clock::StoreTime;
 use banklease::collector::SetAside;
-use banklease::paths::Key;
+use banklease::paths::{Key, Prefix};
+use banklease::CheckpointId;
 use banklease::{Bank, LeaseObserver, LeaseView, OwnerId};
 use futures::TryStreamExt;
 use object_store::ObjectStoreExt;
@@ -91,11 +92,10 @@ pub async fn resolve(
     bank: &Bank,
     clock: &SharedClock,
     options: &GcOptions,
-    id: &str,
+    id: &CheckpointId,
     operator: &str,
     assertion: Assertion,
 ) -> banklease::Result<Resolution> {
-    checkpoint::validate_checkpoint_id(id)?;
     let r = Resolver {
         bank,
         clock,
@@ -181,7 +181,7 @@ pub async fn resolve(
     let mut tombstone = CheckpointRecord::new(id, &owner, Status::Deleted, r.now);
     tombstone.rebuilt = Some(r.rebuilt("decision", &kept));
     banklease::collector::replace_index(bank, &kept, &tombstone).await?;
-    tracing::info!(checkpoint_id = id, owner_id = %owner, operator, kept = %kept.kept_at,
+    tracing::info!(checkpoint_id = %id, owner_id = %owner, operator, kept = %kept.kept_at,
         "resolved: collected");
     Ok(Resolution::Collected {
         owner,
@@ -208,7 +208,7 @@ struct Resolver<'a> {
     bank: &'a Bank,
     clock: &'a SharedClock,
     options: &'a GcOptions,
-    id: &'a str,
+    id: &'a CheckpointId,
     operator: &'a str,
     now: chrono::DateTime<chrono::Utc>,
 }
@@ -277,7 +277,7 @@ impl Resolver<'_> {
         record.rebuilt = Some(self.rebuilt("decision", &kept));
         banklease::collector::replace_index(self.bank, &kept, &record).await?;
         banklease::collector::finish_owner_decision(self.bank, d).await?;
-        tracing::info!(checkpoint_id = self.id, owner_id = %d.owner_id, operator = self.operator,
+        tracing::info!(checkpoint_id = %self.id, owner_id = %d.owner_id, operator = self.operator,
             outcome = %d.outcome, kept = %kept.kept_at,
             "resolved: index.json rebuilt from its owner's decision");
         Ok(Resolution::OwnerDecisionFinished {
@@ -394,7 +394,7 @@ impl Resolver<'_> {
             .flatten()
             .map(|k| k.kept_at.to_string())
             .collect();
-        tracing::info!(checkpoint_id = id, owner_id = %owner, operator = self.operator,
+        tracing::info!(checkpoint_id = %id, owner_id = %owner, operator = self.operator,
             kept = ?kept, "resolved: collected (--as deleted)");
         Ok(Resolution::Collected { owner, kept })
     }
@@ -439,7 +439,7 @@ impl Resolver<'_> {
             evidence: None,
         };
         banklease::collector::replace_decision(self.bank, &kept, &decision).await?;
-        tracing::info!(checkpoint_id = self.id, owner_id = %record.owner_id,
+        tracing::info!(checkpoint_id = %self.id, owner_id = %record.owner_id,
             operator = self.operator, outcome = %record.status, kept = %kept.kept_at,
             "resolved: decision rebuilt from index.json");
         Ok(Resolution::DecisionRestored {
@@ -452,8 +452,8 @@ impl Resolver<'_> {
 }
 
 /// The owners whose protecting markers name checkpoint `id`, sorted.
-pub async fn marker_owners(bank: &Bank, id: &str) -> banklease::Result<Vec<OwnerId>> {
-    let prefix = protecting_prefix(bank);
+pub async fn marker_owners(bank: &Bank, id: &CheckpointId) -> banklease::Result<Vec<OwnerId>> {
+    let prefix = Prefix::Protecting.path(bank);
     let listed: Vec<_> = bank
         .store()
         .list(Some(&prefix))

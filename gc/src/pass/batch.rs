@@ -21,8 +21,9 @@
 use std::collections::{HashSet, VecDeque};
 use std::mem;
 
-use banklease::checkpoint::{data_prefix, marker_path};
 use banklease::error::error_chain;
+use banklease::paths::{Key, Prefix};
+use banklease::CheckpointId;
 use banklease::{Bank, OwnerId};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
@@ -45,15 +46,15 @@ pub const LISTED_MAX: usize = 1000;
 #[derive(Debug)]
 pub(crate) struct Listed {
     pub(crate) owner: OwnerId,
-    pub(crate) id: String,
+    pub(crate) id: CheckpointId,
     pub(crate) created_at: Option<DateTime<Utc>>,
     pub(crate) data: Vec<Path>,
 }
 
 /// List checkpoint `id`'s data for a batch. More than [`LISTED_MAX`] objects are deleted here
 /// and then (nothing left to batch) reported as none.
-pub(crate) async fn list_data(bank: &Bank, id: &str) -> banklease::Result<Vec<Path>> {
-    let prefix = data_prefix(bank, id);
+pub(crate) async fn list_data(bank: &Bank, id: &CheckpointId) -> banklease::Result<Vec<Path>> {
+    let prefix = Prefix::Data(id).path(bank);
     let mut listing = bank.store().list(Some(&prefix));
     let mut data = Vec::new();
     while let Some(meta) = listing
@@ -157,7 +158,7 @@ impl Batch {
                 break;
             };
             if w.failed {
-                tracing::warn!(target: crate::pass::report::PROBLEM_TARGET, checkpoint_id = w.listed.id, owner_id = %w.listed.owner,
+                tracing::warn!(target: crate::pass::report::PROBLEM_TARGET, checkpoint_id = %w.listed.id, owner_id = %w.listed.owner,
                     "deleting a collected checkpoint's data failed; the next pass resumes it");
                 report.failed(Problem::new(
                     format!("checkpoint `{}`", w.listed.id),
@@ -188,12 +189,12 @@ impl Batch {
         for (listed, result) in written {
             match result {
                 Ok(()) => {
-                    tracing::info!(checkpoint_id = listed.id, owner_id = %listed.owner, "collected");
-                    let marker = marker_path(bank, &listed.owner, &listed.id);
+                    tracing::info!(checkpoint_id = %listed.id, owner_id = %listed.owner, "collected");
+                    let marker = Key::marker(&listed.owner, &listed.id).path(bank);
                     self.tombstoned.push((listed.owner, marker));
                 }
                 Err(e) => {
-                    tracing::warn!(target: crate::pass::report::PROBLEM_TARGET, checkpoint_id = listed.id, owner_id = %listed.owner,
+                    tracing::warn!(target: crate::pass::report::PROBLEM_TARGET, checkpoint_id = %listed.id, owner_id = %listed.owner,
                         error = %error_chain(&e),
                         "writing a collected checkpoint's tombstone failed; the next pass resumes it");
                     report.failed(Problem::new(

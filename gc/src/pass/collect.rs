@@ -2,18 +2,28 @@
 //! checkpoint: check its owner and status, win the decision (fencing), mark it for the late
 //! sweep, list its data — then its data, tombstone and marker go in bulk with the other
 //! checkpoints' ([`crate::pass::batch`]).
+//!
+//! Only a `protecting` checkpoint is decided (or a `deleted` one, to resume): a marker beside a
+//! checkpoint in any other status, or beside an `index.json` another owner won, is a stray and
+//! only the marker goes; a GC decision over a finished checkpoint is doubt and deletes nothing.
+//! A marker without `index.json` first gets a tombstone by create-if-absent, so that a create of
+//! the same id landing meanwhile fails instead of being collected under that marker's owner; the
+//! pass goes on only if its own tombstone reads back (create-if-absent is not atomic on Swift).
+//! A missing lease's markers must themselves be older than grace plus margin
+//! (`old_enough`): a guard against a lease read before its write was visible.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use banklease::checkpoint::{
-    self, marker_path, parse_marker, protecting_prefix, read_decision, Decided, Decider, Decision,
-    Status,
+    self, parse_marker, read_decision, Decided, Decider, Decision, Status,
 };
 use banklease::clock::StoreTime;
 use banklease::collector::{create_tombstone, decide, finish_owner_decision};
 use banklease::error::error_chain;
+use banklease::paths::{Key, Prefix};
+use banklease::CheckpointId;
 use banklease::{Bank, OwnerId};
 use futures::StreamExt;
 use object_store::ObjectMeta;
@@ -88,7 +98,7 @@ impl Collecting<'_> {
     ) -> bool {
         let (ctx, bank) = (self.ctx, &self.ctx.bank);
         let mut clean = true;
-        let prefix = protecting_prefix(bank).join(tally.owner.as_str());
+        let prefix = Prefix::Protecting.path(bank).join(tally.owner.as_str());
         let listing = bank.store().list(Some(&prefix));
         let prefix = &prefix;
         let mut results = listing
@@ -179,7 +189,11 @@ impl Collecting<'_> {
     /// late sweep, delete data, metadata, marker — in that order.
     /// What [`collect_one`](Self::collect_one) would do, by reading only: the records it
     /// would read must read, and `index.json` must name the marker's owner.
-    async fn dry_run_one(&self, tally: &OwnerTally, id: &str) -> banklease::Result<Outcome> {
+    async fn dry_run_one(
+        &self,
+        tally: &OwnerTally,
+        id: &CheckpointId,
+    ) -> banklease::Result<Outcome> {
         let bank = &self.ctx.bank;
         let index = checkpoint::read_checkpoint(bank, id).await?;
         read_decision(bank, id).await?;
@@ -203,7 +217,7 @@ impl Collecting<'_> {
     async fn declared(
         &self,
         tally: &OwnerTally,
-        id: &str,
+        id: &CheckpointId,
         index: Option<&checkpoint::CheckpointRecord>,
     ) -> banklease::Result<Option<u64>> {
         if tally.verdict != Verdict::Missing {
@@ -245,7 +259,11 @@ impl Collecting<'_> {
         why.filter(|_| !past(dead_for, wait, ctx.options.skew_margin))
     }
 
-    async fn collect_one(&self, tally: &OwnerTally, id: &str) -> banklease::Result<Outcome> {
+    async fn collect_one(
+        &self,
+        tally: &OwnerTally,
+        id: &CheckpointId,
+    ) -> banklease::Result<Outcome> {
         let (ctx, bank) = (self.ctx, &self.ctx.bank);
         let (owner, evidence) = (&tally.owner, tally.evidence.as_ref());
         // What the owner declared, read once: for the wait before deciding, and the sweep's.
@@ -259,9 +277,9 @@ impl Collecting<'_> {
                 // stray (its create crashed or lost after the marker). Only the marker goes:
                 // nothing of the other owner's checkpoint is touched, and this owner, dead past
                 // grace, can no longer be writing under it.
-                tracing::warn!(checkpoint_id = id, marker_owner = %owner, owner_id = %record.owner_id,
+                tracing::warn!(checkpoint_id = %id, marker_owner = %owner, owner_id = %record.owner_id,
                     "stray protecting marker of a dead owner beside another owner's checkpoint: removed");
-                delete_ok_if_missing(bank, &marker_path(bank, owner, id)).await?;
+                delete_ok_if_missing(bank, &Key::marker(owner, id).path(bank)).await?;
                 return Ok(Outcome::Repaired);
             }
             Some(record) if !matches!(record.status, Status::Protecting | Status::Deleted) => {
@@ -273,14 +291,14 @@ impl Collecting<'_> {
                         Ok(Outcome::Repaired)
                     }
                     Some(_) => {
-                        tracing::warn!(checkpoint_id = id, owner_id = %owner, status = %record.status,
+                        tracing::warn!(checkpoint_id = %id, owner_id = %owner, status = %record.status,
                             "a gc decision on a checkpoint that is not protecting: not collecting");
                         Ok(Outcome::Skipped)
                     }
                     None => {
-                        tracing::warn!(checkpoint_id = id, owner_id = %owner, status = %record.status,
+                        tracing::warn!(checkpoint_id = %id, owner_id = %owner, status = %record.status,
                             "stray protecting marker beside a checkpoint that is not protecting: removed");
-                        delete_ok_if_missing(bank, &marker_path(bank, owner, id)).await?;
+                        delete_ok_if_missing(bank, &Key::marker(owner, id).path(bank)).await?;
                         Ok(Outcome::Repaired)
                     }
                 };
@@ -316,7 +334,7 @@ impl Collecting<'_> {
         let decision =
             Decision::collect(id, owner, ctx.clock.system_now().into(), evidence.cloned());
         if let Some(e) = evidence {
-            tracing::info!(checkpoint_id = id, owner_id = %owner, lease = e.lease,
+            tracing::info!(checkpoint_id = %id, owner_id = %owner, lease = e.lease,
                 lease_stamp = ?e.lease_stamp, judged_at = %e.judged_at, dead_for_ms = e.dead_for_ms,
                 skew_margin_ms = e.skew_margin_ms, grace_ms = e.grace_ms, collector = e.collector,
                 pass = e.pass, "deciding to collect");
@@ -344,7 +362,7 @@ impl Collecting<'_> {
 async fn finish_collection(
     bank: &Bank,
     owner: &OwnerId,
-    id: &str,
+    id: &CheckpointId,
     existing: Option<checkpoint::CheckpointRecord>,
     late_window: Duration,
 ) -> banklease::Result<Outcome> {

@@ -29,7 +29,10 @@
 //! - **fencing before collecting**: nothing of a checkpoint is deleted before the GC has won (or
 //!   finds a GC decision in) `decisions/<id>`;
 //! - **resumable**: the marker is deleted last, so a pass interrupted anywhere leaves the
-//!   checkpoint on the next pass's work list, and every step is idempotent.
+//!   checkpoint on the next pass's work list, and every step is idempotent;
+//! - **bounded memory**: the protecting index is streamed, so memory grows with the number of
+//!   owners, not of checkpoints, and each dead owner's markers are streamed with at most
+//!   `gc.concurrency` collections in flight.
 
 pub mod batch;
 mod collect;

@@ -1,6 +1,15 @@
 //! Reaping: the lease objects of owners expired past grace with no protecting checkpoint left
 //! are deleted (`gc.reap_leases`; not in a dry run), each after its evidence is written to
 //! `gc/reaped/<owner>` ([`crate::pass::reaped`]).
+//!
+//! Invariant: **a lease is reaped only when its owner is provably dead and empty.** Every
+//! restart is a new owner, so lease objects would pile up; but a lease is deleted only if a
+//! fresh read (judged at its send instant) finds it expired past grace, and the owner has no
+//! protecting checkpoint left: all its markers were removed this pass, or a listing of the
+//! protecting index that ran to its end showed none. An owner absent from a listing cut short
+//! by an error is unknown, not empty, so such a pass reaps nothing. Such an owner judged its own
+//! lease Lost long before and never renews it; mass reaping stops at the brake like mass
+//! collection.
 
 use std::collections::HashSet;
 

@@ -5,6 +5,8 @@
 //! the store itself removed (Swift's `X-Delete-After` backstop, an operator) carries no expiry
 //! time, so the first pass that finds it missing writes `gc/missing/<owner>` (create-if-absent);
 //! its `last_modified` starts the grace, which is then exactly as long as for an expired lease.
+//! The record is forgotten as soon as a pass reads the lease again (or the owner has nothing
+//! left), so one written on a false 404 never shortens a later grace.
 
 use std::time::{Duration, Instant};
 

@@ -140,7 +140,7 @@ impl PassReport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StagedUpload {
     /// The collected checkpoint.
-    pub checkpoint_id: String,
+    pub checkpoint_id: banklease::CheckpointId,
     /// The data object it was to become.
     pub key: String,
     /// Bytes staged.

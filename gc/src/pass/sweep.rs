@@ -15,10 +15,11 @@
 //! sending a `put_data`, for longer than the window, sends its write afterwards. Such an object
 //! is garbage under a tombstoned checkpoint — storage, not safety — and is not swept.
 
-use banklease::checkpoint::{data_prefix, read_decision, Decider};
+use banklease::checkpoint::{read_decision, Decider};
 use banklease::error::error_chain;
 use banklease::paths::{Key, Prefix};
 use banklease::Bank;
+use banklease::CheckpointId;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -36,7 +37,7 @@ pub fn sweep_prefix(bank: &Bank) -> Path {
 }
 
 /// `index/sweep/<id>`
-pub fn sweep_path(bank: &Bank, id: &str) -> Path {
+pub fn sweep_path(bank: &Bank, id: &CheckpointId) -> Path {
     Key::SweepMarker(id.to_owned()).path(bank)
 }
 
@@ -55,7 +56,7 @@ const MAX_SWEEP_RECORD_BYTES: u64 = 1024;
 /// `late_write_window` (or a collector's own window, if longer) after it.
 pub async fn mark_for_sweep(
     bank: &Bank,
-    id: &str,
+    id: &CheckpointId,
     late_write_window: Duration,
 ) -> banklease::Result<()> {
     let path = sweep_path(bank, id);
@@ -210,7 +211,11 @@ enum Swept1 {
 
 /// Sweep one checkpoint's late data under its GC decision; `None` when there was nothing to
 /// sweep (an owner's decision: the marker was removed).
-async fn sweep_one(bank: &Bank, id: &str, marker: Path) -> banklease::Result<Option<(u64, Path)>> {
+async fn sweep_one(
+    bank: &Bank,
+    id: &CheckpointId,
+    marker: Path,
+) -> banklease::Result<Option<(u64, Path)>> {
     // Never delete on doubt: only the data of a checkpoint the GC decided to collect.
     match read_decision(bank, id).await? {
         Some(d) if d.by == Decider::Gc => {}
@@ -235,7 +240,7 @@ async fn sweep_one(bank: &Bank, id: &str, marker: Path) -> banklease::Result<Opt
             });
         }
     }
-    let found = delete_prefix(bank, &data_prefix(bank, id)).await?;
+    let found = delete_prefix(bank, &Prefix::Data(id).path(bank)).await?;
     if found > 0 {
         tracing::warn!(checkpoint_id = %id, found,
             "late data under a collected checkpoint: deleted");

@@ -8,6 +8,7 @@ use std::time::Instant;
 use banklease::checkpoint::{read_decision, Decider};
 use banklease::paths::Key;
 use banklease::store::SweepWalk;
+use banklease::CheckpointId;
 use chrono::{DateTime, Utc};
 
 use crate::pass::context::PassContext;
@@ -111,7 +112,7 @@ pub(crate) async fn staged_of_collected(ctx: &PassContext) -> (Vec<StagedUpload>
         }
     };
     let mut found = Vec::new();
-    let mut collected: std::collections::HashMap<String, bool> = Default::default();
+    let mut collected: std::collections::HashMap<CheckpointId, bool> = Default::default();
     for write in staged {
         let Some(key) = write.key else { continue };
         let Some(Key::Data { checkpoint, .. }) = Key::parse(bank, &key.as_str().into()) else {

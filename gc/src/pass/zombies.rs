@@ -5,8 +5,9 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use banklease::checkpoint::{parse_marker, protecting_prefix, Evidence};
+use banklease::checkpoint::{parse_marker, Evidence};
 use banklease::error::error_chain;
+use banklease::paths::Prefix;
 use banklease::{LeaseView, OwnerId};
 use futures::StreamExt;
 
@@ -55,7 +56,7 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
     let mut markers: HashMap<OwnerId, u64> = HashMap::new();
     let mut order: Vec<OwnerId> = Vec::new();
     let mut listed_all = true;
-    let prefix = protecting_prefix(bank);
+    let prefix = Prefix::Protecting.path(bank);
     let mut listing = bank.store().list(Some(&prefix));
     while let Some(item) = listing.next().await {
         match item {

@@ -10,7 +10,9 @@
 //! collector after its own reading was compared with the record before it (a step raises the
 //! bank's floor first), so the chain of readings has no unchecked link. What it cannot see: a
 //! step before the first pass of a boot (after a reboot, in a new time namespace, on a host
-//! that never ran one) or more than [`crate::time::timing::max_reference_gap`] after the last.
+//! that never ran one) or more than [`crate::time::timing::max_reference_gap`] after the last,
+//! or between cloned VMs that share a boot id; there reaping and collection both stop at the
+//! brake (`brake_ratio`) rather than take most of a bank at once.
 
 use std::time::Instant;
 

@@ -19,6 +19,16 @@
 //! older than the step is judged as if written at the step, so an owner whose last renewal was
 //! stamped before the step is timed from the step. On a `file:` bank the store clock is this
 //! host's wall clock, so an NTP step or a manual `date -s` is exactly this case.
+//!
+//! The floor is kept in the bank (`gc/clock-floor`), so a restarted daemon, a standby that
+//! takes over and a one-shot pass keep it until it is older than any expire window plus grace;
+//! it is written only over an older one, conditionally on the version read, and one ahead of
+//! the store's time (a step later undone) is brought down to the current reading. A backward
+//! step within a pass (later stamps would look older than the pass's first reading says) aborts
+//! the pass too. A step before a process's first reading cannot be told from elapsed time, so a
+//! daemon takes its first reading as a floor (collection waits one expire window plus margin
+//! and grace after it starts) and keeps reading the clock on standby; a standby that sees a
+//! step does not take over in that round.
 
 use std::sync::Mutex;
 use std::time::Duration;

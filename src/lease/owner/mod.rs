@@ -7,6 +7,17 @@
 //! ([`super::holding`]); this module is what is owner-specific: the record, the renewal
 //! mechanisms, takeover and release.
 //!
+//! Invariant: **a lease being released is never valid.** [`OwnerLease::release`] leaves `Held`
+//! before it sends the DELETE, so an owner whose DELETE landed but whose answer was lost cannot
+//! go on believing a lease that observers already see Missing. A lease whose validity ran out
+//! unnoticed is Lost, not released: its object may be a successor's (a takeover of the GC's
+//! lease), so nothing is deleted; nor with less than `validity_window` left, and a DELETE still
+//! unanswered at `valid_until` is abandoned.
+//!
+//! On Swift a renewal is a HEAD then a PUT (`renew_swift`: a new data file, which `X-Newest`
+//! reads rank, where a POST would not be), and it re-checks the validity after the HEAD: a HEAD
+//! that outlasted it sends no PUT, since the lease may already be judged dead.
+//!
 //! - `acquire`: acquiring and taking over (create-if-absent, or a takeover of an expired lease).
 
 mod acquire;
