@@ -221,17 +221,10 @@ async fn collects_exactly_the_dead_owners_protecting_checkpoints() {
             "{name}: {r:?}"
         );
 
-        assert_eq!(
-            status(b, dead_cps[0].id()).await,
-            Some(Status::Available)
-        );
+        assert_eq!(status(b, dead_cps[0].id()).await, Some(Status::Available));
         assert_eq!(data_count(b, dead_cps[0].id()).await, 3);
         for cp in &dead_cps[1..] {
-            assert_eq!(
-                status(b, cp.id()).await,
-                Some(Status::Deleted),
-                "{name}"
-            );
+            assert_eq!(status(b, cp.id()).await, Some(Status::Deleted), "{name}");
             assert_eq!(data_count(b, cp.id()).await, 0, "{name}");
             let d = checkpoint::read_decision(b, cp.id())
                 .await
@@ -239,16 +232,9 @@ async fn collects_exactly_the_dead_owners_protecting_checkpoints() {
                 .unwrap();
             assert_eq!(d.by, Decider::Gc);
         }
-        assert_eq!(
-            status(b, live_cps[0].id()).await,
-            Some(Status::Available)
-        );
+        assert_eq!(status(b, live_cps[0].id()).await, Some(Status::Available));
         for cp in &live_cps[1..] {
-            assert_eq!(
-                status(b, cp.id()).await,
-                Some(Status::Protecting),
-                "{name}"
-            );
+            assert_eq!(status(b, cp.id()).await, Some(Status::Protecting), "{name}");
             assert_eq!(data_count(b, cp.id()).await, 3, "{name}");
         }
 
@@ -312,10 +298,7 @@ async fn dry_run_brake_and_limit() {
         let r = pass(b, dry).await;
         assert_eq!((r.collected, r.dry_run), (5, true), "{name}: {r:?}");
         assert_eq!(r.requests.get("delete"), None, "{name}: {r:?}");
-        assert_eq!(
-            status(b, cps[0].id()).await,
-            Some(Status::Protecting)
-        );
+        assert_eq!(status(b, cps[0].id()).await, Some(Status::Protecting));
 
         let braking = f
             .options()
@@ -364,10 +347,7 @@ async fn owner_decision_interrupted_is_finished_not_collected() {
         tokio::time::sleep(f.past_expiry()).await;
         let r = pass(b, f.options()).await;
         assert_eq!((r.collected, r.repaired), (0, 1), "{name}: {r:?}");
-        assert_eq!(
-            status(b, cps[0].id()).await,
-            Some(Status::Available)
-        );
+        assert_eq!(status(b, cps[0].id()).await, Some(Status::Available));
         assert_eq!(data_count(b, cps[0].id()).await, 3);
     }
 }
@@ -415,10 +395,7 @@ async fn store_errors_on_lease_reads_never_collect() {
         f.faults.fail_next_get_of("leases/", Strike::Before);
         let r = pass(b, f.options()).await;
         assert_eq!((r.collected, r.unreadable), (0, 1), "{name}: {r:?}");
-        assert_eq!(
-            status(b, cps[0].id()).await,
-            Some(Status::Protecting)
-        );
+        assert_eq!(status(b, cps[0].id()).await, Some(Status::Protecting));
         // A partition makes the pass fail as a whole (no store clock), deleting nothing.
         f.faults.set_partitioned(true);
         assert!(collector(b, f.options()).run_pass().await.is_err());
@@ -734,11 +711,7 @@ async fn a_dead_owners_stray_marker_on_another_owners_checkpoint_is_removed() {
             ),
             "{name}: the stray marker is still there"
         );
-        assert_eq!(
-            status(b, &id).await,
-            Some(Status::Protecting),
-            "{name}"
-        );
+        assert_eq!(status(b, &id).await, Some(Status::Protecting), "{name}");
         assert_eq!(data_count(b, &id).await, 3, "{name}");
         assert!(
             checkpoint::read_decision(b, &id).await.unwrap().is_none(),

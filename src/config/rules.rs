@@ -98,14 +98,20 @@ impl Config {
         if Scheme::of(&self.bank.url) != Some(Scheme::Swift) {
             return Duration::ZERO;
         }
+        let rule = self.swift_rule_with(self.bank.retry_budget());
+        round_up_to_ms(rule.shortest_grace.max(Duration::from_nanos(1)))
+    }
+
+    /// Rule (c) for an owner of these `[lease]` windows and margin whose client retries for
+    /// `budget` (Swift, where create-if-absent is timing only).
+    fn swift_rule_with(&self, budget: Duration) -> SwiftRule {
         let lease = &self.lease;
-        let rule = swift_rule(
-            self.bank.retry_budget(),
+        swift_rule(
+            budget,
             lease.windows.expire_window,
             lease.windows.validity_window,
             lease.skew_margin,
-        );
-        round_up_to_ms(rule.shortest_grace.max(Duration::from_nanos(1)))
+        )
     }
 
     fn refusals_with_budget(&self, budget: Duration) -> Vec<String> {
@@ -152,12 +158,7 @@ impl Config {
         }
         // (c)
         if Scheme::of(&self.bank.url) == Some(Scheme::Swift) {
-            let rule = swift_rule(
-                budget,
-                lease.windows.expire_window,
-                lease.windows.validity_window,
-                lease.skew_margin,
-            );
+            let rule = self.swift_rule_with(budget);
             let (landed, grace) = (rule.landed, rule.shortest_grace);
             let fence = lease.windows.validity_window.saturating_add(margin_grace);
             if gc.grace < grace {

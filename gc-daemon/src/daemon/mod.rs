@@ -31,16 +31,16 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use banklease::clock::{Jitter, SharedClock, SystemClock};
+use banklease::clock::{Jitter, SharedClock};
 use banklease::config::Config;
 use banklease::error::error_chain;
 use banklease::{Bank, Keeper, OwnerId, OwnerLease};
 use banklease_gc::error::{Context as _, Result};
-use banklease_gc::run::{collector, collector_id, gc_lease_path, lost_reason, run_tracked};
+use banklease_gc::run::{collector, gc_lease_path, lost_reason, run_tracked, until_shutdown};
 use banklease_gc::{Collector, OnePass, PassReport, Single};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, error, info, warn, Instrument as _};
+use tracing::{debug, error, info, warn};
 
 use crate::metrics::Metrics;
 
@@ -67,15 +67,9 @@ pub async fn run_once(
 /// A GC daemon on one bank.
 #[derive(Debug)]
 pub struct Daemon {
-    bank: Bank,
-    clock: SharedClock,
-    config: Config,
-    owner: OwnerId,
+    /// The bank, clock, configuration and id, as a single pass of this daemon runs them.
+    one: OnePass,
     metrics: Arc<Metrics>,
-    /// A single pass collects past the safety brake.
-    force: bool,
-    /// A single pass runs beside an active daemon (without the GC lease).
-    beside: bool,
 }
 
 /// How a spell as the active daemon ended.
@@ -88,47 +82,41 @@ enum End {
 }
 
 impl Daemon {
-    /// A daemon on the bank named by `config.bank.url`, on the system clock.
+    /// A daemon on the bank named by `config.bank.url`, on the system clock, with its store
+    /// client's configured limits (the budget the configuration was judged on).
     pub fn open(config: Config) -> Result<Self> {
-        let url = config.bank_url()?;
-        // Its store client with the configured limits: the budget the configuration was
-        // judged on.
-        let bank = Bank::open_configured(&config.bank, false)
-            .with_context(|| format!("cannot open the bank: url=`{url}`"))?;
-        Ok(Self::new(bank, Arc::new(SystemClock), config))
+        Ok(Self::from_pass(OnePass::open(config)?))
     }
 
     /// A daemon on an already opened `bank` (for tests and embedding). `config.bank` is ignored.
     pub fn new(bank: Bank, clock: SharedClock, config: Config) -> Self {
-        let owner = collector_id(&config, &clock);
+        Self::from_pass(OnePass::new(bank, clock, config))
+    }
+
+    fn from_pass(one: OnePass) -> Self {
         Self {
-            bank,
-            clock,
-            config,
-            owner,
+            one,
             metrics: Arc::new(Metrics::new()),
-            force: false,
-            beside: false,
         }
     }
 
     /// For a single pass ([`run_single`](Self::run_single)): collect even when the safety brake
     /// would refuse. An operator's override; a daemon that keeps running ignores it.
     pub fn with_force(mut self, force: bool) -> Self {
-        self.force = force;
+        self.one = self.one.with_force(force);
         self
     }
 
     /// For a single pass: run it even while another daemon is active (beside it, without the
     /// GC lease) instead of refusing. An operator's override, apart from the brake's.
     pub fn beside_daemon(mut self, beside: bool) -> Self {
-        self.beside = beside;
+        self.one = self.one.beside_daemon(beside);
         self
     }
 
     /// The id this daemon holds the GC lease under.
     pub fn owner_id(&self) -> &OwnerId {
-        &self.owner
+        self.one.owner_id()
     }
 
     /// The daemon's metrics (also served on `gc.metrics_addr` when set).
@@ -138,20 +126,7 @@ impl Daemon {
 
     /// Run until `shutdown` completes: standby, active, standby again if the lease is lost.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
-        let cancel = CancellationToken::new();
-        let span = tracing::info_span!("gc", owner_id = %self.owner,
-            host = %banklease::id::local_hostname(), pid = std::process::id());
-        let work = self.work(cancel.clone()).instrument(span);
-        tokio::pin!(work);
-        tokio::select! {
-            biased;
-            () = shutdown => {
-                info!("shutdown requested: no new passes; finishing the pass in flight");
-                cancel.cancel();
-                work.await
-            }
-            result = &mut work => result,
-        }
+        until_shutdown(self.one.owner_id(), shutdown, |cancel| self.work(cancel)).await
     }
 
     /// One pass, as [`run_single`](Self::run_single), its report only.
@@ -164,28 +139,29 @@ impl Daemon {
     /// (unless [`beside_daemon`](Self::beside_daemon)); a dry run takes no lease and reads only.
     /// Serves no metrics. `Ok(None)` when `shutdown` came first.
     pub async fn run_single(self, shutdown: impl Future<Output = ()>) -> Result<Option<Single>> {
-        OnePass::new(self.bank, self.clock, self.config)
-            .with_owner(self.owner)
-            .with_force(self.force)
-            .beside_daemon(self.beside)
-            .run(shutdown)
-            .await
+        self.one.run(shutdown).await
     }
 
     async fn work(&self, cancel: CancellationToken) -> Result<()> {
-        if !banklease_gc::run::preflight(&self.bank, &self.clock, &self.config, false, &cancel)
-            .await?
+        if !banklease_gc::run::preflight(
+            self.one.bank(),
+            self.one.clock(),
+            self.one.config(),
+            false,
+            &cancel,
+        )
+        .await?
         {
             return Ok(());
         }
-        let server = match &self.config.gc.metrics_addr {
+        let server = match &self.one.config().gc.metrics_addr {
             Some(addr) => Some(MetricsServer::start(addr, self.metrics.clone()).await?),
             None => None,
         };
         let result = self.lead_or_wait(&cancel).await;
         self.metrics.set_active(false);
         if let Some(server) = server {
-            server.stop(&self.clock).await;
+            server.stop(self.one.clock()).await;
         }
         result
     }
@@ -194,10 +170,10 @@ impl Daemon {
     /// is lost; at shutdown, finish the pass in flight and release the lease.
     async fn lead_or_wait(&self, cancel: &CancellationToken) -> Result<()> {
         let collector = collector(
-            &self.bank,
-            &self.clock,
-            &self.config,
-            &self.owner,
+            self.one.bank(),
+            self.one.clock(),
+            self.one.config(),
+            self.one.owner_id(),
             false,
             false,
         );
@@ -206,7 +182,8 @@ impl Daemon {
             let Some(lease) = self.standby(&collector, cancel).await else {
                 return Ok(());
             };
-            let keeper = lease.spawn_keeper(Jitter::from_entropy(), self.config.lease.renew_jitter);
+            let keeper =
+                lease.spawn_keeper(Jitter::from_entropy(), self.one.config().lease.renew_jitter);
             self.metrics.set_active(true);
             info!("active: holding the gc lease");
             let end = self.active(&keeper, &collector, &tracker, cancel).await;
@@ -222,8 +199,8 @@ impl Daemon {
                 format!(
                     "cannot release the gc lease: path=`{}`; a standby takes over once it \
                      expires (lease_expire_window=`{}`)",
-                    gc_lease_path(&self.bank),
-                    humantime::format_duration(self.config.gc.lease.expire_window)
+                    gc_lease_path(self.one.bank()),
+                    humantime::format_duration(self.one.config().gc.lease.expire_window)
                 )
             })?;
             info!("gc lease released");
@@ -238,7 +215,7 @@ impl Daemon {
         collector: &Collector,
         cancel: &CancellationToken,
     ) -> Option<OwnerLease> {
-        let windows = self.config.gc.lease;
+        let windows = self.one.config().gc.lease;
         let mut holder = OnChange::default();
         let mut failure = OnChange::default();
         loop {
@@ -258,7 +235,7 @@ impl Daemon {
                     warn!(error = %error_chain(&e), "standby: the store clock stepped; not taking over this round");
                     tokio::select! {
                         () = cancel.cancelled() => return None,
-                        () = self.clock.sleep(windows.renew_window) => {}
+                        () = self.one.clock().sleep(windows.renew_window) => {}
                     }
                     continue;
                 }
@@ -270,10 +247,10 @@ impl Daemon {
             // leave a lease nobody renews, and every standby would wait out its expire window.
             // A lease won just as shutdown comes is released by the caller at once.
             match banklease_gc::run::take_gc_lease(
-                &self.bank,
-                &self.owner,
-                &self.config,
-                &self.clock,
+                self.one.bank(),
+                self.one.owner_id(),
+                self.one.config(),
+                self.one.clock(),
             )
             .await
             {
@@ -284,7 +261,7 @@ impl Daemon {
                     pid,
                 }) => {
                     failure.reset();
-                    let ours = owner_id == self.owner;
+                    let ours = owner_id == *self.one.owner_id();
                     if holder.changed(owner_id.as_str()) {
                         // From the read that judged it: no request of its own.
                         info!(holder = %owner_id, holder_host = host.as_deref().unwrap_or("-"),
@@ -306,7 +283,7 @@ impl Daemon {
             }
             tokio::select! {
                 () = cancel.cancelled() => return None,
-                () = self.clock.sleep(windows.renew_window) => {}
+                () = self.one.clock().sleep(windows.renew_window) => {}
             }
         }
     }
@@ -322,7 +299,7 @@ impl Daemon {
     ) -> End {
         let lease = keeper.lease();
         let mut state = keeper.state();
-        let mut next_pass = self.clock.now();
+        let mut next_pass = self.one.clock().now();
         loop {
             if cancel.is_cancelled() {
                 return End::Shutdown;
@@ -330,40 +307,41 @@ impl Daemon {
             if let Some(reason) = lost_reason(&state.borrow_and_update()) {
                 return End::Lost(reason);
             }
-            let now = self.clock.now();
+            let now = self.one.clock().now();
             let wait = if now < next_pass {
                 next_pass - now
             } else if lease.check_validity() {
                 // A failed pass is logged and counted; the next one runs at the interval.
                 self.pass(collector, tracker).await;
                 // Measured from the end, so a slow pass never runs back to back with the next.
-                next_pass = self.clock.now() + self.config.gc.interval;
+                next_pass = self.one.clock().now() + self.one.config().gc.interval;
                 continue;
             } else {
                 // Too little lease time left to promise a standby will not start meanwhile. The
                 // keeper is renewing; its next state change wakes us, the cap is a backstop.
                 debug!(remaining = ?lease.remaining(), "gc lease validity too short to start a pass; waiting for renewal");
-                self.config.gc.lease.renew_window
+                self.one.config().gc.lease.renew_window
             };
             tokio::select! {
                 () = cancel.cancelled() => return End::Shutdown,
                 changed = state.changed() => if changed.is_err() {
                     return End::Lost("the lease state channel closed".to_owned());
                 },
-                () = self.clock.sleep(wait) => {}
+                () = self.one.clock().sleep(wait) => {}
             }
         }
     }
 
     /// Run one pass to its end, log and count it.
     async fn pass(&self, collector: &Arc<Collector>, tracker: &TaskTracker) {
-        let started = self.clock.now();
+        let started = self.one.clock().now();
         let result = run_tracked(collector, tracker).await;
         match &result {
             Ok(report) => {
                 // The collector logs its own summary (and a brake, as an error); this line only
                 // adds what the daemon saw.
-                self.metrics.record_pass(report, self.clock.system_now());
+                self.metrics
+                    .record_pass(report, self.one.clock().system_now());
                 debug!(
                     alive = report.alive,
                     dead = report.dead,
@@ -377,7 +355,7 @@ impl Daemon {
             }
             Err(e) => {
                 self.metrics
-                    .record_failed_pass(self.clock.now().saturating_duration_since(started));
+                    .record_failed_pass(self.one.clock().now().saturating_duration_since(started));
                 error!(error = %error_chain(e), "gc pass failed; trying again next interval");
             }
         }

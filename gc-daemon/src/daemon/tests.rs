@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::metrics;
 use banklease::paths::Key;
 
-use banklease::clock::Clock as _;
+use banklease::clock::{Clock as _, SystemClock};
 use banklease_testkit::failing::FailingStore;
 use banklease_testkit::gate::{GateStore, ListGate};
 use banklease_testkit::sim_store::{SimStore, StoreClock};

@@ -7,6 +7,7 @@
 //! The GC lease keeps collectors from duplicating work; it is not what makes collection safe
 //! (every collection is decided by a create-if-absent write per checkpoint, `decisions/<id>`).
 
+use std::future::Future;
 use std::sync::Arc;
 
 use banklease::clock::SharedClock;
@@ -140,6 +141,30 @@ pub async fn take_gc_lease(
             .saturating_add(config.gc.read_staleness),
     )
     .await
+}
+
+/// Run `work` in the collector's span until it ends. At `shutdown`, `work`'s token is
+/// cancelled, so it starts nothing new, and `work` is awaited to its end: a pass in flight
+/// finishes.
+pub async fn until_shutdown<T, F: Future<Output = T>>(
+    owner: &OwnerId,
+    shutdown: impl Future<Output = ()>,
+    work: impl FnOnce(CancellationToken) -> F,
+) -> T {
+    let cancel = CancellationToken::new();
+    let span = tracing::info_span!("gc", owner_id = %owner,
+        host = %banklease::id::local_hostname(), pid = std::process::id());
+    let work = work(cancel.clone()).instrument(span);
+    tokio::pin!(work);
+    tokio::select! {
+        biased;
+        () = shutdown => {
+            info!("shutdown requested: no new passes; finishing the pass in flight");
+            cancel.cancel();
+            work.await
+        }
+        result = &mut work => result,
+    }
 }
 
 /// Where the bank's GC lease is.

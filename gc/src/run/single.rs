@@ -16,7 +16,7 @@ use banklease::{Bank, Keeper, OwnerId};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, error, info, warn, Instrument as _};
+use tracing::{debug, error, info, warn};
 
 use super::{collector, collector_id, gc_lease_path, lost_reason, preflight, run_tracked};
 use crate::error::{Context as _, Error, Result};
@@ -130,12 +130,6 @@ impl OnePass {
         }
     }
 
-    /// Run under `owner`'s id (a daemon's own) instead of a new one.
-    pub fn with_owner(mut self, owner: OwnerId) -> Self {
-        self.owner = owner;
-        self
-    }
-
     /// Collect past the mass-collection brake (`--force`).
     pub fn with_force(mut self, force: bool) -> Self {
         self.force = force;
@@ -153,26 +147,28 @@ impl OnePass {
         &self.owner
     }
 
+    /// The bank it collects on.
+    pub fn bank(&self) -> &Bank {
+        &self.bank
+    }
+
+    /// The clock it runs on.
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
     /// Run the pass. `Ok(None)` when `shutdown` came before it could start; a pass in flight
     /// is finished first.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<Option<Single>> {
         if self.config.gc.dry_run {
             self.bank = self.bank.reading_only();
         }
-        let cancel = CancellationToken::new();
-        let span = tracing::info_span!("gc", owner_id = %self.owner,
-            host = %banklease::id::local_hostname(), pid = std::process::id());
-        let work = self.work(cancel.clone()).instrument(span);
-        tokio::pin!(work);
-        tokio::select! {
-            biased;
-            () = shutdown => {
-                info!("shutdown requested: no new passes; finishing the pass in flight");
-                cancel.cancel();
-                work.await
-            }
-            result = &mut work => result,
-        }
+        super::until_shutdown(&self.owner, shutdown, |cancel| self.work(cancel)).await
     }
 
     async fn work(&self, cancel: CancellationToken) -> Result<Option<Single>> {

@@ -582,12 +582,8 @@ pub(super) fn sweep(
     let mut report = TemporarySweep::default();
     if !walk.started {
         walk.started = true;
-        let dir = root.join(STAGING);
-        match std::fs::read_dir(&dir) {
-            Ok(entries) => walk.open.push((dir, entries)),
-            // Nothing was ever staged in this bank.
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(context(e, "read directory", &dir)),
+        if let Some(open) = staging_dir(root)? {
+            walk.open.push(open);
         }
     }
     let mut visited = 0;
@@ -600,18 +596,8 @@ pub(super) fn sweep(
             continue;
         };
         visited += 1;
-        let entry = entry.map_err(|e| context(e, "read directory", dir))?;
-        let kind = entry
-            .file_type()
-            .map_err(|e| context(e, "stat", &entry.path()))?;
-        if !kind.is_file() || !is_temporary(&entry.file_name().to_string_lossy()) {
+        let Some((path, file)) = open_staged(entry, dir)? else {
             continue;
-        }
-        let path = entry.path();
-        let file = match File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == ErrorKind::NotFound => continue,
-            Err(e) => return Err(context(e, "open", &path)),
         };
         match file.try_lock() {
             Ok(()) => {}
@@ -644,6 +630,37 @@ pub(super) fn sweep(
     }
     report.done = walk.is_done();
     Ok(report)
+}
+
+/// The staging directory and its entries; `None` when nothing was ever staged in this bank.
+pub(super) fn staging_dir(root: &FsPath) -> io::Result<Option<(PathBuf, std::fs::ReadDir)>> {
+    let dir = root.join(STAGING);
+    match std::fs::read_dir(&dir) {
+        Ok(entries) => Ok(Some((dir, entries))),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(context(e, "read directory", &dir)),
+    }
+}
+
+/// One entry of the staging directory `dir`, opened, when it is a file this store staged;
+/// `None` for anything else, and for a file published or swept since it was listed.
+pub(super) fn open_staged(
+    entry: io::Result<std::fs::DirEntry>,
+    dir: &FsPath,
+) -> io::Result<Option<(PathBuf, File)>> {
+    let entry = entry.map_err(|e| context(e, "read directory", dir))?;
+    let kind = entry
+        .file_type()
+        .map_err(|e| context(e, "stat", &entry.path()))?;
+    if !kind.is_file() || !is_temporary(&entry.file_name().to_string_lossy()) {
+        return Ok(None);
+    }
+    let path = entry.path();
+    match File::open(&path) {
+        Ok(file) => Ok(Some((path, file))),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(context(e, "open", &path)),
+    }
 }
 
 /// The store's own clock: like the file system it stands in for, the store stamps writes with

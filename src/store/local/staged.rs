@@ -4,13 +4,13 @@
 //! alone what goes, and nothing here changes it.
 
 use std::fs::File;
-use std::io::{self, ErrorKind};
+use std::io;
 use std::path::Path as FsPath;
 use std::time::SystemTime;
 
 #[cfg(target_os = "linux")]
 use super::fs::KEY_XATTR;
-use super::fs::{context, is_temporary, STAGING};
+use super::fs::{context, open_staged, staging_dir};
 
 /// One staged write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,29 +29,15 @@ pub struct StagedWrite {
 
 /// The staged writes under `root`, at most `budget` of the directory's entries looked at.
 pub(super) fn list(root: &FsPath, budget: usize) -> io::Result<Vec<StagedWrite>> {
-    let dir = root.join(STAGING);
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(context(e, "read directory", &dir)),
+    let Some((dir, entries)) = staging_dir(root)? else {
+        return Ok(Vec::new());
     };
     let mut found = Vec::new();
     for entry in entries.take(budget) {
-        let entry = entry.map_err(|e| context(e, "read directory", &dir))?;
-        if !is_temporary(&entry.file_name().to_string_lossy()) {
+        let Some((path, file)) = open_staged(entry, &dir)? else {
             continue;
-        }
-        let path = entry.path();
-        let file = match File::open(&path) {
-            Ok(f) => f,
-            // Published or swept meanwhile.
-            Err(e) if e.kind() == ErrorKind::NotFound => continue,
-            Err(e) => return Err(context(e, "open", &path)),
         };
         let meta = file.metadata().map_err(|e| context(e, "stat", &path))?;
-        if !meta.is_file() {
-            continue;
-        }
         // A shared lock, let go at once: refused while a writer holds its exclusive one.
         let held = match file.try_lock_shared() {
             Ok(()) => false,
