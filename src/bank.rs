@@ -18,6 +18,9 @@ use crate::id::OwnerId;
 use crate::paths::{Key, Prefixed};
 
 mod open;
+mod store_time;
+#[cfg(feature = "collector")]
+pub use store_time::CLOCK_PROBE_ATTEMPTS;
 pub(crate) mod scheme;
 
 /// A handle on one bank. Cheap to clone; clones share the capability cache.

@@ -3,6 +3,7 @@
 //! collected checkpoint. Built on [`paths`](crate::paths) and the records of
 //! [`checkpoint`](crate::checkpoint).
 
+pub use crate::bank::CLOCK_PROBE_ATTEMPTS;
 pub use crate::checkpoint::decision::{
     create_tombstone, decide, finish_owner_decision, write_tombstone,
 };
@@ -10,4 +11,3 @@ pub use crate::checkpoint::repair::{
     check_replaceable, replace_decision, replace_index, set_aside, SetAside, MAX_SET_ASIDE_BYTES,
 };
 pub use crate::checkpoint::Decided;
-pub use crate::store_clock::CLOCK_PROBE_ATTEMPTS;

@@ -47,31 +47,6 @@ pub const BANK_ENV: &str = "BANKLEASE_BANK";
 /// The prefix of environment overrides: `BANKLEASE_<SECTION>__<KEY>`.
 pub const ENV_PREFIX: &str = "BANKLEASE_";
 
-/// How far apart two clocks may run, in parts per million, that the configuration must absorb:
-/// 1,000 ppm (0.1 %). An owner times its lease on its own monotonic clock, the GC on the store's;
-/// over an expire window the owner's clock may count this much less time than passed. The
-/// collector allows the store's clock the same rate against its own (`RATE_ALLOWANCE = 0.001` in
-/// gc/src/time/timing.rs); [`Config::refusals`] holds the windows to it.
-pub const MAX_CLOCK_DRIFT_PPM: u64 = 1_000;
-
-/// [`MAX_CLOCK_DRIFT_PPM`] of `d`, rounded up to the nanosecond.
-pub fn clock_drift_over(d: Duration) -> Duration {
-    let nanos = d.as_nanos() * u128::from(MAX_CLOCK_DRIFT_PPM);
-    nanos_to_duration(nanos.div_ceil(1_000_000))
-}
-
-/// The longest duration whose [`clock_drift_over`] fits in `d`.
-fn longest_drifting_within(d: Duration) -> Duration {
-    nanos_to_duration(d.as_nanos() * 1_000_000 / u128::from(MAX_CLOCK_DRIFT_PPM))
-}
-
-fn nanos_to_duration(nanos: u128) -> Duration {
-    const NANOS_PER_SEC: u128 = 1_000_000_000;
-    let secs = u64::try_from(nanos / NANOS_PER_SEC).unwrap_or(u64::MAX);
-    // The remainder is below 10^9, so it fits.
-    Duration::new(secs, (nanos % NANOS_PER_SEC) as u32)
-}
-
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -254,7 +229,7 @@ pub fn ceil_ms(d: Duration) -> u64 {
 /// `d` rounded up to the millisecond (a grace that is "at least" it is then a round number).
 fn round_up_to_ms(d: Duration) -> Duration {
     let ms = d.as_nanos().div_ceil(1_000_000);
-    nanos_to_duration(ms * 1_000_000)
+    crate::clock::drift::nanos_to_duration(ms * 1_000_000)
 }
 
 impl LeaseConfig {
@@ -498,4 +473,4 @@ mod rules;
 mod tests;
 
 pub use budget::{default_retry_budget, store_client_retry_budget, ClientLimits};
-pub use rules::{landed_within, swift_rule, SwiftRule};
+pub use rules::{swift_rule, SwiftRule};

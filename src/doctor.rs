@@ -440,7 +440,7 @@ async fn probe_clock_and_latency(
         let host_before = wall(clock);
         let t0 = clock.now();
         let (put, dated) =
-            crate::store_clock::dated(store.put(&path, PutPayload::from(vec![b'x'; 64]))).await;
+            crate::clock::store::dated(store.put(&path, PutPayload::from(vec![b'x'; 64]))).await;
         let put = put.map_err(|e| Error::store("put", &path, e));
         let t1 = clock.now();
         let host_after = wall(clock);
@@ -470,7 +470,7 @@ async fn probe_clock_and_latency(
     }
     let _ = store.delete(&path).await;
 
-    let resolution_ms = crate::store_clock::stamp_resolution_ms(taken.iter().map(|s| s.stamped));
+    let resolution_ms = crate::clock::store::stamp_resolution_ms(taken.iter().map(|s| s.stamped));
     let best = taken
         .iter()
         .min_by_key(|s| s.host_after - s.host_before)
@@ -503,7 +503,7 @@ fn date_agreement(taken: &[Sample], resolution: Duration) -> Option<DateHeader> 
     for sample in taken {
         let dated = sample.dated?;
         let slack = |d: Duration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
-        let low = sample.stamped - slack(crate::store_clock::DATE_RESOLUTION + sample.put);
+        let low = sample.stamped - slack(crate::clock::store::DATE_RESOLUTION + sample.put);
         let high = sample.stamped + slack(sample.put + resolution);
         let outside = if dated < low {
             low - dated

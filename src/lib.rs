@@ -57,7 +57,8 @@
 //! [`Config`], [`Error`]. What the GC, the CLI and tools need beside it is in named modules:
 //!
 //! - [`checkpoint`]: checkpoints, the protecting index, the records an observer reads;
-//! - [`clock`]: the `Clock` trait, the system and mock clocks, jitter, [`clock::StoreTime`];
+//! - [`clock`]: time in one home: the `Clock` trait, the store's clock ([`clock::StoreTime`]),
+//!   drift ([`clock::drift`]) and expiry ([`clock::expiry`]);
 //! - [`config`]: the configuration file and its environment overrides;
 //! - [`lease`]: owner leases, their records ([`lease::read_lease`]) and limits;
 //! - [`observe`]: judging a lease from outside ([`observe::judge`]);
@@ -65,7 +66,8 @@
 //! - [`id`]: owner and checkpoint ids, host names;
 //! - [`capability`]: what a store enforces, as a bank's probe found it;
 //! - [`process`]: the kernel's word on processes (for the CLI's supervisor of a tree);
-//! - [`lock`]: named leases and locks on any key, fencing;
+//! - [`lock`]: named leases and locks on any key; fencing in [`lock::fence`], the processes and
+//!   sessions a holder binds in [`lock::process`] and [`lock::session`];
 //! - [`paths`]: every key of the bank's layout, built and parsed;
 //! - [`layout`]: the bank descriptor (`banklease init`);
 //! - [`doctor`]: what a store really enforces, and the verdicts on it;
@@ -101,7 +103,6 @@ pub mod paths;
 pub mod process;
 mod race;
 pub mod store;
-mod store_clock;
 mod windows;
 
 /// The `tracing` target of notices: what an operator should know about how a command works

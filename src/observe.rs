@@ -11,10 +11,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::bank::Bank;
+use crate::clock::expiry::{judge_expiry, Expiry};
+use crate::clock::store::StoreTime;
 use crate::clock::SharedClock;
 use crate::id::OwnerId;
-use crate::lease::{judge_expiry, read_lease, Expiry, LeaseRecord};
-use crate::store_clock::StoreTime;
+use crate::lease::{read_lease, LeaseRecord};
 
 /// What an observer knows about an owner's lease.
 #[derive(Debug, Clone, PartialEq, Eq)]

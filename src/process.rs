@@ -10,7 +10,7 @@
 //! **Invariant:** for an owner lease this is advice to a human only: no judgement of a lease,
 //! and nothing the GC collects, reads it. A named lock held by `lock run` is bound to its
 //! processes the same way, and there the kernel's proof that they are all gone frees the lock
-//! ([`crate::lock::ProcessBinding`]; the rule is stated there).
+//! ([`crate::lock::process::ProcessBinding`]; the rule is stated there).
 
 use std::os::unix::fs::MetadataExt;
 

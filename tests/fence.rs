@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use banklease::clock::MockClock;
-use banklease::lock::{guarded_put, Fence};
+use banklease::lock::fence::guarded_put;
+use banklease::lock::fence::Fence;
 use banklease::{Bank, Error};
 use banklease_testkit::failing::{FailingStore, Op};
 use object_store::path::Path;

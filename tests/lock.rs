@@ -16,9 +16,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use banklease::clock::{Clock, Jitter, MockClock, SharedClock, SystemClock};
+use banklease::lock::fence::fence_path;
+use banklease::lock::fence::guarded_put;
+use banklease::lock::fence::Fence;
 use banklease::lock::{
-    fence_path, guarded_put, Blocking, Fence, LockHolder, LockState, Locks, Order, Release, Term,
-    Wait, MAX_PAYLOAD_BYTES,
+    Blocking, LockHolder, LockState, Locks, Order, Release, Term, Wait, MAX_PAYLOAD_BYTES,
 };
 use banklease::{Bank, Error};
 use banklease_testkit::backends::{Backend, TestBank};

@@ -7,9 +7,9 @@ use object_store::ClientConfigKey;
 
 use super::scheme::Scheme;
 use super::{file_url_path, Bank};
+use crate::clock::store::DateRecorder;
 use crate::config::ClientLimits;
 use crate::error::{Error, Result};
-use crate::store_clock::DateRecorder;
 
 impl Bank {
     pub(super) fn open_with(url: &str, create: bool, limits: ClientLimits) -> Result<Self> {

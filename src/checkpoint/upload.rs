@@ -12,7 +12,7 @@
 //! let bank = Bank::open("memory://")?;
 //! let windows = LeaseWindows::new(Duration::from_secs(1), Duration::from_secs(5), Duration::from_secs(1))?;
 //! let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock)).await?;
-//! let cp = Checkpoint::create(&lease, "cp-big").await?;
+//! let cp = Checkpoint::create(&lease, &"cp-big".parse()?).await?;
 //!
 //! let mut upload = cp.upload_data("volume-1").await?;
 //! for _ in 0..3 {

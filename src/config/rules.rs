@@ -3,15 +3,10 @@
 
 use std::time::Duration;
 
-use super::{clock_drift_over, longest_drifting_within, round_up_to_ms, Config};
+use super::{round_up_to_ms, Config};
 use crate::bank::scheme::Scheme;
+use crate::clock::drift::{clock_drift_over, landed_within, longest_drifting_within};
 use crate::error::{Error, Result};
-
-/// Rule (b) for one writer: the longest a write sent with a client of retry `budget` can take to
-/// land, counted on the collector's clock: the budget plus 0.1 % of it.
-pub fn landed_within(budget: Duration) -> Duration {
-    budget.saturating_add(clock_drift_over(budget))
-}
 
 /// Rule (c) for one owner, on a store whose create-if-absent is timing only (Swift).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +46,7 @@ impl Config {
     /// Windows for which the arithmetic behind the guarantees fails, one message per failed
     /// rule (empty when every rule holds). Each names the keys with their values, the
     /// inequality that failed with its numbers, and the fix. The rules, with `drift(d)` =
-    /// [`MAX_CLOCK_DRIFT_PPM`] of `d` and `budget` = [`store_client_retry_budget`] of `bank.url`:
+    /// [`MAX_CLOCK_DRIFT_PPM`](crate::clock::drift::MAX_CLOCK_DRIFT_PPM) of `d` and `budget` = [`store_client_retry_budget`] of `bank.url`:
     ///
     /// - (a) `drift(lease.expire_window) <= lease.skew_margin + gc.grace`. An owner times its
     ///   lease on its own clock, which may count 0.1 % less than passed; the GC collects

@@ -221,25 +221,6 @@ fn check_hands_back_refusals_that_validate_fails_on() {
 }
 
 #[test]
-fn drift_is_rounded_up_and_inverted_down() {
-    assert_eq!(
-        clock_drift_over(Duration::from_secs(600)),
-        Duration::from_millis(600)
-    );
-    assert_eq!(
-        clock_drift_over(Duration::from_nanos(1)),
-        Duration::from_nanos(1)
-    );
-    assert_eq!(
-        longest_drifting_within(Duration::from_millis(599)),
-        Duration::from_secs(599)
-    );
-    // No overflow at the extremes.
-    assert!(clock_drift_over(Duration::MAX) < Duration::MAX);
-    assert_eq!(longest_drifting_within(Duration::MAX).as_secs(), u64::MAX);
-}
-
-#[test]
 fn missing_file_is_a_clear_error() {
     let msg = Config::load_from(Some(Path::new("/nonexistent/x.toml")), no_env())
         .unwrap_err()

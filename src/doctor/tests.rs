@@ -1,5 +1,5 @@
 use super::*;
-use crate::store_clock::stamp_resolution_ms;
+use crate::clock::store::stamp_resolution_ms;
 
 fn race(rounds: u32, bad: u32) -> CreateRace {
     CreateRace {

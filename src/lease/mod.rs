@@ -1,7 +1,7 @@
 //! The lease core: what owner leases and named locks share, written once.
 //!
 //! - [`record`](self::record): the versioned record and its bounded read;
-//! - [`expiry`](self::expiry): the one expiry judgement on the store's clock;
+//! - the one expiry judgement on the store's clock is [`crate::clock::expiry`];
 //! - `holding`: the holder's state machine — commit (send-time expiry, a late answer does not
 //!   count), reconcile (settle an ambiguous write by reading it back), Lost is final;
 //! - `write`: the one conditional write (token, same-token retry, read-back, deadline) that
@@ -10,7 +10,6 @@
 //! - `owner`: the owner lease (`leases/<owner_id>`), a thin user of the above, as is
 //!   [`crate::lock`].
 
-pub mod expiry;
 mod holding;
 mod owner;
 pub mod record;
@@ -19,7 +18,6 @@ mod swift;
 mod write;
 
 pub use crate::windows::MAX_EXPIRE_WINDOW;
-pub use expiry::{judge_expiry, Expiry};
 pub use holding::LeaseState;
 pub use owner::Keeper;
 pub use owner::OwnerLease;

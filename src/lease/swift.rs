@@ -25,7 +25,7 @@ pub const SWIFT_DELETE_AT_GRID_SECS: u64 = 60;
 /// `X-Delete-After` for a lease with these windows: never before observers may call it dead —
 /// its expire window and that window's drift (`judge_expiry`), then the slack.
 pub(crate) fn ttl_secs(windows: LeaseWindows) -> u64 {
-    let drift = crate::config::clock_drift_over(windows.expire_window);
+    let drift = crate::clock::drift::clock_drift_over(windows.expire_window);
     (windows.expire_window + drift + SWIFT_TTL_SLACK).as_secs() + 1
 }
 
@@ -51,7 +51,7 @@ mod tests {
         let month = Duration::from_secs(30 * 24 * 3600);
         let windows =
             LeaseWindows::new(Duration::from_secs(3600), month, Duration::from_secs(600)).unwrap();
-        let drift = crate::config::clock_drift_over(month);
+        let drift = crate::clock::drift::clock_drift_over(month);
         assert!(
             Duration::from_secs(ttl_secs(windows)) >= month + drift + SWIFT_TTL_SLACK,
             "ttl {} s",

@@ -19,11 +19,11 @@ use super::ops::info_of;
 use super::record::{judge, read_record, update_of, write_record, Judged};
 use super::take::{kept_by, new_record, take, unavailable, Mode, Spec};
 use super::{support, LockHolder, Locks};
+use crate::clock::store::LazyStoreTime;
 use crate::error::{Error, Result};
 use crate::id::OwnerId;
 use crate::lease::{Landed, Written};
 use crate::paths::Key;
-use crate::store_clock::LazyStoreTime;
 
 /// Rounds of read-judge-write when the object keeps changing under us.
 const CONTENTION_ROUNDS: usize = 8;
@@ -155,7 +155,7 @@ impl Locks {
             // length's drift (`judge_expiry`) counted: a short extension of a long record would
             // otherwise bring the instant others may take it forward.
             let old_drift =
-                chrono::Duration::from_std(crate::config::clock_drift_over(rec.duration()))
+                chrono::Duration::from_std(crate::clock::drift::clock_drift_over(rec.duration()))
                     .unwrap_or(chrono::Duration::MAX);
             let left_at_most = (ends + old_drift + margin - sc_now.at_instant(now))
                 .to_std()

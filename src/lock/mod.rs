@@ -13,7 +13,7 @@
 //!   [`Locks::snapshot`]);
 //! - **blocking acquisition** with a fair first-come-first-served ticket queue
 //!   ([`Lock::acquire_blocking`], [`Blocking`]), and **fencing tokens** with a guarded write to
-//!   another object ([`Fence`], [`guarded_put`]).
+//!   another object ([`fence::Fence`], [`fence::guarded_put`]).
 //!
 //! # Guarantees
 //!
@@ -37,7 +37,7 @@
 //!   answer was an error, AlreadyExists or Precondition is read back and recognised by it.
 //! - **Fencing tokens only grow.** The counter lives in the lock object, which is never deleted
 //!   (release and expire write a *free* record that keeps it); every acquisition writes
-//!   `old + 1` with If-Match. [`guarded_put`] refuses a write carrying a lower token than one the
+//!   `old + 1` with If-Match. [`fence::guarded_put`] refuses a write carrying a lower token than one the
 //!   guarded object has already seen.
 //! - **Nothing is faked.** Locks need create-if-absent and If-Match both enforced, and atomic
 //!   under races; a bank that cannot give that (Swift, stores that ignore a condition) is refused with an
@@ -50,7 +50,8 @@
 //! use std::time::Duration;
 //! use banklease::Bank;
 //! use banklease::clock::{Clock, SystemClock};
-//! use banklease::lock::{guarded_put, Locks, Term};
+//! use banklease::lock::fence::guarded_put;
+//! use banklease::lock::{Locks, Term};
 //! use object_store::PutPayload;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -94,16 +95,16 @@
 //! ```
 
 mod claim;
-mod fence;
+pub mod fence;
 mod heartbeat;
 mod info;
 pub(crate) mod name;
 mod named;
 mod ops;
-mod process;
+pub mod process;
 mod queue;
 mod record;
-mod session;
+pub mod session;
 pub mod support;
 mod take;
 mod tickets;
@@ -119,16 +120,13 @@ use crate::id::{validate_id, OwnerId};
 use crate::paths::{Key, Prefix};
 
 pub use claim::{Grant, Snapshot};
-pub use fence::{fence_path, guarded_put, Fence};
 pub use heartbeat::{Heartbeat, HeartbeatFailure};
 pub use info::{Acquired, Current, LockInfo, LockState, Order, Release};
 pub use name::{LockHolder, LockName, LockNames};
 pub use named::Lock;
-pub use process::{ProcessBinding, Processes, TreeCgroup};
 pub use queue::{Blocking, Wait, QUEUE_LOOK, WATCH_POLL};
 pub use record::MAX_DURATION;
-pub use record::{judge, Judged, LockRecord, MAX_PAYLOAD_BYTES};
-pub use session::{new_session, session_holder, split_holder};
+pub use record::{Judged, LockRecord, MAX_PAYLOAD_BYTES};
 pub use support::ensure_supported;
 pub use tickets::Waiter;
 

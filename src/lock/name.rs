@@ -153,7 +153,7 @@ impl fmt::Display for LockNames {
 #[non_exhaustive]
 pub enum LockHolder {
     /// Held by this holder (an owner name, with its session for `lock run`; see
-    /// [`crate::lock::session_holder`]). Printed as the name.
+    /// [`crate::lock::session::session_holder`]). Printed as the name.
     Held(OwnerId),
     /// Free, but promised to this waiter, the first live one in the key's wait queue. Printed as
     /// `<waiter> (first in the wait queue)`.

@@ -10,10 +10,10 @@ use super::named::Lock;
 use super::record::{judge, read_record, update_of, write_record, Judged, LockRecord};
 use super::take::{kept_by, new_record, running, unavailable, CONTENTION_ROUNDS};
 use super::{LockHolder, LockNames, Locks, Term};
+use crate::clock::store::LazyStoreTime;
 use crate::clock::Jitter;
 use crate::error::{Error, Result};
 use crate::lease::Written;
-use crate::store_clock::LazyStoreTime;
 
 impl Locks {
     /// Try `keys` in `order` and acquire the first one available. Fails with

@@ -14,12 +14,12 @@ use serde::{Deserialize, Serialize};
 
 use super::process::ProcessBinding;
 use crate::bank::Bank;
+use crate::clock::expiry::{judge_expiry, Expiry};
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
 use crate::id::validate_id;
 use crate::lease::{
-    encode, judge_expiry, parse_versioned, read_bounded, CondWrite, Expiry, Found, How, Tokened,
-    Written,
+    encode, parse_versioned, read_bounded, CondWrite, Found, How, Tokened, Written,
 };
 
 /// The lock body format this version writes and understands.
@@ -143,9 +143,9 @@ pub enum Judged {
 
 /// Judge a record from what the store said. Pure.
 ///
-/// A held record's duration is judged by [`crate::lease::judge_expiry`], as owner leases are:
+/// A held record's duration is judged by [`crate::clock::expiry::judge_expiry`], as owner leases are:
 /// the skew margin always errs on the side of the holder.
-pub fn judge(
+pub(crate) fn judge(
     record: &LockRecord,
     last_modified: DateTime<Utc>,
     store_now: DateTime<Utc>,

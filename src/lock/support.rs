@@ -100,7 +100,7 @@ fn cells_for(bank: &Bank) -> (Cell, Cell) {
 }
 
 /// Fail with [`Error::Unsupported`] unless `bank` can keep named locks *and* its ETags change on
-/// every write, as [`guarded_put`](super::guarded_put) needs (probed once per store).
+/// every write, as [`guarded_put`](super::fence::guarded_put) needs (probed once per store).
 ///
 /// Invariant: **a fenced write is never conditioned on a content hash.** The guarded object's
 /// write is an If-Match on the version read before the fence check; where the ETag is a hash of

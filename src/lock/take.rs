@@ -17,10 +17,10 @@ use object_store::PutMode;
 use super::process::ProcessBinding;
 use super::record::{self, judge, read_record, update_of, write_record, Judged, LockRecord};
 use super::{support, tickets, LockHolder, Locks};
+use crate::clock::store::LazyStoreTime;
 use crate::error::{Error, Result};
 use crate::id::{local_hostname, OwnerId};
 use crate::lease::{new_token, Landed, Written};
-use crate::store_clock::LazyStoreTime;
 
 /// Rounds of read-judge-write when the object keeps changing under us.
 pub(crate) const CONTENTION_ROUNDS: usize = 4;

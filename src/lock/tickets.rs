@@ -9,9 +9,9 @@ use object_store::ObjectStoreExt;
 
 use super::record::{judge, read_record, Judged};
 use super::{support, Locks};
+use crate::clock::store::LazyStoreTime;
 use crate::error::{Error, Result};
 use crate::paths::Key;
-use crate::store_clock::LazyStoreTime;
 
 pub(crate) use crate::paths::TICKET_DIGITS;
 

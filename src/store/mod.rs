@@ -13,7 +13,7 @@ pub(crate) mod local;
 pub(crate) mod swift;
 
 pub use crate::capability::is_refusal;
-pub use crate::store_clock::{dated, DateRecorder, DATE_RESOLUTION};
+pub use crate::clock::store::{dated, DateRecorder, DATE_RESOLUTION};
 pub use cause::{classify, StoreCause};
 pub use counting::{Counters, CountingStore};
 pub(crate) use etag::unquoted;

@@ -143,7 +143,7 @@ enum Event {
 impl Running {
     /// What a lock's record names of COMMAND's tree ([`Proof::bind_locks`]); `handoff` lets a
     /// waiter on this host take the lock as soon as it is all gone. `None` when unguarded.
-    pub fn binding(&self, handoff: bool) -> Option<banklease::lock::Processes> {
+    pub fn binding(&self, handoff: bool) -> Option<banklease::lock::process::Processes> {
         match &self.inner {
             Inner::Plain { .. } => None,
             Inner::Guarded {
@@ -152,7 +152,7 @@ impl Running {
                 command,
                 command_start_ticks,
                 done,
-            } => Some(banklease::lock::Processes {
+            } => Some(banklease::lock::process::Processes {
                 // The guard leads COMMAND's process group.
                 group: guard.pid(),
                 command: *command,

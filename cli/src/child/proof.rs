@@ -83,7 +83,7 @@ impl Proof {
     /// is the heartbeat's to retry. No handoff for `run --lock`: its agent writes checkpoints
     /// from the supervisor, and a write sent before it died may still land (it drains them
     /// before it releases), so its lock runs out instead.
-    pub fn bind_locks(&self, to: &banklease::lock::Processes) {
+    pub fn bind_locks(&self, to: &banklease::lock::process::Processes) {
         for hold in &self.holds {
             let Hold::Lock { lock, .. } = hold else {
                 continue;

@@ -9,7 +9,7 @@
 //! - where the host delegates a cgroup v2 (one this user may create and move processes into),
 //!   COMMAND runs in a **cgroup of its own**: it is frozen and killed atomically, and it still
 //!   names the tree after supervisor and guard both died (a same-host waiter reads it:
-//!   [`banklease::lock::ProcessBinding`]).
+//!   [`banklease::lock::process::ProcessBinding`]).
 //!
 //! `BANKLEASE_TREE=subreaper` uses the subreaper alone; `BANKLEASE_TREE=cgroup` refuses to run
 //! without a cgroup.

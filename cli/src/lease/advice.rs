@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use banklease::clock::add_saturating;
+use banklease::clock::drift::clock_drift_over;
 use banklease::clock::StoreTime;
-use banklease::config::clock_drift_over;
 use banklease::observe::Read;
 use banklease::process::ProcessHere;
 use banklease::process::ProcessStamp;

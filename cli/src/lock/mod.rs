@@ -6,7 +6,7 @@
 //! store's clock with `[lease] skew_margin`.
 //!
 //! Each process acquires in a session of its own: the holder written is `<owner>.<session>`
-//! (see [`banklease::lock::session_holder`]), so the same `--owner` from two processes never
+//! (see [`banklease::lock::session::session_holder`]), so the same `--owner` from two processes never
 //! both hold a lock. `lock acquire` prints the session; `--session` acts in it again.
 //!
 //! Exit codes: `acquire` 0 acquired, 1 (or `-E CODE`) unavailable; `release` 0 released or
@@ -22,7 +22,9 @@ mod view;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use banklease::lock::{new_session, session_holder, LockHolder, Locks, Release, Wait};
+use banklease::lock::session::new_session;
+use banklease::lock::session::session_holder;
+use banklease::lock::{LockHolder, Locks, Release, Wait};
 use banklease::Error;
 use clap::{Args, Subcommand};
 use serde::Serialize;

@@ -1,5 +1,5 @@
 //! `banklease lock put KEY --token T OBJECT FILE|-`: a write fenced by a lock's token, from a
-//! shell (see [`banklease::lock::guarded_put`] for the protocol).
+//! shell (see [`banklease::lock::fence::guarded_put`] for the protocol).
 
 use std::io::Read;
 use std::path::PathBuf;

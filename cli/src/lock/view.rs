@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use banklease::lock::{split_holder, LockInfo, LockState, Waiter};
+use banklease::lock::session::split_holder;
+use banklease::lock::{LockInfo, LockState, Waiter};
 use serde::Serialize;
 
 use super::{locks, Namespace};
@@ -67,7 +68,7 @@ fn row(ns: &str, info: &LockInfo, margin: Duration) -> LockRow {
 fn free_for_others_in(state: &LockState, margin: Duration, length: Duration) -> Option<Duration> {
     match state {
         LockState::Held { remaining, .. } => {
-            Some(*remaining + 2 * margin + banklease::config::clock_drift_over(length))
+            Some(*remaining + 2 * margin + banklease::clock::drift::clock_drift_over(length))
         }
         _ => None,
     }

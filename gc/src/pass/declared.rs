@@ -12,7 +12,8 @@
 
 use std::time::Duration;
 
-use banklease::config::{default_retry_budget, landed_within, swift_rule};
+use banklease::clock::drift::landed_within;
+use banklease::config::{default_retry_budget, swift_rule};
 use banklease::{Bank, LeaseRecord, OwnerId};
 
 use crate::pass::options::GcOptions;

@@ -345,7 +345,7 @@ fn configuration_errors_name_what_is_missing() {
 /// A bank on the fake through Keystone, its answers going through a [`DateRecorder`] as a bank
 /// opened from a URL does.
 ///
-/// [`DateRecorder`]: crate::store_clock::DateRecorder
+/// [`DateRecorder`]: crate::clock::store::DateRecorder
 fn dated_bank(fake: &Fake) -> crate::Bank {
     let store = SwiftBuilder::new()
         .with_config(SwiftConfigKey::OsAuthUrl, "http://keystone.invalid:5000/v3")
@@ -354,7 +354,7 @@ fn dated_bank(fake: &Fake) -> crate::Bank {
         .with_config(SwiftConfigKey::OsProjectName, "proj")
         .with_config(SwiftConfigKey::OsRegionName, "r1")
         .with_container("c")
-        .with_http_connector(crate::store_clock::DateRecorder::new(Arc::new(
+        .with_http_connector(crate::clock::store::DateRecorder::new(Arc::new(
             FakeConnector(fake.clone()),
         )))
         .build()

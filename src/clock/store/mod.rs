@@ -11,12 +11,9 @@
 
 mod date;
 mod lazy;
-mod probe;
 mod store_time;
 
 pub use date::{dated, DateRecorder, DATE_RESOLUTION};
 pub(crate) use lazy::LazyStoreTime;
-#[cfg(feature = "collector")]
-pub use probe::CLOCK_PROBE_ATTEMPTS;
 pub(crate) use store_time::stamp_resolution_ms;
 pub use store_time::{add_saturating, sub_saturating, StoreTime};

@@ -20,10 +20,10 @@ use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 
 use crate::bank::Bank;
+use crate::clock::store::StoreTime;
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
 use crate::paths::{Key, Prefix};
-use crate::store_clock::StoreTime;
 
 impl Bank {
     /// The store's current time, read by writing a small probe object and reading back its
@@ -176,19 +176,19 @@ impl Bank {
     /// The store's time from the `Date` of its answer to one read (a HEAD of the descriptor),
     /// writing nothing; `None` when the answer carries no `Date`. The stamp was made between
     /// the read's send and its answer, and the store's true time then was less than
-    /// [`DATE_RESOLUTION`](crate::store_clock::DATE_RESOLUTION) above it: the reading is taken
+    /// [`DATE_RESOLUTION`](crate::clock::store::DATE_RESOLUTION) above it: the reading is taken
     /// as sent that much earlier, which keeps both of its bounds true.
     pub async fn store_time_from_date(&self, clock: &SharedClock) -> Result<Option<StoreTime>> {
         let path = Key::Descriptor.path(self);
         let sent = clock.now();
-        let (answer, date) = crate::store_clock::dated(self.store().head(&path)).await;
+        let (answer, date) = crate::clock::store::dated(self.store().head(&path)).await;
         let observed = clock.now();
         match answer {
             // A bank made before descriptors existed has none: its answer is dated too.
             Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(Error::store("head", &path, e)),
         }
-        let sent = sent.checked_sub(crate::store_clock::DATE_RESOLUTION);
+        let sent = sent.checked_sub(crate::clock::store::DATE_RESOLUTION);
         Ok(date.zip(sent).map(|(at, sent)| StoreTime {
             at,
             sent,
@@ -206,7 +206,7 @@ impl Bank {
             stamps.push(self.store_time(clock).await?.at);
         }
         Ok(Duration::from_millis(
-            crate::store_clock::stamp_resolution_ms(stamps.into_iter()),
+            crate::clock::store::stamp_resolution_ms(stamps.into_iter()),
         ))
     }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-/// One reading of the store's clock (a probe's `last_modified`, see [`Bank::store_time`]), with
+/// One reading of the store's clock (a probe's `last_modified`, see [`Bank::store_time`](crate::Bank::store_time)), with
 /// the monotonic instants around it, so that both a lower and an upper bound of the store's time
 /// can be carried forward.
 #[derive(Debug, Clone, Copy)]

@@ -1,6 +1,6 @@
 //! The one expiry judgement: is a holding that the store stamped at `last_modified`, declared to
 //! last `length`, still held at the store's time `store_now`? Owner leases
-//! ([`crate::observe::judge`]), named locks ([`crate::lock::judge`]) and takeovers all call it.
+//! ([`crate::observe::judge`]), named locks (`lock::record::judge`) and takeovers all call it.
 //!
 //! Everything uncertain goes in the holder's favour: the skew margin, and the clock drift of
 //! the holding's *own* declared length (its holder times it on its own clock, which may count
@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::config::clock_drift_over;
-use crate::store_clock::{add_saturating, sub_saturating, StoreTime};
+use crate::clock::drift::clock_drift_over;
+use crate::clock::store::{add_saturating, sub_saturating, StoreTime};
 
 /// Where a holding stands on the store's clock, the skew margin deducted in the holder's favour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +36,7 @@ pub enum Expiry {
 /// the side of the holder being alive.
 ///
 /// Invariant: **each holding is given the drift of its own length.** Its holder times it on its
-/// own clock, which may count [`MAX_CLOCK_DRIFT_PPM`](crate::config::MAX_CLOCK_DRIFT_PPM) less
+/// own clock, which may count [`MAX_CLOCK_DRIFT_PPM`](crate::clock::drift::MAX_CLOCK_DRIFT_PPM) less
 /// than passed ([`clock_drift_over`]): it is dead only that much past its declared length, on
 /// top of the margin — the length the holder declared (up to 30 days), not the observer's
 /// configured window.

@@ -1,4 +1,19 @@
-//! Time and randomness, behind traits so that tests control them.
+//! Time, in one place: the host's clocks behind a trait, the store's clock, how far clocks may
+//! drift, and how a lease's expiry is judged from a reading. One path leads from a reading to a
+//! verdict:
+//!
+//! 1. [`Bank::store_time`](crate::Bank::store_time) reads the store's clock (a probe written and
+//!    read back, `src/bank/store_time.rs`) into a [`StoreTime`]: the store's time with bounds,
+//!    carried forward on this host's monotonic [`Clock`] and judged at the instant a request
+//!    was *sent* ([`StoreTime::at_send`]), never when its answer arrived.
+//! 2. [`drift`] adds what two clocks may drift apart over a span (0.1 %, [`drift::clock_drift_over`]).
+//! 3. [`expiry::judge_expiry`] turns a lease's stamp, its windows and that reading into an
+//!    [`expiry::Expiry`]: alive, or expired since when.
+//! 4. [`crate::observe::judge`] makes it a verdict on another owner's lease (`LeaseView`); the
+//!    collector's own additions (step detection, the floor, the per-host record) are in
+//!    `banklease-gc`'s `time` module.
+//!
+//! Time and randomness are behind traits so that tests control them.
 //!
 //! The library never reads the system clock or sleeps directly (clippy's `disallowed_methods`
 //! enforces this outside this file). Owner-side lease expiry uses [`Clock::now`], a *monotonic*
@@ -10,7 +25,11 @@
 //! `CLOCK_BOOTTIME − CLOCK_MONOTONIC` since the process started, so an owner that wakes from a
 //! suspend longer than its remaining validity finds its lease Lost instead of writing on.
 
-pub use crate::store_clock::{add_saturating, sub_saturating, StoreTime};
+pub mod drift;
+pub mod expiry;
+pub(crate) mod store;
+
+pub use store::{add_saturating, sub_saturating, StoreTime};
 
 use std::fmt;
 use std::future::Future;
