@@ -50,7 +50,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime};
 
-use async_trait::async_trait;
 use banklease::checkpoint::{
     parse_marker, CheckpointRecord, Decided, Decider, Decision, Status, CHECKPOINT_FORMAT,
 };
@@ -64,14 +63,11 @@ use banklease::{Bank, Checkpoint, Error, LeaseState, LeaseWindows, OwnerId, Owne
 use banklease_gc::{Collector, GcOptions};
 use banklease_gc_daemon::Daemon;
 use banklease_testkit::failing::{FailingStore, FaultCounts, Op, Strike};
+use banklease_testkit::port::{Port, PortHooks};
 use banklease_testkit::sim_store::{Mutation, MutationKind, SimStore, StoreClock, StoreView};
-use futures::stream::BoxStream;
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
-};
+use object_store::{GetResult, ObjectMeta, ObjectStore, ObjectStoreExt, PutPayload};
 
 #[path = "simulation/actors.rs"]
 mod actors;

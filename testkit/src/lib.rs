@@ -9,6 +9,8 @@
 //!   clock (skewed, jumping), with switches for weaker stores (no If-Match, stale reads);
 //! - [`gate`]: `GateStore<T>`, a wrapper that holds one chosen answer back after the store
 //!   served it (a late answer), splits a create-if-absent as Swift does, or holds listings;
+//! - [`port`]: `Port<S, H>`, one participant's connection to a store, paused, cut off or killed
+//!   through its hooks (the GC simulation's owners and collectors);
 //! - [`rgw`]: `RgwEtags<T>`, a store that compares `If-Match` with unquoted ETags (Ceph RGW);
 //! - [`backends`]: the backends a suite runs on (memory, file, and the servers CI configures),
 //!   a fresh bank on each, and `each_backend`, which runs a suite on all of them.
@@ -19,6 +21,7 @@ pub mod backends;
 pub mod failing;
 pub mod gate;
 pub mod keystone;
+pub mod port;
 pub mod rgw;
 pub mod sim_store;
 pub mod stall;

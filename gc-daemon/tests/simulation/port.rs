@@ -37,20 +37,6 @@ fn verbose() -> bool {
     *ON.get_or_init(|| std::env::var("SIM_VERBOSE").is_ok_and(|v| v == "1"))
 }
 
-/// A short description of an answer, for the trace.
-fn answer<T>(r: &object_store::Result<T>, detail: impl Fn(&T) -> String) -> String {
-    match r {
-        Ok(v) => detail(v),
-        Err(object_store::Error::NotFound { .. }) => "not found".to_owned(),
-        Err(object_store::Error::AlreadyExists { .. }) => "already exists".to_owned(),
-        Err(object_store::Error::Precondition { .. }) => "precondition failed".to_owned(),
-        Err(e) => format!(
-            "error ({})",
-            e.to_string().chars().take(60).collect::<String>()
-        ),
-    }
-}
-
 /// Reads whose answer is judged against a clock: a pause between the store serving them and
 /// the judgement is what a collector must survive.
 fn judged_read(path: &Path) -> bool {
@@ -113,7 +99,7 @@ impl Ctl {
             .trace(format_args!("{} host SUSPENDED for {length:?}", self.name));
     }
 
-    pub(crate) fn gone(&self, why: &str) -> object_store::Error {
+    fn refusal(&self, why: &str) -> object_store::Error {
         object_store::Error::Generic {
             store: "SimPort",
             source: format!("{}: {why}", self.name).into(),
@@ -189,7 +175,7 @@ impl Ctl {
         }
     }
 
-    pub(crate) async fn before(&self, path: &Path) -> object_store::Result<u32> {
+    async fn before_request(&self, path: &Path) -> object_store::Result<u32> {
         self.world.bump();
         if self.gc && !in_prefix(path) {
             self.world.violate(Violation::OutsidePrefix {
@@ -198,35 +184,30 @@ impl Ctl {
             });
         }
         if self.dead.load(Ordering::SeqCst) {
-            return Err(self.gone("crashed"));
+            return Err(self.refusal("crashed"));
         }
         let n = self.requests.fetch_add(1, Ordering::SeqCst);
         self.maybe_pause(n, false, path);
         self.wait_unpaused().await;
         if self.dead.load(Ordering::SeqCst) {
-            return Err(self.gone("crashed"));
+            return Err(self.refusal("crashed"));
         }
         if self.isolated.load(Ordering::SeqCst) {
-            return Err(self.gone("isolated from the store"));
+            return Err(self.refusal("isolated from the store"));
         }
         Ok(n)
     }
 
-    pub(crate) async fn after(&self, n: u32, path: &Path) {
+    async fn after_answer(&self, n: u32, path: &Path) {
         self.world.bump();
         self.maybe_pause(n, true, path);
         self.wait_unpaused().await;
     }
 
-    /// Serve `call` on behalf of this participant (see [`CALLER`]).
-    pub(crate) async fn serve<R>(&self, call: impl Future<Output = R>) -> R {
-        CALLER.scope(self.name.clone(), call).await
-    }
-
     /// Trace a request sent at `sent` whose answer (`what`) is being delivered now: every
     /// request with `SIM_VERBOSE=1`, and a collector's judged read whose answer took long (a
     /// late answer or a pause: the judgement sees it later than the store served it).
-    pub(crate) fn note(&self, op: &str, path: &Path, sent: Duration, what: impl fmt::Display) {
+    fn trace_answer(&self, op: &str, path: &Path, sent: Duration, what: &dyn fmt::Display) {
         let took = self.world.now().saturating_sub(sent);
         let slow_read = self.gc && judged_read(path) && took > Duration::from_millis(50);
         if verbose() || slow_read {
@@ -239,234 +220,74 @@ impl Ctl {
     }
 }
 
-#[derive(Debug)]
-pub(crate) struct Port {
-    pub(crate) inner: FailingStore<SimStore>,
-    pub(crate) ctl: Arc<Ctl>,
-}
-
-impl fmt::Display for Port {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Port({}, {})", self.ctl.name, self.inner)
+impl PortHooks for Ctl {
+    fn name(&self) -> &str {
+        &self.name
     }
-}
 
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl ObjectStore for Port {
-    async fn put_opts(
+    fn now(&self) -> Duration {
+        self.world.now()
+    }
+
+    fn before(&self, path: &Path) -> impl Future<Output = object_store::Result<u32>> + Send {
+        self.before_request(path)
+    }
+
+    fn after(&self, n: u32, path: &Path) -> impl Future<Output = ()> + Send {
+        self.after_answer(n, path)
+    }
+
+    /// Serve `call` on behalf of this participant (see [`CALLER`]).
+    fn serve<R: Send>(
         &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        let sent = self.ctl.world.now();
-        let n = self.ctl.before(location).await?;
-        let world = &self.ctl.world;
-        if clock_probe(location) && world.probe_lag.load(Ordering::SeqCst) {
-            // What a lagging replica will answer the read-back with (no request: the driver's
-            // view of the store).
-            let parent = Path::from_iter(location.parts().take(location.parts().count() - 1));
-            let previous = world
-                .sim
-                .objects(Some(&parent))
-                .into_iter()
-                .map(|(meta, _)| meta)
-                .find(|meta| &meta.location == location);
-            let mut before = world.probe_before.lock().unwrap();
-            match previous {
-                Some(meta) => before.insert(location.clone(), meta),
-                None => before.remove(location),
-            };
+        call: impl Future<Output = R> + Send,
+    ) -> impl Future<Output = R> + Send {
+        CALLER.scope(self.name.clone(), call)
+    }
+
+    /// With lagging probe reads on, remember what a lagging replica will answer the read-back
+    /// of a clock probe with (no request: the driver's view of the store).
+    fn before_put(&self, location: &Path) {
+        let world = &self.world;
+        if !(clock_probe(location) && world.probe_lag.load(Ordering::SeqCst)) {
+            return;
         }
-        let mode = format!("PUT({:?})", opts.mode);
-        let r = self
-            .ctl
-            .serve(self.inner.put_opts(location, payload, opts))
-            .await;
-        self.ctl.after(n, location).await;
-        self.ctl.note(
-            &mode,
-            location,
-            sent,
-            answer(&r, |p| format!("ok {:?}", p.e_tag)),
-        );
-        r
+        let parent = Path::from_iter(location.parts().take(location.parts().count() - 1));
+        let previous = world
+            .sim
+            .objects(Some(&parent))
+            .into_iter()
+            .map(|(meta, _)| meta)
+            .find(|meta| &meta.location == location);
+        let mut before = world.probe_before.lock().unwrap();
+        match previous {
+            Some(meta) => before.insert(location.clone(), meta),
+            None => before.remove(location),
+        };
     }
 
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        let n = self.ctl.before(location).await?;
-        let r = self.inner.put_multipart_opts(location, opts).await;
-        self.ctl.after(n, location).await;
-        r
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        let sent = self.ctl.world.now();
-        let n = self.ctl.before(location).await?;
-        let op = if options.head { "HEAD" } else { "GET" };
-        let mut r = self.inner.get_opts(location, options).await;
-        let world = &self.ctl.world;
-        if clock_probe(location) && world.probe_lag.load(Ordering::SeqCst) {
-            if let (Ok(got), Some(before)) =
-                (r.as_mut(), world.probe_before.lock().unwrap().get(location))
-            {
-                got.meta = before.clone();
-                got.range = 0..before.size;
-                world.probe_lag_reads.fetch_add(1, Ordering::SeqCst);
-            }
+    /// With lagging probe reads on, a clock probe's read-back answers its previous version.
+    fn answer_get(&self, location: &Path, answer: &mut object_store::Result<GetResult>) {
+        let world = &self.world;
+        if !(clock_probe(location) && world.probe_lag.load(Ordering::SeqCst)) {
+            return;
         }
-        self.ctl.after(n, location).await;
-        self.ctl.note(
-            op,
-            location,
-            sent,
-            answer(&r, |g| {
-                format!(
-                    "last_modified={} e_tag={:?}",
-                    g.meta.last_modified.format("%H:%M:%S%.3f"),
-                    g.meta.e_tag
-                )
-            }),
-        );
-        r
+        if let (Ok(got), Some(before)) = (
+            answer.as_mut(),
+            world.probe_before.lock().unwrap().get(location),
+        ) {
+            got.meta = before.clone();
+            got.range = 0..before.size;
+            world.probe_lag_reads.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
-    async fn get_ranges(
-        &self,
-        location: &Path,
-        ranges: &[Range<u64>],
-    ) -> object_store::Result<Vec<bytes_alias::Bytes>> {
-        let n = self.ctl.before(location).await?;
-        let r = self.inner.get_ranges(location, ranges).await;
-        self.ctl.after(n, location).await;
-        r
+    fn note(&self, op: &str, path: &Path, sent: Duration, what: &dyn fmt::Display) {
+        self.trace_answer(op, path, sent, what)
     }
 
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        let inner = self.inner.clone();
-        let ctl = self.ctl.clone();
-        locations
-            .then(move |location| {
-                let inner = inner.clone();
-                let ctl = ctl.clone();
-                async move {
-                    let location = location?;
-                    let sent = ctl.world.now();
-                    let n = ctl.before(&location).await?;
-                    let r = ctl
-                        .serve(
-                            inner
-                                .delete_stream(
-                                    futures::stream::iter([Ok(location.clone())]).boxed(),
-                                )
-                                .next(),
-                        )
-                        .await
-                        .unwrap_or_else(|| Err(ctl.gone("no answer")));
-                    ctl.after(n, &location).await;
-                    ctl.note("DELETE", &location, sent, answer(&r, |_| "ok".to_owned()));
-                    r
-                }
-            })
-            .boxed()
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let inner = self.inner.clone();
-        let ctl = self.ctl.clone();
-        let prefix = prefix.cloned();
-        futures::stream::once(async move {
-            let at = prefix.clone().unwrap_or_default();
-            match ctl.before(&at).await {
-                Err(e) => futures::stream::iter([Err(e)]).boxed(),
-                Ok(n) => {
-                    let items: Vec<_> = inner.list(prefix.as_ref()).collect().await;
-                    ctl.after(n, &at).await;
-                    futures::stream::iter(items).boxed()
-                }
-            }
-        })
-        .flatten()
-        .boxed()
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let inner = self.inner.clone();
-        let ctl = self.ctl.clone();
-        let prefix = prefix.cloned();
-        let offset = offset.clone();
-        futures::stream::once(async move {
-            let at = prefix.clone().unwrap_or_default();
-            match ctl.before(&at).await {
-                Err(e) => futures::stream::iter([Err(e)]).boxed(),
-                Ok(n) => {
-                    let items: Vec<_> = inner
-                        .list_with_offset(prefix.as_ref(), &offset)
-                        .collect()
-                        .await;
-                    ctl.after(n, &at).await;
-                    futures::stream::iter(items).boxed()
-                }
-            }
-        })
-        .flatten()
-        .boxed()
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        let at = prefix.cloned().unwrap_or_default();
-        let n = self.ctl.before(&at).await?;
-        let r = self.inner.list_with_delimiter(prefix).await;
-        self.ctl.after(n, &at).await;
-        r
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.ctl.before(from).await?;
-        let n = self.ctl.before(to).await?;
-        let r = self
-            .ctl
-            .serve(self.inner.copy_opts(from, to, options))
-            .await;
-        self.ctl.after(n, to).await;
-        r
-    }
-
-    async fn rename_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: RenameOptions,
-    ) -> object_store::Result<()> {
-        self.ctl.before(from).await?;
-        let n = self.ctl.before(to).await?;
-        let r = self
-            .ctl
-            .serve(self.inner.rename_opts(from, to, options))
-            .await;
-        self.ctl.after(n, to).await;
-        r
+    fn gone(&self, why: &str) -> object_store::Error {
+        self.refusal(why)
     }
 }
 
@@ -480,10 +301,7 @@ pub(crate) fn in_prefix(path: &Path) -> bool {
 }
 
 pub(crate) fn port_bank(world: &Arc<World>, ctl: &Arc<Ctl>) -> Bank {
-    let port = Port {
-        inner: world.faults.clone(),
-        ctl: ctl.clone(),
-    };
+    let port = Port::new(world.faults.clone(), ctl.clone());
     // With varied owners, a Swift bank as far as the rules go (each owner's rule (c)).
     let label = if world.varied.is_some() {
         "swift://sim/bank"
