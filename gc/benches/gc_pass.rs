@@ -25,8 +25,6 @@ mod http_count;
 mod karbor;
 #[path = "gc_pass/lease_bench.rs"]
 mod lease_bench;
-#[path = "gc_pass/recording.rs"]
-mod recording;
 #[path = "gc_pass/replay.rs"]
 mod replay;
 #[path = "gc_pass/report.rs"]
@@ -298,7 +296,7 @@ async fn child(kind: &str, job: &Job) -> anyhow::Result<serde_json::Value> {
         "gc" => {
             let built = prepare(job, &opened).await?;
             let recorder = match &job.log {
-                Some(log) => Some(recording::RecordingStore::new(
+                Some(log) => Some(banklease_testkit::recording::RecordingStore::new(
                     Arc::clone(opened.bank.store()),
                     std::path::Path::new(log),
                     opened.bank.prefix(),

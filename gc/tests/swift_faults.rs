@@ -23,8 +23,7 @@
 
 use banklease_testkit::backends;
 use banklease_testkit::cid;
-#[path = "common/swift_proxy.rs"]
-mod swift_proxy;
+use banklease_testkit::swift_proxy;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

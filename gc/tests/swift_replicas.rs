@@ -38,8 +38,7 @@
 
 use banklease_testkit::backends;
 use banklease_testkit::cid;
-#[path = "common/swift_proxy.rs"]
-mod swift_proxy;
+use banklease_testkit::swift_proxy;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -379,40 +378,39 @@ async fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> 
 
 // ---- the test's proxies ---------------------------------------------------------------------
 
-/// The test's proxies (common/swift_proxy.rs), started with `Proxy::start_with(root, extra)`:
-/// the shared one's configuration with `extra` settings for `[app:proxy-server]`.
-impl Proxy {
-    /// A bank on `prefix` through this proxy (the client options `Bank::open` uses).
-    fn bank(&self, prefix: &str) -> Bank {
-        let store = SwiftBuilder::new()
-            .with_tempauth(
-                format!("http://127.0.0.1:{}/auth/v1.0", self.port),
-                std::env::var("ST_USER").unwrap_or_else(|_| "test:tester".to_owned()),
-                std::env::var("ST_KEY").unwrap_or_else(|_| "testing".to_owned()),
-            )
-            .with_container(container())
-            .build()
-            .unwrap();
-        Bank::from_swift(store, prefix, &format!("swift via :{}", self.port))
-    }
+// The test's proxies (testkit's swift_proxy), started with `Proxy::start_with(root, extra)`:
+// the shared one's configuration with `extra` settings for `[app:proxy-server]`.
 
-    /// A TempAuth token and the account (`AUTH_test`), for raw requests.
-    async fn token(&self) -> (String, String) {
-        let user = std::env::var("ST_USER").unwrap_or_else(|_| "test:tester".to_owned());
-        let key = std::env::var("ST_KEY").unwrap_or_else(|_| "testing".to_owned());
-        let a = http(
-            self.port,
-            "GET",
-            "/auth/v1.0",
-            &[("X-Auth-User", &user), ("X-Auth-Key", &key)],
+/// A bank on `prefix` through `proxy` (the client options `Bank::open` uses).
+fn proxy_bank(proxy: &Proxy, prefix: &str) -> Bank {
+    let store = SwiftBuilder::new()
+        .with_tempauth(
+            format!("http://127.0.0.1:{}/auth/v1.0", proxy.port),
+            std::env::var("ST_USER").unwrap_or_else(|_| "test:tester".to_owned()),
+            std::env::var("ST_KEY").unwrap_or_else(|_| "testing".to_owned()),
         )
-        .await;
-        assert_eq!(a.status, 200, "tempauth: {a:?}");
-        let token = a.headers["x-auth-token"].clone();
-        let url = &a.headers["x-storage-url"];
-        let account = url.rsplit('/').next().unwrap().to_owned();
-        (token, account)
-    }
+        .with_container(container())
+        .build()
+        .unwrap();
+    Bank::from_swift(store, prefix, &format!("swift via :{}", proxy.port))
+}
+
+/// A TempAuth token and the account (`AUTH_test`) through `proxy`, for raw requests.
+async fn proxy_token(proxy: &Proxy) -> (String, String) {
+    let user = std::env::var("ST_USER").unwrap_or_else(|_| "test:tester".to_owned());
+    let key = std::env::var("ST_KEY").unwrap_or_else(|_| "testing".to_owned());
+    let a = http(
+        proxy.port,
+        "GET",
+        "/auth/v1.0",
+        &[("X-Auth-User", &user), ("X-Auth-Key", &key)],
+    )
+    .await;
+    assert_eq!(a.status, 200, "tempauth: {a:?}");
+    let token = a.headers["x-auth-token"].clone();
+    let url = &a.headers["x-storage-url"];
+    let account = url.rsplit('/').next().unwrap().to_owned();
+    (token, account)
 }
 
 fn container() -> String {
@@ -503,11 +501,11 @@ async fn a_stale_object_server_is_never_read_and_passes_collect_nothing_of_the_l
         Proxy::start_with(&replicas.root, &["error_suppression_limit = 1000000"]),
     );
     let prefix = format!("replicas-{}", uuid::Uuid::new_v4().simple());
-    let owners = owners_proxy.bank(&prefix);
-    let readers = readers_proxy.bank(&prefix);
+    let owners = proxy_bank(&owners_proxy, &prefix);
+    let readers = proxy_bank(&readers_proxy, &prefix);
     // Made a bank first, as an operator does (`banklease init`).
     banklease::layout::init(&owners).await.unwrap();
-    let (token, account) = readers_proxy.token().await;
+    let (token, account) = proxy_token(&readers_proxy).await;
     eprintln!("{TEST}: proxies ready in {:?}", started.elapsed());
 
     // The live owner: a keeper renews every second through the owners' proxy.

@@ -11,7 +11,11 @@
 //!   served it (a late answer), splits a create-if-absent as Swift does, or holds listings;
 //! - [`port`]: `Port<S, H>`, one participant's connection to a store, paused, cut off or killed
 //!   through its hooks (the GC simulation's owners and collectors);
+//! - [`recording`]: `RecordingStore<T>`, a wrapper that logs every request, for the GC
+//!   benchmark's replay of a pass's own requests (the store's floor);
 //! - [`rgw`]: `RgwEtags<T>`, a store that compares `If-Match` with unquoted ETags (Ceph RGW);
+//! - [`swift_proxy`]: a test's own `swift-proxy-server` in front of the local Swift, to kill,
+//!   restart, pause and resume;
 //! - [`backends`]: the backends a suite runs on (memory, file, and the servers CI configures),
 //!   a fresh bank on each, and `each_backend`, which runs a suite on all of them.
 //!
@@ -22,9 +26,11 @@ pub mod failing;
 pub mod gate;
 pub mod keystone;
 pub mod port;
+pub mod recording;
 pub mod rgw;
 pub mod sim_store;
 pub mod stall;
+pub mod swift_proxy;
 
 use banklease::Bank;
 

@@ -1,4 +1,4 @@
-//! The store's floor: the GC pass's own requests (recorded by `RecordingStore`), replayed raw
+//! The store's floor: the GC pass's own requests (recorded by testkit's `RecordingStore`), replayed raw
 //! against an identically built bank — same kinds, same paths, same put modes and body sizes,
 //! `concurrency` in flight, started in the recorded order, with no banklease logic in between
 //! (no parsing, no judging, no decision protocol).

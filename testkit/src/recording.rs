@@ -1,7 +1,7 @@
 //! `RecordingStore<T>`: forwards every call and appends one line per request to a log file,
 //! so that the GC pass's requests can be replayed raw against an identical bank (the store's
-//! floor, see `replay.rs`). The log is streamed through a buffered writer, so recording keeps
-//! memory flat.
+//! floor, see gc/benches/gc_pass/replay.rs). The log is streamed through a buffered writer, so
+//! recording keeps memory flat.
 //!
 //! Line format (tab-separated): `kind  group  mode  size  path`, where `path` is relative to the
 //! bank's prefix; `kind` is `put`, `get`, `head`, `delete`, `list`, `list_delim`, `copy`,

@@ -1,10 +1,11 @@
-//! The test's own `swift-proxy-server`, shared by swift_faults.rs and swift_replicas.rs: a copy
+//! A test's own `swift-proxy-server` (gc/tests/swift_faults.rs, gc/tests/swift_replicas.rs): a copy
 //! of the running single-node Swift's proxy (`.ci/start-swift.sh`) on a free port, with
 //! `workers = 0` (one process, so one signal stops it all), optional extra settings, and the
 //! faults the tests inject: kill (`SIGKILL`), restart on the same port, pause (`SIGSTOP`) and
 //! resume (`SIGCONT`). Killed when dropped, even on panic.
-// Each test file uses part of it.
-#![allow(dead_code)]
+
+// Real time: it waits for, and signals, a real server process.
+#![allow(clippy::disallowed_methods)]
 
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
@@ -18,6 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const READY_WITHIN: Duration = Duration::from_secs(30);
 
 /// A `swift-proxy-server` owned by one test; killed when dropped, even on panic.
+#[derive(Debug)]
 pub struct Proxy {
     child: Option<Child>,
     pub port: u16,
