@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use object_store::path::Path;
 
+use crate::checkpoint::status::{Decider, Status, UnknownStatus};
 use crate::id::{CheckpointId, OwnerId};
 use crate::lock::name::{LockHolder, LockName, LockNames};
 
@@ -24,6 +25,12 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         source = inner.source();
     }
     s
+}
+
+impl From<UnknownStatus> for Error {
+    fn from(e: UnknownStatus) -> Self {
+        Error::config(e.to_string())
+    }
 }
 
 /// A refusal in one line: a store's error as banklease classifies it, anything else as it
@@ -269,9 +276,9 @@ pub enum Error {
         /// The checkpoint.
         checkpoint_id: CheckpointId,
         /// Who won the decision.
-        decided_by: crate::checkpoint::Decider,
+        decided_by: Decider,
         /// The decided outcome.
-        outcome: crate::checkpoint::Status,
+        outcome: Status,
     },
 
     /// A checkpoint with this id already exists.

@@ -246,8 +246,6 @@ pub(crate) enum CheckpointCommand {
 
 fn parse_status(s: &str) -> Result<Status, String> {
     // An argument, not the configuration: the bare reason.
-    s.parse().map_err(|e: banklease::Error| match e {
-        banklease::Error::Config { message } => message,
-        other => other.to_string(),
-    })
+    s.parse()
+        .map_err(|e: banklease::checkpoint::UnknownStatus| e.to_string())
 }

@@ -23,7 +23,7 @@ pub(crate) struct Checkpoint {
 }
 
 fn parse_outcome(status: &str) -> PyResult<Status> {
-    match status.parse::<Status>().map_err(to_py)? {
+    match status.parse::<Status>().map_err(|e| to_py(e.into()))? {
         s @ (Status::Available | Status::Error) => Ok(s),
         other => Err(crate::errors::config_error(format!(
             "status=`{other}` cannot complete a checkpoint; use \"available\" or \"error\""

@@ -10,7 +10,6 @@
 //! fence: a paused owner's late create of `index.json` then fails (`Error::Fenced`) instead of
 //! landing as a protecting checkpoint without a marker, which no pass would ever find.
 
-use std::fmt;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -18,34 +17,14 @@ use object_store::{ObjectStoreExt, PutMode};
 use serde::{Deserialize, Serialize};
 
 use crate::bank::Bank;
-use crate::checkpoint::record::{Record, CHECKPOINT_FORMAT};
-use crate::checkpoint::{
-    read_checkpoint, read_decision, to_payload, write_index, CheckpointRecord, Rebuilt, Status,
-};
+use crate::checkpoint::record::{read_record, Record, CHECKPOINT_FORMAT};
+use crate::checkpoint::status::{Decider, Status};
+use crate::checkpoint::{read_checkpoint, to_payload, write_index, CheckpointRecord, Rebuilt};
 use crate::clock::{SharedClock, SystemClock};
 use crate::error::{Error, Result};
 use crate::id::{CheckpointId, OwnerId};
 use crate::lease::{CondWrite, Found, How, Tokened, Written};
 use crate::paths::Key;
-
-/// Who took the decision on a checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Decider {
-    /// The owner completed it (`available` or `error`).
-    Owner,
-    /// The GC collected it.
-    Gc,
-}
-
-impl fmt::Display for Decider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Decider::Owner => "owner",
-            Decider::Gc => "gc",
-        })
-    }
-}
 
 /// `decisions/<id>`: the one write that moves a checkpoint out of `protecting`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -251,4 +230,9 @@ pub async fn create_tombstone(
         true,
     )
     .await
+}
+
+/// Read `decisions/<id>` ([`parse_record`](crate::checkpoint::record::parse_record)'s rule).
+pub async fn read_decision(bank: &Bank, id: &CheckpointId) -> Result<Option<Decision>> {
+    read_record(bank, id, &Key::Decision(id.clone()).path(bank)).await
 }

@@ -45,10 +45,12 @@ pub(crate) mod decision;
 mod record;
 #[cfg(feature = "collector")]
 pub(crate) mod repair;
+pub(crate) mod status;
 pub(crate) mod upload;
 
-pub use decision::{Decided, Decider, Decision, Evidence};
+pub use decision::{read_decision, Decided, Decision, Evidence};
 pub use record::*;
+pub use status::{Decider, Status, UnknownStatus};
 
 use object_store::{ObjectStoreExt, PutPayload};
 

@@ -1,9 +1,7 @@
 //! The records of a checkpoint (`index.json`, the decision), their paths in the bank, and their
 //! bounded, versioned reads (see [`crate::checkpoint`] for the objects and the write order).
 
-use std::fmt;
 use std::future::Future;
-use std::str::FromStr;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -12,7 +10,7 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use crate::bank::Bank;
-use crate::checkpoint::decision::Decision;
+use crate::checkpoint::status::Status;
 use crate::error::{Error, Result};
 use crate::id::{CheckpointId, OwnerId};
 use crate::paths::Key;
@@ -21,64 +19,6 @@ use crate::paths::Key;
 pub const CHECKPOINT_FORMAT: u32 = 1;
 /// Metadata and decision objects larger than this are refused unread.
 pub const MAX_META_BYTES: u64 = 64 * 1024;
-
-/// Checkpoint statuses, as in the original design.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Status {
-    /// Being written by its owner.
-    Protecting,
-    /// Completed by its owner.
-    Available,
-    /// Failed; completed by its owner as failed.
-    Error,
-    /// Being deleted (by the GC, or by a service).
-    Deleting,
-    /// Deleted.
-    Deleted,
-    /// Deletion failed.
-    ErrorDeleting,
-}
-
-impl Status {
-    /// The status as written in JSON and on the command line.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Status::Protecting => "protecting",
-            Status::Available => "available",
-            Status::Error => "error",
-            Status::Deleting => "deleting",
-            Status::Deleted => "deleted",
-            Status::ErrorDeleting => "error-deleting",
-        }
-    }
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Status {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        Ok(match s {
-            "protecting" => Status::Protecting,
-            "available" => Status::Available,
-            "error" => Status::Error,
-            "deleting" => Status::Deleting,
-            "deleted" => Status::Deleted,
-            "error-deleting" => Status::ErrorDeleting,
-            _ => {
-                return Err(Error::config(format!(
-                    "unknown checkpoint status `{s}`; use protecting, available, error, deleting, \
-                     deleted or error-deleting"
-                )))
-            }
-        })
-    }
-}
 
 /// `checkpoints/<id>/index.json`. Unknown fields are ignored on read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -266,7 +206,11 @@ pub(crate) async fn parse_record<T: Record>(
 }
 
 /// Read the record of checkpoint `id` at `path` by [`parse_record`].
-async fn read_record<T: Record>(bank: &Bank, id: &CheckpointId, path: &Path) -> Result<Option<T>> {
+pub(crate) async fn read_record<T: Record>(
+    bank: &Bank,
+    id: &CheckpointId,
+    path: &Path,
+) -> Result<Option<T>> {
     let got = match bank.store().get(path).await {
         Ok(g) => g,
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
@@ -300,11 +244,6 @@ pub async fn read_checkpoint(bank: &Bank, id: &CheckpointId) -> Result<Option<Ch
     read_record(bank, id, &Key::Index(id.clone()).path(bank)).await
 }
 
-/// Read `decisions/<id>` ([`parse_record`]'s rule).
-pub async fn read_decision(bank: &Bank, id: &CheckpointId) -> Result<Option<Decision>> {
-    read_record(bank, id, &Key::Decision(id.clone()).path(bank)).await
-}
-
 #[cfg(test)]
 mod tests {
     fn cid(id: &str) -> crate::CheckpointId {
@@ -312,6 +251,7 @@ mod tests {
     }
 
     use super::*;
+    use crate::checkpoint::Decision;
 
     #[test]
     fn status_round_trips() {

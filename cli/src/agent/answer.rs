@@ -157,7 +157,7 @@ mod tests {
                 "bad_request",
             ),
             (
-                "done".parse::<banklease::Status>().unwrap_err(),
+                banklease::Error::from("done".parse::<banklease::Status>().unwrap_err()),
                 400,
                 "bad_request",
             ),
