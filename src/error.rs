@@ -33,6 +33,18 @@ impl From<UnknownStatus> for Error {
     }
 }
 
+/// `: <cause>` after a message whose cause is its source, or nothing.
+struct Because<'a>(Option<&'a (dyn std::error::Error + Send + Sync + 'static)>);
+
+impl std::fmt::Display for Because<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(cause) => write!(f, ": {cause}"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// A refusal in one line: a store's error as banklease classifies it, anything else as it
 /// reads.
 struct Refusal<'a>(&'a (dyn std::error::Error + Send + Sync + 'static));
@@ -83,13 +95,16 @@ pub enum Error {
         reason: &'static str,
     },
 
-    /// A bank URL could not be understood.
-    #[error("invalid bank url=`{url}`: {reason}")]
+    /// A bank URL could not be understood, or its store could not be set up from it.
+    #[error("invalid bank url=`{url}`: {reason}{}", Because(.source.as_deref()))]
     InvalidUrl {
         /// The URL as given.
         url: String,
         /// What is wrong with it and what is accepted.
         reason: String,
+        /// What refused it (the file system, the store's client), when something did.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
 
     /// A request to the object store failed.

@@ -57,6 +57,20 @@ fn invalid(url: &str, reason: &str) -> Error {
     Error::InvalidUrl {
         url: url.to_owned(),
         reason: reason.to_owned(),
+        source: None,
+    }
+}
+
+/// [`invalid`], because of `cause` (kept as the error's source).
+fn invalid_because(
+    url: &str,
+    reason: &str,
+    cause: impl std::error::Error + Send + Sync + 'static,
+) -> Error {
+    Error::InvalidUrl {
+        url: url.to_owned(),
+        reason: reason.to_owned(),
+        source: Some(Box::new(cause)),
     }
 }
 
@@ -74,7 +88,7 @@ fn open_file(url: &str, rest: &str, create: bool) -> Result<Bank> {
             what,
             source: Box::new(e),
         },
-        _ => bad(&format!("cannot {what}: {e}")),
+        _ => invalid_because(url, &format!("cannot {what}"), e),
     };
     match std::fs::metadata(&path) {
         Ok(m) if m.is_dir() => {}
@@ -105,7 +119,7 @@ fn open_file(url: &str, rest: &str, create: bool) -> Result<Bank> {
                 source: Box::new(e),
             }
         } else {
-            bad(&format!("cannot open directory: {e}"))
+            invalid_because(url, "cannot open directory", e)
         }
     })?;
     Ok(Bank::from_local(store, &label))
@@ -142,7 +156,7 @@ fn open_s3(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
         .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
         .with_http_connector(DateRecorder::default())
         .build()
-        .map_err(|e| bad(&format!("cannot configure S3 from AWS_* variables: {e}")))?;
+        .map_err(|e| invalid_because(url, "cannot configure S3 from AWS_* variables", e))?;
     Ok(Bank::from_s3_compatible(Arc::new(store), prefix, url))
 }
 
@@ -166,10 +180,12 @@ fn open_azure(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
         .with_http_connector(DateRecorder::default())
         .build()
         .map_err(|e| {
-            bad(&format!(
+            invalid_because(
+                url,
                 "cannot configure Azure from the AZURE_* variables (account and key, or \
-                     AZURE_STORAGE_USE_EMULATOR=true for Azurite): {e}"
-            ))
+                 AZURE_STORAGE_USE_EMULATOR=true for Azurite)",
+                e,
+            )
         })?;
     Ok(Bank::from_store(Arc::new(store), prefix, url))
 }
@@ -194,10 +210,12 @@ fn open_gcs(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
         .with_http_connector(DateRecorder::default())
         .build()
         .map_err(|e| {
-            bad(&format!(
+            invalid_because(
+                url,
                 "cannot configure Google Cloud Storage from the GOOGLE_* variables \
-                     (GOOGLE_SERVICE_ACCOUNT or application default credentials): {e}"
-            ))
+                 (GOOGLE_SERVICE_ACCOUNT or application default credentials)",
+                e,
+            )
         })?;
     Ok(Bank::from_store(Arc::new(store), prefix, url))
 }
@@ -223,10 +241,11 @@ fn open_swift(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
         .with_http_connector(DateRecorder::default())
         .build()
         .map_err(|e| {
-            bad(&format!(
-                "cannot configure Swift from the ST_* (TempAuth) or OS_* (Keystone v3) \
-                     variables: {e}"
-            ))
+            invalid_because(
+                url,
+                "cannot configure Swift from the ST_* (TempAuth) or OS_* (Keystone v3) variables",
+                e,
+            )
         })?;
     Ok(Bank::from_swift(store, prefix, url))
 }

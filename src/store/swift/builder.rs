@@ -449,8 +449,14 @@ impl SwiftBuilder {
                 what,
                 url: s.to_owned(),
                 reason,
+                source: None,
             };
-            let url = Url::parse(s).map_err(|e| bad(e.to_string()))?;
+            let url = Url::parse(s).map_err(|e| Error::InvalidUrl {
+                what,
+                url: s.to_owned(),
+                reason: String::new(),
+                source: Some(e),
+            })?;
             if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
                 return Err(bad("not an http(s) URL".into()));
             }

@@ -87,11 +87,15 @@ pub(crate) enum Error {
         catalog: String,
     },
 
-    #[error("invalid {what} url=`{url}`: {reason}")]
+    #[error("invalid {what} url=`{url}`: {}", .source.as_ref().map_or_else(|| reason.clone(), ToString::to_string))]
     InvalidUrl {
         what: &'static str,
         url: String,
+        /// What is wrong, when no parser said.
         reason: String,
+        /// The URL parser's refusal, when it refused.
+        #[source]
+        source: Option<url::ParseError>,
     },
 
     #[error(
