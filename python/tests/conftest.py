@@ -372,7 +372,7 @@ def gc_binary() -> pathlib.Path:
     cargo = shutil.which("cargo")
     assert cargo, "the daemon tests need cargo (or BANKLEASE_GC_BIN naming a banklease-gc binary)"
     subprocess.run(
-        [cargo, "build", "-q", "-p", "banklease-gc", "--bin", "banklease-gc"],
+        [cargo, "build", "-q", "-p", "banklease-gc-daemon", "--bin", "banklease-gc"],
         cwd=REPO,
         check=True,
     )

@@ -166,7 +166,7 @@ pub fn gc_bin() -> std::path::PathBuf {
             "build",
             "--quiet",
             "-p",
-            "banklease-gc",
+            "banklease-gc-daemon",
             "--bin",
             "banklease-gc",
         ])
