@@ -19,7 +19,6 @@
 //!     --renew-window 2s --expire-window 10s --validity-window 1s
 //! ```
 
-use banklease_testkit::cid;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -27,7 +26,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use banklease::clock::{Jitter, SharedClock, SystemClock};
-use banklease::{Bank, LeaseState, LeaseWindows, OwnerId, OwnerLease};
+use banklease::{Bank, CheckpointId, LeaseState, LeaseWindows, OwnerId, OwnerLease};
 use banklease::{Checkpoint, Status};
 use clap::Parser;
 use serde::Serialize;
@@ -118,8 +117,8 @@ async fn run(args: Args) -> Result<ExitCode> {
     let mut protecting = Vec::new();
     let mut available = Vec::new();
     for i in 0..args.checkpoints {
-        let id = format!("cp-{short}-{i}");
-        let cp = Checkpoint::create(&lease, &cid(&id))
+        let id: CheckpointId = format!("cp-{short}-{i}").parse()?;
+        let cp = Checkpoint::create(&lease, &id)
             .await
             .with_context(|| format!("cannot create checkpoint `{id}`"))?;
         for part in 0..OBJECTS_PER_CHECKPOINT {

@@ -15,13 +15,17 @@ use crate::checkpoint::status::{Decider, Status, UnknownStatus};
 use crate::id::{CheckpointId, OwnerId};
 use crate::lock::name::{LockHolder, LockName, LockNames};
 
-/// An error and its sources on one line.
+/// An error and its sources on one line, each said once.
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
     let mut source = e.source();
     while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
+        // A message that names its cause (a refusal in one line) is not followed by it again.
+        let text = inner.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
         source = inner.source();
     }
     s

@@ -233,7 +233,7 @@ pub(crate) async fn checkpoint_list(
 
 /// `banklease checkpoint show ID`
 pub(crate) async fn checkpoint_show(ctx: &Ctx, id: &str) -> Result<Outcome> {
-    let id = &banklease::CheckpointId::parse(id)?;
+    let id = &banklease::CheckpointId::parse(id).map_err(banklease::Error::from)?;
     let bank = &ctx.bank;
     let (index, decision) = read_checkpoint_state(bank, id)
         .await

@@ -50,7 +50,7 @@ struct Explanation {
 
 /// `banklease checkpoint explain ID`: exit 0 explained, 1 nothing of it is in the bank.
 pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
-    let id = &banklease::CheckpointId::parse(id)?;
+    let id = &banklease::CheckpointId::parse(id).map_err(banklease::Error::from)?;
     let bank = &ctx.bank;
     let (index, decision) = futures::join!(
         checkpoint::read_checkpoint(bank, id),
@@ -477,7 +477,7 @@ pub(crate) async fn resolve(
 ) -> Result<Outcome> {
     use banklease_gc::operator::resolve::Resolution;
     let options = banklease_gc::GcOptions::from_config(&ctx.config);
-    let id = &banklease::CheckpointId::parse(id)?;
+    let id = &banklease::CheckpointId::parse(id).map_err(banklease::Error::from)?;
     let resolution = banklease_gc::operator::resolve::resolve(
         &ctx.bank, &ctx.clock, &options, id, operator, assertion,
     )

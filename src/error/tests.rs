@@ -205,3 +205,26 @@ fn a_missing_bucket_is_a_definite_answer_however_the_request_reports_it() {
     );
     assert!(flaky.is_transient(), "{flaky}");
 }
+
+/// A message that names its cause keeps it as the source too; the one line says it once, and a
+/// source with more to say is still appended.
+#[test]
+fn a_chain_says_each_cause_once() {
+    let denied = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "Permission denied");
+    let permission = Error::Permission {
+        bank: "file:///srv/bank".into(),
+        what: "create directory `/srv/bank`".into(),
+        source: Box::new(denied),
+    };
+    let line = error_chain(&permission);
+    assert_eq!(line.matches("Permission denied").count(), 1, "{line}");
+    assert_eq!(line, permission.to_string());
+
+    let invalid = Error::InvalidUrl {
+        url: "s3://".into(),
+        reason: "cannot configure S3 from AWS_* variables".into(),
+        source: Some(Box::new(generic("Missing bucket name"))),
+    };
+    let line = error_chain(&invalid);
+    assert_eq!(line.matches("Missing bucket name").count(), 1, "{line}");
+}

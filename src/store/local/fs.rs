@@ -649,9 +649,12 @@ pub(super) fn open_staged(
     dir: &FsPath,
 ) -> io::Result<Option<(PathBuf, File)>> {
     let entry = entry.map_err(|e| context(e, "read directory", dir))?;
-    let kind = entry
-        .file_type()
-        .map_err(|e| context(e, "stat", &entry.path()))?;
+    let kind = match entry.file_type() {
+        Ok(kind) => kind,
+        // Published or swept since it was listed (a file system without `d_type` stats here).
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(context(e, "stat", &entry.path())),
+    };
     if !kind.is_file() || !is_temporary(&entry.file_name().to_string_lossy()) {
         return Ok(None);
     }

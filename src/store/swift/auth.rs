@@ -165,14 +165,8 @@ pub(crate) fn parse_storage_url(url: &str) -> Result<Url, Error> {
         what: "storage",
         url: url.to_owned(),
         reason: reason.to_owned(),
-        source: None,
     };
-    let parsed = Url::parse(url).map_err(|e| Error::InvalidUrl {
-        what: "storage",
-        url: url.to_owned(),
-        reason: String::new(),
-        source: Some(e),
-    })?;
+    let parsed = Url::parse(url).map_err(|e| bad(&e.to_string()))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.cannot_be_a_base() {
         return Err(bad("not an http(s) URL"));
     }

@@ -449,14 +449,8 @@ impl SwiftBuilder {
                 what,
                 url: s.to_owned(),
                 reason,
-                source: None,
             };
-            let url = Url::parse(s).map_err(|e| Error::InvalidUrl {
-                what,
-                url: s.to_owned(),
-                reason: String::new(),
-                source: Some(e),
-            })?;
+            let url = Url::parse(s).map_err(|e| bad(e.to_string()))?;
             if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
                 return Err(bad("not an http(s) URL".into()));
             }

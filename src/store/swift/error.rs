@@ -87,15 +87,13 @@ pub(crate) enum Error {
         catalog: String,
     },
 
-    #[error("invalid {what} url=`{url}`: {}", .source.as_ref().map_or_else(|| reason.clone(), ToString::to_string))]
+    // The parser's refusal is the reason itself, not a source: `classify` names a failed
+    // request by its innermost cause, which must still say which URL.
+    #[error("invalid {what} url=`{url}`: {reason}")]
     InvalidUrl {
         what: &'static str,
         url: String,
-        /// What is wrong, when no parser said.
         reason: String,
-        /// The URL parser's refusal, when it refused.
-        #[source]
-        source: Option<url::ParseError>,
     },
 
     #[error(
