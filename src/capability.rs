@@ -99,15 +99,8 @@ impl Capabilities {
             }
             // A user who may only read: labelled as a permission, not as a store that cannot
             // keep leases (the probe is the first write an owner or a collector makes).
-            Err(e)
-                if crate::store::cause::is_refused_write(&e)
-                    && !matches!(e, object_store::Error::Unauthenticated { .. }) =>
-            {
-                return Err(Error::Permission {
-                    bank: bank.to_owned(),
-                    what: format!("write `{path}` (owners, the gc and locks write to the bank)"),
-                    source: Box::new(e),
-                })
+            Err(e) if crate::store::cause::is_write_permission(&e) => {
+                return Err(crate::store::cause::write_refused(bank, e))
             }
             Err(e) => return Err(Error::store("put", &path, e)),
         };

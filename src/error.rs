@@ -56,7 +56,7 @@ struct Refusal<'a>(&'a (dyn std::error::Error + Send + Sync + 'static));
 impl std::fmt::Display for Refusal<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.0.downcast_ref::<object_store::Error>() {
-            Some(store) => write!(f, "{}", crate::store::classify(store)),
+            Some(store) => f.write_str(&crate::store::cause::refusal_line(store)),
             None => write!(f, "{}", self.0),
         }
     }
@@ -196,7 +196,7 @@ pub enum Error {
          reads by writing a probe under `_banklease/clock/`, and the store refused the write \
          ({}; {why}); allow these credentials to write `_banklease/clock/`, or run the command \
          with credentials that may",
-        crate::store::classify(.source)
+        crate::store::cause::refusal_line(.source)
     )]
     ReadOnly {
         /// The bank.
@@ -618,9 +618,10 @@ impl Error {
     pub fn refusal(&self) -> Option<String> {
         match self {
             Error::Permission { source, .. } => Some(Refusal(source.as_ref()).to_string()),
-            Error::ReadOnly { why, source, .. } => {
-                Some(format!("{}; {why}", crate::store::classify(source)))
-            }
+            Error::ReadOnly { why, source, .. } => Some(format!(
+                "{}; {why}",
+                crate::store::cause::refusal_line(source)
+            )),
             _ => None,
         }
     }

@@ -312,3 +312,78 @@ fn a_hundred_read_commands_leave_at_most_one_clock_probe_per_host() {
         );
     }
 }
+
+/// Every command that must write, run by a user who may only read the bank, is refused with the
+/// operator's one line — permission denied on the bank, what to do — never a store request
+/// about one of banklease's own objects, and the bank is left as it was.
+#[test]
+fn every_writing_command_is_refused_as_a_permission_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank_dir = dir.path().join("bank");
+    let url = banklease_testkit::file_bank(&bank_dir);
+    live_owner_and_lock(&url, false);
+    read_only_for_others(dir.path());
+    let before = snapshot(&bank_dir);
+    let file = dir.path().join("report.json");
+    std::fs::write(&file, b"{}").unwrap();
+    let file = file.to_str().unwrap();
+    for args in [
+        &["lock", "run", "jobs/backup", "--", "true"][..],
+        &["lock", "acquire", "jobs/backup", "--duration", "1m"][..],
+        &["lock", "release", "jobs/backup", "--owner", "someone"][..],
+        &[
+            "lock",
+            "put",
+            "jobs/backup",
+            "reports/r.json",
+            file,
+            "--token",
+            "1",
+        ][..],
+        &["run", "--", "true"][..],
+        &["run", "--lock", "jobs/backup", "--", "true"][..],
+        &["gc"][..],
+        &["doctor"][..],
+    ] {
+        let out = as_reader(&url, args);
+        let stderr = text(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
+        assert!(
+            stderr.contains(&format!("permission denied on bank=`{url}`")),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains("run as a user (or with credentials) allowed to"),
+            "{args:?}: {stderr}"
+        );
+        for internal in ["_banklease/", "store request failed", "staging"] {
+            assert!(
+                !stderr.contains(internal),
+                "{args:?}: names `{internal}`: {stderr}"
+            );
+        }
+    }
+    assert_eq!(snapshot(&bank_dir), before, "a reader changed the bank");
+
+    // `checkpoint resolve` writes only where a record is unreadable: a dead owner's, torn.
+    let torn_dir = tempfile::tempdir().unwrap();
+    let torn_bank = torn_dir.path().join("bank");
+    let torn_url = common::dead_owner_bank(torn_dir.path(), &["cp-torn"]);
+    std::fs::write(torn_bank.join("checkpoints/cp-torn/index.json"), b"{torn").unwrap();
+    read_only_for_others(torn_dir.path());
+    let before = snapshot(&torn_bank);
+    let out = as_reader(
+        &torn_url,
+        &["checkpoint", "resolve", "cp-torn", "--operator", "me"],
+    );
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "resolve: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "resolve: one line: {stderr}");
+    assert!(
+        stderr.contains(&format!("permission denied on bank=`{torn_url}`")),
+        "resolve: {stderr}"
+    );
+    assert!(!stderr.contains("_banklease/"), "resolve: {stderr}");
+    assert_eq!(snapshot(&torn_bank), before, "a reader changed the bank");
+}

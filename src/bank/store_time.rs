@@ -69,6 +69,11 @@ impl Bank {
                 Err(e) if self.is_reading_only() && crate::store::cause::is_refused_write(&e) => {
                     return self.store_time_read_only(clock, e).await;
                 }
+                // The first write of most commands: refused, it is the operator's permission
+                // line, not a failed request on one of banklease's own objects.
+                Err(e) if crate::store::cause::is_write_permission(&e) => {
+                    return Err(crate::store::cause::write_refused(self.label(), e));
+                }
                 Err(e) => return Err(Error::store("put", &path, e)),
             };
             let head = || self.store().head(&path);

@@ -136,6 +136,42 @@ pub fn is_refused_write(error: &object_store::Error) -> bool {
     )
 }
 
+/// A write refused for lack of permission (a user or credentials that may only read, a
+/// read-only file system), as opposed to credentials refused altogether.
+pub(crate) fn is_write_permission(error: &object_store::Error) -> bool {
+    is_refused_write(error) && !matches!(error, object_store::Error::Unauthenticated { .. })
+}
+
+/// The operator's refusal of a write to `bank` that [`is_write_permission`] recognised: one
+/// line, whichever of banklease's own objects was being written.
+pub(crate) fn write_refused(bank: &str, error: object_store::Error) -> crate::Error {
+    crate::Error::Permission {
+        bank: bank.to_owned(),
+        what: "write to it (owners, the gc and locks write to the bank)".to_owned(),
+        source: Box::new(error),
+    }
+}
+
+/// A refused write in one line: what the file system refused (`permission denied`, a read-only
+/// file system), never the internal path it was writing, else the store's answer as
+/// [`classify`] names it.
+pub(crate) fn refusal_line(error: &object_store::Error) -> String {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+            ) {
+                // The kind only: a `file:` bank's error names the staged file it was writing.
+                return std::io::Error::from(io.kind()).to_string();
+            }
+        }
+        cause = c.source();
+    }
+    classify(error).to_string()
+}
+
 /// Name the cause of `error`; see the [module documentation](self).
 pub fn classify(error: &object_store::Error) -> StoreCause {
     match classify_chain(error) {
