@@ -184,6 +184,23 @@ pub(crate) enum Command {
     },
 }
 
+impl Command {
+    /// The first word of a `run` or `lock run` COMMAND when it looks like an option (`-x`,
+    /// `--bogus`): an option of the supervisor's mistyped or put after the key, not a program
+    /// anyone means to run.
+    pub(crate) fn leading_option(&self) -> Option<&std::ffi::OsStr> {
+        let command = match self {
+            Command::Run(args) => args.command(),
+            Command::Lock(lock::LockCommand::Run(args)) => args.command(),
+            _ => return None,
+        };
+        command
+            .first()
+            .filter(|word| word.to_string_lossy().starts_with('-'))
+            .map(|word| word.as_os_str())
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum LeaseCommand {
     /// List every owner lease with its state on the store's clock. Exit 1 if some lease could

@@ -77,6 +77,14 @@ fn main() -> ExitCode {
         // --help, --version.
         Err(e) => e.exit(),
     };
+    if let Some(word) = cli.command.leading_option() {
+        eprintln!(
+            "error: unexpected argument `{}` where COMMAND begins: options go before COMMAND \
+             (and `--`); see --help",
+            word.to_string_lossy()
+        );
+        return ExitCode::from(child::EXIT_RUN_FAILED);
+    }
     logging::init(cli.verbosity);
     // Flat memory on file banks: every file call runs on the blocking pool, which would grow
     // up to 512 threads; `banklease gc` keeps `gc.concurrency` (16 by default) in flight.

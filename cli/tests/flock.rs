@@ -348,3 +348,72 @@ fn lock_list_shows_free_locks_only_with_all() {
         "{table}"
     );
 }
+
+/// `run --lock` takes flock's flags as `lock run` does: `-n`, `-w SECS`, `-E CODE` (and their
+/// long forms). A free lock runs COMMAND (exit 0); a held one exits 1, or CODE, and runs
+/// nothing, saying why in one line (`run` always says why it ran nothing).
+#[test]
+fn run_lock_takes_flocks_flags() {
+    let env = env();
+    let out = env.run(&["run", "--lock", "free", "-n", "--", "touch", "ran"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(env.ran(), "COMMAND ran on a free lock");
+    std::fs::remove_file(env.work().join("ran")).unwrap();
+
+    env.hold("held");
+    let touch = ["--", "touch", "ran"];
+    for flags in [
+        &["-n"][..],
+        &["--nb"],
+        &["--nonblock"],
+        &["-w", "0.3"],
+        &["--wait", "0.3"],
+        &["--timeout", "0.3"],
+        &["--lock-block-for", "300ms"],
+    ] {
+        let args = [&["run", "--lock", "held"], flags, &touch[..]].concat();
+        let out = env.run(&args);
+        assert_eq!(out.status.code(), Some(1), "{flags:?}: {}", text(&out));
+        let err = one_error_line(&out);
+        assert!(err.contains("is held by"), "{flags:?}: {err}");
+        assert!(!env.ran(), "{flags:?}: COMMAND ran");
+    }
+    for (flags, code) in [
+        (&["-n", "-E", "75"][..], 75),
+        (&["-n", "--conflict-exit-code", "0"], 0),
+        (&["-n", "--lock-conflict-exit-code", "9"], 9),
+    ] {
+        let args = [&["run", "--lock", "held"], flags, &touch[..]].concat();
+        let out = env.run(&args);
+        assert_eq!(out.status.code(), Some(code), "{flags:?}: {}", text(&out));
+        assert!(!env.ran(), "{flags:?}: COMMAND ran");
+    }
+    // flock's flags mean nothing without a lock: a usage error, nothing run.
+    let out = env.run(&["run", "-n", "--", "touch", "ran"]);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out));
+    one_error_line(&out);
+    assert!(!env.ran());
+}
+
+/// An option the command does not know, where COMMAND begins, is a usage error (125, one line
+/// naming it), not a COMMAND that cannot be found (127): for `run` and `lock run` alike.
+#[test]
+fn a_command_that_looks_like_an_option_is_a_usage_error() {
+    let env = env();
+    for args in [
+        &["run", "--lock", "k", "-x", "--", "touch", "ran"][..],
+        &["run", "--bogus", "--", "touch", "ran"],
+        &["lock", "run", "k", "--bogus", "--", "touch", "ran"],
+        &["lock", "run", "k", "--", "-x"],
+    ] {
+        let out = env.run(args);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {}", text(&out));
+        let err = one_error_line(&out);
+        assert!(
+            err.contains("-x") || err.contains("--bogus"),
+            "{args:?}: names the option: {err}"
+        );
+        assert!(!err.contains("cannot start"), "{args:?}: {err}");
+        assert!(!env.ran(), "{args:?}: COMMAND ran");
+    }
+}

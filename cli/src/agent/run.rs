@@ -86,17 +86,40 @@ pub struct RunArgs {
           value_parser = banklease::config::parse_duration)]
     lock_duration: Duration,
 
-    /// How long to wait for the --lock: a duration, `0` (do not wait) or `-1` (forever).
-    #[arg(long, value_name = "DURATION", default_value = "-1", allow_hyphen_values = true,
-          requires = "lock", value_parser = parse_wait)]
-    lock_block_for: Wait,
+    /// How long to wait for the --lock: a duration, `0` (do not wait) or `-1` (forever)
+    /// [default: -1].
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, requires = "lock",
+          value_parser = parse_wait, conflicts_with_all = ["nonblock", "wait"])]
+    lock_block_for: Option<Wait>,
+
+    /// Do not wait for the --lock (as `flock -n`, `--nb`, `--nonblock`): `--lock-block-for 0`.
+    #[arg(
+        short = 'n',
+        long,
+        visible_alias = "nb",
+        requires = "lock",
+        conflicts_with = "wait"
+    )]
+    nonblock: bool,
+
+    /// Wait at most SECS seconds for the --lock, fractions allowed (as `flock -w`, `--timeout`).
+    #[arg(short = 'w', long, visible_alias = "timeout", value_name = "SECS", requires = "lock",
+          value_parser = crate::lock::parse_secs)]
+    wait: Option<Wait>,
 
     #[command(flatten)]
     lock_namespace: LockNamespace,
 
     /// Exit with CODE (0 to 255), running nothing, when the --lock is held by someone else and
-    /// the wait ran out.
-    #[arg(long, value_name = "CODE", default_value_t = 1, requires = "lock")]
+    /// the wait ran out (as `flock -E`; `-E 0`: a conflict is fine).
+    #[arg(
+        short = 'E',
+        long,
+        visible_alias = "conflict-exit-code",
+        value_name = "CODE",
+        default_value_t = 1,
+        requires = "lock"
+    )]
     lock_conflict_exit_code: u8,
 
     /// The command to run, and its arguments (after `--`).
@@ -106,6 +129,21 @@ pub struct RunArgs {
 
 fn parse_wait(s: &str) -> Result<Wait, String> {
     s.parse()
+}
+
+impl RunArgs {
+    /// How long to wait for the --lock: `-n`, `-w SECS` or `--lock-block-for`, else forever.
+    fn lock_wait(&self) -> Wait {
+        if self.nonblock {
+            return Wait::No;
+        }
+        self.lock_block_for.or(self.wait).unwrap_or(Wait::Forever)
+    }
+
+    /// COMMAND as given.
+    pub(crate) fn command(&self) -> &[OsString] {
+        &self.command
+    }
 }
 
 /// Run `banklease run`; never fails: every error is reported and becomes an exit status.
@@ -324,7 +362,7 @@ async fn take_lock(
         who: &Who::new(Some(owner.as_str().to_owned())),
         duration: args.lock_duration,
         payload: None,
-        wait: args.lock_block_for,
+        wait: args.lock_wait(),
     };
     let outcome = hold::acquire(ctx, &wanted, signals).await?;
     if let Some(line) = outcome.refusal() {

@@ -236,7 +236,7 @@ impl Waiting {
     }
 }
 
-fn parse_secs(s: &str) -> Result<Wait, String> {
+pub(crate) fn parse_secs(s: &str) -> Result<Wait, String> {
     let secs: f64 = s
         .trim()
         .parse()

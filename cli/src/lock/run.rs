@@ -81,6 +81,11 @@ pub(crate) struct RunArgs {
 }
 
 impl RunArgs {
+    /// COMMAND as given (empty with `-c`).
+    pub(crate) fn command(&self) -> &[OsString] {
+        &self.command
+    }
+
     /// COMMAND's argv: `sh -c CMD` for `-c CMD`, as flock runs it.
     fn argv(&self) -> Vec<OsString> {
         match &self.shell {
