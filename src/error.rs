@@ -95,8 +95,8 @@ pub enum Error {
         kind: &'static str,
         /// The text given as the id (not a valid id), escaped and shortened for display.
         given: String,
-        /// Which rule it breaks.
-        reason: &'static str,
+        /// Which rule it breaks, and what was probably meant where that can be told.
+        reason: std::borrow::Cow<'static, str>,
     },
 
     /// A bank URL could not be understood, or its store could not be set up from it.

@@ -17,8 +17,8 @@ pub struct InvalidId {
     pub kind: &'static str,
     /// The text given as the id (not a valid id), escaped and shortened for display.
     pub given: String,
-    /// Which rule it breaks.
-    pub reason: &'static str,
+    /// Which rule it breaks, and what was probably meant where that can be told.
+    pub reason: std::borrow::Cow<'static, str>,
 }
 
 impl fmt::Display for InvalidId {
@@ -58,7 +58,7 @@ pub fn validate_id(kind: &'static str, id: &str) -> Result<(), InvalidId> {
         Some(reason) => Err(InvalidId {
             kind,
             given: display_id(id),
-            reason,
+            reason: reason.into(),
         }),
     }
 }

@@ -285,6 +285,20 @@ pub fn validate_lock_key(key: &str) -> Result<(), InvalidId> {
     };
     let reason = if key.is_empty() {
         Some("it is empty")
+    } else if key.starts_with('/') {
+        // Written as the lock file it replaces (`/var/lock/backup.lock`): say what was meant.
+        let meant = key.trim_matches('/');
+        let meant = meant.strip_suffix(".lock").unwrap_or(meant);
+        return Err(InvalidId {
+            kind: "lock key",
+            given: key.escape_debug().take(80).collect(),
+            reason: format!(
+                "it begins with `/`: a key names a lock, not a lock file; write it without the \
+                 `/` (and without `.lock`), e.g. `{}`",
+                meant.escape_debug().take(80).collect::<String>()
+            )
+            .into(),
+        });
     } else if key.len() > MAX_LOCK_KEY_BYTES {
         Some("it is longer than 240 bytes")
     } else if key.chars().any(char::is_control) {
@@ -305,7 +319,7 @@ pub fn validate_lock_key(key: &str) -> Result<(), InvalidId> {
         Some(reason) => Err(InvalidId {
             kind: "lock key",
             given: key.escape_debug().take(80).collect(),
-            reason,
+            reason: reason.into(),
         }),
     }
 }
@@ -314,10 +328,10 @@ pub fn validate_lock_key(key: &str) -> Result<(), InvalidId> {
 /// `fenced/reports/nightly.json`): `/`-separated segments as lock keys have them, not ending
 /// with `.fence` (which names a guarded object's sidecar).
 pub fn validate_fenced_object(object: &str) -> Result<(), InvalidId> {
-    let refuse = |reason| InvalidId {
+    let refuse = |reason: &'static str| InvalidId {
         kind: "object",
         given: object.escape_debug().take(80).collect(),
-        reason,
+        reason: reason.into(),
     };
     validate_lock_key(object).map_err(|_| {
         refuse(
@@ -455,7 +469,10 @@ mod tests {
         }
         for (bad, rule) in [
             ("", "empty"),
-            ("/jobs", "empty segment"),
+            (
+                "/jobs",
+                "begins with `/`: a key names a lock, not a lock file",
+            ),
             ("jobs/", "empty segment"),
             ("jobs//nightly", "empty segment"),
             ("jobs/./x", "`.` or `..`"),

@@ -524,7 +524,7 @@ fn keys_are_paths_and_bad_keys_are_refused_with_the_rule() {
         assert_eq!(keys, ["backup/db-1", "jobs", "jobs/nightly"], "{backend:?}");
         for (bad, rule) in [
             ("jobs//x", "empty segment"),
-            ("/jobs", "empty segment"),
+            ("/jobs", "e.g. `jobs`"),
             ("jobs/../x", "`.` or `..` segment"),
             ("jobs/\u{1b}x", "control character"),
             ("x.queue", "`.queue`"),

@@ -240,3 +240,48 @@ fn a_file_bank_leaves_no_empty_directories_behind() {
     ok(&["lock", "run", "-n", "jobs/nightly", "--", "true"]);
     assert_eq!(empty_dirs(&bank), Vec::<String>::new());
 }
+
+/// A URL whose scheme is misspelt or has one slash too few (`s3:/bucket`, `fiel:///…`, `S3://`)
+/// is refused by every command with the URL it probably meant.
+#[test]
+fn a_misspelt_scheme_gets_a_did_you_mean() {
+    let dir = tempfile::tempdir().unwrap();
+    for (url, meant) in [
+        ("s3:/bucket/prefix", "s3://bucket/prefix"),
+        ("fiel:///srv/bank", "file:///srv/bank"),
+        ("S3://bucket", "s3://bucket"),
+        ("swift:/container", "swift://container"),
+        ("file//srv/bank", "file:///srv/bank"),
+        ("gcs://bucket", "gs://bucket"),
+    ] {
+        let wrong = refusals(dir.path(), url, &[&format!("did you mean `{meant}`?")]);
+        assert!(wrong.is_empty(), "{url}:\n{}", wrong.join("\n"));
+    }
+}
+
+/// A lock key written as the lock file it replaces gets a hint, not only the rule it breaks.
+#[test]
+fn a_key_written_as_a_lock_file_gets_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = banklease_testkit::file_bank(&dir.path().join("bank"));
+    for args in [
+        &["lock", "run", "/var/lock/backup.lock", "--", "true"][..],
+        &["run", "--lock", "/var/lock/backup.lock", "--", "true"],
+        &[
+            "lock",
+            "acquire",
+            "/var/lock/backup.lock",
+            "--duration",
+            "1m",
+        ],
+    ] {
+        let mut all = vec!["--bank", url.as_str()];
+        all.extend_from_slice(args);
+        let out = cli(dir.path(), &[], &all);
+        let err = text(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("not a lock file"), "{args:?}: {err}");
+        assert!(err.contains("`var/lock/backup`"), "{args:?}: {err}");
+    }
+}

@@ -156,7 +156,7 @@ fn details(e: banklease::Error) -> Vec<(&'static str, Attr)> {
         } => vec![
             ("kind", s(kind)),
             ("id", Attr::Str(given)),
-            ("reason", s(reason)),
+            ("reason", Attr::Str(reason.into_owned())),
         ],
         E::Store { op, path, source } => vec![
             ("op", s(op)),

@@ -41,16 +41,48 @@ impl Bank {
     }
 }
 
-/// For a URL that is a path (`/var/lib/bank`, `./bank`): the `file:` URL it probably meant.
+/// For a URL banklease does not open: the one it probably meant. A path (`/var/lib/bank`,
+/// `./bank`) is a `file:` URL; a scheme misspelt or missing a slash (`s3:/bucket`, `fiel:///x`,
+/// `S3://b`, `gcs://b`, `file//x`) is the known scheme closest to it.
 fn path_hint(url: &str) -> String {
     let url = url.trim();
     if url.starts_with('/') {
-        format!("did you mean `file://{url}`? ")
-    } else if url.starts_with("./") || url.starts_with("../") {
-        format!("did you mean `file:{url}`? ")
-    } else {
-        String::new()
+        return format!("did you mean `file://{url}`? ");
     }
+    if url.starts_with("./") || url.starts_with("../") {
+        return format!("did you mean `file:{url}`? ");
+    }
+    // What stands for the scheme: up to `:`, or up to the first `/` when the `:` is missing.
+    let (given, rest) = match url.split_once(':') {
+        Some((given, rest)) if !given.contains('/') => (given, rest),
+        _ => match url.split_once('/') {
+            Some((given, rest)) => (given, rest),
+            None => return String::new(),
+        },
+    };
+    let given = given.to_ascii_lowercase();
+    let known = ["file", "memory", "s3", "az", "gs", "swift"];
+    let aliases = [("gcs", "gs"), ("azure", "az"), ("aws", "s3")];
+    let scheme = aliases
+        .iter()
+        .find(|(alias, _)| *alias == given)
+        .map(|(_, scheme)| *scheme)
+        .or_else(|| {
+            known
+                .iter()
+                .copied()
+                .filter(|k| strsim::damerau_levenshtein(k, &given) <= (k.len() / 3).max(1))
+                .min_by_key(|k| strsim::damerau_levenshtein(k, &given))
+        });
+    let Some(scheme) = scheme else {
+        return String::new();
+    };
+    let rest = rest.trim_start_matches('/');
+    if rest.is_empty() {
+        return String::new();
+    }
+    let slashes = if scheme == "file" { "///" } else { "//" };
+    format!("did you mean `{scheme}:{slashes}{rest}`? ")
 }
 
 fn invalid(url: &str, reason: &str) -> Error {

@@ -22,7 +22,7 @@ fn every_variant_has_the_kind_a_caller_acts_on() {
     let cases = [
         (Error::config("x"), K::InvalidInput),
         (Error::InvalidWindows { rule: "r", detail: s() }, K::InvalidInput),
-        (Error::InvalidId { kind: "owner", given: s(), reason: "r" }, K::InvalidInput),
+        (Error::InvalidId { kind: "owner", given: s(), reason: "r".into() }, K::InvalidInput),
         (Error::InvalidUrl { url: s(), reason: s(), source: None }, K::InvalidInput),
         (Error::NoBankGiven, K::InvalidInput),
         (Error::PayloadTooLarge { key: lock(), size: 2, limit: 1 }, K::InvalidInput),

@@ -51,7 +51,7 @@ impl LockName {
             None => Err(InvalidId {
                 kind: "lock name",
                 given: name.escape_debug().take(80).collect(),
-                reason: "it is not `<namespace>/<key>`",
+                reason: "it is not `<namespace>/<key>`".into(),
             }),
         }
     }

@@ -32,7 +32,7 @@ impl Locks {
             return Err(Error::InvalidId {
                 kind: "lock key",
                 given: String::new(),
-                reason: "no key was given",
+                reason: "no key was given".into(),
             });
         }
         if let Order::Random(jitter) = &order {
