@@ -417,3 +417,40 @@ fn a_command_that_looks_like_an_option_is_a_usage_error() {
         assert!(!env.ran(), "{args:?}: COMMAND ran");
     }
 }
+
+/// `lock run --verbose` and `lock show` say the same time left on a held lock (the holder's
+/// remaining time, not the later instant it is free for others), under the default skew margin.
+#[test]
+fn verbose_and_show_say_the_same_time_left() {
+    let env = Env::with_vars(&[("USER", "ci-operator")]);
+    env.hold("held");
+    let show = env.run(&["--json", "lock", "show", "held"]);
+    let out = env.run(&["lock", "run", "--verbose", "-n", "held", "--", "true"]);
+    let j: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    let (left, free) = (
+        j["remaining_ms"].as_u64().unwrap(),
+        j["free_for_others_in_ms"].as_u64().unwrap(),
+    );
+    assert!(free > left + 3_000, "a 2 s margin on each side: {j}");
+    let err = one_error_line(&out);
+    // `(27s 960ms left)`: seconds and milliseconds.
+    let said = err
+        .split(" left)")
+        .next()
+        .and_then(|s| s.rsplit('(').next())
+        .unwrap_or_else(|| panic!("no time left in: {err}"));
+    let ms: u64 = said
+        .split_whitespace()
+        .map(|part| {
+            let n = |suffix: &str| {
+                part.strip_suffix(suffix)
+                    .and_then(|v| v.parse::<u64>().ok())
+            };
+            n("ms").or_else(|| n("s").map(|s| s * 1000)).unwrap_or(0)
+        })
+        .sum();
+    assert!(
+        ms <= left && left - ms < 2_000,
+        "verbose says {said} left, show {left} ms (free for others in {free} ms): {err}"
+    );
+}
