@@ -146,9 +146,17 @@ fn ctrl_z_past_the_lock_kills_the_command_and_fg_exits_75() {
         );
         let err = env.read(&format!("{name}.err"));
         assert_eq!(status.code(), Some(75), "{name}: {err}");
+        // One line, which says the supervisor itself was stopped, and no warning that the
+        // store failed (the log lines of `RUST_LOG=error` aside).
+        let said = |prefix: &str| err.lines().filter(|l| l.starts_with(prefix)).count();
+        assert_eq!(said("warning: "), 0, "{name}: no warning: {err}");
         let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
         assert_eq!(lines.len(), 1, "{name}: one error line: {err}");
         assert!(lines[0].contains("COMMAND was stopped"), "{name}: {err}");
+        assert!(
+            lines[0].contains("this supervisor was stopped (^Z, SIGTSTP) for "),
+            "{name}: {err}"
+        );
     }
 }
 

@@ -647,9 +647,11 @@ impl Watched<'_> {
         running.pause(true);
         // The guard keeps its deadline while we are stopped: it stops COMMAND if we are not
         // back in time.
+        let stopped = self.clock.now();
         if let Err(e) = rustix::process::kill_process(rustix::process::getpid(), Signal::STOP) {
             tracing::warn!(error = %e, "cannot stop the supervisor");
         }
+        let stopped_for = self.clock.now().saturating_duration_since(stopped);
         // Continued: whatever the holds were proved for was before the stop.
         let proved =
             self.proof
@@ -665,7 +667,12 @@ impl Watched<'_> {
             }
             running.pause(false);
         }
-        proved.map_err(|reason| format!("after a stop, {reason}"))
+        proved.map_err(|reason| {
+            format!(
+                "this supervisor was stopped (^Z, SIGTSTP) for {}, and then {reason}",
+                crate::output::human(stopped_for)
+            )
+        })
     }
 }
 

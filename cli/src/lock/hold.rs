@@ -284,6 +284,13 @@ impl Kept {
             tracing::debug!(key = %key, "the lock was lost; nothing to release");
             return;
         }
+        if lock.remaining().is_zero() {
+            // Ran out already (this process was stopped past it: the caller has said so); the
+            // next holder may hold it now, and a release would be given up at once.
+            tracing::debug!(key = %key, "the lock ran out before its release; nothing to release");
+            self.heartbeat.stop().await;
+            return;
+        }
         let ran_out_line = || {
             eprintln!(
                 "warning: the lock key=`{key}` was not released before it ran out (the store \
