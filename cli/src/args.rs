@@ -174,6 +174,15 @@ pub(crate) enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Write the man pages of banklease (section 1, one per subcommand) and banklease-gc
+    /// (section 8) below DIR, for `MANPATH=DIR man banklease` after `cargo install`. Exit 0
+    /// done, 2 error.
+    #[command(after_help = "Example (for your user):\n  \
+        banklease man ~/.local/share/man   # then: man banklease-lock-run")]
+    Man {
+        /// The directory (`man1` and `man8` are made in it).
+        dir: PathBuf,
+    },
     /// Internal: write the man pages (every subcommand's too; banklease-gc's in section 8) and
     /// the bash, zsh and fish completion scripts of banklease and banklease-gc below DIR, laid
     /// out as /usr/share.

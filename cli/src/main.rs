@@ -287,6 +287,16 @@ async fn run(cli: Cli) -> Result<Outcome> {
             share::print_completions(shell, Cli::command())?;
             return Ok(Outcome::Yes);
         }
+        Command::Man { dir } => {
+            let cmds = vec![
+                (Cli::command(), "1"),
+                (banklease_gc_daemon::args::Cli::command(), "8"),
+            ];
+            for path in share::write_man(&dir, cmds)? {
+                out_line(&path.display().to_string())?;
+            }
+            return Ok(Outcome::Yes);
+        }
         Command::Share { dir } => {
             let cmds = vec![
                 (Cli::command(), "1"),
@@ -402,6 +412,7 @@ async fn run(cli: Cli) -> Result<Outcome> {
         | Command::Guard { .. }
         | Command::Exec { .. }
         | Command::Completions { .. }
+        | Command::Man { .. }
         | Command::Share { .. } => {
             unreachable!("dispatched above")
         }

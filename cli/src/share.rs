@@ -2,9 +2,9 @@
 //! generated from the clap definitions of `banklease` and `banklease-gc` so that they say what
 //! `--help` says, in the release they came with.
 //!
-//! `banklease completions SHELL` prints one script, for an operator who installed with
-//! `cargo install`; the hidden `banklease __share DIR` writes everything, for a package
-//! (`etc/package-deb.sh`). Both binaries' commands are passed in by `main`, which owns them.
+//! `banklease completions SHELL` prints one script and `banklease man DIR` writes the man pages,
+//! for an operator who installed with `cargo install`; the hidden `banklease __share DIR` writes
+//! everything, for a package (`etc/package-deb.sh`). Both binaries' commands are passed in by `main`, which owns them.
 
 use std::path::{Path, PathBuf};
 
@@ -41,19 +41,7 @@ pub(crate) fn write_share(dir: &Path, cmds: Vec<(Command, &str)>) -> Result<Vec<
     }
     for (cmd, section) in cmds {
         let name = cmd.get_name().to_owned();
-        let man = dir.join(format!("man/man{section}"));
-        create_dir(&man)?;
-        write_man_pages(cmd.clone(), section, &man).with_context(|| {
-            format!(
-                "cannot write the man pages of {name} to `{}`",
-                man.display()
-            )
-        })?;
-        let mut pages: Vec<PathBuf> = std::fs::read_dir(&man)
-            .and_then(|entries| entries.map(|e| e.map(|e| e.path())).collect())
-            .with_context(|| format!("cannot list `{}`", man.display()))?;
-        pages.sort();
-        written.extend(pages);
+        written.extend(write_section(&cmd, section, &dir.join("man"))?);
         for (shell, sub, prefix, suffix) in PACKAGED {
             let path = dir.join(sub).join(format!("{prefix}{name}{suffix}"));
             let script = completion_script(shell, &cmd)?;
@@ -63,6 +51,34 @@ pub(crate) fn write_share(dir: &Path, cmds: Vec<(Command, &str)>) -> Result<Vec<
         }
     }
     Ok(written)
+}
+
+/// Write each command's man pages below `dir` in `man<section>` (`banklease man DIR`, for a
+/// MANPATH entry). Returns the files written.
+pub(crate) fn write_man(dir: &Path, cmds: Vec<(Command, &str)>) -> Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    for (cmd, section) in cmds {
+        written.extend(write_section(&cmd, section, dir)?);
+    }
+    Ok(written)
+}
+
+/// `cmd`'s man pages in `dir/man<section>`, sorted.
+fn write_section(cmd: &Command, section: &str, dir: &Path) -> Result<Vec<PathBuf>> {
+    let name = cmd.get_name().to_owned();
+    let man = dir.join(format!("man{section}"));
+    create_dir(&man)?;
+    write_man_pages(cmd.clone(), section, &man).with_context(|| {
+        format!(
+            "cannot write the man pages of {name} to `{}`",
+            man.display()
+        )
+    })?;
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(&man)
+        .and_then(|entries| entries.map(|e| e.map(|e| e.path())).collect())
+        .with_context(|| format!("cannot list `{}`", man.display()))?;
+    pages.sort();
+    Ok(pages)
 }
 
 fn completion_script(shell: Shell, cmd: &Command) -> Result<String> {

@@ -222,3 +222,54 @@ fn the_packaging_step_writes_a_man_page_per_subcommand_and_both_binaries_complet
         ["--once"]
     );
 }
+
+/// For an operator who installed with `cargo install`: `banklease man DIR` writes the man pages
+/// of both binaries below DIR (`man1`, `man8`), so that `MANPATH=DIR man banklease-lock-run`
+/// finds them; nothing else is written there.
+#[test]
+fn banklease_man_writes_both_binaries_pages_for_manpath() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = banklease(&["man", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    for page in [
+        "man1/banklease.1",
+        "man1/banklease-lock-run.1",
+        "man1/banklease-gc.1",
+        "man8/banklease-gc.8",
+    ] {
+        assert!(dir.path().join(page).is_file(), "{page} missing");
+    }
+    let mut top: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    top.sort();
+    assert_eq!(top, ["man1", "man8"], "only the man sections");
+    // The page says where it came from: `banklease man` is listed by `--help`.
+    let help = text(&banklease(&["--help"]).stdout);
+    assert!(help.contains("man "), "{help}");
+}
+
+/// `banklease-gc completions SHELL` prints the daemon's completion script, as `banklease
+/// completions` does for the CLI; it needs no bank or configuration.
+#[test]
+fn banklease_gc_prints_its_completions() {
+    let out = Command::new(common::gc_bin())
+        .args(["completions", "bash"])
+        .env_remove("BANKLEASE_CONFIG")
+        .env_remove("BANKLEASE_BANK")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let script = text(&out.stdout);
+    assert!(script.contains("--once"), "{script}");
+    assert!(script.contains("banklease-gc"), "{script}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("banklease-gc");
+    std::fs::write(&path, &script).unwrap();
+    assert_eq!(
+        bash_completes(&path, &["banklease-gc", "--on"]),
+        ["--once"],
+        "bash completes from the printed script"
+    );
+}

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use banklease::Config;
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 
 /// Collects checkpoints left `protecting` by dead banklease owners. One daemon per bank is
 /// active; others stand by and take over when it dies.
@@ -47,6 +47,21 @@ pub struct Cli {
     /// Log line format on stderr; the level comes from `RUST_LOG` (default `info`).
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Option<GcCommand>,
+}
+
+/// What `banklease-gc` does instead of collecting.
+#[derive(Debug, Subcommand)]
+pub enum GcCommand {
+    /// Print the completion script of banklease-gc for SHELL on stdout. Exit 0 done, 2 error.
+    #[command(after_help = "Example (bash, for your user):\n  \
+        banklease-gc completions bash > ~/.local/share/bash-completion/completions/banklease-gc")]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

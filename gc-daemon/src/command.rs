@@ -11,12 +11,26 @@ use banklease_gc::PassLease;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::info;
 
-use crate::args::Cli;
+use crate::args::{Cli, GcCommand};
 use crate::daemon::Daemon;
 use crate::logging::error_line;
 
 /// The `banklease-gc` command: `cli` already parsed.
 pub fn main(cli: Cli) -> ExitCode {
+    // Describes the command line only: no configuration, no bank, no log.
+    if let Some(GcCommand::Completions { shell }) = cli.command {
+        use clap::CommandFactory as _;
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "banklease-gc", &mut script);
+        let mut stdout = std::io::stdout().lock();
+        return match stdout.write_all(&script).and_then(|()| stdout.flush()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: cannot write the completion script to stdout: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let once = cli.once;
     if let Err(e) = crate::logging::init_tracing(cli.log_format) {
         eprintln!("banklease-gc: {}", error_line(&e));
