@@ -12,7 +12,9 @@ use crate::{agent, lock};
 /// Admin CLI for a banklease bank: owner leases, checkpoints, and the checkpoint GC.
 ///
 /// Exit codes: 0 yes / done, 1 no (not valid, missing, or a listing met unreadable entries),
-/// 2 error.
+/// 2 error; 75 unavailable (a lock held, a GC daemon active: try later). `run` and `lock run`
+/// exit with COMMAND's status, 75 when their hold was lost and COMMAND stopped, and 125 when
+/// they failed themselves (126, 127: COMMAND cannot be executed, not found).
 #[derive(Debug, Parser)]
 #[command(name = "banklease", version)]
 pub(crate) struct Cli {
