@@ -353,6 +353,13 @@ fn print_human(d: &Diagnosis, v: &Verdicts, supported: bool) -> Result<()> {
         vec![
             "Date header (read-only judging)".to_owned(),
             match d.date_header {
+                // A reader of a `file:` bank judges by this host's clock, which stamps every
+                // write there, when the file system keeps its stamps exact.
+                None if d.bank.starts_with("file:") && d.clock_offset.store_resolution_ms == 0 => {
+                    "none needed: a reader of this file: bank judges by this host's clock, \
+                     which stamps its writes"
+                        .to_owned()
+                }
                 None => "none: a user who may only read cannot judge on this store".to_owned(),
                 Some(h) if h.disagreement_ms == 0 => format!(
                     "agrees with the stamps (Date minus stamp {:+}ms): read-only judging is \

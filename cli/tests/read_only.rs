@@ -387,3 +387,28 @@ fn every_writing_command_is_refused_as_a_permission_in_one_line() {
     assert!(!stderr.contains("_banklease/"), "resolve: {stderr}");
     assert_eq!(snapshot(&torn_bank), before, "a reader changed the bank");
 }
+
+/// On a `file:` bank whose file system keeps exact stamps, `doctor` (run by its writer) and
+/// `doctor --read-only` (run by a reader) agree that a reader can judge: the row about the
+/// `Date` header does not say a reader cannot, since a reader of a `file:` bank judges by this
+/// host's clock, which stamps its writes.
+#[test]
+fn doctor_and_doctor_read_only_agree_on_read_only_judging() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = banklease_testkit::file_bank(&dir.path().join("bank"));
+    let out = common::cli(&url, &["doctor"]);
+    let stdout = text(&out.stdout);
+    let row = stdout
+        .lines()
+        .find(|l| l.contains("Date header (read-only judging)"))
+        .unwrap_or_else(|| panic!("no Date header row: {stdout}"));
+    assert!(!row.contains("cannot judge"), "{row}");
+    assert!(row.contains("this host's clock"), "{row}");
+    read_only_for_others(dir.path());
+    let out = as_reader(&url, &["doctor", "--read-only"]);
+    assert!(
+        text(&out.stdout).contains("judging works read-only"),
+        "{}",
+        text(&out.stdout)
+    );
+}
