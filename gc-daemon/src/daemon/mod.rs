@@ -36,7 +36,10 @@ use banklease::config::Config;
 use banklease::error::error_chain;
 use banklease::{Bank, Keeper, OwnerId, OwnerLease};
 use banklease_gc::error::{Context as _, Result};
-use banklease_gc::run::{collector, gc_lease_path, lost_reason, run_tracked, until_shutdown};
+use banklease_gc::run::{
+    collector, gc_lease_path, interrupted, run_tracked, until_shutdown, wait_under_lease,
+    Interrupted,
+};
 use banklease_gc::{Collector, OnePass, PassReport, Single};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -70,15 +73,6 @@ pub struct Daemon {
     /// The bank, clock, configuration and id, as a single pass of this daemon runs them.
     one: OnePass,
     metrics: Arc<Metrics>,
-}
-
-/// How a spell as the active daemon ended.
-#[derive(Debug)]
-enum End {
-    /// Shutdown was requested.
-    Shutdown,
-    /// The keeper lost the GC lease.
-    Lost(String),
 }
 
 impl Daemon {
@@ -188,7 +182,7 @@ impl Daemon {
             info!("active: holding the gc lease");
             let end = self.active(&keeper, &collector, &tracker, cancel).await;
             self.metrics.set_active(false);
-            if let End::Lost(reason) = end {
+            if let Interrupted::Lost(reason) = end {
                 warn!(%reason, "gc lease lost; back to standby");
                 keeper.stop().await;
                 continue;
@@ -296,16 +290,13 @@ impl Daemon {
         collector: &Arc<Collector>,
         tracker: &TaskTracker,
         cancel: &CancellationToken,
-    ) -> End {
+    ) -> Interrupted {
         let lease = keeper.lease();
         let mut state = keeper.state();
         let mut next_pass = self.one.clock().now();
         loop {
-            if cancel.is_cancelled() {
-                return End::Shutdown;
-            }
-            if let Some(reason) = lost_reason(&state.borrow_and_update()) {
-                return End::Lost(reason);
+            if let Some(interrupted) = interrupted(cancel, &mut state) {
+                return interrupted;
             }
             let now = self.one.clock().now();
             let wait = if now < next_pass {
@@ -322,12 +313,10 @@ impl Daemon {
                 debug!(remaining = ?lease.remaining(), "gc lease validity too short to start a pass; waiting for renewal");
                 self.one.config().gc.lease.renew_window
             };
-            tokio::select! {
-                () = cancel.cancelled() => return End::Shutdown,
-                changed = state.changed() => if changed.is_err() {
-                    return End::Lost("the lease state channel closed".to_owned());
-                },
-                () = self.one.clock().sleep(wait) => {}
+            if let Err(interrupted) =
+                wait_under_lease(cancel, &mut state, self.one.clock(), wait).await
+            {
+                return interrupted;
             }
         }
     }

@@ -14,6 +14,7 @@ use banklease::clock::SharedClock;
 use banklease::config::{Config, OwnerIdScheme};
 use banklease::paths::Key;
 use banklease::{Bank, LeaseState, OwnerId, OwnerLease};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, Instrument as _};
@@ -183,6 +184,45 @@ pub async fn run_tracked(collector: &Arc<Collector>, tracker: &TaskTracker) -> R
         Ok(Ok(report)) => Ok(report),
         Ok(Err(e)) => Err(e).with_context(|| "gc pass failed".to_owned()),
         Err(join) => Err(Error::PassAborted(join.to_string())),
+    }
+}
+
+/// Why a spell under the GC lease ended before its work was done.
+#[derive(Debug)]
+pub enum Interrupted {
+    /// Shutdown was requested.
+    Shutdown,
+    /// The keeper lost the GC lease.
+    Lost(String),
+}
+
+/// Checked before each step under the GC lease (zero requests): shutdown asked, or the lease
+/// no longer held.
+pub fn interrupted(
+    cancel: &CancellationToken,
+    state: &mut watch::Receiver<LeaseState>,
+) -> Option<Interrupted> {
+    if cancel.is_cancelled() {
+        return Some(Interrupted::Shutdown);
+    }
+    lost_reason(&state.borrow_and_update()).map(Interrupted::Lost)
+}
+
+/// Wait `wait` under the GC lease, or less: until its keeper publishes a change (a renewal, a
+/// loss) or shutdown is requested.
+pub async fn wait_under_lease(
+    cancel: &CancellationToken,
+    state: &mut watch::Receiver<LeaseState>,
+    clock: &SharedClock,
+    wait: std::time::Duration,
+) -> std::result::Result<(), Interrupted> {
+    tokio::select! {
+        () = cancel.cancelled() => Err(Interrupted::Shutdown),
+        changed = state.changed() => match changed {
+            Ok(()) => Ok(()),
+            Err(_) => Err(Interrupted::Lost("the lease state channel closed".to_owned())),
+        },
+        () = clock.sleep(wait) => Ok(()),
     }
 }
 

@@ -18,7 +18,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
-use super::{collector, collector_id, gc_lease_path, lost_reason, preflight, run_tracked};
+use super::{
+    collector, collector_id, gc_lease_path, interrupted, preflight, run_tracked, wait_under_lease,
+    Interrupted,
+};
 use crate::error::{Context as _, Error, Result};
 use crate::pass::report::PassReport;
 use crate::pass::Collector;
@@ -103,8 +106,7 @@ pub struct OnePass {
 
 /// How the pass under the lease ended.
 enum End {
-    Shutdown,
-    Lost(String),
+    Interrupted(Interrupted),
     Done(Box<Result<PassReport>>),
 }
 
@@ -261,8 +263,8 @@ impl OnePass {
         tracker.wait().await;
         let report = match end {
             End::Done(result) => Some(*result),
-            End::Shutdown => None,
-            End::Lost(reason) => {
+            End::Interrupted(Interrupted::Shutdown) => None,
+            End::Interrupted(Interrupted::Lost(reason)) => {
                 keeper.stop().await;
                 return Err(Error::LostBeforePass { reason });
             }
@@ -291,22 +293,17 @@ impl OnePass {
         let lease = keeper.lease();
         let mut state = keeper.state();
         loop {
-            if cancel.is_cancelled() {
-                return End::Shutdown;
-            }
-            if let Some(reason) = lost_reason(&state.borrow_and_update()) {
-                return End::Lost(reason);
+            if let Some(interrupted) = interrupted(cancel, &mut state) {
+                return End::Interrupted(interrupted);
             }
             if lease.check_validity() {
                 return End::Done(Box::new(self.pass(collector, tracker).await));
             }
             debug!(remaining = ?lease.remaining(), "gc lease validity too short to start a pass; waiting for renewal");
-            tokio::select! {
-                () = cancel.cancelled() => return End::Shutdown,
-                changed = state.changed() => if changed.is_err() {
-                    return End::Lost("the lease state channel closed".to_owned());
-                },
-                () = self.clock.sleep(self.config.gc.lease.renew_window) => {}
+            let wait = self.config.gc.lease.renew_window;
+            if let Err(interrupted) = wait_under_lease(cancel, &mut state, &self.clock, wait).await
+            {
+                return End::Interrupted(interrupted);
             }
         }
     }
