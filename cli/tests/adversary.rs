@@ -54,7 +54,6 @@ use proxy::Proxy;
 use shapes::{Shape, Wrap};
 use witness::Violation;
 
-use common::BIN;
 const KEY: &str = "adversary/k";
 /// Each holding's duration: short, so that pauses of a few seconds outlast it.
 const DURATION: Duration = Duration::from_secs(2);
@@ -294,7 +293,7 @@ impl Run {
         let witness = dir.path().join("witness");
         std::fs::write(&witness, "").unwrap();
         let bin = dir.path().join("banklease");
-        std::fs::copy(BIN, &bin).unwrap();
+        common::copy_binary(&bin);
         let mut run = Run {
             store,
             mode,

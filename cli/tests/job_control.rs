@@ -20,8 +20,6 @@ mod common;
 use common::work::{signal, state, Env};
 use common::{output_text as text, wait_child, wait_for};
 
-const BIN: &str = env!("CARGO_BIN_EXE_banklease");
-
 /// A job that ignores SIGTERM (so only the SIGKILL after --kill-after ends it) and appends the
 /// host's time in ns to `$WORK/<name>.ticks` every 50 ms, for `secs` seconds at most.
 fn ticking_job(name: &str, secs: u32) -> String {
@@ -167,7 +165,7 @@ fn ctrl_z_past_the_lock_kills_the_command_and_fg_exits_75() {
 fn a_supervisor_whose_binary_was_replaced_while_it_waited_still_guards_its_command() {
     let env = Env::new();
     let copy = env.work().join("banklease-old");
-    std::fs::copy(BIN, &copy).unwrap();
+    common::copy_binary(&copy);
     let holder = env.run(&["lock", "acquire", "upgrade/k", "--duration", "2s"]);
     assert_eq!(holder.status.code(), Some(0), "{}", text(&holder));
     let cmd = env.command(&[
@@ -193,7 +191,7 @@ fn a_supervisor_whose_binary_was_replaced_while_it_waited_still_guards_its_comma
     // The upgrade: the old file is gone, a new one stands in its place.
     std::thread::sleep(Duration::from_millis(300));
     std::fs::remove_file(&copy).unwrap();
-    std::fs::copy(BIN, &copy).unwrap();
+    common::copy_binary(&copy);
     let status = wait_child(&mut waiter);
     let mut err = String::new();
     std::io::Read::read_to_string(&mut waiter.stderr.take().unwrap(), &mut err).unwrap();

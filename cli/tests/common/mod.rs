@@ -186,3 +186,20 @@ pub fn gc_bin() -> std::path::PathBuf {
     });
     bin
 }
+
+/// Copies the binary to `to`, ready to run. The copy's write descriptor can outlive the copy in
+/// a child that another test thread forked meanwhile (until that child execs), and exec then
+/// fails with ETXTBSY ("Text file busy"); so wait, bounded, until the copy runs.
+pub fn copy_binary(to: &Path) {
+    std::fs::copy(BIN, to).unwrap();
+    for _ in 0..250 {
+        match Command::new(to).arg("--version").output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("cannot run the copy {}: {e}", to.display()),
+            Ok(_) => return,
+        }
+    }
+    panic!("the copy {} stayed busy for 5 s", to.display());
+}
