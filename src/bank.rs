@@ -44,8 +44,6 @@ struct BankInner {
     /// The local store behind `store`, when the bank is a `file:` directory: the GC sweeps
     /// its crashed writers' temporaries.
     local: Option<crate::store::local::LocalStore>,
-    /// This bank handle's store-clock probe key (kept by `with_store`).
-    probe_key: String,
     /// An in-process store made by [`Bank::open`] (`memory://`): a bank from the start.
     made_at_open: bool,
     /// The limits the store client was opened with (`[bank] request_timeout`, `retry_timeout`).
@@ -60,13 +58,6 @@ impl fmt::Debug for Bank {
             .field("url", &self.inner.label)
             .field("prefix", &self.inner.prefix.as_ref())
             .finish()
-    }
-}
-
-impl Bank {
-    /// This handle's own probe key (a probe object per handle where no host probe is used).
-    pub(crate) fn probe_key(&self) -> &str {
-        &self.inner.probe_key
     }
 }
 
@@ -201,7 +192,6 @@ impl Bank {
             &self.inner.label,
         );
         let inner = Arc::get_mut(&mut bank.inner).expect("a bank just built is not shared");
-        inner.probe_key.clone_from(&self.inner.probe_key);
         inner.made_at_open = self.inner.made_at_open;
         // The client behind the wrapper is the same: so is its retry budget, and the form its
         // conditions are sent in (the wrapped store goes through the same adapter).
@@ -226,7 +216,6 @@ impl Bank {
                 capabilities: tokio::sync::OnceCell::new(),
                 swift,
                 local,
-                probe_key: uuid::Uuid::new_v4().simple().to_string(),
                 made_at_open: false,
                 limits: crate::config::ClientLimits::default(),
                 etag_form: None,

@@ -1,12 +1,12 @@
 //! Reading the store's clock: a probe written and read back, or, for a reading-only handle,
 //! what leaves nothing new in the bank (see [`Bank::reading_only`]).
 //!
-//! **Each probe is its own.** Every writer's bank handle probes its own key, so no concurrent
-//! prober's write is read back as ours and a collector's reading is never made unverified by
-//! another process; a read command's handle shares its host's one key, and takes a read-back
-//! as its own only when the ETag is that of its own write. A reading that never saw its own
-//! write is *unverified*: its stamp may come from after a step no comparison saw, so the GC
-//! judges nothing on it.
+//! **One probe per host, each reading its own.** Every command, agent and collector on a host
+//! rewrites the host's one key in place (so a hundred commands leave one object, not a
+//! hundred), and takes a read-back as its own only when the ETag is that of its own write: a
+//! concurrent prober's version is never read as ours, it only costs a fresh attempt. A reading
+//! that never saw its own write is *unverified*: its stamp may come from after a step no
+//! comparison saw, so the GC judges nothing on it.
 //!
 //! Invariant: **a read command leaves nothing new in the bank.** A reading-only handle reads
 //! the store's time without adding an object: on a `file:` bank the host's clock (which stamps
@@ -48,10 +48,10 @@ impl Bank {
                 return Ok(reading);
             }
         }
-        // One key per bank handle (per host for reading-only handles): a read-back of another
-        // version is a lagging replica's (an older version, which only ever understates the
-        // store's time) or another prober's on this host, and is never taken as ours (its
-        // ETag differs). The GC removes keys a day old (`clock_probe_prefix`).
+        // One key per host: a read-back of another version is a lagging replica's (an older
+        // version, which only ever understates the store's time) or another prober's on this
+        // host, and is never taken as ours (its ETag differs). The GC removes the keys of hosts
+        // that have not read the clock for a day (`clock_probe_prefix`).
         let path = self.own_clock_probe();
         // The HEAD must read back this PUT's version: a lagging replica may answer with an
         // older one, whose stamp (still a lower bound) would look like a clock step to the GC's
@@ -221,24 +221,16 @@ impl Bank {
 pub const CLOCK_PROBE_ATTEMPTS: usize = 3;
 
 impl Bank {
-    /// `_banklease/clock/`: the store-clock probes, one key per bank handle that read the clock
-    /// and one per host whose read commands did.
+    /// `_banklease/clock/`: the store-clock probes, one key per host that read the clock.
     pub fn clock_probe_prefix(&self) -> Path {
         Prefix::ClockProbes.path(self)
     }
 
-    /// This handle's store-clock probe key (never removed by its own cleanup): a writer's
-    /// handle has its own, so no other prober's write is ever read back in its place; a
-    /// [`reading_only`](Self::reading_only) handle shares this host's (`host-<16 hex digits>`,
-    /// a hash of its hostname and machine id) with every read command on the host, rewriting it
-    /// in place.
+    /// This host's store-clock probe key, `host-<16 hex digits>` (a hash of its hostname and
+    /// machine id), shared by every command, agent and collector on the host and rewritten in
+    /// place; a collector's cleanup never removes its own.
     pub fn own_clock_probe(&self) -> Path {
-        let name = if self.is_reading_only() {
-            crate::id::host_probe_name().to_owned()
-        } else {
-            self.probe_key().to_owned()
-        };
-        Key::ClockProbe(name).path(self)
+        Key::ClockProbe(crate::id::host_probe_name().to_owned()).path(self)
     }
 }
 

@@ -44,7 +44,7 @@ fn judged_read(path: &Path) -> bool {
     p.contains("/leases/") || p.contains("/_banklease/clock") || p.ends_with("/gc/active")
 }
 
-/// A store-clock probe key (`_banklease/clock/<handle>`).
+/// A store-clock probe key (`_banklease/clock/host-<hex>`).
 fn clock_probe(path: &Path) -> bool {
     path.as_ref().contains("/_banklease/clock/")
 }

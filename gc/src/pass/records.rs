@@ -66,12 +66,13 @@ pub(crate) async fn missing_for(
     }
 }
 
-/// Store-clock probe keys older than this (store clock) belong to processes that stopped reading
-/// the clock; each process rewrites its own key at every reading.
+/// Store-clock probe keys older than this (store clock) belong to hosts that stopped reading
+/// the clock; every process on a host rewrites the host's key at every reading.
 pub const CLOCK_PROBE_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
-/// Remove store-clock probe keys (`_banklease/clock/<handle>`) not written for a day; returns
-/// what failed. A key removed under a live process is rewritten by its next reading.
+/// Remove store-clock probe keys (`_banklease/clock/host-<hex>`, and the per-process keys of
+/// older releases) not written for a day; returns what failed. A key removed under a live
+/// process is rewritten by its next reading.
 pub(crate) async fn forget_clock_probes(ctx: &PassContext, sent: Instant) -> Vec<Problem> {
     let bank = &ctx.bank;
     let own = bank.own_clock_probe();
