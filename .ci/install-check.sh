@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs banklease as README.md's "Install" says, by running the blocks marked
 # `<!-- .ci/install-check.sh runs this block -->` exactly as written, each into a clean place,
-# then runs what they installed: both binaries, the Debian package's files (unpacked with
-# `dpkg-deb -x`, not installed on this machine), its man pages, its completion scripts, its unit
+# then runs what they installed: both binaries (and etc/quickstart.sh with them first on PATH,
+# which must then build nothing), the Debian package's files (unpacked with `dpkg-deb -x`, not
+# installed on this machine), its man pages, its completion scripts, its unit
 # (`systemd-analyze verify`), and the Python wheel in a fresh venv. Called by .ci/run after the
 # tests; it reuses one release build for the binaries, the package and the wheel's crates.
 set -euo pipefail
@@ -45,6 +46,16 @@ CARGO_INSTALL_ROOT="$scratch/cargo" PATH="$scratch/cargo/bin:$PATH" run_block 1
 for bin in banklease banklease-gc; do
   expect "$bin --version" "$("$scratch/cargo/bin/$bin" --version)" "$bin $version"
 done
+
+echo "== the quick start, with what cargo installed first on PATH: it must build nothing"
+quickstart=$(PATH="$scratch/cargo/bin:$PATH" bash etc/quickstart.sh 2>&1) ||
+  { echo "install-check: etc/quickstart.sh failed: $quickstart" >&2; exit 1; }
+echo "$quickstart" | sed 's/^/   /'
+expect "the quick start" "$quickstart" \
+  "== using the installed banklease ($scratch/cargo/bin/banklease, banklease $version): nothing to build"
+if grep -qiE 'cargo build|building' <<<"$quickstart"; then
+  echo "install-check: the quick start built, though banklease was installed: $quickstart" >&2; exit 1
+fi
 
 echo "== the Debian package"
 rm -rf target/debian
