@@ -12,7 +12,13 @@ use crate::{human, out_json, out_line, Ctx, Outcome};
 /// `[gc]` configuration; `--dry-run` and `--force` override it for this pass. Like
 /// `banklease-gc --once`, it takes the GC lease for its pass, and refuses (exit 75) while a
 /// daemon is active unless `--beside-daemon`; a dry run takes no lease.
-pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool, beside: bool) -> Result<Outcome> {
+pub(crate) async fn gc(
+    ctx: &Ctx,
+    dry_run: bool,
+    force: bool,
+    beside: bool,
+    verbose: bool,
+) -> Result<Outcome> {
     let mut config = ctx.config.clone();
     config.gc.dry_run |= dry_run;
     // The port is the running daemon's.
@@ -90,6 +96,51 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool, beside: bool) -> R
                 _ => "",
             },
         ))?;
+        // What happened to which checkpoint: all of them with -v, else the first few of each.
+        if verbose {
+            for c in &report.checkpoints {
+                out_line(&format!(
+                    "{} `{}` (owner `{}`): {}",
+                    c.action.verb(report.dry_run),
+                    c.checkpoint_id,
+                    c.owner_id,
+                    c.reason
+                ))?;
+            }
+            if report.checkpoints_omitted > 0 {
+                out_line(&format!(
+                    "{} more checkpoint(s) not named (over {})",
+                    report.checkpoints_omitted,
+                    banklease_gc::pass::report::MAX_NAMED
+                ))?;
+            }
+        } else {
+            let owners: Vec<String> = report
+                .checkpoints
+                .iter()
+                .map(|c| c.owner_id.to_string())
+                .collect();
+            let short: std::collections::HashMap<&str, String> = owners
+                .iter()
+                .map(String::as_str)
+                .zip(crate::output::short_ids(&owners))
+                .collect();
+            let lines = report.named_lines(NAMED_IN_TEXT, |owner| {
+                short
+                    .get(owner.as_str())
+                    .cloned()
+                    .unwrap_or_else(|| owner.to_string())
+            });
+            let cut = banklease_gc::Action::ALL
+                .iter()
+                .any(|a| report.named(*a).count() > NAMED_IN_TEXT);
+            for line in &lines {
+                out_line(line)?;
+            }
+            if cut {
+                out_line("(-v names every checkpoint and why; --json too)")?;
+            }
+        }
     }
     // Space still taken by collected checkpoints: where, and when it is given back.
     let now = DateTime::<Utc>::from(ctx.clock.system_now());
@@ -125,6 +176,9 @@ pub(crate) async fn gc(ctx: &Ctx, dry_run: bool, force: bool, beside: bool) -> R
     }
     Ok(pass_outcome(report))
 }
+
+/// Checkpoints of each action the text names without -v.
+const NAMED_IN_TEXT: usize = 5;
 
 /// Exit 0 for a clean pass; 1 when it completed but left something an operator must look at
 /// (errors, each named on stderr, or the brake refused collecting). A failed pass is exit 2.

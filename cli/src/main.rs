@@ -277,7 +277,7 @@ async fn run(cli: Cli) -> Result<Outcome> {
         bank,
         json,
         command,
-        verbosity: _,
+        verbosity,
     } = cli;
     let diagnosis = matches!(command, Command::Doctor { .. });
     let load = || Ctx::load(config.as_deref(), bank.as_deref(), json, false, diagnosis);
@@ -400,7 +400,7 @@ async fn run(cli: Cli) -> Result<Outcome> {
             dry_run,
             force,
             beside_daemon,
-        } => gc::gc(&ctx, dry_run, force, beside_daemon).await,
+        } => gc::gc(&ctx, dry_run, force, beside_daemon, verbosity > 0).await,
         Command::Lock(command) => lock::run(&ctx, command).await,
         Command::Doctor {
             read_only: true, ..

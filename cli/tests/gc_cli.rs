@@ -297,3 +297,124 @@ fn a_reaped_lease_keeps_its_reason_for_30_days() {
     assert!(!old.exists(), "a record 31 days old is forgotten");
     assert!(record.exists(), "a fresh one is kept");
 }
+
+/// The GC names what it collects, would collect and skips: `gc --dry-run` the first few ids of
+/// each and a count, `-v` every one with why, `--json` every one with its owner and reason —
+/// and the pass itself too. A live owner's protecting checkpoint is named as skipped.
+#[test]
+fn the_gc_names_every_checkpoint_it_collects_or_skips() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead: Vec<String> = (1..=7).map(|i| format!("cp-dead-{i}")).collect();
+    let dead_refs: Vec<&str> = dead.iter().map(String::as_str).collect();
+    let url = dead_owner_bank(dir.path(), &dead_refs);
+    // A live owner: a job under `run` that left one checkpoint protecting and still runs.
+    let ready = dir.path().join("ready");
+    let path = {
+        let mut paths = vec![std::path::Path::new(common::BIN)
+            .parent()
+            .unwrap()
+            .to_path_buf()];
+        paths.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap()));
+        std::env::join_paths(paths).unwrap()
+    };
+    let script = format!(
+        "banklease agent checkpoint create cp-live && echo \"$BANKLEASE_OWNER_ID\" > '{}' \
+         && sleep 30",
+        ready.display()
+    );
+    let _live = Killed(
+        common::command(&url, &["run", "--", "sh", "-c", &script])
+            .env("PATH", &path)
+            .spawn()
+            .unwrap(),
+    );
+    common::wait_for("the live job's checkpoint", || {
+        std::fs::read_to_string(&ready).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let live_owner = std::fs::read_to_string(&ready).unwrap().trim().to_owned();
+
+    // Text: the first five of each action and a count; then how to see them all.
+    let out = cli(&url, &["gc", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let would = stdout
+        .lines()
+        .find(|l| l.starts_with("would collect 7: "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(would.matches("`cp-dead-").count(), 5, "{would}");
+    assert!(would.contains(" and 2 more (owner `"), "{would}");
+    // Owner ids as the tables show them: a generated one cut to 12.
+    assert!(
+        stdout.contains(&format!(
+            "skipped 1: `cp-live` (owner `{}`)",
+            &live_owner[..12]
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("-v names every checkpoint"), "{stdout}");
+
+    // -v: every one, with why.
+    let out = cli(&url, &["gc", "--dry-run", "-v"]);
+    let stdout = text(&out.stdout);
+    for id in &dead {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("would collect `{id}` (owner `")))
+            .unwrap_or_else(|| panic!("{id} not named in: {stdout}"));
+        assert!(line.contains("its owner's lease expired"), "{line}");
+    }
+    assert!(
+        stdout.contains(&format!(
+            "skipped `cp-live` (owner `{live_owner}`): its owner's lease is alive"
+        )),
+        "{stdout}"
+    );
+
+    // JSON, and the pass itself: every id with its owner, action and reason; then nothing of
+    // the dead owner's is left, and the live one's is.
+    for args in [&["gc", "--dry-run", "--json"][..], &["gc", "--json"][..]] {
+        let out = cli(&url, args);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let named = report["checkpoints"].as_array().unwrap();
+        let mut collected: Vec<&str> = named
+            .iter()
+            .filter(|c| c["action"] == "collect")
+            .map(|c| c["checkpoint_id"].as_str().unwrap())
+            .collect();
+        collected.sort();
+        assert_eq!(collected, dead_refs, "{args:?}: {report}");
+        let owners: std::collections::HashSet<&str> = named
+            .iter()
+            .filter(|c| c["action"] == "collect")
+            .map(|c| c["owner_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(owners.len(), 1, "{report}");
+        assert!(!owners.contains(live_owner.as_str()), "{report}");
+        let skipped: Vec<_> = named.iter().filter(|c| c["action"] == "skip").collect();
+        assert_eq!(skipped.len(), 1, "{report}");
+        assert_eq!(skipped[0]["checkpoint_id"], "cp-live");
+        assert_eq!(skipped[0]["owner_id"], live_owner.as_str());
+        assert_eq!(skipped[0]["reason"], "its owner's lease is alive");
+        assert_eq!(report["checkpoints_omitted"], 0);
+    }
+    let left = cli(&url, &["checkpoint", "list", "--json"]);
+    for line in text(&left.stdout).lines() {
+        let status = if line.contains("\"cp-live\"") {
+            "\"status\":\"protecting\""
+        } else {
+            "\"status\":\"deleted\""
+        };
+        assert!(line.contains(status), "{line}");
+    }
+}
+
+/// A child killed (and reaped) when the test ends, passed or failed.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

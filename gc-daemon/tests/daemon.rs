@@ -320,6 +320,72 @@ fn once_runs_a_single_pass_and_prints_its_report() {
     );
 }
 
+/// `--once` names every checkpoint it collects: in its JSON report (id, owner, action, why) and
+/// in the pass's log line (the first few and a count).
+#[test]
+fn once_names_the_checkpoints_it_collects_in_its_report_and_its_log_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = bank_in(dir.path());
+    // An owner that wrote two protecting checkpoints and died an hour ago (its lease's stamp,
+    // the store's clock on a `file:` bank, moved back).
+    let owner = banklease::OwnerId::random();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let b = banklease::Bank::open(&format!("file://{}", bank.display())).unwrap();
+        let windows =
+            banklease::LeaseWindows::new(RENEW, EXPIRE, Duration::from_millis(100)).unwrap();
+        let clock = std::sync::Arc::new(banklease::clock::SystemClock);
+        let lease = banklease::OwnerLease::acquire(&b, owner.clone(), windows, clock)
+            .await
+            .unwrap();
+        for id in ["cp-x", "cp-y"] {
+            banklease::Checkpoint::create(&lease, &banklease_testkit::cid(id))
+                .await
+                .unwrap();
+        }
+    });
+    let touched = Command::new("touch")
+        .args(["-m", "-d", "1 hour ago"])
+        .arg(bank.join("leases").join(owner.as_str()))
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    let [port] = free_ports::<1>();
+    let mut d = Daemon::spawn("once", dir.path(), &bank, port, &["--once"]);
+    let status = d.wait_exit(START_TIMEOUT);
+    assert!(status.success(), "exit status {status}\n{}", d.logs());
+    let out = std::fs::read_to_string(&d.stdout).unwrap();
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(report["collected"], 2, "{report}");
+    let named = report["checkpoints"].as_array().unwrap();
+    let ids: Vec<&str> = named
+        .iter()
+        .map(|c| c["checkpoint_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["cp-x", "cp-y"], "{report}");
+    for c in named {
+        assert_eq!(c["owner_id"], owner.as_str(), "{report}");
+        assert_eq!(c["action"], "collect", "{report}");
+        let reason = c["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("its owner's lease expired ") && reason.contains(" ago (grace "),
+            "{report}"
+        );
+    }
+    let log = std::fs::read_to_string(&d.log).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("gc pass done"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        line.contains(&format!("collected 2: `cp-x`, `cp-y` (owner `{owner}`)")),
+        "{line}"
+    );
+}
+
 /// A single pass run with the daemon's own configuration (its metrics port
 /// included) beside the active daemon is refused at once (75, naming the holder) instead of
 /// failing on the port or waiting as a standby; `--beside-daemon` runs it beside the daemon, which stays

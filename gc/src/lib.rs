@@ -23,6 +23,6 @@ pub mod time;
 
 pub use error::{Error, Result};
 pub use pass::options::{GcOptions, GcOptionsBuilder};
-pub use pass::report::{PassReport, Problem, StagedUpload, MAX_PROBLEMS};
+pub use pass::report::{Action, NamedCheckpoint, PassReport, Problem, StagedUpload, MAX_PROBLEMS};
 pub use pass::Collector;
 pub use run::{ActiveElsewhere, OnePass, PassLease, Single};

@@ -153,6 +153,12 @@ class PassReport:
     #: Owners (and checkpoints) held back past the grace because what they declared needs
     #: longer (their retry budget, on a store whose create-if-absent is timing only).
     waiting: List[str] = _dataclasses.field(default_factory=list)
+    #: Every checkpoint the pass collected, retired, repaired or skipped (in a dry run: would
+    #: have), one ``{"checkpoint_id", "owner_id", "action", "reason"}`` each, ``action`` one of
+    #: ``"collect"``, ``"retire"``, ``"repair"``, ``"skip"`` (the first 100,000;
+    #: ``checkpoints_omitted`` counts the rest).
+    checkpoints: List[Dict[str, str]] = _dataclasses.field(default_factory=list)
+    checkpoints_omitted: int = 0
 
     @classmethod
     def _from_json(cls, text: str) -> "PassReport":

@@ -53,6 +53,18 @@ def test_one_pass_collects_a_python_owners_zombies_and_nothing_else(backend):
     time.sleep(b.past_expiry())
     dry = b.run_pass(dry_run=True)
     assert dry.dry_run and dry.collected == 2 and dry.dead == 1, dry
+    # Every checkpoint named: what would go, whose, and why; what stays, and why.
+    named = {c["checkpoint_id"]: c for c in dry.checkpoints}
+    assert {i for i, c in named.items() if c["action"] == "collect"} == {"zombie-0", "zombie-1"}
+    assert named["zombie-0"]["owner_id"] == dead.owner_id
+    assert named["zombie-0"]["reason"].startswith("its owner's lease expired ")
+    assert named["in-progress"] == {
+        "checkpoint_id": "in-progress",
+        "owner_id": live.owner_id,
+        "action": "skip",
+        "reason": "its owner's lease is alive",
+    }
+    assert dry.checkpoints_omitted == 0
     assert banklease.read_checkpoint(b.bank, "zombie-0").status == "protecting"
 
     report = b.run_pass()
@@ -96,6 +108,9 @@ def test_the_brake_holds_a_mass_collection_unless_forced(file_backend, tmp_path)
     time.sleep(b.past_expiry())
     braked = banklease.run_pass(b.bank, config_file=str(config))
     assert braked.braked and braked.collected == 0, braked
+    assert sorted((c["checkpoint_id"], c["action"], c["reason"]) for c in braked.checkpoints) == [
+        (f"z-{i}", "skip", "the safety brake refused the pass") for i in range(3)
+    ]
     assert "--force" in braked.braked or "force" in braked.braked
     assert banklease.read_checkpoint(b.bank, "z-0").status == "protecting"
     forced = banklease.run_pass(b.bank, config_file=str(config), force=True)

@@ -31,7 +31,7 @@ use object_store::path::Path;
 
 use crate::pass::context::PassContext;
 use crate::pass::delete::{delete_markers, delete_prefix, MARKER_BATCH};
-use crate::pass::report::{PassReport, Problem};
+use crate::pass::report::{Action, PassReport, Problem};
 
 /// Data objects deleted together (the stores' own requests split it further: 1,000 per
 /// `DeleteObjects`, 200 per Swift bulk delete).
@@ -49,6 +49,8 @@ pub(crate) struct Listed {
     pub(crate) id: CheckpointId,
     pub(crate) created_at: Option<DateTime<Utc>>,
     pub(crate) data: Vec<Path>,
+    /// Why it is collected, for the report.
+    pub(crate) reason: String,
 }
 
 /// List checkpoint `id`'s data for a batch. More than [`LISTED_MAX`] objects are deleted here
@@ -191,6 +193,13 @@ impl Batch {
                 Ok(()) => {
                     tracing::info!(checkpoint_id = %listed.id, owner_id = %listed.owner, "collected");
                     let marker = Key::marker(&listed.owner, &listed.id).path(bank);
+                    // Named once nothing of it is left but its marker (which only counts it).
+                    report.name(
+                        listed.id,
+                        listed.owner.clone(),
+                        Action::Collect,
+                        listed.reason,
+                    );
                     self.tombstoned.push((listed.owner, marker));
                 }
                 Err(e) => {

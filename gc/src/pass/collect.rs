@@ -32,19 +32,50 @@ use crate::pass::batch::{list_data, Batch, Listed};
 use crate::pass::context::PassContext;
 use crate::pass::delete::delete_ok_if_missing;
 use crate::pass::plan::{past, OwnerTally, Plan, Verdict};
-use crate::pass::report::{PassReport, Problem};
+use crate::pass::report::{duration_words, Action, PassReport, Problem};
 use crate::pass::sweep::mark_for_sweep;
 
-/// What happened to one checkpoint.
+/// What happened to one checkpoint, and why (in words, for the report).
 enum Outcome {
-    /// Collected (dry run: would have been).
+    /// Would be collected (dry run).
     Collected,
     /// Decided and listed: its data, tombstone and marker go in bulk with others' (batch.rs).
     Listed(Listed),
-    Repaired,
-    Skipped,
+    Repaired(&'static str),
+    Skipped(&'static str),
     /// Left for a later pass: what its owner declared needs longer (why).
     Waiting(String),
+}
+
+/// A stray marker beside another owner's checkpoint, removed.
+const STRAY_BESIDE_OTHER: &str =
+    "a stray protecting marker of a dead owner beside another owner's checkpoint: removed";
+/// A stray marker beside a finished checkpoint, removed.
+const STRAY_BESIDE_FINISHED: &str =
+    "a stray protecting marker beside a checkpoint that is not protecting: removed";
+/// A create of the id landed while the pass fenced it: judged again next pass.
+const CREATED_MEANWHILE: &str = "created meanwhile: judged again next pass";
+/// An owner's decided move, finished for it.
+const OWNERS_MOVE: &str = "its owner decided it but did not finish the move: finished";
+
+/// Why a dead owner's checkpoint is collected, in words.
+pub(crate) fn dead_because(tally: &OwnerTally) -> String {
+    let Some(e) = &tally.evidence else {
+        return "its owner is dead".to_owned();
+    };
+    let words = |ms: u64| duration_words(Duration::from_millis(ms));
+    match e.lease.as_str() {
+        "missing" => format!(
+            "its owner's lease has been missing for {} (grace {})",
+            words(e.dead_for_ms),
+            words(e.grace_ms)
+        ),
+        _ => format!(
+            "its owner's lease expired {} ago (grace {})",
+            words(e.dead_for_ms),
+            words(e.grace_ms)
+        ),
+    }
 }
 
 /// Collect the dead owners of `plan` (their markers as listed at `listed_at`); returns the
@@ -107,47 +138,63 @@ impl Collecting<'_> {
                     let listing = format!("listing `{prefix}`");
                     (listing, banklease::Error::store("list", prefix, e))
                 })?;
+                // Not a marker of this owner's (a name outside the layout): counted, unnamed.
                 let Some((owner, id)) = parse_marker(bank, &meta.location) else {
-                    return Ok(Outcome::Skipped);
+                    return Ok(None);
                 };
                 if owner != tally.owner {
-                    return Ok(Outcome::Skipped);
+                    return Ok(None);
                 }
                 if !self.old_enough(&tally.verdict, &meta) {
-                    return Ok(Outcome::Skipped);
+                    let why = "its marker is younger than the grace (its owner's lease is missing)";
+                    return Ok(Some((id, Outcome::Skipped(why))));
                 }
                 // Reserve a slot under the per-pass limit before acting.
                 let n = self.taken.fetch_add(1, Ordering::SeqCst);
                 if self.limit.is_some_and(|l| n >= l) {
-                    return Ok(Outcome::Skipped);
+                    let why = "over this pass's limit (gc.max_deletions)";
+                    return Ok(Some((id, Outcome::Skipped(why))));
                 }
-                if ctx.options.dry_run {
+                let outcome = if ctx.options.dry_run {
                     // What a pass would meet, read but not acted on: a record that cannot be
                     // read is a problem a dry run names too.
-                    return self
-                        .dry_run_one(tally, &id)
-                        .await
-                        .map_err(|e| (format!("checkpoint `{id}`"), e));
+                    self.dry_run_one(tally, &id).await
+                } else {
+                    self.collect_one(tally, &id).await
+                };
+                match outcome {
+                    Ok(outcome) => Ok(Some((id, outcome))),
+                    Err(e) => Err((format!("checkpoint `{id}`"), e)),
                 }
-                self.collect_one(tally, &id)
-                    .await
-                    .map_err(|e| (format!("checkpoint `{id}`"), e))
             })
             .buffer_unordered(ctx.options.concurrency);
         // Consumed as it comes: memory stays bounded by `concurrency` and the batch, not by the
         // owner's size. A checkpoint finished through the batch counts (or fails) there.
         while let Some(result) = results.next().await {
+            let owner = || tally.owner.clone();
             match result {
-                Ok(Outcome::Collected) => report.collected += 1,
-                Ok(Outcome::Listed(listed)) => {
-                    batch.add(ctx, listed, report).await;
-                }
-                Ok(Outcome::Repaired) => report.repaired += 1,
-                Ok(Outcome::Skipped) => {
+                Ok(None) => {
                     report.skipped += 1;
                     clean = false;
                 }
-                Ok(Outcome::Waiting(why)) => {
+                Ok(Some((id, Outcome::Collected))) => {
+                    report.collected += 1;
+                    report.name(id, owner(), Action::Collect, dead_because(tally));
+                }
+                Ok(Some((_, Outcome::Listed(listed)))) => {
+                    batch.add(ctx, listed, report).await;
+                }
+                Ok(Some((id, Outcome::Repaired(why)))) => {
+                    report.repaired += 1;
+                    report.name(id, owner(), Action::Repair, why);
+                }
+                Ok(Some((id, Outcome::Skipped(why)))) => {
+                    report.skipped += 1;
+                    report.name(id, owner(), Action::Skip, why);
+                    clean = false;
+                }
+                Ok(Some((id, Outcome::Waiting(why)))) => {
+                    report.name(id, owner(), Action::Skip, why.clone());
                     report.wait(why);
                     report.skipped += 1;
                     clean = false;
@@ -199,7 +246,7 @@ impl Collecting<'_> {
         read_decision(bank, id).await?;
         Ok(match index {
             // A stray marker: the pass would remove it.
-            Some(record) if record.owner_id != tally.owner => Outcome::Repaired,
+            Some(record) if record.owner_id != tally.owner => Outcome::Repaired(STRAY_BESIDE_OTHER),
             index => {
                 let declared = self.declared(tally, id, index.as_ref()).await?;
                 match self.waiting(tally, index.as_ref(), declared) {
@@ -280,7 +327,7 @@ impl Collecting<'_> {
                 tracing::warn!(checkpoint_id = %id, marker_owner = %owner, owner_id = %record.owner_id,
                     "stray protecting marker of a dead owner beside another owner's checkpoint: removed");
                 delete_ok_if_missing(bank, &Key::marker(owner, id).path(bank)).await?;
-                return Ok(Outcome::Repaired);
+                return Ok(Outcome::Repaired(STRAY_BESIDE_OTHER));
             }
             Some(record) if !matches!(record.status, Status::Protecting | Status::Deleted) => {
                 // Only a protecting checkpoint may be collected. A finished one is either an
@@ -288,18 +335,21 @@ impl Collecting<'_> {
                 return match read_decision(bank, id).await? {
                     Some(d) if d.by == Decider::Owner => {
                         finish_owner_decision(bank, &d).await?;
-                        Ok(Outcome::Repaired)
+                        Ok(Outcome::Repaired(OWNERS_MOVE))
                     }
                     Some(_) => {
                         tracing::warn!(checkpoint_id = %id, owner_id = %owner, status = %record.status,
                             "a gc decision on a checkpoint that is not protecting: not collecting");
-                        Ok(Outcome::Skipped)
+                        Ok(Outcome::Skipped(
+                            "a gc decision on a checkpoint that is not protecting (doubt: a \
+                             human looks, `banklease checkpoint explain`)",
+                        ))
                     }
                     None => {
                         tracing::warn!(checkpoint_id = %id, owner_id = %owner, status = %record.status,
                             "stray protecting marker beside a checkpoint that is not protecting: removed");
                         delete_ok_if_missing(bank, &Key::marker(owner, id).path(bank)).await?;
-                        Ok(Outcome::Repaired)
+                        Ok(Outcome::Repaired(STRAY_BESIDE_FINISHED))
                     }
                 };
             }
@@ -320,14 +370,14 @@ impl Collecting<'_> {
                 let now = ctx.clock.system_now().into();
                 if !create_tombstone(bank, id, owner, now).await? {
                     // Someone created it meanwhile: judge it again next pass.
-                    return Ok(Outcome::Skipped);
+                    return Ok(Outcome::Skipped(CREATED_MEANWHILE));
                 }
                 existing = checkpoint::read_checkpoint(bank, id).await?;
                 // On a store whose create-if-absent is not atomic (Swift) a create racing ours
                 // may have won too: go on only over our own tombstone.
                 if !matches!(&existing, Some(r) if r.status == Status::Deleted && r.owner_id == *owner)
                 {
-                    return Ok(Outcome::Skipped);
+                    return Ok(Outcome::Skipped(CREATED_MEANWHILE));
                 }
             }
         }
@@ -347,11 +397,15 @@ impl Collecting<'_> {
             Decided::Lost(existing) => {
                 // The owner completed it but crashed before finishing the move: finish it.
                 finish_owner_decision(bank, &existing).await?;
-                return Ok(Outcome::Repaired);
+                return Ok(Outcome::Repaired(OWNERS_MOVE));
             }
         }
         let late = ctx.rules.late_window(declared, &ctx.options);
-        finish_collection(bank, owner, id, existing, late).await
+        let listed = finish_collection(bank, owner, id, existing, late).await?;
+        Ok(Outcome::Listed(Listed {
+            reason: dead_because(tally),
+            ..listed
+        }))
     }
 }
 
@@ -365,7 +419,7 @@ async fn finish_collection(
     id: &CheckpointId,
     existing: Option<checkpoint::CheckpointRecord>,
     late_window: Duration,
-) -> banklease::Result<Outcome> {
+) -> banklease::Result<Listed> {
     // Before any data goes: a write still in flight may land after the deletion.
     mark_for_sweep(bank, id, late_window).await?;
     let data = list_data(bank, id).await?;
@@ -374,10 +428,11 @@ async fn finish_collection(
     // flight; against a tombstone it fails, where after a deletion it would land as a
     // protecting checkpoint with no marker — a zombie no pass could ever find (found by the
     // simulation, seed 8).
-    Ok(Outcome::Listed(Listed {
+    Ok(Listed {
         owner: owner.clone(),
         id: id.to_owned(),
         created_at: existing.map(|r| r.created_at),
         data,
-    }))
+        reason: String::new(),
+    })
 }

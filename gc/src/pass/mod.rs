@@ -66,8 +66,11 @@ use crate::pass::records::{forget_clock_probes, forget_missing};
 use crate::pass::sweep::sweep_due;
 use crate::pass::temporaries::TemporarySweep;
 use crate::time::probe::ClockProbe;
-pub use report::{PassReport, StagedUpload};
+pub use report::{Action, PassReport, StagedUpload};
 pub use temporaries::TEMPORARY_SWEEP_BUDGET;
+
+/// Checkpoints of each action the pass's log line names (the report names them all).
+const NAMED_IN_LOG: usize = 5;
 
 /// Runs GC passes on one bank. Clones share what the collector remembers between passes (the
 /// last store-clock reading, for step detection; the temporaries sweep's walk).
@@ -152,6 +155,10 @@ impl Collector {
             tracing::error!("{reason}");
             report.braked = Some(reason.clone());
             report.skipped += plan.candidates;
+            for (owner, id) in judged.dead_listed.iter().cloned() {
+                report.name(id, owner, Action::Skip, "the safety brake refused the pass");
+            }
+            report.checkpoints_omitted += judged.dead_unlisted;
         } else {
             // Before anything is deleted: the store clock must not have stepped during the pass.
             let acting = !self.options.dry_run;
@@ -203,6 +210,14 @@ impl Collector {
             .map(|(_, d)| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
             .max()
             .unwrap_or(0);
+        // Named in a stable order (collections finish in any order).
+        report.checkpoints.sort_by(|a, b| {
+            (a.action, &a.owner_id, &a.checkpoint_id).cmp(&(
+                b.action,
+                &b.owner_id,
+                &b.checkpoint_id,
+            ))
+        });
         report.requests = counters.snapshot();
         report.duration_ms = self
             .clock
@@ -217,6 +232,7 @@ impl Collector {
             skipped = report.skipped,
             errors = report.errors,
             dry_run = report.dry_run,
+            checkpoints = %report.named_summary(NAMED_IN_LOG),
             "gc pass done"
         );
         Ok(report)

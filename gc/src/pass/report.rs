@@ -3,11 +3,16 @@
 
 use std::collections::BTreeMap;
 
+use banklease::{CheckpointId, OwnerId};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 /// Errors a report names one by one; the rest are counted (`problems_omitted`).
 pub const MAX_PROBLEMS: usize = 100;
+
+/// Checkpoints a report names one by one ([`PassReport::checkpoints`]); the rest are counted
+/// (`checkpoints_omitted`), so that memory stays bounded on a bank of any size.
+pub const MAX_NAMED: usize = 100_000;
 
 /// The tracing target of the log line each [`Problem`] also gets: a daemon's log names every
 /// problem there; `banklease gc` prints the report's instead and filters this target out, so
@@ -83,6 +88,12 @@ pub struct PassReport {
     /// `file:` banks: partial uploads still staged for checkpoints the GC collected, and when
     /// each goes (the sweep decides; this only names them).
     pub staged_uploads: Vec<StagedUpload>,
+    /// Every checkpoint the pass collected, retired, repaired or skipped (with `dry_run`: would
+    /// have), with its owner and why, the first [`MAX_NAMED`] of them: a skipped one is a
+    /// protecting checkpoint left alone. Errors are in `problems` instead.
+    pub checkpoints: Vec<NamedCheckpoint>,
+    /// Checkpoints beyond the first [`MAX_NAMED`], counted only.
+    pub checkpoints_omitted: u64,
     /// Whether this was a dry run.
     pub dry_run: bool,
     /// Why the brake refused the pass, if it did.
@@ -126,12 +137,154 @@ impl PassReport {
         }
     }
 
+    /// Name what the pass did (or, dry run, would do) with one checkpoint.
+    pub(crate) fn name(
+        &mut self,
+        checkpoint_id: CheckpointId,
+        owner_id: OwnerId,
+        action: Action,
+        reason: impl Into<String>,
+    ) {
+        if self.checkpoints.len() < MAX_NAMED {
+            self.checkpoints.push(NamedCheckpoint {
+                checkpoint_id,
+                owner_id,
+                action,
+                reason: reason.into(),
+            });
+        } else {
+            self.checkpoints_omitted += 1;
+        }
+    }
+
+    /// The checkpoints named with `action`.
+    pub fn named(&self, action: Action) -> impl Iterator<Item = &NamedCheckpoint> {
+        self.checkpoints.iter().filter(move |c| c.action == action)
+    }
+
+    /// One line naming the first `few` checkpoints of each action and counting the rest, e.g.
+    /// ``collected 2: `cp-1`, `cp-2` (owner `a`); skipped 1: `cp-9` (owner `b`)``; empty when
+    /// none was named.
+    pub fn named_summary(&self, few: usize) -> String {
+        self.named_lines(few, |owner| owner.to_string()).join("; ")
+    }
+
+    /// [`named_summary`](Self::named_summary) as one line per action (and one for what was
+    /// not named), each owner id written by `owner` (a table's short form).
+    pub fn named_lines(&self, few: usize, owner: impl Fn(&OwnerId) -> String) -> Vec<String> {
+        let and_more = |shown: Vec<String>, all: usize| {
+            let mut text = shown.join(", ");
+            if all > shown.len() {
+                text.push_str(&format!(" and {} more", all - shown.len()));
+            }
+            text
+        };
+        let mut lines = Vec::new();
+        for action in Action::ALL {
+            let named: Vec<&NamedCheckpoint> = self.named(action).collect();
+            if named.is_empty() {
+                continue;
+            }
+            let ids = named
+                .iter()
+                .take(few)
+                .map(|c| format!("`{}`", c.checkpoint_id));
+            let mut owners: Vec<&OwnerId> = named.iter().map(|c| &c.owner_id).collect();
+            owners.sort();
+            owners.dedup();
+            let owners_text = and_more(
+                owners
+                    .iter()
+                    .take(few)
+                    .map(|o| format!("`{}`", owner(o)))
+                    .collect(),
+                owners.len(),
+            );
+            lines.push(format!(
+                "{} {}: {} (owner{} {owners_text})",
+                action.verb(self.dry_run),
+                named.len(),
+                and_more(ids.collect(), named.len()),
+                if owners.len() == 1 { "" } else { "s" },
+            ));
+        }
+        if self.checkpoints_omitted > 0 {
+            lines.push(format!(
+                "{} more checkpoint(s) not named (over {MAX_NAMED})",
+                self.checkpoints_omitted
+            ));
+        }
+        lines
+    }
+
     /// [`failed`](Self::failed) for each of `problems`.
     pub(crate) fn failed_all(&mut self, problems: impl IntoIterator<Item = Problem>) {
         for problem in problems {
             self.failed(problem);
         }
     }
+}
+
+/// A duration in a report's words: to the millisecond below 10 s, else to the second.
+pub(crate) fn duration_words(d: std::time::Duration) -> String {
+    let d = if d.as_secs() >= 10 {
+        std::time::Duration::from_secs(d.as_secs())
+    } else {
+        std::time::Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    };
+    humantime::format_duration(d).to_string()
+}
+
+/// What a pass did with a checkpoint (or, dry run, would have done).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Action {
+    /// A dead owner's protecting checkpoint: decided by the GC, its data and records removed.
+    Collect,
+    /// A failed (`error`) checkpoint past `gc.keep_failed_for`: its data and records removed.
+    Retire,
+    /// A move its owner decided but did not finish, finished; or a stray marker removed.
+    Repair,
+    /// Left alone: its owner alive or in grace, its lease unreadable, the brake, a limit, or
+    /// what its owner declared needs longer.
+    Skip,
+}
+
+impl Action {
+    /// Every action, in the order reports list them.
+    pub const ALL: [Action; 4] = [
+        Action::Collect,
+        Action::Retire,
+        Action::Repair,
+        Action::Skip,
+    ];
+
+    /// The action in words, as done (`collected`) or, in a dry run, as it would be.
+    pub fn verb(self, dry_run: bool) -> &'static str {
+        match (self, dry_run) {
+            (Action::Collect, false) => "collected",
+            (Action::Collect, true) => "would collect",
+            (Action::Retire, false) => "retired",
+            (Action::Retire, true) => "would retire",
+            (Action::Repair, false) => "repaired",
+            (Action::Repair, true) => "would repair",
+            (Action::Skip, _) => "skipped",
+        }
+    }
+}
+
+/// One checkpoint a pass named, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NamedCheckpoint {
+    /// The checkpoint.
+    pub checkpoint_id: CheckpointId,
+    /// Its owner (the marker's, for a protecting checkpoint).
+    pub owner_id: OwnerId,
+    /// What the pass did with it.
+    pub action: Action,
+    /// Why, in words: ``its owner's lease expired 12s ago (grace 1m 40s)``.
+    pub reason: String,
 }
 
 /// A partial upload still staged (`file:` banks, `_banklease/staging/`) for a checkpoint the GC

@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use banklease::checkpoint::{parse_marker, Evidence};
 use banklease::error::error_chain;
 use banklease::paths::Prefix;
-use banklease::{LeaseView, OwnerId};
+use banklease::{CheckpointId, LeaseView, OwnerId};
 use futures::StreamExt;
 
 use crate::pass::context::PassContext;
 use crate::pass::plan::{OwnerTally, Verdict};
 use crate::pass::records::missing_for;
-use crate::pass::report::{PassReport, Problem};
+use crate::pass::report::{duration_words, Action, PassReport, Problem, MAX_NAMED};
 
 /// The owners of the protecting index, judged.
 #[derive(Debug)]
@@ -32,6 +32,10 @@ pub(crate) struct Judged {
     pub(crate) keep_records: HashSet<OwnerId>,
     /// How long each dead owner has been dead.
     pub(crate) dead_for: HashMap<OwnerId, Duration>,
+    /// The dead owners' checkpoints as listed (the first [`MAX_NAMED`]), for a report that
+    /// names what the brake held back; and how many the listing showed beyond them.
+    pub(crate) dead_listed: Vec<(OwnerId, CheckpointId)>,
+    pub(crate) dead_unlisted: u64,
 }
 
 /// One owner's judgement.
@@ -54,6 +58,8 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
     let bank = &ctx.bank;
     let listed_at = ctx.clock.now();
     let mut markers: HashMap<OwnerId, u64> = HashMap::new();
+    // Named in the report (bounded: beyond MAX_NAMED, only counted).
+    let mut listed: Vec<(OwnerId, CheckpointId)> = Vec::new();
     let mut order: Vec<OwnerId> = Vec::new();
     let mut listed_all = true;
     let prefix = Prefix::Protecting.path(bank);
@@ -61,8 +67,11 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
     while let Some(item) = listing.next().await {
         match item {
             Ok(meta) => match parse_marker(bank, &meta.location) {
-                Some((owner, _)) => {
+                Some((owner, id)) => {
                     report.scanned += 1;
+                    if listed.len() < MAX_NAMED {
+                        listed.push((owner.clone(), id));
+                    }
                     let n = markers.entry(owner.clone()).or_insert_with(|| {
                         order.push(owner);
                         0
@@ -112,11 +121,13 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
         .map(|j| j.owner.clone())
         .collect();
     let mut dead_for: HashMap<OwnerId, Duration> = HashMap::new();
-    let tallies = judgements
+    // Why each owner's checkpoints are left alone, for those that are.
+    let mut left_alone: HashMap<OwnerId, String> = HashMap::new();
+    let tallies: Vec<OwnerTally> = judgements
         .into_iter()
         .map(|j| {
             let n = markers.get(&j.owner).copied().unwrap_or(0);
-            if let Some(why) = j.waiting {
+            if let Some(why) = j.waiting.clone() {
                 report.wait(why);
             }
             *report.leases.entry(j.state.to_owned()).or_default() += 1;
@@ -143,6 +154,7 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
             *report.protecting.entry(owner_state.to_owned()).or_default() += n;
             if !j.verdict.is_dead() {
                 report.skipped += n;
+                left_alone.insert(j.owner.clone(), left_alone_because(&j));
             }
             OwnerTally {
                 owner: j.owner,
@@ -153,12 +165,52 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
             }
         })
         .collect();
+    // Name what is left alone; keep the dead owners' for the brake. Beyond the bound of the
+    // listing kept, both are counted only.
+    let (mut alone_named, mut dead_listed) = (0u64, Vec::new());
+    for (owner, id) in listed {
+        match left_alone.get(&owner) {
+            Some(why) => {
+                alone_named += 1;
+                report.name(id, owner, Action::Skip, why.clone());
+            }
+            None => dead_listed.push((owner, id)),
+        }
+    }
+    let markers_of = |dead: bool| -> u64 {
+        tallies
+            .iter()
+            .filter(|t| t.verdict.is_dead() == dead)
+            .map(|t| t.markers)
+            .sum()
+    };
+    report.checkpoints_omitted += markers_of(false).saturating_sub(alone_named);
+    let dead_unlisted = markers_of(true).saturating_sub(dead_listed.len() as u64);
     Judged {
         tallies,
         listed_at,
         listed_all,
         keep_records,
         dead_for,
+        dead_listed,
+        dead_unlisted,
+    }
+}
+
+/// Why an owner's protecting checkpoints are left alone (it is not judged dead), in words.
+fn left_alone_because(j: &Judgement) -> String {
+    match &j.verdict {
+        Verdict::Alive => "its owner's lease is alive".to_owned(),
+        Verdict::InGrace => match (&j.waiting, j.dead_for) {
+            (Some(why), _) => why.clone(),
+            (None, Some(since)) => format!(
+                "its owner's lease expired {} ago, within the grace",
+                duration_words(since)
+            ),
+            (None, None) => "its owner's lease is missing, within the grace".to_owned(),
+        },
+        Verdict::Unreadable(error) => format!("its owner's lease cannot be judged: {error}"),
+        Verdict::Expired | Verdict::Missing => String::new(),
     }
 }
 
