@@ -137,6 +137,37 @@ impl Default for LeaseConfig {
 // The GC's own lease windows are `[gc] lease_renew_window` and so on.
 serde_with::with_prefix!(gc_lease "lease_");
 
+/// `gc.keep_failed_for`'s default: 14 days.
+pub const DEFAULT_KEEP_FAILED_FOR: Duration = Duration::from_secs(14 * 24 * 3600);
+
+/// A duration, or `"never"` (`None`): `gc.keep_failed_for`.
+mod keep_for {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(d) => s.serialize_str(&humantime::format_duration(*d).to_string()),
+            None => s.serialize_str("never"),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.trim() == "never" {
+            return Ok(None);
+        }
+        humantime::parse_duration(text.trim())
+            .map(Some)
+            .map_err(|e| {
+                serde::de::Error::custom(format!(
+                    "`{text}` is neither a duration (`14d`, `36h`) nor `never`: {e}"
+                ))
+            })
+    }
+}
+
 /// `[gc]`
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
@@ -174,6 +205,11 @@ pub struct GcConfig {
     /// least the store client's retry budget ([`store_client_retry_budget`]) plus 0.1 %.
     #[serde(with = "humantime_serde")]
     pub late_write_window: Duration,
+    /// How long a failed (`error`) checkpoint is kept, from when its owner completed it as
+    /// failed (the store's clock), before the GC retires it, data first; `None` (`"never"`)
+    /// keeps failed checkpoints until an operator deletes them.
+    #[serde(with = "keep_for")]
+    pub keep_failed_for: Option<Duration>,
     /// The windows of the GC's own lease (one active GC per bank), keys `lease_renew_window`,
     /// `lease_expire_window` (how long a standby waits after the active GC died) and
     /// `lease_validity_window` (what must be left to start a pass).
@@ -202,6 +238,9 @@ impl Default for GcConfig {
             // 15m, not the 10m it was: at least the Swift client's retry budget (11m 15s) plus
             // 0.1 % (rule (b) of [`Config::refusals`]); S3, Azure and GCS need 3m 45s 225ms.
             late_write_window: Duration::from_secs(900),
+            // Two weeks: a nightly job's failure stays to be looked at over a long weekend and
+            // a holiday, and its partial data does not pile up for ever.
+            keep_failed_for: Some(DEFAULT_KEEP_FAILED_FOR),
             lease: LeaseWindows {
                 renew_window: Duration::from_secs(10),
                 expire_window: Duration::from_secs(60),

@@ -63,6 +63,9 @@ pub enum Key {
     },
     /// `index/sweep/<checkpoint>`: a collected checkpoint the late sweep visits again.
     SweepMarker(CheckpointId),
+    /// `index/failed/<checkpoint>`: a checkpoint its owner completed as `error`, written when
+    /// the move is finished; its stamp (the store's clock) starts `gc.keep_failed_for`.
+    Failed(CheckpointId),
     /// `checkpoints/<checkpoint>/index.json`
     Index(CheckpointId),
     /// `checkpoints/<checkpoint>/data/<name>`
@@ -118,6 +121,8 @@ pub enum Prefix<'a> {
     OwnerMarkers(&'a OwnerId),
     /// `index/sweep/`
     Sweep,
+    /// `index/failed/`
+    Failed,
     /// `checkpoints/`
     Checkpoints,
     /// `checkpoints/<checkpoint>/`
@@ -169,6 +174,7 @@ impl Key {
                 &["index", "protecting", owner.as_str(), checkpoint.as_str()],
             ),
             Key::SweepMarker(id) => join(bank, &["index", "sweep", id.as_str()]),
+            Key::Failed(id) => join(bank, &["index", "failed", id.as_str()]),
             Key::Index(id) => join(bank, &["checkpoints", id.as_str(), "index.json"]),
             Key::Data { checkpoint, name } => {
                 join(bank, &["checkpoints", checkpoint.as_str(), "data", name])
@@ -214,6 +220,7 @@ impl Key {
                 checkpoint: id(c)?,
             },
             ["index", "sweep", c] => Key::SweepMarker(id(c)?),
+            ["index", "failed", c] => Key::Failed(id(c)?),
             ["checkpoints", c, "index.json"] => Key::Index(id(c)?),
             ["checkpoints", c, "data", n] => Key::Data {
                 checkpoint: id(c)?,
@@ -353,6 +360,7 @@ impl Prefix<'_> {
             Prefix::Protecting => join(bank, &["index", "protecting"]),
             Prefix::OwnerMarkers(owner) => join(bank, &["index", "protecting", owner.as_str()]),
             Prefix::Sweep => join(bank, &["index", "sweep"]),
+            Prefix::Failed => join(bank, &["index", "failed"]),
             Prefix::Checkpoints => join(bank, &["checkpoints"]),
             Prefix::Checkpoint(id) => join(bank, &["checkpoints", id.as_str()]),
             Prefix::Data(id) => join(bank, &["checkpoints", id.as_str(), "data"]),
@@ -397,6 +405,7 @@ mod tests {
             (owner(), checkpoint())
                 .prop_map(|(owner, checkpoint)| Key::Marker { owner, checkpoint }),
             checkpoint().prop_map(Key::SweepMarker),
+            checkpoint().prop_map(Key::Failed),
             checkpoint().prop_map(Key::Index),
             (checkpoint(), id()).prop_map(|(checkpoint, name)| Key::Data { checkpoint, name }),
             checkpoint().prop_map(Key::Decision),
@@ -443,6 +452,7 @@ mod tests {
             prop_assert_eq!(inside(marker.clone(), Prefix::OwnerMarkers(&owner)), Some(1));
             prop_assert_eq!(inside(marker, Prefix::Protecting), Some(2));
             prop_assert_eq!(inside(Key::SweepMarker(c.clone()), Prefix::Sweep), Some(1));
+            prop_assert_eq!(inside(Key::Failed(c.clone()), Prefix::Failed), Some(1));
             prop_assert_eq!(inside(Key::Index(c.clone()), Prefix::Checkpoint(&c)), Some(1));
             let data = Key::Data { checkpoint: c.clone(), name: k.clone() };
             prop_assert_eq!(inside(data, Prefix::Data(&c)), Some(1));

@@ -11,6 +11,8 @@ use banklease::{LeaseView, OwnerId};
 use object_store::ObjectStoreExt;
 use serde::Serialize;
 
+mod removal;
+
 use crate::lease::advice;
 use crate::output::to_second;
 use crate::{human, out_json, out_line, Ctx, Outcome};
@@ -30,6 +32,9 @@ struct Explanation {
     /// Set when an operator's `checkpoint resolve` rebuilt index.json.
     #[serde(skip_serializing_if = "Option::is_none")]
     index_rebuilt: Option<Rebuilt>,
+    /// Who removed (or is removing) it after its owner finished it, when and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    removal: Option<banklease::checkpoint::Removal>,
     /// The protecting marker: present, absent, or unknown (no owner known).
     marker: Option<bool>,
     /// The owner's lease now, on the store's clock.
@@ -114,14 +119,21 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         }
         return Ok(Outcome::No);
     }
+    let retire_next = match &index {
+        Ok(Some(r)) => removal::retire_next(ctx, r).await,
+        _ => None,
+    };
     let (why, next) = conclude(
         ctx,
         id.as_str(),
         &index,
         &decision,
-        owner_now.as_ref(),
-        marker,
-        advice.as_ref(),
+        Seen {
+            owner_now: owner_now.as_ref(),
+            marker,
+            advice: advice.as_ref(),
+            retire_next,
+        },
     );
     let explanation = Explanation {
         checkpoint_id: id.to_string(),
@@ -147,6 +159,11 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
             .ok()
             .and_then(Option::as_ref)
             .and_then(|r| r.rebuilt.clone()),
+        removal: index
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .and_then(|r| r.removal.clone()),
         marker,
         owner_now: owner_now.as_ref().map(|v| match (v, &reaped) {
             (LeaseView::Missing, Some(r)) => format!(
@@ -207,6 +224,9 @@ pub(crate) async fn explain(ctx: &Ctx, id: &str) -> Result<Outcome> {
         }
         if let Some(r) = &explanation.index_rebuilt {
             lines.push(("rebuilt", rebuilt("index.json", r, "when it was created")));
+        }
+        if let Some(r) = &explanation.removal {
+            lines.push(("removed", removal::removal_line(r)));
         }
         lines.push((
             "marker",
@@ -297,16 +317,29 @@ pub(crate) fn judged_dead(e: &Evidence) -> String {
     )
 }
 
+/// What `conclude` judges by, besides the records.
+struct Seen<'a> {
+    owner_now: Option<&'a LeaseView>,
+    marker: Option<bool>,
+    advice: Option<&'a advice::Advice>,
+    /// When the gc retires it, for a failed checkpoint.
+    retire_next: Option<String>,
+}
+
 /// Why the checkpoint is in its state, and what comes next.
 fn conclude(
     ctx: &Ctx,
     id: &str,
     index: &banklease::Result<Option<CheckpointRecord>>,
     decision: &banklease::Result<Option<Decision>>,
-    owner_now: Option<&LeaseView>,
-    marker: Option<bool>,
-    advice: Option<&advice::Advice>,
+    seen: Seen<'_>,
 ) -> (String, String) {
+    let Seen {
+        owner_now,
+        marker,
+        advice,
+        retire_next,
+    } = seen;
     match decision {
         Err(e) => (
             format!("its decision cannot be read: {}", unreadable(e)),
@@ -376,8 +409,11 @@ fn conclude(
                      under _banklease/set-aside/)",
                     unreadable(e)
                 ),
+                Ok(Some(r)) if r.removal.is_some() && marker != Some(true) => {
+                    removal::removal_next(r).unwrap_or_default()
+                }
                 _ if finished && marker != Some(true) => {
-                    "nothing: the decision is finished".to_owned()
+                    retire_next.unwrap_or_else(|| "nothing: the decision is finished".to_owned())
                 }
                 _ => "the next gc pass finishes the decision".to_owned(),
             };

@@ -76,7 +76,7 @@ pub(crate) async fn gc(
         out_line(&format!(
             "gc pass{}: scanned {} protecting checkpoint(s) of {} owner(s) ({} alive, {} in \
              grace, {} dead, {} unreadable); {verb} {}, repaired {}, skipped {}, errors {}, leases \
-             reaped {} in {}{}",
+             reaped {}; failed checkpoints: {} {}, kept {} ({}) in {}{}",
             if report.dry_run { " (dry run)" } else { "" },
             report.scanned,
             report.owners,
@@ -89,6 +89,10 @@ pub(crate) async fn gc(
             report.skipped,
             report.errors,
             report.leases_reaped,
+            banklease_gc::Action::Retire.verb(report.dry_run),
+            report.retired,
+            report.failed_kept,
+            bytes(report.failed_kept_bytes),
             human(Duration::from_millis(report.duration_ms)),
             match &single.lease {
                 banklease_gc::PassLease::Held => "; held the gc lease",
@@ -175,6 +179,21 @@ pub(crate) async fn gc(
         );
     }
     Ok(pass_outcome(report))
+}
+
+/// A byte count in words: `215 B`, `12.3 KiB`, `4.0 GiB`.
+pub(crate) fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
 }
 
 /// Checkpoints of each action the text names without -v.

@@ -418,3 +418,82 @@ impl Drop for Killed {
         let _ = self.0.wait();
     }
 }
+
+/// The PATH the binary's jobs find `banklease` on.
+fn path_with_bin() -> std::ffi::OsString {
+    let mut paths = vec![std::path::Path::new(common::BIN)
+        .parent()
+        .unwrap()
+        .to_path_buf()];
+    paths.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap()));
+    std::env::join_paths(paths).unwrap()
+}
+
+/// A job that fails under `run` leaves its checkpoint `error` with its data: the gc keeps it,
+/// counted with its bytes, and `explain` says when it goes; past `gc.keep_failed_for` a dry run
+/// names it, the pass retires it (data first), and `explain` says by which pass.
+#[test]
+fn a_failed_jobs_checkpoint_is_kept_then_retired_and_explain_says_when_and_by_whom() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = dead_owner_bank(dir.path(), &[]);
+    let job = "banklease agent checkpoint create etc-1 && head -c 200000 /dev/zero | \
+               banklease agent checkpoint put etc-1 etc.tgz - && exit 3";
+    let out = common::command(&url, &["run", "--", "sh", "-c", job])
+        .env("PATH", path_with_bin())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let data = dir.path().join("bank/checkpoints/etc-1/data/etc.tgz");
+    assert_eq!(std::fs::metadata(&data).unwrap().len(), 200_000);
+
+    // The default keeps it for 14 days: counted, with its bytes.
+    let out = cli(&url, &["gc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("failed checkpoints: retired 0, kept 1 (195.3 KiB)"),
+        "{stdout}"
+    );
+    let out = cli(&url, &["gc", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["failed_kept"], 1, "{report}");
+    assert_eq!(report["failed_kept_bytes"], 200_000, "{report}");
+    let out = cli(&url, &["checkpoint", "explain", "etc-1"]);
+    let explained = text(&out.stdout);
+    assert!(
+        explained.contains("the gc retires it, data first, once it has been failed for gc.keep_failed_for (14days)"),
+        "{explained}"
+    );
+
+    // Past a 1 s setting: named by a dry run, retired by the pass.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let short = |args: &[&str]| {
+        common::command(&url, args)
+            .env("BANKLEASE_GC__KEEP_FAILED_FOR", "1s")
+            .output()
+            .unwrap()
+    };
+    let out = short(&["gc", "--dry-run"]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("would retire 1: `etc-1` (owner `"),
+        "{stdout}"
+    );
+    assert!(data.exists());
+    let out = short(&["gc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("retired 1: `etc-1` (owner `"), "{stdout}");
+    assert!(!data.exists(), "its data is gone");
+    let out = short(&["checkpoint", "explain", "etc-1"]);
+    let explained = text(&out.stdout);
+    for needle in [
+        "status       deleted",
+        "removed      retired by the gc (collector `",
+        ", pass `",
+        "past gc.keep_failed_for (1s); it was error",
+        "next         nothing: it was removed",
+    ] {
+        assert!(explained.contains(needle), "{needle}\n{explained}");
+    }
+}

@@ -190,6 +190,16 @@ pub async fn finish_owner_decision(bank: &Bank, decision: &Decision) -> Result<(
     // An operator's rebuilt record keeps saying so.
     record.rebuilt = existing.and_then(|r| r.rebuilt);
     write_index(bank, &record, false).await?;
+    // A failed checkpoint is indexed before its marker goes (a crash in between leaves the
+    // marker, and the GC's repair comes back here): the entry's stamp, on the store's clock,
+    // starts `gc.keep_failed_for`, and the GC lists only these to retire failed checkpoints.
+    if decision.outcome == Status::Error {
+        let failed = Key::Failed(id.clone()).path(bank);
+        bank.store()
+            .put(&failed, object_store::PutPayload::default())
+            .await
+            .map_err(|e| Error::store("put", &failed, e))?;
+    }
     let marker = Key::marker(&decision.owner_id, id).path(bank);
     match bank.store().delete(&marker).await {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),

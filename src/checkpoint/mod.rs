@@ -39,10 +39,14 @@
 //!   while the lease is valid, complete through the one decision;
 //! - `decision`: the one create-if-absent on `decisions/<id>`, and what carries it out;
 //! - `upload`: [`DataUpload`](crate::DataUpload), a data object written in parts;
-//! - `repair` (feature `collector`): what an operator's `checkpoint resolve` replaces.
+//! - `repair` (feature `collector`): what an operator's `checkpoint resolve` replaces;
+//! - `removal` (feature `collector`): a finished checkpoint removed (retention, `checkpoint
+//!   delete`).
 
 pub(crate) mod decision;
 mod record;
+#[cfg(feature = "collector")]
+pub(crate) mod removal;
 #[cfg(feature = "collector")]
 pub(crate) mod repair;
 pub(crate) mod status;
@@ -113,6 +117,7 @@ impl Checkpoint {
         let now = lease.clock().system_now().into();
         let record = CheckpointRecord {
             retry_budget_ms: Some(crate::config::ceil_ms(bank.retry_budget())),
+            removal: None,
             ..CheckpointRecord::new(id, owner, Status::Protecting, now)
         };
         lease.ensure_valid()?;

@@ -42,6 +42,29 @@ pub struct CheckpointRecord {
     /// from records of releases before it, and from records a collector wrote.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_budget_ms: Option<u64>,
+    /// Set on a finished checkpoint that is being (`deleting`, `error-deleting`) or was
+    /// (`deleted`) removed after its owner decided it: by the GC's retention of failed
+    /// checkpoints, or by an operator's `checkpoint delete`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removal: Option<Removal>,
+}
+
+/// Who removed a finished checkpoint, when and why (`checkpoint explain` prints it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Removal {
+    /// `gc` (retention of failed checkpoints) or `operator` (`checkpoint delete`).
+    pub by: String,
+    /// The collector's owner id, or the operator's name.
+    pub name: String,
+    /// The GC pass (random per pass), for a retirement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pass: Option<String>,
+    /// When it began (the remover's wall clock, for humans).
+    pub at: DateTime<Utc>,
+    /// Why, in words.
+    pub reason: String,
+    /// The status it had before (`available`, `error`).
+    pub was: Status,
 }
 
 /// Who rebuilt a record that could not be read (`banklease checkpoint resolve`), when, and from
@@ -70,6 +93,7 @@ impl CheckpointRecord {
             format: CHECKPOINT_FORMAT,
             rebuilt: None,
             retry_budget_ms: None,
+            removal: None,
             id: id.clone(),
             owner_id: owner.clone(),
             status,

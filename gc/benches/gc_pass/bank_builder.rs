@@ -158,6 +158,7 @@ fn checkpoint_objects(
             status: Status::Protecting,
             created_at: now,
             retry_budget_ms: Some(0),
+            removal: None,
         }),
     ));
     for d in 0..data {

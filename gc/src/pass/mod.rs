@@ -3,7 +3,8 @@
 //! pass's [`PassContext`]: finding and judging zombies ([`crate::pass::zombies`]), the plan
 //! ([`crate::pass::plan`], pure), the late sweep ([`crate::pass::sweep`]), collecting ([`crate::pass::collect`],
 //! in bulk by [`crate::pass::batch`]), the GC's records ([`crate::pass::records`]), reaping
-//! ([`crate::pass::reap`]) and the `file:` temporaries sweep ([`crate::pass::temporaries`]).
+//! ([`crate::pass::reap`]), retiring failed checkpoints ([`crate::pass::retire`]) and the `file:`
+//! temporaries sweep ([`crate::pass::temporaries`]).
 //!
 //! Requests of a pass: 2 to read the store clock, the listing pages of `index/protecting/`, one
 //! lease read per owner (and, for an owner whose lease is missing, one read of
@@ -45,6 +46,7 @@ mod reap;
 pub mod reaped;
 mod records;
 pub mod report;
+mod retire;
 pub mod sweep;
 mod temporaries;
 mod zombies;
@@ -63,6 +65,7 @@ use crate::pass::options::GcOptions;
 use crate::pass::plan::plan;
 use crate::pass::reap::reap_leases;
 use crate::pass::records::{forget_clock_probes, forget_missing};
+use crate::pass::retire::retire_failed;
 use crate::pass::sweep::sweep_due;
 use crate::pass::temporaries::TemporarySweep;
 use crate::time::probe::ClockProbe;
@@ -172,6 +175,8 @@ impl Collector {
                 report.failed_all(swept.problems);
             }
             cleared = collect(&ctx, &plan, judged.listed_at, &mut report).await;
+            // Failed checkpoints past `gc.keep_failed_for`: retired, the rest counted.
+            retire_failed(&ctx, &mut report).await;
             if acting {
                 // Missing-since records are kept only for owners whose lease still reads as
                 // missing and whose checkpoints are not all gone.

@@ -41,6 +41,9 @@ pub struct GcOptions {
     /// Who collects, recorded in each collection's evidence: the GC daemon's (or `banklease
     /// gc`'s) owner id; empty for an unnamed collector.
     pub collector: String,
+    /// How long a failed checkpoint is kept before a pass retires it (`gc.keep_failed_for`);
+    /// `None`: never.
+    pub keep_failed_for: Option<Duration>,
 }
 
 impl Default for GcOptions {
@@ -67,12 +70,13 @@ impl GcOptions {
             late_write_window: config.gc.late_write_window,
             floor_at_first_reading: false,
             collector: String::new(),
+            keep_failed_for: config.gc.keep_failed_for,
         }
     }
 
     /// A builder starting from the default configuration's options ([`GcOptions::default`]):
     /// `grace`, `skew_margin`, `concurrency`, the brake, `reap_leases`, `read_staleness` and
-    /// `late_write_window` as `[gc]` and `[lease]` default them; `dry_run`, `force` and
+    /// `late_write_window`, `keep_failed_for` as `[gc]` and `[lease]` default them; `dry_run`, `force` and
     /// `floor_at_first_reading` off.
     ///
     /// ```
@@ -132,4 +136,5 @@ setters! {
     late_write_window: Duration,
     floor_at_first_reading: bool,
     collector: String,
+    keep_failed_for: Option<Duration>,
 }

@@ -88,6 +88,12 @@ pub struct PassReport {
     /// `file:` banks: partial uploads still staged for checkpoints the GC collected, and when
     /// each goes (the sweep decides; this only names them).
     pub staged_uploads: Vec<StagedUpload>,
+    /// Failed checkpoints retired (past `gc.keep_failed_for`; with `dry_run`: that would be).
+    pub retired: u64,
+    /// Failed checkpoints kept (not failed for `gc.keep_failed_for` yet, or kept for ever) ...
+    pub failed_kept: u64,
+    /// ... and the bytes of their data: what the setting keeps.
+    pub failed_kept_bytes: u64,
     /// Every checkpoint the pass collected, retired, repaired or skipped (with `dry_run`: would
     /// have), with its owner and why, the first [`MAX_NAMED`] of them: a skipped one is a
     /// protecting checkpoint left alone. Errors are in `problems` instead.

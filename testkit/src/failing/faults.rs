@@ -64,8 +64,9 @@ pub(super) struct Script {
     pub(super) consistency: Consistency,
     /// Deletions of paths containing one of these are refused (objects under retention).
     pub(super) refused_deletes: Vec<String>,
-    /// The next PUT to a path containing the first part fails at the second.
-    targeted_puts: Vec<(String, Strike)>,
+    /// The PUT to a path containing the first part, after the second many such PUTs went
+    /// through, fails at the third.
+    targeted_puts: Vec<(String, usize, Strike)>,
     targeted_gets: Vec<(String, Strike)>,
     /// PUTs sent, by path.
     puts_by_path: HashMap<String, u64>,
@@ -104,9 +105,13 @@ impl Script {
         if let Some(i) = self
             .targeted_puts
             .iter()
-            .position(|(needle, _)| path.contains(needle.as_str()))
+            .position(|(needle, _, _)| path.contains(needle.as_str()))
         {
-            let (_, strike) = self.targeted_puts.remove(i);
+            if self.targeted_puts[i].1 > 0 {
+                self.targeted_puts[i].1 -= 1;
+                return;
+            }
+            let (_, _, strike) = self.targeted_puts.remove(i);
             self.failures.entry(Op::Put).or_default().insert(0, strike);
         }
     }
@@ -190,9 +195,15 @@ impl<T: ObjectStore> FailingStore<T> {
 
     /// The next PUT to a path containing `needle` fails at `strike`; other PUTs go through.
     pub fn fail_next_put_to(&self, needle: &str, strike: Strike) {
+        self.fail_put_to_after(needle, 0, strike);
+    }
+
+    /// The PUT to a path containing `needle` after `skip` such PUTs went through fails at
+    /// `strike` (a crash between two writes of one object); other PUTs go through.
+    pub fn fail_put_to_after(&self, needle: &str, skip: usize, strike: Strike) {
         self.script()
             .targeted_puts
-            .push((needle.to_owned(), strike));
+            .push((needle.to_owned(), skip, strike));
     }
 
     /// The next GET (not a HEAD) of a path containing `needle` fails at `strike`; other GETs go

@@ -1,0 +1,77 @@
+//! What `explain` says of a finished checkpoint's removal: the trail a retirement or a
+//! `checkpoint delete` left in `index.json`, and when the GC retires a failed checkpoint.
+
+use banklease::checkpoint::{CheckpointRecord, Removal, Status};
+use banklease::paths::Key;
+use banklease::CheckpointId;
+use chrono::{DateTime, Utc};
+use object_store::ObjectStoreExt;
+
+use crate::output::to_second;
+use crate::{human, Ctx};
+
+/// The removal in words: ``retired by the gc (collector `c`, pass `p`) at T: failed 15d ago,
+/// past gc.keep_failed_for (14d); it was error``.
+pub(crate) fn removal_line(r: &Removal) -> String {
+    let who = match (r.by.as_str(), &r.pass) {
+        ("gc", Some(pass)) => format!("retired by the gc (collector `{}`, pass `{pass}`)", r.name),
+        ("gc", None) => format!("retired by the gc (collector `{}`)", r.name),
+        _ => format!("deleted by operator `{}`", r.name),
+    };
+    format!(
+        "{who} at {}: {}; it was {}",
+        to_second(&r.at.to_rfc3339()),
+        r.reason,
+        r.was
+    )
+}
+
+/// What comes next for a finished checkpoint whose removal began, if one did.
+pub(crate) fn removal_next(record: &CheckpointRecord) -> Option<String> {
+    let r = record.removal.as_ref()?;
+    Some(match record.status {
+        Status::Deleted => "nothing: it was removed (this tombstone keeps the trail)".to_owned(),
+        _ if r.by == "gc" => "the next gc pass finishes its removal".to_owned(),
+        _ => format!(
+            "its removal was interrupted: `banklease checkpoint delete {}` finishes it",
+            record.id
+        ),
+    })
+}
+
+/// When the GC retires a failed checkpoint (one request: the entry of `index/failed/`), for a
+/// checkpoint that is `error` and not being removed; `None` otherwise.
+pub(crate) async fn retire_next(ctx: &Ctx, record: &CheckpointRecord) -> Option<String> {
+    if record.status != Status::Error || record.removal.is_some() {
+        return None;
+    }
+    let id: &CheckpointId = &record.id;
+    let entry = Key::Failed(id.clone()).path(&ctx.bank);
+    let keep = ctx.config.gc.keep_failed_for;
+    Some(match ctx.bank.store().head(&entry).await {
+        Ok(meta) => match keep {
+            Some(keep) => {
+                let from: DateTime<Utc> = meta.last_modified + keep + ctx.config.lease.skew_margin;
+                format!(
+                    "the gc retires it, data first, once it has been failed for \
+                     gc.keep_failed_for ({}): at the first pass from {} (store clock)",
+                    human(keep),
+                    to_second(&from.to_rfc3339())
+                )
+            }
+            None => format!(
+                "kept: gc.keep_failed_for is `never`; `banklease checkpoint delete {id}` \
+                 removes it"
+            ),
+        },
+        Err(object_store::Error::NotFound { .. }) => format!(
+            "kept: it is not in the gc's index of failed checkpoints (it failed under a release \
+             that did not index them), so no pass retires it; `banklease checkpoint delete {id}` \
+             removes it"
+        ),
+        Err(e) => format!(
+            "unknown: the gc's index entry `{entry}` cannot be read: {}",
+            banklease::error::error_chain(&e)
+        ),
+    })
+}

@@ -1,0 +1,139 @@
+//! Retiring failed checkpoints: a checkpoint its owner completed as `error` is indexed under
+//! `index/failed/<id>` when that move finishes; once the entry's stamp (the store's clock) is
+//! older than `gc.keep_failed_for` plus the skew margin, judged at the instant the listing was
+//! sent, the pass removes the checkpoint — data first, then its records
+//! ([`banklease::collector::remove_finished`]). The others are counted, with their bytes, so
+//! that an operator sees what the setting keeps.
+//!
+//! Only what the entry names and `index.json` confirms is removed: a checkpoint whose
+//! `index.json` is not a failed one (or not there) only loses its entry, and one that cannot be
+//! read is a problem, left for a human.
+
+use std::time::Duration;
+
+use banklease::checkpoint::{self, Removal, Status};
+use banklease::collector::{forget_failed, remove_finished};
+use banklease::error::error_chain;
+use banklease::paths::{Key, Prefix};
+use banklease::CheckpointId;
+use futures::{StreamExt, TryStreamExt};
+
+use crate::pass::context::PassContext;
+use crate::pass::plan::past;
+use crate::pass::report::{duration_words, Action, PassReport, Problem};
+
+/// What became of one failed checkpoint's entry.
+enum Outcome {
+    /// Kept: not failed for `keep_failed_for` yet (or kept for ever), with its data's bytes.
+    Kept(u64),
+    /// Retired (dry run: would be), and why.
+    Retired(banklease::OwnerId, String),
+    /// The entry named no failed checkpoint: it was forgotten.
+    Stale,
+}
+
+/// Retire the failed checkpoints past `gc.keep_failed_for`; count the others.
+pub(crate) async fn retire_failed(ctx: &PassContext, report: &mut PassReport) {
+    let bank = &ctx.bank;
+    let prefix = Prefix::Failed.path(bank);
+    let sent = ctx.clock.now();
+    let prefix = &prefix;
+    let mut results = bank
+        .store()
+        .list(Some(prefix))
+        .map(|item| async move {
+            let meta = item.map_err(|e| {
+                let listing = format!("listing `{prefix}`");
+                (listing, banklease::Error::store("list", prefix, e))
+            })?;
+            // Not an entry of the layout: not ours to read or remove.
+            let Some(Key::Failed(id)) = Key::parse(bank, &meta.location) else {
+                return Ok(None);
+            };
+            let failed_for = ctx.elapsed_since(meta.last_modified, sent);
+            let outcome = one(ctx, &id, failed_for)
+                .await
+                .map_err(|e| (format!("checkpoint `{id}`"), e))?;
+            Ok(Some((id, outcome)))
+        })
+        .buffer_unordered(ctx.options.concurrency);
+    while let Some(result) = results.next().await {
+        match result {
+            Ok(None) | Ok(Some((_, Outcome::Stale))) => {}
+            Ok(Some((_, Outcome::Kept(bytes)))) => {
+                report.failed_kept += 1;
+                report.failed_kept_bytes += bytes;
+            }
+            Ok(Some((id, Outcome::Retired(owner, why)))) => {
+                report.retired += 1;
+                report.name(id, owner, Action::Retire, why);
+            }
+            Err((object, e)) => {
+                tracing::warn!(target: crate::pass::report::PROBLEM_TARGET, object, error = %error_chain(&e),
+                    "retiring a failed checkpoint failed; the next pass tries again");
+                report.failed(Problem::of(object, &e));
+            }
+        }
+    }
+}
+
+/// Judge (and, unless a dry run, retire) the failed checkpoint `id`, failed for `failed_for`.
+async fn one(
+    ctx: &PassContext,
+    id: &CheckpointId,
+    failed_for: Duration,
+) -> banklease::Result<Outcome> {
+    let bank = &ctx.bank;
+    let options = &ctx.options;
+    let due = options
+        .keep_failed_for
+        .filter(|keep| past(failed_for, *keep, options.skew_margin));
+    let Some(keep) = due else {
+        return Ok(Outcome::Kept(data_bytes(ctx, id).await?));
+    };
+    let record = match checkpoint::read_checkpoint(bank, id).await? {
+        Some(r)
+            if matches!(r.status, Status::Error | Status::ErrorDeleting)
+                || (r.status == Status::Deleted && r.removal.is_some()) =>
+        {
+            r
+        }
+        other => {
+            tracing::info!(checkpoint_id = %id, status = ?other.map(|r| r.status),
+                "a failed checkpoint's entry names no failed checkpoint: forgotten");
+            if !options.dry_run {
+                forget_failed(bank, id).await?;
+            }
+            return Ok(Outcome::Stale);
+        }
+    };
+    let why = format!(
+        "failed {} ago, past gc.keep_failed_for ({})",
+        duration_words(failed_for),
+        duration_words(keep)
+    );
+    if !options.dry_run {
+        let removal = Removal {
+            by: "gc".to_owned(),
+            name: options.collector.clone(),
+            pass: Some(ctx.pass.clone()),
+            at: ctx.clock.system_now().into(),
+            reason: why.clone(),
+            was: record.status,
+        };
+        let objects = remove_finished(bank, &record, removal).await?;
+        tracing::info!(checkpoint_id = %id, owner_id = %record.owner_id, objects, %why, "retired");
+    }
+    Ok(Outcome::Retired(record.owner_id, why))
+}
+
+/// The bytes of checkpoint `id`'s data.
+async fn data_bytes(ctx: &PassContext, id: &CheckpointId) -> banklease::Result<u64> {
+    let prefix = Prefix::Data(id).path(&ctx.bank);
+    ctx.bank
+        .store()
+        .list(Some(&prefix))
+        .map_err(|e| banklease::Error::store("list", &prefix, e))
+        .try_fold(0u64, |sum, meta| async move { Ok(sum + meta.size) })
+        .await
+}

@@ -1,0 +1,99 @@
+//! Removing a finished checkpoint (feature `collector`): the GC's retirement of failed
+//! checkpoints past `gc.keep_failed_for`, and an operator's `checkpoint delete`.
+//!
+//! A finished checkpoint was decided by its owner (`decisions/<id>`); nothing races to decide
+//! it again, so its removal is a sequence of idempotent steps that any remover resumes:
+//! `index.json` first says it is going (`deleting` from `available`, `error-deleting` from
+//! `error`, with the [`Removal`]), then its data goes, then `index.json` becomes a `deleted`
+//! tombstone that keeps the [`Removal`] (the trail `checkpoint explain` reads), and last its
+//! `index/failed/` entry goes. A crash anywhere leaves a status that says where it stopped, and
+//! the entry that brings a failed checkpoint back to the next pass.
+//!
+//! Invariant: **only a finished checkpoint is removed this way, and never on doubt.** A
+//! `protecting` checkpoint is refused (it is the collector's, through the decision); the
+//! `index.json` must be readable and name the owner it was read with; the decision record stays.
+
+use futures::StreamExt;
+use object_store::ObjectStoreExt;
+
+use crate::bank::Bank;
+use crate::checkpoint::record::{write_index, CheckpointRecord, Removal};
+use crate::checkpoint::status::Status;
+use crate::error::{Error, Result};
+use crate::paths::{Key, Prefix};
+
+/// Remove the finished checkpoint whose `index.json` reads as `record`, as `removal` says
+/// (`removal.was` is set here from `record`). Returns the data objects deleted. Resumes a
+/// removal found `deleting`/`error-deleting` (keeping its first [`Removal`]); a `deleted`
+/// record with a removal only gets its last steps again.
+pub async fn remove_finished(
+    bank: &Bank,
+    record: &CheckpointRecord,
+    mut removal: Removal,
+) -> Result<u64> {
+    let index = Key::Index(record.id.clone()).path(bank);
+    let going = match record.status {
+        Status::Available => Status::Deleting,
+        Status::Error => Status::ErrorDeleting,
+        Status::Deleting | Status::ErrorDeleting => record.status,
+        Status::Deleted if record.removal.is_some() => Status::Deleted,
+        status => {
+            return Err(Error::Corrupt {
+                path: index,
+                reason: format!(
+                    "status=`{status}` is not a finished checkpoint's to remove: a protecting \
+                     one is the collector's (through its decision), a tombstone is gone already"
+                ),
+            })
+        }
+    };
+    let removal = match &record.removal {
+        // A removal begun earlier keeps its first record.
+        Some(first) => first.clone(),
+        None => {
+            removal.was = record.status;
+            removal
+        }
+    };
+    let mut marked = record.clone();
+    marked.removal = Some(removal);
+    if record.status != going || record.removal.is_none() {
+        marked.status = going;
+        write_index(bank, &marked, false).await?;
+    }
+    let deleted = delete_data(bank, &record.id).await?;
+    if marked.status != Status::Deleted {
+        marked.status = Status::Deleted;
+        write_index(bank, &marked, false).await?;
+    }
+    forget_failed(bank, &record.id).await?;
+    Ok(deleted)
+}
+
+/// Delete `index/failed/<id>` (gone already is fine).
+pub async fn forget_failed(bank: &Bank, id: &crate::id::CheckpointId) -> Result<()> {
+    let entry = Key::Failed(id.clone()).path(bank);
+    match bank.store().delete(&entry).await {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(Error::store("delete", &entry, e)),
+    }
+}
+
+/// Delete every data object of checkpoint `id` (listed, then deleted in bulk); how many.
+async fn delete_data(bank: &Bank, id: &crate::id::CheckpointId) -> Result<u64> {
+    let prefix = Prefix::Data(id).path(bank);
+    let store = bank.store();
+    let locations = store
+        .list(Some(&prefix))
+        .map(|item| item.map(|meta| meta.location))
+        .boxed();
+    let mut results = store.delete_stream(locations);
+    let mut n = 0;
+    while let Some(result) = results.next().await {
+        match result {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => n += 1,
+            Err(e) => return Err(Error::store("delete", &prefix, e)),
+        }
+    }
+    Ok(n)
+}
