@@ -386,6 +386,59 @@ fn once_names_the_checkpoints_it_collects_in_its_report_and_its_log_line() {
     );
 }
 
+/// The daemon retires a failed checkpoint past `gc.keep_failed_for` (14 days by default; here
+/// its failure is stamped 15 days ago), data first, and leaves a younger one.
+#[test]
+fn the_daemon_retires_a_failed_checkpoint_past_keep_failed_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = bank_in(dir.path());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let b = banklease::Bank::open(&format!("file://{}", bank.display())).unwrap();
+        let windows =
+            banklease::LeaseWindows::new(RENEW, EXPIRE, Duration::from_millis(100)).unwrap();
+        let clock = std::sync::Arc::new(banklease::clock::SystemClock);
+        let lease =
+            banklease::OwnerLease::acquire(&b, banklease::OwnerId::random(), windows, clock)
+                .await
+                .unwrap();
+        for id in ["old-failure", "new-failure"] {
+            let cp = banklease::Checkpoint::create(&lease, &banklease_testkit::cid(id))
+                .await
+                .unwrap();
+            cp.put_data("part", object_store::PutPayload::from_static(b"partial"))
+                .await
+                .unwrap();
+            cp.complete(banklease::Status::Error).await.unwrap();
+        }
+        lease.release().await.unwrap();
+    });
+    let touched = Command::new("touch")
+        .args(["-m", "-d", "15 days ago"])
+        .arg(bank.join("index/failed/old-failure"))
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    let [port] = free_ports::<1>();
+    let d = Daemon::spawn("retire", dir.path(), &bank, port, &[]);
+    let index = |id: &str| {
+        std::fs::read_to_string(bank.join(format!("checkpoints/{id}/index.json"))).unwrap()
+    };
+    wait_for(START_TIMEOUT, "the old failure is retired", &[&d], || {
+        index("old-failure")
+            .contains("\"status\":\"deleted\"")
+            .then_some(())
+    });
+    assert!(!bank.join("checkpoints/old-failure/data/part").exists());
+    assert!(!bank.join("index/failed/old-failure").exists());
+    assert!(index("old-failure").contains("\"by\":\"gc\""));
+    assert!(index("new-failure").contains("\"status\":\"error\""));
+    assert!(bank.join("checkpoints/new-failure/data/part").exists());
+}
+
 /// A single pass run with the daemon's own configuration (its metrics port
 /// included) beside the active daemon is refused at once (75, naming the holder) instead of
 /// failing on the port or waiting as a standby; `--beside-daemon` runs it beside the daemon, which stays

@@ -1,7 +1,7 @@
 //! Retiring failed checkpoints: a checkpoint its owner completed as `error` is indexed under
 //! `index/failed/<id>` when that move finishes; once the entry's stamp (the store's clock) is
 //! older than `gc.keep_failed_for` plus the skew margin, judged at the instant the listing was
-//! sent, the pass removes the checkpoint — data first, then its records
+//! sent (not raised to a step floor: see `retire_failed`), the pass removes the checkpoint — data first, then its records
 //! ([`banklease::collector::remove_finished`]). The others are counted, with their bytes, so
 //! that an operator sees what the setting keeps.
 //!
@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use banklease::checkpoint::{self, Removal, Status};
+use banklease::clock::StoreTime;
 use banklease::collector::{forget_failed, remove_finished};
 use banklease::error::error_chain;
 use banklease::paths::{Key, Prefix};
@@ -50,7 +51,11 @@ pub(crate) async fn retire_failed(ctx: &PassContext, report: &mut PassReport) {
             let Some(Key::Failed(id)) = Key::parse(bank, &meta.location) else {
                 return Ok(None);
             };
-            let failed_for = ctx.elapsed_since(meta.last_modified, sent);
+            // Unfloored: the step floor holds back what could still be alive; a failed
+            // checkpoint is garbage either way, and a floor would restart every retention
+            // at each daemon start. A step only moves a retirement.
+            let now = ctx.store_time.at_send(sent, ctx.options.read_staleness);
+            let failed_for = StoreTime::between(meta.last_modified, now);
             let outcome = one(ctx, &id, failed_for)
                 .await
                 .map_err(|e| (format!("checkpoint `{id}`"), e))?;
