@@ -249,6 +249,29 @@ pub(crate) enum CheckpointCommand {
         /// The checkpoint id.
         id: String,
     },
+    /// Delete checkpoints by id (or unique prefix): a failed (`error`) one, an `available` one
+    /// with --available, and a `protecting` one only once its owner is proved dead, as the GC
+    /// judges (then it is decided and collected as a pass collects it: an owner's completion
+    /// racing it wins or loses whole). Data first, then records; `checkpoint explain` shows who
+    /// deleted it and why. Exit 0 when each was deleted (or already was), 1 when one was
+    /// refused (nothing of it deleted), 2 on an error.
+    Delete {
+        /// The checkpoint ids (or unique prefixes).
+        #[arg(required = true, value_name = "ID")]
+        ids: Vec<String>,
+        /// Delete `available` checkpoints too (completed backups).
+        #[arg(long)]
+        available: bool,
+        /// Say what would be deleted; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Who deletes, recorded with it [default: $USER, else $LOGNAME, else the uid].
+        #[arg(long, value_name = "NAME", env = "USER")]
+        operator: Option<String>,
+        /// Why, recorded with it.
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
     /// Resolve a checkpoint the GC cannot handle: one whose index.json or decision cannot be
     /// read. An unreadable index.json under a dead owner is collected (the owner judged as the GC
     /// does, the GC's decision written create-if-absent with your name in its evidence,

@@ -1,5 +1,7 @@
 //! `banklease checkpoint list` and `checkpoint show`: checkpoints with their effective status.
 
+pub(crate) mod delete;
+
 use anyhow::{anyhow, Context, Result};
 use banklease::checkpoint::{self, CheckpointRecord, Decider, Decision, Status};
 use banklease::paths::{Key, Prefix};

@@ -378,6 +378,11 @@ fn conclude(
         ),
         Ok(Some(d)) => {
             let why = match (&d.by, &d.evidence) {
+                (Decider::Gc, Some(e)) if e.collector.starts_with("operator ") => format!(
+                    "{} deleted it, as the gc collects: {}",
+                    e.collector,
+                    judged_dead(e)
+                ),
                 (Decider::Gc, Some(e)) => format!("the gc collected it: {}", judged_dead(e)),
                 (Decider::Gc, None) => "the gc collected it (a release that recorded no \
                                         evidence in its decisions)"

@@ -153,6 +153,7 @@ fn reads_only(command: &Command) -> bool {
                 CheckpointCommand::List { .. }
                     | CheckpointCommand::Show { .. }
                     | CheckpointCommand::Explain { .. }
+                    | CheckpointCommand::Delete { dry_run: true, .. }
             )
             | Command::Lock(L::Show { .. } | L::List { .. })
             | Command::Doctor {
@@ -379,6 +380,30 @@ async fn run(cli: Cli) -> Result<Outcome> {
             checkpoint::checkpoint_show(&ctx, &id).await
         }
         Command::Checkpoint(CheckpointCommand::Explain { id }) => explain::explain(&ctx, &id).await,
+        Command::Checkpoint(CheckpointCommand::Delete {
+            ids,
+            available,
+            dry_run,
+            operator,
+            reason,
+        }) => {
+            // Cron sets LOGNAME, not always USER; failing both, the uid still names someone.
+            let operator = operator
+                .filter(|o| !o.trim().is_empty())
+                .or_else(|| {
+                    std::env::var("LOGNAME")
+                        .ok()
+                        .filter(|o| !o.trim().is_empty())
+                })
+                .unwrap_or_else(|| format!("uid {}", rustix::process::getuid().as_raw()));
+            let request = banklease_gc::operator::delete::DeleteRequest {
+                available,
+                dry_run,
+                operator,
+                reason,
+            };
+            checkpoint::delete::checkpoint_delete(&ctx, &ids, &request).await
+        }
         Command::Checkpoint(CheckpointCommand::Resolve {
             id,
             operator,

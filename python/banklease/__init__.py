@@ -82,6 +82,7 @@ __all__ = [
     "LeaseWindows",
     "OwnerLease",
     "PassReport",
+    "delete_checkpoint",
     "doctor",
     "doctor_async",
     "read_checkpoint",
@@ -248,6 +249,37 @@ def run_pass(
                 config_file=config_file,
                 beside_daemon=beside_daemon,
             ),
+        )
+    )
+
+
+def delete_checkpoint(
+    bank: Bank,
+    checkpoint_id: str,
+    *,
+    operator: str,
+    available: bool = False,
+    dry_run: bool = False,
+    reason: Optional[str] = None,
+    config_file: Optional[str] = None,
+) -> Dict[str, Any]:
+    """Delete one checkpoint as ``banklease checkpoint delete`` does, and say what became of it.
+
+    A failed (``error``) checkpoint goes, an ``available`` one only with ``available=True``, and
+    a ``protecting`` one only once its owner is proved dead as a GC pass judges it (with
+    ``config_file``'s rules, or the defaults): then it is decided and collected as a pass
+    collects it, so an owner's completion racing it wins or loses whole. Data first, then
+    records, which keep ``operator`` and ``reason`` for ``checkpoint explain``.
+
+    Returns a dict: ``checkpoint_id``, ``dry_run`` and ``outcome`` — ``"deleted"`` (with
+    ``owner_id``, ``was``: its status before, ``objects``: data objects deleted),
+    ``"already_deleted"`` (with ``owner_id``) or ``"refused"`` (with ``reason``: why, and what
+    to do; nothing of it was deleted). Raises ``StoreError`` when the bank cannot be read,
+    ``CorruptObject`` for a record that cannot be read (``checkpoint resolve`` handles it).
+    """
+    return _json.loads(
+        _banklease.delete_checkpoint(
+            bank, checkpoint_id, available, dry_run, operator, reason, config_file
         )
     )
 

@@ -239,6 +239,17 @@ def run_pass(bank: Bank, args: _PassArgs) -> str:
     """One GC pass; the report as JSON text (``banklease.run_pass`` makes a ``PassReport``)."""
 
 def run_pass_async(bank: Bank, args: _PassArgs) -> Awaitable[str]: ...
+def delete_checkpoint(
+    bank: Bank,
+    checkpoint_id: str,
+    available: bool,
+    dry_run: bool,
+    operator: str,
+    reason: Optional[str],
+    config_file: Optional[str],
+) -> str:
+    """``checkpoint delete`` of one checkpoint, as JSON text (``banklease.delete_checkpoint``)."""
+
 def doctor(bank: Bank, *, race_rounds: Optional[int] = None) -> str:
     """The measurements as JSON text (``banklease.doctor`` makes a ``DoctorReport``)."""
 

@@ -179,3 +179,55 @@ pub(crate) fn doctor_async<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     awaitable(py, diagnose(bank.get().inner.clone(), race_rounds))
 }
+
+/// `banklease checkpoint delete ID` for one checkpoint, as JSON text (`checkpoint_id`,
+/// `outcome`: `deleted`, `already_deleted` or `refused`, and its details); see the Python
+/// wrapper `banklease.delete_checkpoint`. The owner of a protecting checkpoint is judged with
+/// `config_file`'s rules (or the defaults), as a pass would.
+#[pyfunction]
+#[pyo3(signature = (bank, checkpoint_id, available, dry_run, operator, reason, config_file))]
+#[allow(clippy::too_many_arguments)] // the Python keyword arguments, one by one
+pub(crate) fn delete_checkpoint(
+    py: Python<'_>,
+    bank: &Bound<'_, Bank>,
+    checkpoint_id: &str,
+    available: bool,
+    dry_run: bool,
+    operator: String,
+    reason: Option<String>,
+    config_file: Option<PathBuf>,
+) -> PyResult<String> {
+    let bank = bank.get().inner.clone();
+    let id = banklease::CheckpointId::parse(checkpoint_id)
+        .map_err(|e| to_py(banklease::Error::from(e)))?;
+    let config = Config::gate(config_file.as_deref(), std::env::vars(), |c| {
+        c.bank.url = bank.label().to_owned();
+    })
+    .map_err(to_py)?;
+    let options = banklease_gc::GcOptions::from_config(&config);
+    let request = banklease_gc::operator::delete::DeleteRequest {
+        available,
+        dry_run,
+        operator,
+        reason,
+    };
+    block_on(py, async move {
+        let clock: SharedClock = Arc::new(SystemClock);
+        let deletion =
+            banklease_gc::operator::delete::delete(&bank, &clock, &options, &id, &request)
+                .await
+                .map_err(to_py)?;
+        #[derive(serde::Serialize)]
+        struct Line<'a> {
+            checkpoint_id: &'a str,
+            #[serde(flatten)]
+            deletion: &'a banklease_gc::operator::delete::Deletion,
+            dry_run: bool,
+        }
+        json(&Line {
+            checkpoint_id: id.as_str(),
+            deletion: &deletion,
+            dry_run,
+        })
+    })
+}

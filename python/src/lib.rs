@@ -51,6 +51,7 @@ fn _banklease(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(checkpoint::read_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(checkpoint::read_checkpoint_async, m)?)?;
     m.add_function(wrap_pyfunction!(gc::run_pass, m)?)?;
+    m.add_function(wrap_pyfunction!(gc::delete_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(gc::run_pass_async, m)?)?;
     m.add_function(wrap_pyfunction!(gc::doctor, m)?)?;
     m.add_function(wrap_pyfunction!(gc::doctor_async, m)?)?;

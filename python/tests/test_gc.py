@@ -262,3 +262,34 @@ def test_a_one_shot_pass_after_a_forward_clock_step_collects_nothing_of_a_live_o
     assert live.check_validity()
     assert (b.path / "leases" / str(live.owner_id)).exists()
     keeper.release()
+
+
+def test_delete_checkpoint_removes_a_failed_one_and_refuses_what_may_not_go(backend):
+    b = backend
+    owner = banklease.OwnerLease.acquire(b.bank, b.windows)
+    keeper = owner.keep()
+    failed = banklease.Checkpoint.create(owner, "failed-1")
+    failed.put_data("disk0", b"partial")
+    failed.complete("error")
+    banklease.Checkpoint.create(owner, "done-1").complete("available")
+    banklease.Checkpoint.create(owner, "live-1")
+
+    dry = banklease.delete_checkpoint(b.bank, "failed-1", operator="py-ops", dry_run=True)
+    assert (dry["outcome"], dry["was"], dry["dry_run"]) == ("deleted", "error", True), dry
+    assert banklease.read_checkpoint(b.bank, "failed-1").status == "error"
+
+    done = banklease.delete_checkpoint(b.bank, "failed-1", operator="py-ops", reason="bad disk")
+    assert (done["outcome"], done["was"], done["objects"]) == ("deleted", "error", 1), done
+    assert done["owner_id"] == owner.owner_id
+    assert banklease.read_checkpoint(b.bank, "failed-1").status == "deleted"
+
+    available = banklease.delete_checkpoint(b.bank, "done-1", operator="py-ops")
+    assert available["outcome"] == "refused" and "--available" in available["reason"], available
+    live = banklease.delete_checkpoint(b.bank, "live-1", operator="py-ops")
+    assert live["outcome"] == "refused" and "its lease is alive" in live["reason"], live
+    assert banklease.read_checkpoint(b.bank, "done-1").status == "available"
+    assert banklease.read_checkpoint(b.bank, "live-1").status == "protecting"
+
+    again = banklease.delete_checkpoint(b.bank, "done-1", operator="py-ops", available=True)
+    assert (again["outcome"], again["was"]) == ("deleted", "available"), again
+    keeper.release()

@@ -37,6 +37,9 @@ use object_store::ObjectStoreExt;
 use crate::pass::options::GcOptions;
 use crate::pass::plan::past;
 
+/// The command named in a resolution's evidence and refusals.
+const RESOLVE: &str = "checkpoint resolve";
+
 /// What [`resolve`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -158,7 +161,7 @@ pub async fn resolve(
         },
     };
     if decision.is_none() {
-        let evidence = match dead(bank, clock, options, &owner, operator).await? {
+        let evidence = match dead(bank, clock, options, &owner, operator, RESOLVE).await? {
             Ok(evidence) => evidence,
             Err(why) => return refused(why),
         };
@@ -334,7 +337,16 @@ impl Resolver<'_> {
                 }
             }
         };
-        let evidence = match dead(bank, self.clock, self.options, &owner, self.operator).await? {
+        let evidence = match dead(
+            bank,
+            self.clock,
+            self.options,
+            &owner,
+            self.operator,
+            RESOLVE,
+        )
+        .await?
+        {
             Ok(evidence) => evidence,
             Err(why) => return refused(why),
         };
@@ -471,13 +483,15 @@ pub async fn marker_owners(bank: &Bank, id: &CheckpointId) -> banklease::Result<
     Ok(owners)
 }
 
-/// The evidence that `owner` is dead as a pass would judge it, or why it is not.
-async fn dead(
+/// The evidence that `owner` is dead as a pass would judge it, or why it is not; `command`
+/// (`checkpoint resolve`, `checkpoint delete`) is named in the evidence and the refusal.
+pub(crate) async fn dead(
     bank: &Bank,
     clock: &SharedClock,
     options: &GcOptions,
     owner: &OwnerId,
     operator: &str,
+    command: &str,
 ) -> banklease::Result<Result<Evidence, String>> {
     // The rules of a pass: a margin the store's stamps can honour, and the store's clock read
     // as a pass reads it (checked against this host's last reading and the bank's floor).
@@ -534,10 +548,15 @@ async fn dead(
         }
         other => {
             return Ok(Err(format!(
-                "its owner `{owner}` is not dead past the grace (its lease is {}): resolve never \
-                 takes a live owner's checkpoint; restore the record from a backup, or run again \
-                 once the owner has been dead for the grace (stop its job if it hangs)",
-                other.name()
+                "its owner `{owner}` is not dead past the grace (its lease is {}): {command} never \
+                 takes a live owner's checkpoint; run again once the owner has been dead for the \
+                 grace (stop its job if it hangs){}",
+                other.name(),
+                if command == RESOLVE {
+                    ", or restore the record from a backup"
+                } else {
+                    ""
+                }
             )))
         }
     };
@@ -549,7 +568,7 @@ async fn dead(
         dead_for_ms: millis(dead_for),
         skew_margin_ms: millis(options.skew_margin),
         grace_ms: millis(grace),
-        collector: format!("operator {operator} (checkpoint resolve)"),
+        collector: format!("operator {operator} ({command})"),
         collector_host: Some(banklease::id::local_hostname()),
         collector_pid: Some(std::process::id()),
         pass: uuid::Uuid::new_v4().simple().to_string(),

@@ -39,7 +39,7 @@ pub mod batch;
 mod collect;
 mod context;
 pub mod declared;
-mod delete;
+pub(crate) mod delete;
 pub mod options;
 pub mod plan;
 mod reap;

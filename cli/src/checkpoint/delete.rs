@@ -1,0 +1,124 @@
+//! `banklease checkpoint delete ID…`: an operator deletes checkpoints by id (or unique prefix).
+//! Exit 0 when each was deleted (or already was), 1 when one was refused (nothing of it
+//! deleted; the one-line reason says what to do), 2 on an error.
+
+use anyhow::Result;
+use banklease::paths::{Key, Prefix};
+use banklease::CheckpointId;
+use banklease_gc::operator::delete::{delete, DeleteRequest, Deletion};
+use object_store::ObjectStoreExt;
+
+use crate::output::short_ids;
+use crate::{out_json, out_line, Ctx, Outcome};
+
+/// Delete each of `given` as `request` asks.
+pub(crate) async fn checkpoint_delete(
+    ctx: &Ctx,
+    given: &[String],
+    request: &DeleteRequest,
+) -> Result<Outcome> {
+    let options = banklease_gc::GcOptions::from_config(&ctx.config);
+    let mut refused = false;
+    for text in given {
+        let deletion = match find(ctx, text).await? {
+            Ok(id) => (
+                id.to_string(),
+                delete(&ctx.bank, &ctx.clock, &options, &id, request).await?,
+            ),
+            Err(reason) => (text.clone(), Deletion::Refused { reason }),
+        };
+        let (id, deletion) = deletion;
+        if let Deletion::Refused { reason } = &deletion {
+            // Whatever the output: one line on stderr, as every refusal.
+            eprintln!("not deleted: {reason}");
+            refused = true;
+        }
+        if ctx.json {
+            #[derive(serde::Serialize)]
+            struct Line<'a> {
+                checkpoint_id: &'a str,
+                #[serde(flatten)]
+                deletion: &'a Deletion,
+                dry_run: bool,
+            }
+            out_json(&Line {
+                checkpoint_id: &id,
+                deletion: &deletion,
+                dry_run: request.dry_run,
+            })?;
+            continue;
+        }
+        let verb = if request.dry_run {
+            "would delete"
+        } else {
+            "deleted"
+        };
+        match &deletion {
+            Deletion::Deleted {
+                owner_id,
+                was,
+                objects,
+            } => out_line(&format!(
+                "{verb} `{id}` (was {was}, owner `{}`){}",
+                short_ids(&[owner_id.to_string()])[0],
+                if request.dry_run {
+                    String::new()
+                } else {
+                    format!(": {objects} data object(s), then its records")
+                }
+            ))?,
+            Deletion::AlreadyDeleted { .. } => out_line(&format!("`{id}` was deleted already"))?,
+            _ => {}
+        }
+    }
+    Ok(if refused { Outcome::No } else { Outcome::Yes })
+}
+
+/// The checkpoint `given` names: itself, or the one checkpoint whose id starts with it; else
+/// why not.
+async fn find(ctx: &Ctx, given: &str) -> Result<std::result::Result<CheckpointId, String>> {
+    let bank = &ctx.bank;
+    let exact = CheckpointId::parse(given).map_err(banklease::Error::from)?;
+    match bank
+        .store()
+        .head(&Key::Index(exact.clone()).path(bank))
+        .await
+    {
+        Ok(_) => return Ok(Ok(exact)),
+        Err(object_store::Error::NotFound { .. }) => {}
+        Err(e) => {
+            return Err(banklease::Error::store("head", &Key::Index(exact).path(bank), e).into())
+        }
+    }
+    let prefix = Prefix::Checkpoints.path(bank);
+    let listing = bank
+        .store()
+        .list_with_delimiter(Some(&prefix))
+        .await
+        .map_err(|e| banklease::Error::store("list", &prefix, e))?;
+    let mut ids: Vec<String> = listing
+        .common_prefixes
+        .iter()
+        .filter_map(|p| p.filename().map(str::to_owned))
+        .filter(|id| id.starts_with(given))
+        .collect();
+    ids.sort();
+    Ok(match ids.as_slice() {
+        [one] => Ok(CheckpointId::parse(one).map_err(banklease::Error::from)?),
+        [] => Err(format!(
+            "no checkpoint `{given}` in bank=`{}`, nor one whose id starts with it",
+            bank.label()
+        )),
+        many => Err(format!(
+            "checkpoint id prefix `{given}` is ambiguous: {} start with it ({}{}); give more of \
+             the id",
+            many.len(),
+            many.iter()
+                .take(5)
+                .map(|i| format!("`{i}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if many.len() > 5 { ", …" } else { "" }
+        )),
+    })
+}

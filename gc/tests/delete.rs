@@ -1,0 +1,123 @@
+//! `checkpoint delete` in-process: it never races an owner's completion — the decision object
+//! decides — and what it refuses, it leaves whole.
+#![allow(clippy::disallowed_methods)] // tests wait on real time: the store stamps real times
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use banklease::checkpoint::{self, Status};
+use banklease::clock::{MockClock, SharedClock, SystemClock};
+use banklease::paths::{Key, Prefix};
+use banklease::{Checkpoint, LeaseWindows, OwnerId, OwnerLease};
+use banklease_gc::operator::delete::{delete, DeleteRequest, Deletion};
+use banklease_gc::GcOptions;
+use banklease_testkit::backends::{self, Backend};
+use banklease_testkit::cid;
+use banklease_testkit::failing::Strike;
+use futures::TryStreamExt;
+use object_store::{ObjectStoreExt, PutPayload};
+
+fn request(available: bool) -> DeleteRequest {
+    DeleteRequest {
+        available,
+        dry_run: false,
+        operator: "alice".to_owned(),
+        reason: None,
+    }
+}
+
+/// An owner completed its checkpoint (its decision landed) and died before finishing the move:
+/// `index.json` still says protecting, the owner is dead past the grace. A deletion meets the
+/// owner's decision, finishes its move and deletes nothing: the owner's `available` stands,
+/// until asked for with --available.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_loses_to_an_owners_completion_and_deletes_nothing() {
+    let (bank, faults, _guard) = backends::faulty_bank(Backend::Memory, &MockClock::new()).await;
+    let clock: SharedClock = Arc::new(SystemClock);
+    let windows = LeaseWindows::new(
+        Duration::from_millis(100),
+        Duration::from_millis(400),
+        Duration::from_millis(50),
+    )
+    .unwrap();
+    let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, clock.clone())
+        .await
+        .unwrap();
+    let id = cid("race-1");
+    let cp = Checkpoint::create(&lease, &id).await.unwrap();
+    cp.put_data("disk0", PutPayload::from_static(b"whole"))
+        .await
+        .unwrap();
+    // The completion's decision lands; its index.json write does not (the owner crashes).
+    faults.fail_next_put_to("race-1/index.json", Strike::Before);
+    cp.complete(Status::Available).await.unwrap_err();
+    let record = checkpoint::read_checkpoint(&bank, &id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, Status::Protecting);
+    assert!(checkpoint::read_decision(&bank, &id)
+        .await
+        .unwrap()
+        .is_some());
+    drop(cp);
+    drop(lease);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+
+    let options = GcOptions::builder()
+        .grace(Duration::from_millis(200))
+        .skew_margin(Duration::from_millis(50))
+        .build();
+    let refused = delete(&bank, &clock, &options, &id, &request(false))
+        .await
+        .unwrap();
+    let Deletion::Refused { reason } = refused else {
+        panic!("{refused:?}");
+    };
+    assert!(
+        reason.contains("was completed by its owner as available just before"),
+        "{reason}"
+    );
+    let record = checkpoint::read_checkpoint(&bank, &id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        record.status,
+        Status::Available,
+        "the owner's move is finished"
+    );
+    let data: Vec<_> = bank
+        .store()
+        .list(Some(&Prefix::Data(&id).path(&bank)))
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(data.len(), 1, "nothing deleted");
+
+    // Asked for, the available checkpoint goes; its owner's decision stays.
+    let deleted = delete(&bank, &clock, &options, &id, &request(true))
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            deleted,
+            Deletion::Deleted {
+                was: Status::Available,
+                objects: 1,
+                ..
+            }
+        ),
+        "{deleted:?}"
+    );
+    let record = checkpoint::read_checkpoint(&bank, &id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, Status::Deleted);
+    assert_eq!(record.removal.unwrap().name, "alice");
+    bank.store()
+        .head(&Key::Decision(id.clone()).path(&bank))
+        .await
+        .unwrap();
+}
