@@ -479,7 +479,11 @@ async fn every_process_on_one_host_shares_one_probe_and_never_takes_anothers_wri
 
     for i in 0..100 {
         let bank = Bank::from_store(Arc::new(w.sim.clone()), "", "sim");
-        let prober = if i % 2 == 0 { bank } else { bank.reading_only() };
+        let prober = if i % 2 == 0 {
+            bank
+        } else {
+            bank.reading_only()
+        };
         assert!(prober.store_time(&w.shared).await.unwrap().verified);
     }
     let probes: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(
