@@ -430,7 +430,26 @@ async fn run(cli: Cli) -> Result<Outcome> {
         Command::Doctor {
             read_only: true, ..
         } => doctor::read_only(&ctx).await,
-        Command::Doctor { race_rounds, .. } => doctor::run(&ctx, race_rounds).await,
+        Command::Doctor { race_rounds, .. } => {
+            doctor::run(&ctx, race_rounds).await.map_err(|e| {
+                // Refused a write: the doctor that only reads is the one this user can run.
+                let refused = e.chain().any(|c| {
+                    matches!(
+                        c.downcast_ref::<banklease::Error>(),
+                        Some(banklease::Error::Permission { .. })
+                    )
+                });
+                if refused {
+                    anyhow::anyhow!(
+                        "{}; `banklease doctor --read-only` checks what a user who may only read \
+                         can do (doctor writes its probes)",
+                        banklease_gc_daemon::logging::error_line(&e)
+                    )
+                } else {
+                    e
+                }
+            })
+        }
         Command::Run(_)
         | Command::Agent(_)
         | Command::Init { .. }

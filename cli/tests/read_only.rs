@@ -132,6 +132,31 @@ fn live_owner_and_lock(url: &str, lock: bool) -> String {
     owner
 }
 
+/// A checkpoint `id` its owner completed as failed, with data.
+fn failed_checkpoint(url: &str, id: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let bank = Bank::open(url).unwrap();
+        let windows = LeaseWindows::new(
+            Duration::from_secs(10),
+            Duration::from_secs(30),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        let cp = Checkpoint::create(&lease, &cid(id)).await.unwrap();
+        cp.put_data("part", object_store::PutPayload::from_static(b"partial"))
+            .await
+            .unwrap();
+        cp.complete(banklease::Status::Error).await.unwrap();
+    });
+}
+
 #[test]
 fn a_reader_lists_shows_and_judges_without_writing_and_is_refused_writes_as_a_permission() {
     let dir = tempfile::tempdir().unwrap();
@@ -322,6 +347,7 @@ fn every_writing_command_is_refused_as_a_permission_in_one_line() {
     let bank_dir = dir.path().join("bank");
     let url = banklease_testkit::file_bank(&bank_dir);
     live_owner_and_lock(&url, false);
+    failed_checkpoint(&url, "cp-failed");
     read_only_for_others(dir.path());
     let before = snapshot(&bank_dir);
     let file = dir.path().join("report.json");
@@ -344,6 +370,7 @@ fn every_writing_command_is_refused_as_a_permission_in_one_line() {
         &["run", "--lock", "jobs/backup", "--", "true"][..],
         &["gc"][..],
         &["doctor"][..],
+        &["checkpoint", "delete", "cp-failed", "--operator", "me"][..],
     ] {
         let out = as_reader(&url, args);
         let stderr = text(&out.stderr);
@@ -357,6 +384,12 @@ fn every_writing_command_is_refused_as_a_permission_in_one_line() {
             stderr.contains("run as a user (or with credentials) allowed to"),
             "{args:?}: {stderr}"
         );
+        if args == ["doctor"] {
+            assert!(
+                stderr.contains("`banklease doctor --read-only`"),
+                "{stderr}"
+            );
+        }
         for internal in ["_banklease/", "store request failed", "staging"] {
             assert!(
                 !stderr.contains(internal),

@@ -75,7 +75,7 @@ pub async fn forget_failed(bank: &Bank, id: &crate::id::CheckpointId) -> Result<
     let entry = Key::Failed(id.clone()).path(bank);
     match bank.store().delete(&entry).await {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-        Err(e) => Err(Error::store("delete", &entry, e)),
+        Err(e) => Err(refused_or(bank, "delete", &entry, e)),
     }
 }
 
@@ -92,8 +92,23 @@ async fn delete_data(bank: &Bank, id: &crate::id::CheckpointId) -> Result<u64> {
     while let Some(result) = results.next().await {
         match result {
             Ok(_) | Err(object_store::Error::NotFound { .. }) => n += 1,
-            Err(e) => return Err(Error::store("delete", &prefix, e)),
+            Err(e) => return Err(refused_or(bank, "delete", &prefix, e)),
         }
     }
     Ok(n)
+}
+
+/// A store error as the operator's permission line when the store refused the write, else as
+/// the failed request.
+fn refused_or(
+    bank: &Bank,
+    op: &'static str,
+    path: &object_store::path::Path,
+    e: object_store::Error,
+) -> Error {
+    if crate::store::cause::is_write_permission(&e) {
+        crate::store::cause::write_refused(bank.label(), e)
+    } else {
+        Error::store(op, path, e)
+    }
 }
