@@ -285,3 +285,28 @@ fn a_key_written_as_a_lock_file_gets_a_hint() {
         assert!(err.contains("`var/lock/backup`"), "{args:?}: {err}");
     }
 }
+
+/// A valid key that ends in `.lock` (`flock backup.lock …` rewritten) is taken as given, and one
+/// `note:` line says that it names another lock than the key without `.lock`.
+#[test]
+fn a_valid_key_ending_in_dot_lock_is_taken_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = banklease_testkit::file_bank(&dir.path().join("bank"));
+    for args in [
+        &["lock", "run", "backup.lock", "--", "true"][..],
+        &["run", "--lock", "backup.lock", "--", "true"],
+        &["lock", "show", "backup.lock"],
+    ] {
+        let mut all = vec!["--bank", url.as_str()];
+        all.extend_from_slice(args);
+        let out = cli(dir.path(), &[], &all);
+        let err = text(&out.stderr);
+        assert!(matches!(out.status.code(), Some(0 | 1)), "{args:?}: {err}");
+        assert_eq!(
+            err,
+            "note: lock key `backup.lock` ends in `.lock`: a key names a lock, not a lock file; \
+             it is taken as given, and a job that writes `backup` holds another lock\n",
+            "{args:?}"
+        );
+    }
+}

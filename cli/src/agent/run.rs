@@ -167,6 +167,9 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     let mut signals = Signals::new().context("cannot install signal handlers")?;
     banklease::layout::check(&ctx.bank).await?;
     let owner = ctx.config.lease.new_owner_id(ctx.clock.system_now());
+    if let Some(key) = &args.lock {
+        crate::lock::note_lock_file_key(key);
+    }
     // The named lock first: waiting for it holds no lease.
     let (mut lock, lock_env) = match &args.lock {
         None => (None, Vec::new()),

@@ -254,6 +254,14 @@ fn parse_wait(s: &str) -> Result<Wait, String> {
 
 /// Run one `lock` subcommand.
 pub(crate) async fn run(ctx: &Ctx, command: LockCommand) -> Result<Outcome> {
+    match &command {
+        LockCommand::Run(args) => note_lock_file_key(args.key()),
+        LockCommand::Put(args) => note_lock_file_key(args.key()),
+        LockCommand::Acquire { key, .. }
+        | LockCommand::Release { key, .. }
+        | LockCommand::Show { key, .. } => note_lock_file_key(key),
+        LockCommand::List { .. } => {}
+    }
     match command {
         LockCommand::Run(args) => Ok(run::run(ctx, args).await),
         LockCommand::Put(args) => put::put(ctx, args).await,
@@ -281,6 +289,18 @@ pub(crate) async fn run(ctx: &Ctx, command: LockCommand) -> Result<Outcome> {
         }
         LockCommand::Show { key, ns } => view::show(ctx, &ns, &key).await,
         LockCommand::List { ns, all } => view::list(ctx, &ns, all).await,
+    }
+}
+
+/// A key written as the lock file it replaces (`backup.lock`, from `flock /var/lock/backup.lock`)
+/// is a valid key, taken as given; one `note:` line says what was probably meant, since another
+/// job that writes `backup` holds a different lock.
+pub(crate) fn note_lock_file_key(key: &str) {
+    if let Some(meant) = key.strip_suffix(".lock").filter(|m| !m.is_empty()) {
+        eprintln!(
+            "note: lock key `{key}` ends in `.lock`: a key names a lock, not a lock file; it is \
+             taken as given, and a job that writes `{meant}` holds another lock"
+        );
     }
 }
 

@@ -33,6 +33,13 @@ pub(crate) struct PutArgs {
     ns: Namespace,
 }
 
+impl PutArgs {
+    /// The lock key as given.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+}
+
 #[derive(Debug, Serialize)]
 struct PutReport<'a> {
     /// `<namespace>/<key>`.

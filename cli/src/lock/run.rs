@@ -81,6 +81,13 @@ pub(crate) struct RunArgs {
 }
 
 impl RunArgs {
+    /// The lock key as given.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl RunArgs {
     /// COMMAND as given (empty with `-c`).
     pub(crate) fn command(&self) -> &[OsString] {
         &self.command
