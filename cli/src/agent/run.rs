@@ -368,7 +368,11 @@ async fn take_lock(
         wait: args.lock_wait(),
     };
     let outcome = hold::acquire(ctx, &wanted, signals).await?;
-    if let Some(line) = outcome.refusal() {
+    // A conflict the operator declared fine (`-E 0`) is silent, as flock's: cron mails whatever
+    // a job prints. Any other run that runs nothing says why.
+    let fine =
+        matches!(outcome, hold::Outcome::Unavailable { .. }) && args.lock_conflict_exit_code == 0;
+    if let Some(line) = outcome.refusal().filter(|_| !fine) {
         eprintln!("error: {line}; COMMAND was not run");
     }
     Ok(match outcome {
