@@ -198,17 +198,18 @@ pub(crate) enum Command {
 impl Command {
     /// The first word of a `run` or `lock run` COMMAND when it looks like an option (`-x`,
     /// `--bogus`): an option of the supervisor's mistyped or put after the key, not a program
-    /// anyone means to run.
-    pub(crate) fn leading_option(&self) -> Option<&std::ffi::OsStr> {
+    /// anyone means to run; and whether a `--` follows it (then it was meant as an option).
+    pub(crate) fn leading_option(&self) -> Option<(&std::ffi::OsStr, bool)> {
         let command = match self {
             Command::Run(args) => args.command(),
             Command::Lock(lock::LockCommand::Run(args)) => args.command(),
             _ => return None,
         };
-        command
-            .first()
-            .filter(|word| word.to_string_lossy().starts_with('-'))
-            .map(|word| word.as_os_str())
+        let (first, rest) = command.split_first()?;
+        first
+            .to_string_lossy()
+            .starts_with('-')
+            .then(|| (first.as_os_str(), rest.iter().any(|w| w == "--")))
     }
 }
 

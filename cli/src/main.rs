@@ -77,11 +77,19 @@ fn main() -> ExitCode {
         // --help, --version.
         Err(e) => e.exit(),
     };
-    if let Some(word) = cli.command.leading_option() {
+    if let Some((word, dashes_after)) = cli.command.leading_option() {
+        // Before a `--` of its own, it was meant as an option, and is one this command lacks.
         eprintln!(
-            "error: unexpected argument `{}` where COMMAND begins: options go before COMMAND \
-             (and `--`); see --help",
-            word.to_string_lossy()
+            "error: {}; see --help",
+            if dashes_after {
+                format!("unknown option `{}`", word.to_string_lossy())
+            } else {
+                format!(
+                    "unexpected argument `{}` where COMMAND begins: options go before COMMAND \
+                     (and `--`)",
+                    word.to_string_lossy()
+                )
+            }
         );
         return ExitCode::from(child::EXIT_RUN_FAILED);
     }
