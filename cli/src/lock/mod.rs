@@ -296,6 +296,10 @@ pub(crate) async fn run(ctx: &Ctx, command: LockCommand) -> Result<Outcome> {
 /// is a valid key, taken as given; one `note:` line says what was probably meant, since another
 /// job that writes `backup` holds a different lock.
 pub(crate) fn note_lock_file_key(key: &str) {
+    // An invalid key is refused with its own hint (a leading `/`): one line, not two.
+    if banklease::paths::validate_lock_key(key).is_err() {
+        return;
+    }
     if let Some(meant) = key.strip_suffix(".lock").filter(|m| !m.is_empty()) {
         eprintln!(
             "note: lock key `{key}` ends in `.lock`: a key names a lock, not a lock file; it is \
