@@ -7,7 +7,9 @@
 #     and one radosgw, each in the foreground under its own pid file, started from `/`;
 #   - cephx off, pools of size 1, `public addr = 127.0.0.1`;
 #   - radosgw on 127.0.0.1:$RGW_PORT (default 7480) with the S3, Swift and admin APIs and a fast
-#     expirer; a user `banklease` with S3 keys and a Swift subuser (`banklease:swift`, v1 auth
+#     expirer, and the same over TLS on 127.0.0.1:$RGW_TLS_PORT (default 7443) with a certificate
+#     of a private CA made here ($RGW_ROOT/tls/ca.pem: what an operator's OS_CACERT or
+#     AWS_CA_BUNDLE names); a user `banklease` with S3 keys and a Swift subuser (`banklease:swift`, v1 auth
 #     at /auth/1.0); the test bucket made through S3.
 #
 # Idempotent: a running cluster (recorded pids) is reused. Everything lives under $RGW_ROOT
@@ -15,11 +17,14 @@
 #
 # Usage:  .ci/start-rgw.sh          then eval the printed `export` line
 #         .ci/stop-rgw.sh [--wipe]
-# Env:    RGW_ROOT, RGW_PORT (7480), RGW_MON_PORT (6789), RGW_BUCKET (banklease-test)
+# Env:    RGW_ROOT, RGW_PORT (7480), RGW_TLS_PORT (7443), RGW_MON_PORT (6789),
+#         RGW_BUCKET (banklease-test)
 set -euo pipefail
 
 ROOT=${RGW_ROOT:-/tmp/banklease-stores/rgw}
 PORT=${RGW_PORT:-7480}
+TLS_PORT=${RGW_TLS_PORT:-7443}
+TLS=$ROOT/tls
 MON_PORT=${RGW_MON_PORT:-6789}
 BUCKET=${RGW_BUCKET:-banklease-test}
 CONF=$ROOT/ceph.conf
@@ -31,6 +36,11 @@ SWIFT_KEY=banklease-swift-key
 fail() { echo "start-rgw: $*" >&2; exit 1; }
 
 # ---- 1. packages --------------------------------------------------------------------------
+# openssl makes the private CA of the TLS endpoint.
+if ! command -v openssl >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssl >/dev/null \
+    || fail "apt-get install of openssl failed"
+fi
 if ! command -v radosgw >/dev/null || ! command -v ceph-mon >/dev/null; then
   echo "start-rgw: installing Ceph from Debian's packages (about a minute)"
   command -v apt-get >/dev/null || fail "apt-get is required to install Ceph"
@@ -49,8 +59,18 @@ s3_ready() {
   curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/" 2>/dev/null | grep -q '^[24]'
 }
 
+# The TLS endpoint answers with the private CA's certificate (its SAN is 127.0.0.1).
+tls_ready() {
+  curl -s -o /dev/null -w '%{http_code}' --cacert "$TLS/ca.pem" "https://127.0.0.1:$TLS_PORT/" 2>/dev/null | grep -q '^[24]'
+}
+
 print_env() {
-  echo "export RGW_S3_ENDPOINT=http://127.0.0.1:$PORT RGW_ACCESS_KEY_ID=$ACCESS RGW_SECRET_ACCESS_KEY=$SECRET RGW_BUCKET=$BUCKET RGW_SWIFT_AUTH=http://127.0.0.1:$PORT/auth/1.0 RGW_SWIFT_USER=banklease:swift RGW_SWIFT_KEY=$SWIFT_KEY RGW_ROOT=$ROOT"
+  local tls=""
+  # Only a TLS endpoint that answered is named: its suites skip, saying why, without it.
+  if tls_ready; then
+    tls=" RGW_TLS_ENDPOINT=https://127.0.0.1:$TLS_PORT RGW_TLS_CA=$TLS/ca.pem"
+  fi
+  echo "export RGW_S3_ENDPOINT=http://127.0.0.1:$PORT RGW_ACCESS_KEY_ID=$ACCESS RGW_SECRET_ACCESS_KEY=$SECRET RGW_BUCKET=$BUCKET RGW_SWIFT_AUTH=http://127.0.0.1:$PORT/auth/1.0 RGW_SWIFT_USER=banklease:swift RGW_SWIFT_KEY=$SWIFT_KEY RGW_ROOT=$ROOT$tls"
 }
 
 if running mon && running osd && running rgw && s3_ready; then
@@ -62,8 +82,16 @@ fi
 # ---- 2. a new cluster ---------------------------------------------------------------------
 # Daemons of an earlier attempt go first: a half-started cluster is started again whole.
 [ -x "$(dirname "$0")/stop-rgw.sh" ] && RGW_ROOT=$ROOT bash "$(dirname "$0")/stop-rgw.sh" --wipe >/dev/null 2>&1 || true
-mkdir -p "$ROOT" "$RUN" "$ROOT/mon" "$ROOT/osd" "$ROOT/mgr" "$ROOT/rgw" "$ROOT/log"
+mkdir -p "$ROOT" "$RUN" "$ROOT/mon" "$ROOT/osd" "$ROOT/mgr" "$ROOT/rgw" "$ROOT/log" "$TLS"
 FSID=$(cat /proc/sys/kernel/random/uuid)
+# A private CA and the gateway's certificate for 127.0.0.1, valid for a week.
+openssl req -x509 -newkey rsa:2048 -nodes -days 7 -subj "/CN=banklease test CA" \
+  -keyout "$TLS/ca.key" -out "$TLS/ca.pem" >/dev/null 2>&1 || fail "openssl could not make the test CA"
+openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout "$TLS/rgw.key" \
+  -out "$TLS/rgw.csr" >/dev/null 2>&1 || fail "openssl could not make the gateway's key"
+printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >"$TLS/ext.cnf"
+openssl x509 -req -in "$TLS/rgw.csr" -CA "$TLS/ca.pem" -CAkey "$TLS/ca.key" -CAcreateserial \
+  -days 7 -extfile "$TLS/ext.cnf" -out "$TLS/rgw.pem" >/dev/null 2>&1 || fail "openssl could not sign the gateway's certificate"
 cat >"$CONF" <<EOF
 [global]
 fsid = $FSID
@@ -98,7 +126,7 @@ osd fast shutdown = false
 osd class load list = *
 osd class default list = *
 [client.rgw.a]
-rgw frontends = beast endpoint=127.0.0.1:$PORT
+rgw frontends = beast endpoint=127.0.0.1:$PORT ssl_endpoint=127.0.0.1:$TLS_PORT ssl_certificate=$TLS/rgw.pem ssl_private_key=$TLS/rgw.key
 rgw enable apis = s3, swift, swift_auth, admin
 rgw data = $ROOT/rgw
 rgw objexp gc interval = 5
@@ -131,6 +159,9 @@ radosgw -n client.rgw.a -c "$CONF" -f >"$ROOT/log/rgw.out" 2>&1 &
 echo $! >"$RUN/rgw.pid"
 for _ in $(seq 1 300); do s3_ready && break; sleep 0.2; done
 s3_ready || fail "radosgw did not answer on 127.0.0.1:$PORT (see $ROOT/log/rgw.out)"
+# TLS is checked, not required: without it only the TLS suites skip (print_env says).
+for _ in $(seq 1 50); do tls_ready && break; sleep 0.2; done
+tls_ready || echo "start-rgw: warning: no TLS answer on 127.0.0.1:$TLS_PORT (see $ROOT/log/rgw.out); the TLS suites will skip" >&2
 
 # ---- 3. a user, a Swift subuser and the bucket ------------------------------------------
 radosgw-admin -c "$CONF" user create --uid=banklease --display-name=banklease \
@@ -163,5 +194,5 @@ except urllib.error.HTTPError as e:
     if e.code != 409:  # BucketAlreadyOwnedByYou
         raise
 PY
-echo "start-rgw: Ceph RGW ready on http://127.0.0.1:$PORT (S3 bucket $BUCKET; Swift v1 auth at /auth/1.0)"
+echo "start-rgw: Ceph RGW ready on http://127.0.0.1:$PORT and https://127.0.0.1:$TLS_PORT (S3 bucket $BUCKET; Swift v1 auth at /auth/1.0; private CA $TLS/ca.pem)"
 print_env

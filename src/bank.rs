@@ -95,8 +95,9 @@ impl Bank {
     }
 
     fn open_configured_limits(url: &str, create: bool) -> Result<Self> {
-        let limits = ClientLimits::configured()?;
-        let mut bank = Self::open_with(url, create, limits)?;
+        let section = crate::config::BankConfig::configured()?;
+        let limits = section.limits();
+        let mut bank = Self::open_with(url, create, limits, section.ca_file.as_deref())?;
         Arc::get_mut(&mut bank.inner)
             .expect("a bank just built is not shared")
             .limits = limits;
@@ -113,7 +114,12 @@ impl Bank {
     /// The bank a `[bank]` section names, its store client opened with the section's limits
     /// (`request_timeout`, `retry_timeout`); `create` as [`open_or_create`](Self::open_or_create).
     pub fn open_configured(config: &BankConfig, create: bool) -> Result<Self> {
-        let mut bank = Self::open_with(&config.url, create, config.limits())?;
+        let mut bank = Self::open_with(
+            &config.url,
+            create,
+            config.limits(),
+            config.ca_file.as_deref(),
+        )?;
         Arc::get_mut(&mut bank.inner)
             .expect("a bank just built is not shared")
             .limits = config.limits();

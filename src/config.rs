@@ -77,9 +77,19 @@ pub struct BankConfig {
     /// retry budget the timing rules use ([`ClientLimits::budget`]).
     #[serde(with = "humantime_serde")]
     pub retry_timeout: Option<Duration>,
+    /// A PEM file of CA certificates the store's TLS endpoint is trusted by, beside the
+    /// system's roots and the store's own variable (`OS_CACERT`, `AWS_CA_BUNDLE`).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl BankConfig {
+    /// The section the configuration sets for a bank opened by URL alone (`Bank::open`): the
+    /// file `BANKLEASE_CONFIG` names, the `BANKLEASE_BANK__*` variables over it, the defaults
+    /// where neither sets a key.
+    pub fn configured() -> crate::Result<Self> {
+        budget::configured_bank()
+    }
+
     /// The store client's limits this section sets.
     pub fn limits(&self) -> ClientLimits {
         ClientLimits {

@@ -21,6 +21,7 @@ async fn gives_up_inside_the_budget(url: &str, proxy: &StallingProxy) {
         url: url.to_owned(),
         request_timeout: Some(Duration::from_secs(1)),
         retry_timeout: Some(Duration::from_secs(2)),
+        ca_file: None,
     };
     let bank = Bank::open_configured(&config, false).unwrap();
     let budget = bank.retry_budget();

@@ -35,13 +35,14 @@ impl Bank {
     ) -> PyResult<Self> {
         // What the caller leaves out, the configuration sets where it sets it (the file
         // `BANKLEASE_CONFIG` names, `BANKLEASE_BANK__*`): the budget declared is the client's.
-        let configured = banklease::config::ClientLimits::configured().map_err(to_py)?;
+        let configured = banklease::config::BankConfig::configured().map_err(to_py)?;
         let config = banklease::config::BankConfig {
             url: url.to_owned(),
             request_timeout: opt_duration("request_timeout", request_timeout.as_ref())?
                 .or(configured.request_timeout),
             retry_timeout: opt_duration("retry_timeout", retry_timeout.as_ref())?
                 .or(configured.retry_timeout),
+            ca_file: configured.ca_file,
         };
         banklease::Bank::open_configured(&config, create)
             .map(|inner| Bank { inner })

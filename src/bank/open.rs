@@ -3,16 +3,48 @@
 use std::sync::Arc;
 
 use object_store::memory::InMemory;
-use object_store::ClientConfigKey;
+use object_store::{ClientConfigKey, ClientOptions};
 
 use super::scheme::Scheme;
 use super::{file_url_path, Bank};
 use crate::clock::store::DateRecorder;
 use crate::config::ClientLimits;
 use crate::error::{Error, Result};
+use crate::store::tls::FailFast;
+
+/// Every client option an S3 builder may have read from the environment (`AWS_ALLOW_HTTP`,
+/// proxies, timeouts): carried over when a CA is added to its client options.
+const CLIENT_KEYS: [ClientConfigKey; 20] = [
+    ClientConfigKey::AllowHttp,
+    ClientConfigKey::AllowInvalidCertificates,
+    ClientConfigKey::NoSystemCertificates,
+    ClientConfigKey::ConnectTimeout,
+    ClientConfigKey::DefaultContentType,
+    ClientConfigKey::Http1Only,
+    ClientConfigKey::Http2KeepAliveInterval,
+    ClientConfigKey::Http2KeepAliveTimeout,
+    ClientConfigKey::Http2KeepAliveWhileIdle,
+    ClientConfigKey::Http2MaxFrameSize,
+    ClientConfigKey::Http2Only,
+    ClientConfigKey::PoolIdleTimeout,
+    ClientConfigKey::PoolMaxIdlePerHost,
+    ClientConfigKey::ProxyUrl,
+    ClientConfigKey::ProxyCaCertificate,
+    ClientConfigKey::ProxyExcludes,
+    ClientConfigKey::RandomizeAddresses,
+    ClientConfigKey::ReadTimeout,
+    ClientConfigKey::Timeout,
+    ClientConfigKey::UserAgent,
+];
 
 impl Bank {
-    pub(super) fn open_with(url: &str, create: bool, limits: ClientLimits) -> Result<Self> {
+    /// `ca_file`: `[bank] ca_file`, a private CA trusted beside the system's roots.
+    pub(super) fn open_with(
+        url: &str,
+        create: bool,
+        limits: ClientLimits,
+        ca_file: Option<&std::path::Path>,
+    ) -> Result<Self> {
         let url = url.trim();
         if url.is_empty() {
             return Err(invalid(
@@ -24,10 +56,10 @@ impl Bank {
         match Scheme::split(url) {
             Some((Scheme::File, rest)) => open_file(url, rest, create),
             Some((Scheme::Memory, rest)) => open_memory(url, rest),
-            Some((Scheme::S3, rest)) => open_s3(url, rest, limits),
+            Some((Scheme::S3, rest)) => open_s3(url, rest, limits, ca_file),
             Some((Scheme::Azure, rest)) => open_azure(url, rest, limits),
             Some((Scheme::Gcs, rest)) => open_gcs(url, rest, limits),
-            Some((Scheme::Swift, rest)) => open_swift(url, rest, limits),
+            Some((Scheme::Swift, rest)) => open_swift(url, rest, limits, ca_file),
             None => Err(invalid(
                 url,
                 &format!(
@@ -169,7 +201,12 @@ fn open_memory(url: &str, rest: &str) -> Result<Bank> {
 }
 
 /// `s3://…` (`rest` is what follows the scheme).
-fn open_s3(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
+fn open_s3(
+    url: &str,
+    rest: &str,
+    limits: ClientLimits,
+    ca_file: Option<&std::path::Path>,
+) -> Result<Bank> {
     let bad = |reason: &str| invalid(url, reason);
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.is_empty() {
@@ -182,11 +219,25 @@ fn open_s3(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
             humantime::format_duration(timeout).to_string(),
         );
     }
+    // A private CA (AWS_CA_BUNDLE) beside the system's roots: the client's options as the
+    // builder read them from the environment, plus the CA.
+    let roots = crate::store::tls::extra_roots(crate::store::tls::AWS_CA_BUNDLE, ca_file)?;
+    if !roots.is_empty() {
+        let mut options = ClientOptions::new();
+        for key in CLIENT_KEYS {
+            let value =
+                builder.get_config_value(&object_store::aws::AmazonS3ConfigKey::Client(key));
+            if let Some(value) = value {
+                options = options.with_config(key, value);
+            }
+        }
+        builder = builder.with_client_options(crate::store::tls::with_roots(options, roots));
+    }
     let store = builder
         .with_retry(limits.retry_config())
         .with_bucket_name(bucket)
         .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
-        .with_http_connector(DateRecorder::default())
+        .with_http_connector(FailFast::new(DateRecorder::default()))
         .build()
         .map_err(|e| invalid_because(url, "cannot configure S3 from AWS_* variables", e))?;
     Ok(Bank::from_s3_compatible(Arc::new(store), prefix, url))
@@ -209,7 +260,7 @@ fn open_azure(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
     let store = builder
         .with_retry(limits.retry_config())
         .with_container_name(container)
-        .with_http_connector(DateRecorder::default())
+        .with_http_connector(FailFast::new(DateRecorder::default()))
         .build()
         .map_err(|e| {
             invalid_because(
@@ -239,7 +290,7 @@ fn open_gcs(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
     let store = builder
         .with_retry(limits.retry_config())
         .with_bucket_name(bucket)
-        .with_http_connector(DateRecorder::default())
+        .with_http_connector(FailFast::new(DateRecorder::default()))
         .build()
         .map_err(|e| {
             invalid_because(
@@ -253,7 +304,12 @@ fn open_gcs(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
 }
 
 /// `swift://…` (`rest` is what follows the scheme).
-fn open_swift(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
+fn open_swift(
+    url: &str,
+    rest: &str,
+    limits: ClientLimits,
+    ca_file: Option<&std::path::Path>,
+) -> Result<Bank> {
     let bad = |reason: &str| invalid(url, reason);
     let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     if container.is_empty() {
@@ -268,9 +324,14 @@ fn open_swift(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
             .with_retry(limits.retry_config())
             .with_one_retry_cutoff();
     }
+    // A private CA (OS_CACERT, as an openrc sets it) for Keystone and Swift, beside the
+    // system's roots.
+    for root in crate::store::tls::extra_roots(crate::store::tls::OS_CACERT, ca_file)? {
+        builder = builder.with_root_certificate(root);
+    }
     let store = builder
         .with_container(container)
-        .with_http_connector(DateRecorder::default())
+        .with_http_connector(FailFast::new(DateRecorder::default()))
         .build()
         .map_err(|e| {
             invalid_because(

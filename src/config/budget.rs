@@ -18,6 +18,20 @@ pub struct ClientLimits {
     pub retry_timeout: Option<Duration>,
 }
 
+/// The `[bank]` section the configuration sets (`BANKLEASE_CONFIG`'s file, the
+/// `BANKLEASE_BANK__*` variables over it); the defaults where neither is set.
+pub(crate) fn configured_bank() -> crate::Result<super::BankConfig> {
+    let file = std::env::var_os(super::CONFIG_ENV).map(std::path::PathBuf::from);
+    let mentions_bank = |(name, _): &(String, String)| name.starts_with("BANKLEASE_BANK__");
+    let env: Vec<(String, String)> = std::env::vars().filter(mentions_bank).collect();
+    if file.is_none() && env.is_empty() {
+        return Ok(super::BankConfig::default());
+    }
+    // Only the `[bank]` section is read from the variables: another section's mistake is
+    // that command's to report, not every bank opener's.
+    Ok(super::Config::gate_with(file.as_deref(), env, |_| {}, false)?.bank)
+}
+
 /// The longest pause between two attempts when `retry_timeout` is set: a quarter of it, at
 /// most the client's default (15s), so that a short budget is not spent waiting.
 fn max_backoff_within(retry_timeout: Duration) -> Duration {
@@ -33,19 +47,7 @@ impl ClientLimits {
     ///
     /// [`Error::Config`]: crate::Error::Config
     pub fn configured() -> crate::Result<Self> {
-        let file = std::env::var_os(super::CONFIG_ENV).map(std::path::PathBuf::from);
-        let mentions_bank = |(name, _): &(String, String)| name.starts_with("BANKLEASE_BANK__");
-        let env: Vec<(String, String)> = std::env::vars().filter(mentions_bank).collect();
-        if file.is_none() && env.is_empty() {
-            return Ok(Self::default());
-        }
-        // Only the `[bank]` section is read from the variables: another section's mistake is
-        // that command's to report, not every bank opener's.
-        Ok(
-            super::Config::gate_with(file.as_deref(), env, |_| {}, false)?
-                .bank
-                .limits(),
-        )
+        Ok(configured_bank()?.limits())
     }
 
     /// The retry configuration of a client with these limits: object_store's default, with

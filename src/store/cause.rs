@@ -91,7 +91,8 @@ impl fmt::Display for StoreCause {
             StoreCause::Tls => write!(
                 f,
                 "TLS failed; check the endpoint's scheme (`https://` to a plain-HTTP port fails) \
-                 and that its certificate is trusted"
+                 and that its certificate is trusted: a private CA is named by OS_CACERT for \
+                 Swift and Keystone, AWS_CA_BUNDLE for S3 (not retried)"
             ),
             StoreCause::HttpNotAllowed => write!(
                 f,
@@ -207,12 +208,19 @@ pub(crate) fn transport_cause(error: &(dyn std::error::Error + 'static)) -> Stri
         StoreCause::ConnectionRefused => "connection refused".to_owned(),
         StoreCause::UnknownHost => "its host name does not resolve".to_owned(),
         StoreCause::Tls => "TLS failed (an https:// URL on a plain-HTTP port, or a certificate \
-                            that is not trusted)"
+                            that is not trusted: a private CA is named by OS_CACERT for Swift \
+                            and Keystone, AWS_CA_BUNDLE for S3; not retried)"
             .to_owned(),
         StoreCause::HttpNotAllowed => "plain http:// is not allowed".to_owned(),
         StoreCause::TimedOut => "no answer in time".to_owned(),
         other => other.to_string(),
     }
+}
+
+/// Whether a transport failure is TLS's (a certificate not trusted, `https://` on a plain
+/// port): the same every time, so not retried ([`crate::store::tls::FailFast`]).
+pub(crate) fn is_tls_failure(error: &(dyn std::error::Error + 'static)) -> bool {
+    matches!(classify_chain(error), StoreCause::Tls)
 }
 
 /// [`classify`] on any error chain (the `NotFound` variant aside).

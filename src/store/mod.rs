@@ -11,6 +11,7 @@ mod counting;
 mod etag;
 pub(crate) mod local;
 pub(crate) mod swift;
+pub(crate) mod tls;
 
 pub use crate::capability::is_refusal;
 pub use crate::clock::store::{dated, DateRecorder, DATE_RESOLUTION};

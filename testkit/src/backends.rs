@@ -228,6 +228,7 @@ impl Backend {
                     url: url.clone(),
                     request_timeout: SWIFT_TEST_LIMITS.request_timeout,
                     retry_timeout: SWIFT_TEST_LIMITS.retry_timeout,
+                    ca_file: None,
                 },
                 false,
             )

@@ -324,6 +324,12 @@ impl SwiftBuilder {
         self
     }
 
+    /// Trust `root` (a private CA) beside the system's roots, for Keystone and Swift alike.
+    pub fn with_root_certificate(mut self, root: object_store::Certificate) -> Self {
+        self.client_options = self.client_options.with_root_certificate(root);
+        self
+    }
+
     /// Retries of transport errors, 5xx and 429.
     pub fn with_retry(mut self, retry_config: RetryConfig) -> Self {
         self.retry_config = retry_config;

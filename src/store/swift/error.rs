@@ -52,8 +52,9 @@ pub(crate) enum Error {
     },
 
     #[error(
-        "cannot reach the auth service at url=`{url}` after {retries} retries: {}; check \
-         {variable} and that the service runs there",
+        "cannot reach the auth service at url=`{url}`{}: {}; check {variable} and that the \
+         service runs there",
+        retried(*.retries),
         crate::store::cause::transport_cause(.source)
     )]
     AuthUnreachable {
@@ -251,4 +252,13 @@ pub(crate) fn snippet(body: &[u8]) -> String {
     let mut s: String = text.chars().take(MAX).collect();
     s.push('…');
     s
+}
+
+/// ` after N retries`, or nothing when the first attempt was the last (a TLS failure).
+fn retried(retries: usize) -> String {
+    if retries == 0 {
+        String::new()
+    } else {
+        format!(" after {retries} retries")
+    }
 }
