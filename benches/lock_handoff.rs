@@ -36,8 +36,9 @@ use rand::Rng;
     about = "Handoff latency and waiting cost of named locks"
 )]
 struct Args {
-    /// Backends: file, s3, azure. Default: file, plus s3 and azure when
-    /// BANKLEASE_TEST_S3=1 / BANKLEASE_TEST_AZURE=1 (as `.ci/run` sets them).
+    /// Backends: file, s3, rgw, azure. Default: file, plus s3, rgw and azure when
+    /// BANKLEASE_TEST_S3=1 / BANKLEASE_TEST_RGW=1 / BANKLEASE_TEST_AZURE=1 (as `.ci/run` sets
+    /// them).
     #[arg(long, value_delimiter = ',')]
     backends: Vec<String>,
     /// Release handoffs measured per backend.
@@ -174,7 +175,7 @@ async fn idle_cost(
 
 fn backends(args: &Args) -> Result<Vec<Backend>> {
     if args.backends.is_empty() {
-        return Ok([Backend::File, Backend::S3, Backend::Azure]
+        return Ok([Backend::File, Backend::S3, Backend::Rgw, Backend::Azure]
             .into_iter()
             .filter(|b| b.is_configured())
             .collect());
@@ -184,9 +185,10 @@ fn backends(args: &Args) -> Result<Vec<Backend>> {
         .map(|b| match b.as_str() {
             "file" => Ok(Backend::File),
             "s3" => Ok(Backend::S3),
+            "rgw" => Ok(Backend::Rgw),
             "azure" => Ok(Backend::Azure),
             "swift" => bail!("locks are refused on Swift (its conditional writes are not atomic)"),
-            other => bail!("unknown backend `{other}`: file, s3 or azure"),
+            other => bail!("unknown backend `{other}`: file, s3, rgw or azure"),
         })
         .collect()
 }
