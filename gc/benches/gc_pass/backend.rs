@@ -157,7 +157,13 @@ pub fn open(backend: Backend, location: &str) -> anyhow::Result<Opened> {
                 .with_http_connector(connector)
                 .build()?;
             Opened {
-                bank: Bank::from_store(Arc::new(store), &prefix, &format!("s3://{location}")),
+                // As `Bank::open` makes an `s3://` bank: conditions in the form the store
+                // honours (RGW compares ETags unquoted).
+                bank: Bank::from_s3_compatible(
+                    Arc::new(store),
+                    &prefix,
+                    &format!("s3://{location}"),
+                ),
                 http: Some(http),
             }
         }
