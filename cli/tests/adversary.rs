@@ -18,7 +18,8 @@
 //! `ADVERSARY_MOVES` limits the nemesis to some moves (see [`MOVES`]); `ADVERSARY_VERBOSE=1`
 //! prints everything that happened.
 //!
-//! On `file:` always; on S3 (moto) with `BANKLEASE_TEST_S3=1` (`.ci/start-s3.sh`).
+//! On `file:` always; on S3 (moto) with `BANKLEASE_TEST_S3=1` (`.ci/start-s3.sh`); on Ceph RGW's
+//! S3 API with `BANKLEASE_TEST_RGW=1` (`.ci/start-rgw.sh`).
 //!
 //!     cargo test -p banklease-cli --test adversary
 //!     ADVERSARY_SEED=42 ADVERSARY_SECS=60 cargo test -p banklease-cli --test adversary
@@ -63,7 +64,10 @@ const WAIT_SECS: u32 = 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Store {
     File,
+    /// moto.
     S3,
+    /// Ceph RGW's S3 API (`.ci/start-rgw.sh`): a real S3 server, conditions unquoted.
+    Rgw,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,9 +176,10 @@ fn env_u64(name: &str) -> Option<u64> {
     )
 }
 
-/// The S3 server (moto on loopback), from `AWS_ENDPOINT` as `.ci/start-s3.sh` prints it.
-fn s3_server() -> SocketAddr {
-    let endpoint = std::env::var("AWS_ENDPOINT").expect("AWS_ENDPOINT (.ci/start-s3.sh)");
+/// The S3 server on loopback, from `variable` as `.ci/start-s3.sh` (moto: `AWS_ENDPOINT`) or
+/// `.ci/start-rgw.sh` (`RGW_S3_ENDPOINT`) prints it.
+fn s3_server(variable: &str) -> SocketAddr {
+    let endpoint = std::env::var(variable).unwrap_or_else(|_| panic!("{variable} unset"));
     let hostport = endpoint.trim_start_matches("http://").trim_end_matches('/');
     let addr = hostport
         .to_socket_addrs()
@@ -280,11 +285,15 @@ impl Run {
                 None,
                 Duration::from_millis(100),
             ),
-            Store::S3 => {
-                let bucket = std::env::var("S3_BUCKET").unwrap_or_else(|_| "banklease-test".into());
+            Store::S3 | Store::Rgw => {
+                let (bucket, endpoint) = match store {
+                    Store::Rgw => ("RGW_BUCKET", "RGW_S3_ENDPOINT"),
+                    _ => ("S3_BUCKET", "AWS_ENDPOINT"),
+                };
+                let bucket = std::env::var(bucket).unwrap_or_else(|_| "banklease-test".into());
                 (
                     format!("s3://{bucket}/{unique}"),
-                    Some(s3_server()),
+                    Some(s3_server(endpoint)),
                     // S3's stamps are whole seconds.
                     Duration::from_millis(1100),
                 )
@@ -399,6 +408,18 @@ impl Run {
             .env("XDG_RUNTIME_DIR", self.dir.path());
         if let Some(proxy) = proxy {
             cmd.env("AWS_ENDPOINT", format!("http://{}", proxy.addr));
+        }
+        if self.store == Store::Rgw {
+            let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} unset"));
+            // The caller's AWS_* are moto's: every one RGW needs is set, the endpoint too when
+            // no proxy stands in front of it (`init`, the probes).
+            if proxy.is_none() {
+                cmd.env("AWS_ENDPOINT", var("RGW_S3_ENDPOINT"));
+            }
+            cmd.env("AWS_ACCESS_KEY_ID", var("RGW_ACCESS_KEY_ID"))
+                .env("AWS_SECRET_ACCESS_KEY", var("RGW_SECRET_ACCESS_KEY"))
+                .env("AWS_ALLOW_HTTP", "true")
+                .env("AWS_REGION", "us-east-1");
         }
         cmd
     }
@@ -643,7 +664,7 @@ impl Run {
         let moves: Vec<(&'static str, u32)> = MOVES
             .iter()
             .filter(|(_, short, _)| self.moves.iter().any(|m| m == short))
-            .filter(|(name, _, _)| self.store == Store::S3 || !name.contains("store"))
+            .filter(|(name, _, _)| self.store != Store::File || !name.contains("store"))
             .filter(|(name, _, _)| self.cgroup || *name != "SIGKILL supervisor and guard")
             .map(|&(name, _, weight)| (name, weight))
             .collect();
@@ -851,6 +872,7 @@ impl Run {
             }
             (Mode::Safe, Store::File) => "lock_holders_never_overlap_under_the_nemesis_on_file",
             (Mode::Safe, Store::S3) => "lock_holders_never_overlap_under_the_nemesis_on_s3",
+            (Mode::Safe, Store::Rgw) => "lock_holders_never_overlap_under_the_nemesis_on_rgw",
         }
     }
 
@@ -874,6 +896,7 @@ impl Run {
             match self.store {
                 Store::File => "",
                 Store::S3 => "(.ci/start-s3.sh's exports) BANKLEASE_TEST_S3=1 ",
+                Store::Rgw => "(.ci/start-rgw.sh's exports) BANKLEASE_TEST_RGW=1 ",
             },
             self.seed,
             self.secs,
@@ -1028,6 +1051,15 @@ fn lock_holders_never_overlap_under_the_nemesis_on_s3() {
         return;
     }
     adversary(Store::S3, Mode::Safe);
+}
+
+#[test]
+fn lock_holders_never_overlap_under_the_nemesis_on_rgw() {
+    if std::env::var("BANKLEASE_TEST_RGW").as_deref() != Ok("1") {
+        eprintln!("note: the RGW adversary skipped: set BANKLEASE_TEST_RGW=1 (.ci/run does)");
+        return;
+    }
+    adversary(Store::Rgw, Mode::Safe);
 }
 
 /// The same run with the dead-man's switch disabled must find the overlap it exists to catch.
