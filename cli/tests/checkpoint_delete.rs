@@ -7,17 +7,9 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Child, Output};
+use std::process::Output;
 
-use common::{cli, dead_owner_bank, output_text};
-
-/// The PATH the binary's jobs find `banklease` on.
-fn path_with_bin() -> std::ffi::OsString {
-    let mut paths = vec![Path::new(common::BIN).parent().unwrap().to_path_buf()];
-    paths.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap()));
-    std::env::join_paths(paths).unwrap()
-}
+use common::{cli, dead_owner_bank, output_text, path_with_bin, Killed};
 
 /// `banklease run -- sh -c SCRIPT` on `url`.
 fn run_job(url: &str, script: &str) -> Output {
@@ -25,16 +17,6 @@ fn run_job(url: &str, script: &str) -> Output {
         .env("PATH", path_with_bin())
         .output()
         .unwrap()
-}
-
-/// A child killed (and reaped) when the test ends, passed or failed.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn stdout(out: &Output) -> String {

@@ -11,7 +11,7 @@ use banklease::Bank;
 
 mod common;
 
-use common::{cli, dead_owner_bank, text};
+use common::{cli, dead_owner_bank, path_with_bin, text, Killed};
 
 #[test]
 fn a_pass_that_met_errors_exits_1_and_names_each_object() {
@@ -309,14 +309,7 @@ fn the_gc_names_every_checkpoint_it_collects_or_skips() {
     let url = dead_owner_bank(dir.path(), &dead_refs);
     // A live owner: a job under `run` that left one checkpoint protecting and still runs.
     let ready = dir.path().join("ready");
-    let path = {
-        let mut paths = vec![std::path::Path::new(common::BIN)
-            .parent()
-            .unwrap()
-            .to_path_buf()];
-        paths.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap()));
-        std::env::join_paths(paths).unwrap()
-    };
+    let path = path_with_bin();
     let script = format!(
         "banklease agent checkpoint create cp-live && echo \"$BANKLEASE_OWNER_ID\" > '{}' \
          && sleep 30",
@@ -407,26 +400,6 @@ fn the_gc_names_every_checkpoint_it_collects_or_skips() {
         };
         assert!(line.contains(status), "{line}");
     }
-}
-
-/// A child killed (and reaped) when the test ends, passed or failed.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The PATH the binary's jobs find `banklease` on.
-fn path_with_bin() -> std::ffi::OsString {
-    let mut paths = vec![std::path::Path::new(common::BIN)
-        .parent()
-        .unwrap()
-        .to_path_buf()];
-    paths.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap()));
-    std::env::join_paths(paths).unwrap()
 }
 
 /// A job that fails under `run` leaves its checkpoint `error` with its data: the gc keeps it,

@@ -203,3 +203,20 @@ pub fn copy_binary(to: &Path) {
     }
     panic!("the copy {} stayed busy for 5 s", to.display());
 }
+
+/// `PATH` with the binary's directory first: what a job under `run` calls `banklease` by.
+pub fn path_with_bin() -> std::ffi::OsString {
+    let mut paths = vec![Path::new(BIN).parent().unwrap().to_path_buf()];
+    paths.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap()));
+    std::env::join_paths(paths).unwrap()
+}
+
+/// A child killed (and reaped) when the test ends, passed or failed.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
