@@ -173,3 +173,28 @@ fn an_operator_deletes_what_may_go_and_nothing_else() {
     );
     assert!(explained.contains("marker       absent"), "{explained}");
 }
+
+/// A name someone chose is given whole: `nightly-1`, which is not in the bank, never deletes
+/// `nightly-12`, the one checkpoint whose id starts with it; the refusal names it.
+#[test]
+fn a_chosen_name_is_never_taken_for_the_start_of_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = dead_owner_bank(dir.path(), &[]);
+    let out = run_job(
+        &url,
+        "banklease agent checkpoint create nightly-12 && echo partial | \
+         banklease agent checkpoint put nightly-12 etc.tgz - && exit 3",
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", output_text(&out));
+    let out = cli(&url, &["checkpoint", "delete", "nightly-1", "--available"]);
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("no checkpoint `nightly-1`") && err.contains("`nightly-12` starts with it"),
+        "{err}"
+    );
+    assert!(dir
+        .path()
+        .join("bank/checkpoints/nightly-12/data/etc.tgz")
+        .exists());
+}

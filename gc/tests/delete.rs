@@ -121,3 +121,73 @@ async fn a_deletion_loses_to_an_owners_completion_and_deletes_nothing() {
         .await
         .unwrap();
 }
+
+/// A completion whose marker was left (the owner crashed before deleting it), then deleted by
+/// an operator: neither the deletion nor a later pass repairing the owner's move brings the
+/// `available` record back over the tombstone, whose data is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_checkpoint_is_never_brought_back_by_its_owners_move() {
+    let (bank, _faults, _guard) = backends::faulty_bank(Backend::Memory, &MockClock::new()).await;
+    let clock: SharedClock = Arc::new(SystemClock);
+    let windows = LeaseWindows::new(
+        Duration::from_millis(100),
+        Duration::from_millis(400),
+        Duration::from_millis(50),
+    )
+    .unwrap();
+    let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, clock.clone())
+        .await
+        .unwrap();
+    let owner = lease.owner_id().clone();
+    let id = cid("left-marker");
+    let cp = Checkpoint::create(&lease, &id).await.unwrap();
+    cp.put_data("disk0", PutPayload::from_static(b"whole"))
+        .await
+        .unwrap();
+    cp.complete(Status::Available).await.unwrap();
+    // The marker its move should have deleted, left behind (a crash just before).
+    let marker = Key::marker(&owner, &id).path(&bank);
+    bank.store()
+        .put(&marker, PutPayload::default())
+        .await
+        .unwrap();
+    drop(cp);
+    drop(lease);
+
+    let options = GcOptions::builder()
+        .grace(Duration::from_millis(200))
+        .skew_margin(Duration::from_millis(50))
+        .build();
+    let deleted = delete(&bank, &clock, &options, &id, &request(true))
+        .await
+        .unwrap();
+    assert!(matches!(deleted, Deletion::Deleted { .. }), "{deleted:?}");
+    // Its removal finished the owner's move first.
+    assert!(matches!(
+        bank.store().head(&marker).await,
+        Err(object_store::Error::NotFound { .. })
+    ));
+
+    // And were the marker there again, the pass that repairs the owner's move keeps the
+    // tombstone.
+    bank.store()
+        .put(&marker, PutPayload::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let report = banklease_gc::Collector::new(bank.clone(), clock.clone(), options.clone())
+        .run_pass()
+        .await
+        .unwrap();
+    assert_eq!(report.errors, 0, "{report:?}");
+    let record = checkpoint::read_checkpoint(&bank, &id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, Status::Deleted, "{report:?}");
+    assert_eq!(record.removal.unwrap().was, Status::Available);
+    assert!(matches!(
+        bank.store().head(&marker).await,
+        Err(object_store::Error::NotFound { .. })
+    ));
+}

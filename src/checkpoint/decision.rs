@@ -183,6 +183,16 @@ pub async fn finish_owner_decision(bank: &Bank, decision: &Decision) -> Result<(
                 ),
             })
         }
+        // Removed (or being removed) after the owner finished it: only the owner's marker is
+        // left of its move. Rewriting the outcome would bring back an `available` record
+        // whose data is gone, and drop the removal's trail.
+        Some(r) if r.removal.is_some() => {
+            let marker = Key::marker(&decision.owner_id, id).path(bank);
+            return match bank.store().delete(&marker).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(Error::store("delete", &marker, e)),
+            };
+        }
         Some(r) => r.created_at,
         None => decision.decided_at,
     };

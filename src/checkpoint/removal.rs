@@ -3,8 +3,8 @@
 //!
 //! A finished checkpoint was decided by its owner (`decisions/<id>`); nothing races to decide
 //! it again, so its removal is a sequence of idempotent steps that any remover resumes:
-//! `index.json` first says it is going (`deleting` from `available`, `error-deleting` from
-//! `error`, with the [`Removal`]), then its data goes, then `index.json` becomes a `deleted`
+//! a marker its owner's move left goes first, then `index.json` says it is going (`deleting`
+//! from `available`, `error-deleting` from `error`, with the [`Removal`]), then its data goes, then `index.json` becomes a `deleted`
 //! tombstone that keeps the [`Removal`] (the trail `checkpoint explain` reads), and last its
 //! `index/failed/` entry goes. A crash anywhere leaves a status that says where it stopped, and
 //! the entry that brings a failed checkpoint back to the next pass.
@@ -55,6 +55,13 @@ pub async fn remove_finished(
             removal
         }
     };
+    // The owner's move may have stopped before its marker went: it goes first, so that no
+    // repair of that move comes back to this checkpoint.
+    let marker = Key::marker(&record.owner_id, &record.id).path(bank);
+    match bank.store().delete(&marker).await {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+        Err(e) => return Err(refused_or(bank, "delete", &marker, e)),
+    }
     let mut marked = record.clone();
     marked.removal = Some(removal);
     if record.status != going || record.removal.is_none() {

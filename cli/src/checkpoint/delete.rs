@@ -9,6 +9,9 @@ use banklease_gc::operator::delete::{delete, DeleteRequest, Deletion};
 use object_store::ObjectStoreExt;
 
 use crate::output::short_ids;
+
+/// The shortest prefix that stands for a generated id: what the tables print.
+const SHORT_ID: usize = 12;
 use crate::{out_json, out_line, Ctx, Outcome};
 
 /// Delete each of `given` as `request` asks.
@@ -103,22 +106,38 @@ async fn find(ctx: &Ctx, given: &str) -> Result<std::result::Result<CheckpointId
         .filter(|id| id.starts_with(given))
         .collect();
     ids.sort();
+    // A prefix stands for an id only where the tables cut one: a generated id (a uuid, a
+    // hash), given to at least 12 characters. A name someone chose is given whole: `nightly-1`
+    // must never delete `nightly-12`.
+    let generated =
+        |id: &str| id.len() >= 32 && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    let named = |ids: &[String]| {
+        let shown: Vec<String> = ids.iter().take(5).map(|i| format!("`{i}`")).collect();
+        format!(
+            "{}{}",
+            shown.join(", "),
+            if ids.len() > 5 { ", …" } else { "" }
+        )
+    };
     Ok(match ids.as_slice() {
-        [one] => Ok(CheckpointId::parse(one).map_err(banklease::Error::from)?),
+        [one] if generated(one) && given.len() >= SHORT_ID => {
+            Ok(CheckpointId::parse(one).map_err(banklease::Error::from)?)
+        }
         [] => Err(format!(
             "no checkpoint `{given}` in bank=`{}`, nor one whose id starts with it",
             bank.label()
         )),
+        [_] => Err(format!(
+            "no checkpoint `{given}` in bank=`{}`; {} starts with it: give the whole id (a \
+             prefix stands only for a generated id, of at least {SHORT_ID} characters)",
+            bank.label(),
+            named(&ids)
+        )),
         many => Err(format!(
-            "checkpoint id prefix `{given}` is ambiguous: {} start with it ({}{}); give more of \
+            "checkpoint id prefix `{given}` is ambiguous: {} start with it ({}); give more of \
              the id",
             many.len(),
-            many.iter()
-                .take(5)
-                .map(|i| format!("`{i}`"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            if many.len() > 5 { ", …" } else { "" }
+            named(many)
         )),
     })
 }

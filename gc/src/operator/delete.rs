@@ -128,8 +128,23 @@ pub async fn delete(
             return Ok(deleted(was, objects));
         }
     }
-    // Protecting: only a dead owner's, collected as a pass collects it.
-    let evidence = match dead(bank, clock, options, &owner, &request.operator, DELETE).await? {
+    // Protecting: only a dead owner's, judged and collected as a pass does it, by what the
+    // owner declared (its store client's retry budget: `index.json`'s, else its marker's).
+    let declared = match record.retry_budget_ms {
+        Some(ms) => Some(ms),
+        None => checkpoint::read_marker_budget(bank, &owner, id).await?,
+    };
+    let evidence = match dead(
+        bank,
+        clock,
+        options,
+        &owner,
+        &request.operator,
+        DELETE,
+        declared,
+    )
+    .await?
+    {
         Ok(evidence) => evidence,
         Err(why) => return refused(format!("checkpoint `{id}` is protecting and {why}")),
     };
@@ -151,7 +166,8 @@ pub async fn delete(
         }
     }
     // As a pass finishes a collection: a write still in flight is swept later.
-    mark_for_sweep(bank, id, options.late_write_window).await?;
+    let late = crate::pass::declared::OwnerRules::of(bank).late_window(declared, options);
+    mark_for_sweep(bank, id, late).await?;
     let objects = delete_prefix(bank, &Prefix::Data(id).path(bank)).await?;
     write_tombstone(
         bank,

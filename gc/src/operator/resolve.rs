@@ -161,7 +161,7 @@ pub async fn resolve(
         },
     };
     if decision.is_none() {
-        let evidence = match dead(bank, clock, options, &owner, operator, RESOLVE).await? {
+        let evidence = match dead(bank, clock, options, &owner, operator, RESOLVE, None).await? {
             Ok(evidence) => evidence,
             Err(why) => return refused(why),
         };
@@ -344,6 +344,7 @@ impl Resolver<'_> {
             &owner,
             self.operator,
             RESOLVE,
+            None,
         )
         .await?
         {
@@ -492,6 +493,7 @@ pub(crate) async fn dead(
     owner: &OwnerId,
     operator: &str,
     command: &str,
+    declared_ms: Option<u64>,
 ) -> banklease::Result<Result<Evidence, String>> {
     // The rules of a pass: a margin the store's stamps can honour, and the store's clock read
     // as a pass reads it (checked against this host's last reading and the bank's floor).
@@ -534,8 +536,9 @@ pub(crate) async fn dead(
             };
             let seen = floor.map_or(seen, |f| f.max(seen));
             let missing_for = StoreTime::between(seen, read.judged_at);
-            // What is resolved has no readable index.json: no declared budget.
-            let (needed, why) = rules.wait_missing(owner, None, options);
+            // As a pass waits: by the budget the owner declared (`resolve`'s records are
+            // unreadable: none).
+            let (needed, why) = rules.wait_missing(owner, declared_ms, options);
             grace = needed;
             if !past(missing_for, grace, options.skew_margin) {
                 return Ok(Err(format!(
