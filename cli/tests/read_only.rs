@@ -102,22 +102,8 @@ fn root_user() -> bool {
 /// On `url`, made by the bank's writer: a live owner (30 s) with a protecting checkpoint `cp-1`
 /// and, with `lock`, the lock `jobs/nightly` held for 10 minutes. Returns the owner's id.
 fn live_owner_and_lock(url: &str, lock: bool) -> String {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let owner = runtime.block_on(async {
-        let bank = Bank::open(url).unwrap();
-        let windows = LeaseWindows::new(
-            Duration::from_secs(10),
-            Duration::from_secs(30),
-            Duration::from_secs(1),
-        )
-        .unwrap();
-        let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
-            .await
-            .unwrap();
-        Checkpoint::create(&lease, &cid("cp-1")).await.unwrap();
+    let owner = with_owner(url, async |lease| {
+        Checkpoint::create(lease, &cid("cp-1")).await.unwrap();
         lease.owner_id().to_string()
     });
     if lock {
@@ -134,6 +120,18 @@ fn live_owner_and_lock(url: &str, lock: bool) -> String {
 
 /// A checkpoint `id` its owner completed as failed, with data.
 fn failed_checkpoint(url: &str, id: &str) {
+    with_owner(url, async |lease| {
+        let cp = Checkpoint::create(lease, &cid(id)).await.unwrap();
+        cp.put_data("part", object_store::PutPayload::from_static(b"partial"))
+            .await
+            .unwrap();
+        cp.complete(banklease::Status::Error).await.unwrap();
+    });
+}
+
+/// What `work` returns, done by a new owner of `url` (windows 10 s / 30 s / 1 s, never
+/// renewed: it stays alive for the test).
+fn with_owner<T>(url: &str, work: impl AsyncFnOnce(&OwnerLease) -> T) -> T {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -149,12 +147,8 @@ fn failed_checkpoint(url: &str, id: &str) {
         let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, Arc::new(SystemClock))
             .await
             .unwrap();
-        let cp = Checkpoint::create(&lease, &cid(id)).await.unwrap();
-        cp.put_data("part", object_store::PutPayload::from_static(b"partial"))
-            .await
-            .unwrap();
-        cp.complete(banklease::Status::Error).await.unwrap();
-    });
+        work(&lease).await
+    })
 }
 
 #[test]

@@ -26,15 +26,22 @@ fn skip(what: &str) {
     );
 }
 
-/// The binary on RGW's S3 API over TLS, with none of the caller's AWS_* or CA variables.
-fn s3_over_tls(endpoint: &str) -> Command {
+/// The binary with none of the caller's variables that start with one of `prefixes`, nor its
+/// `BANKLEASE_*` ([`bare`]).
+fn without(prefixes: &[&str]) -> Command {
     let mut cmd = bare();
     for (name, _) in std::env::vars_os() {
         let name = name.to_string_lossy().into_owned();
-        if name.starts_with("AWS_") || name == "SSL_CERT_FILE" || name == "OS_CACERT" {
+        if prefixes.iter().any(|p| name.starts_with(p)) {
             cmd.env_remove(name);
         }
     }
+    cmd
+}
+
+/// The binary on RGW's S3 API over TLS, with none of the caller's AWS_* or CA variables.
+fn s3_over_tls(endpoint: &str) -> Command {
+    let mut cmd = without(&["AWS_", "SSL_CERT_FILE", "OS_CACERT"]);
     let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} unset"));
     cmd.env("AWS_ENDPOINT", endpoint)
         .env("AWS_ACCESS_KEY_ID", var("RGW_ACCESS_KEY_ID"))
@@ -146,13 +153,7 @@ fn dir_missing() -> String {
 /// The binary on RGW's Swift API over TLS (v1 auth and storage both on the TLS endpoint), with
 /// none of the caller's ST_*, OS_* or CA variables.
 fn swift_over_tls(endpoint: &str) -> Command {
-    let mut cmd = bare();
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy().into_owned();
-        if name.starts_with("ST_") || name.starts_with("OS_") || name == "SSL_CERT_FILE" {
-            cmd.env_remove(name);
-        }
-    }
+    let mut cmd = without(&["ST_", "OS_", "SSL_CERT_FILE"]);
     let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} unset"));
     cmd.env("ST_AUTH", format!("{endpoint}/auth/1.0"))
         .env("ST_USER", var("RGW_SWIFT_USER"))

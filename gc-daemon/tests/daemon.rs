@@ -320,15 +320,12 @@ fn once_runs_a_single_pass_and_prints_its_report() {
     );
 }
 
-/// `--once` names every checkpoint it collects: in its JSON report (id, owner, action, why) and
-/// in the pass's log line (the first few and a count).
-#[test]
-fn once_names_the_checkpoints_it_collects_in_its_report_and_its_log_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let bank = bank_in(dir.path());
-    // An owner that wrote two protecting checkpoints and died an hour ago (its lease's stamp,
-    // the store's clock on a `file:` bank, moved back).
-    let owner = banklease::OwnerId::random();
+/// `work` done by owner `owner` of the `file:` bank at `bank` (short windows, never renewed).
+fn with_owner(
+    bank: &Path,
+    owner: banklease::OwnerId,
+    work: impl AsyncFnOnce(&banklease::OwnerLease),
+) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -338,21 +335,40 @@ fn once_names_the_checkpoints_it_collects_in_its_report_and_its_log_line() {
         let windows =
             banklease::LeaseWindows::new(RENEW, EXPIRE, Duration::from_millis(100)).unwrap();
         let clock = std::sync::Arc::new(banklease::clock::SystemClock);
-        let lease = banklease::OwnerLease::acquire(&b, owner.clone(), windows, clock)
+        let lease = banklease::OwnerLease::acquire(&b, owner, windows, clock)
             .await
             .unwrap();
+        work(&lease).await;
+    });
+}
+
+/// Set `path`'s modification time (a `file:` bank's store stamp) to `age` (`touch -d`).
+fn stamp_back(path: &Path, age: &str) {
+    let touched = Command::new("touch")
+        .args(["-m", "-d", age])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(touched.success(), "touch -d {age} {}", path.display());
+}
+
+/// `--once` names every checkpoint it collects: in its JSON report (id, owner, action, why) and
+/// in the pass's log line (the first few and a count).
+#[test]
+fn once_names_the_checkpoints_it_collects_in_its_report_and_its_log_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = bank_in(dir.path());
+    // An owner that wrote two protecting checkpoints and died an hour ago (its lease's stamp,
+    // the store's clock on a `file:` bank, moved back).
+    let owner = banklease::OwnerId::random();
+    with_owner(&bank, owner.clone(), async |lease| {
         for id in ["cp-x", "cp-y"] {
-            banklease::Checkpoint::create(&lease, &banklease_testkit::cid(id))
+            banklease::Checkpoint::create(lease, &banklease_testkit::cid(id))
                 .await
                 .unwrap();
         }
     });
-    let touched = Command::new("touch")
-        .args(["-m", "-d", "1 hour ago"])
-        .arg(bank.join("leases").join(owner.as_str()))
-        .status()
-        .unwrap();
-    assert!(touched.success());
+    stamp_back(&bank.join("leases").join(owner.as_str()), "1 hour ago");
     let [port] = free_ports::<1>();
     let mut d = Daemon::spawn("once", dir.path(), &bank, port, &["--once"]);
     let status = d.wait_exit(START_TIMEOUT);
@@ -392,21 +408,9 @@ fn once_names_the_checkpoints_it_collects_in_its_report_and_its_log_line() {
 fn the_daemon_retires_a_failed_checkpoint_past_keep_failed_for() {
     let dir = tempfile::tempdir().unwrap();
     let bank = bank_in(dir.path());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let b = banklease::Bank::open(&format!("file://{}", bank.display())).unwrap();
-        let windows =
-            banklease::LeaseWindows::new(RENEW, EXPIRE, Duration::from_millis(100)).unwrap();
-        let clock = std::sync::Arc::new(banklease::clock::SystemClock);
-        let lease =
-            banklease::OwnerLease::acquire(&b, banklease::OwnerId::random(), windows, clock)
-                .await
-                .unwrap();
+    with_owner(&bank, banklease::OwnerId::random(), async |lease| {
         for id in ["old-failure", "new-failure"] {
-            let cp = banklease::Checkpoint::create(&lease, &banklease_testkit::cid(id))
+            let cp = banklease::Checkpoint::create(lease, &banklease_testkit::cid(id))
                 .await
                 .unwrap();
             cp.put_data("part", object_store::PutPayload::from_static(b"partial"))
@@ -416,12 +420,7 @@ fn the_daemon_retires_a_failed_checkpoint_past_keep_failed_for() {
         }
         lease.release().await.unwrap();
     });
-    let touched = Command::new("touch")
-        .args(["-m", "-d", "15 days ago"])
-        .arg(bank.join("index/failed/old-failure"))
-        .status()
-        .unwrap();
-    assert!(touched.success());
+    stamp_back(&bank.join("index/failed/old-failure"), "15 days ago");
     let [port] = free_ports::<1>();
     let d = Daemon::spawn("retire", dir.path(), &bank, port, &[]);
     let index = |id: &str| {

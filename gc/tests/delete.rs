@@ -26,6 +26,29 @@ fn request(available: bool) -> DeleteRequest {
     }
 }
 
+/// An owner on `bank` whose lease expires 400 ms after its last renewal (its keeper is never
+/// started: it dies unless the test renews it).
+async fn short_lived_owner(bank: &banklease::Bank, clock: &SharedClock) -> OwnerLease {
+    let windows = LeaseWindows::new(
+        Duration::from_millis(100),
+        Duration::from_millis(400),
+        Duration::from_millis(50),
+    )
+    .unwrap();
+    OwnerLease::acquire(bank, OwnerId::random(), windows, clock.clone())
+        .await
+        .unwrap()
+}
+
+/// Checkpoint `id` of `lease`, protecting, with one data object (5 bytes).
+async fn checkpoint_with_data(lease: &OwnerLease, id: &banklease::CheckpointId) -> Checkpoint {
+    let cp = Checkpoint::create(lease, id).await.unwrap();
+    cp.put_data("disk0", PutPayload::from_static(b"whole"))
+        .await
+        .unwrap();
+    cp
+}
+
 /// An owner completed its checkpoint (its decision landed) and died before finishing the move:
 /// `index.json` still says protecting, the owner is dead past the grace. A deletion meets the
 /// owner's decision, finishes its move and deletes nothing: the owner's `available` stands,
@@ -34,20 +57,9 @@ fn request(available: bool) -> DeleteRequest {
 async fn a_deletion_loses_to_an_owners_completion_and_deletes_nothing() {
     let (bank, faults, _guard) = backends::faulty_bank(Backend::Memory, &MockClock::new()).await;
     let clock: SharedClock = Arc::new(SystemClock);
-    let windows = LeaseWindows::new(
-        Duration::from_millis(100),
-        Duration::from_millis(400),
-        Duration::from_millis(50),
-    )
-    .unwrap();
-    let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, clock.clone())
-        .await
-        .unwrap();
+    let lease = short_lived_owner(&bank, &clock).await;
     let id = cid("race-1");
-    let cp = Checkpoint::create(&lease, &id).await.unwrap();
-    cp.put_data("disk0", PutPayload::from_static(b"whole"))
-        .await
-        .unwrap();
+    let cp = checkpoint_with_data(&lease, &id).await;
     // The completion's decision lands; its index.json write does not (the owner crashes).
     faults.fail_next_put_to("race-1/index.json", Strike::Before);
     cp.complete(Status::Available).await.unwrap_err();
@@ -129,21 +141,10 @@ async fn a_deletion_loses_to_an_owners_completion_and_deletes_nothing() {
 async fn a_removed_checkpoint_is_never_brought_back_by_its_owners_move() {
     let (bank, _faults, _guard) = backends::faulty_bank(Backend::Memory, &MockClock::new()).await;
     let clock: SharedClock = Arc::new(SystemClock);
-    let windows = LeaseWindows::new(
-        Duration::from_millis(100),
-        Duration::from_millis(400),
-        Duration::from_millis(50),
-    )
-    .unwrap();
-    let lease = OwnerLease::acquire(&bank, OwnerId::random(), windows, clock.clone())
-        .await
-        .unwrap();
+    let lease = short_lived_owner(&bank, &clock).await;
     let owner = lease.owner_id().clone();
     let id = cid("left-marker");
-    let cp = Checkpoint::create(&lease, &id).await.unwrap();
-    cp.put_data("disk0", PutPayload::from_static(b"whole"))
-        .await
-        .unwrap();
+    let cp = checkpoint_with_data(&lease, &id).await;
     cp.complete(Status::Available).await.unwrap();
     // The marker its move should have deleted, left behind (a crash just before).
     let marker = Key::marker(&owner, &id).path(&bank);

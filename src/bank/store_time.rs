@@ -71,10 +71,14 @@ impl Bank {
                 }
                 // The first write of most commands: refused, it is the operator's permission
                 // line, not a failed request on one of banklease's own objects.
-                Err(e) if crate::store::cause::is_write_permission(&e) => {
-                    return Err(crate::store::cause::write_refused(self.label(), e));
+                Err(e) => {
+                    return Err(crate::store::cause::write_failed(
+                        self.label(),
+                        "put",
+                        &path,
+                        e,
+                    ))
                 }
-                Err(e) => return Err(Error::store("put", &path, e)),
             };
             let head = || self.store().head(&path);
             let ours =

@@ -123,10 +123,12 @@ pub(crate) async fn write_index(
         Ok(_) => Ok(true),
         Err(object_store::Error::AlreadyExists { .. }) if create_only => Ok(false),
         // A user who may not write gets the operator's line, not one about index.json.
-        Err(e) if crate::store::cause::is_write_permission(&e) => {
-            Err(crate::store::cause::write_refused(bank.label(), e))
-        }
-        Err(e) => Err(Error::store("put", &index, e)),
+        Err(e) => Err(crate::store::cause::write_failed(
+            bank.label(),
+            "put",
+            &index,
+            e,
+        )),
     }
 }
 

@@ -21,6 +21,7 @@ use crate::checkpoint::record::{write_index, CheckpointRecord, Removal};
 use crate::checkpoint::status::Status;
 use crate::error::{Error, Result};
 use crate::paths::{Key, Prefix};
+use crate::store::cause::write_failed;
 
 /// Remove the finished checkpoint whose `index.json` reads as `record`, as `removal` says
 /// (`removal.was` is set here from `record`). Returns the data objects deleted. Resumes a
@@ -60,7 +61,7 @@ pub async fn remove_finished(
     let marker = Key::marker(&record.owner_id, &record.id).path(bank);
     match bank.store().delete(&marker).await {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-        Err(e) => return Err(refused_or(bank, "delete", &marker, e)),
+        Err(e) => return Err(write_failed(bank.label(), "delete", &marker, e)),
     }
     let mut marked = record.clone();
     marked.removal = Some(removal);
@@ -82,7 +83,7 @@ pub async fn forget_failed(bank: &Bank, id: &crate::id::CheckpointId) -> Result<
     let entry = Key::Failed(id.clone()).path(bank);
     match bank.store().delete(&entry).await {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-        Err(e) => Err(refused_or(bank, "delete", &entry, e)),
+        Err(e) => Err(write_failed(bank.label(), "delete", &entry, e)),
     }
 }
 
@@ -99,23 +100,8 @@ async fn delete_data(bank: &Bank, id: &crate::id::CheckpointId) -> Result<u64> {
     while let Some(result) = results.next().await {
         match result {
             Ok(_) | Err(object_store::Error::NotFound { .. }) => n += 1,
-            Err(e) => return Err(refused_or(bank, "delete", &prefix, e)),
+            Err(e) => return Err(write_failed(bank.label(), "delete", &prefix, e)),
         }
     }
     Ok(n)
-}
-
-/// A store error as the operator's permission line when the store refused the write, else as
-/// the failed request.
-fn refused_or(
-    bank: &Bank,
-    op: &'static str,
-    path: &object_store::path::Path,
-    e: object_store::Error,
-) -> Error {
-    if crate::store::cause::is_write_permission(&e) {
-        crate::store::cause::write_refused(bank.label(), e)
-    } else {
-        Error::store(op, path, e)
-    }
 }

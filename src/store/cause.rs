@@ -119,6 +119,16 @@ pub fn is_refused_write(error: &object_store::Error) -> bool {
     ) {
         return true;
     }
+    refused_io_kind(error).is_some()
+        || matches!(
+            classify(error),
+            StoreCause::CredentialsRefused { status: Some(403) }
+        )
+}
+
+/// The file system's refusal in `error`'s chain (permission denied, a read-only file system),
+/// if there is one.
+fn refused_io_kind(error: &object_store::Error) -> Option<std::io::ErrorKind> {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(c) = cause {
         if let Some(io) = c.downcast_ref::<std::io::Error>() {
@@ -126,15 +136,12 @@ pub fn is_refused_write(error: &object_store::Error) -> bool {
                 io.kind(),
                 std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
             ) {
-                return true;
+                return Some(io.kind());
             }
         }
         cause = c.source();
     }
-    matches!(
-        classify(error),
-        StoreCause::CredentialsRefused { status: Some(403) }
-    )
+    None
 }
 
 /// A write refused for lack of permission (a user or credentials that may only read, a
@@ -153,24 +160,30 @@ pub(crate) fn write_refused(bank: &str, error: object_store::Error) -> crate::Er
     }
 }
 
+/// A failed write to `bank`: the operator's permission line when the store refused it for lack
+/// of permission, else the failed request (`op` on `path`).
+pub(crate) fn write_failed(
+    bank: &str,
+    op: &'static str,
+    path: &object_store::path::Path,
+    error: object_store::Error,
+) -> crate::Error {
+    if is_write_permission(&error) {
+        write_refused(bank, error)
+    } else {
+        crate::Error::store(op, path, error)
+    }
+}
+
 /// A refused write in one line: what the file system refused (`permission denied`, a read-only
 /// file system), never the internal path it was writing, else the store's answer as
 /// [`classify`] names it.
 pub(crate) fn refusal_line(error: &object_store::Error) -> String {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(c) = cause {
-        if let Some(io) = c.downcast_ref::<std::io::Error>() {
-            if matches!(
-                io.kind(),
-                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
-            ) {
-                // The kind only: a `file:` bank's error names the staged file it was writing.
-                return std::io::Error::from(io.kind()).to_string();
-            }
-        }
-        cause = c.source();
+    match refused_io_kind(error) {
+        // The kind only: a `file:` bank's error names the staged file it was writing.
+        Some(kind) => std::io::Error::from(kind).to_string(),
+        None => classify(error).to_string(),
     }
-    classify(error).to_string()
 }
 
 /// Name the cause of `error`; see the [module documentation](self).
