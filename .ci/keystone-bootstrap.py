@@ -3,7 +3,8 @@
 Runs after `keystone-manage bootstrap` made the admin, the roles and the identity endpoints.
 Makes, through Keystone's v3 API (standard library only):
   - the object-store service, public and internal endpoints in RegionOne -> the Keystone Swift
-    proxy (http://127.0.0.1:SWIFT_PORT/v1/AUTH_$(project_id)s);
+    proxy (http://127.0.0.1:SWIFT_PORT/v1/AUTH_$(project_id)s), and a public one in region
+    RegionTLS -> the same proxy behind the TLS front (https://127.0.0.1:TLS_SWIFT_PORT/...);
   - project `service` with user `swift` (admin role there): the Swift proxy's authtoken user;
   - project `banklease` with user `tester` (member): what the suites use, by name and by id;
   - domain `ops` with project `ops-bank` and user `ops-tester` (member): domains by name and id;
@@ -14,7 +15,7 @@ Makes, through Keystone's v3 API (standard library only):
   - in each project the container SWIFT_CONTAINER, created with the user's token.
 Writes everything as JSON (KEYSTONE_ROOT/test-env.json) and openrc files beside it.
 
-Usage: python3 keystone-bootstrap.py KEYSTONE_URL SWIFT_PORT ROOT ADMIN_PASSWORD CONTAINER
+Usage: python3 keystone-bootstrap.py KEYSTONE_URL SWIFT_PORT ROOT ADMIN_PASSWORD CONTAINER TLS_SWIFT_PORT
 """
 import json
 import os
@@ -22,10 +23,12 @@ import sys
 import urllib.error
 import urllib.request
 
-KS, SWIFT_PORT, ROOT, ADMIN_PASSWORD, CONTAINER = sys.argv[1:6]
+KS, SWIFT_PORT, ROOT, ADMIN_PASSWORD, CONTAINER, TLS_SWIFT_PORT = sys.argv[1:7]
 V3 = KS.rstrip("/") + "/v3"
 REGION = "RegionOne"
 SWIFT_URL = "http://127.0.0.1:%s/v1/AUTH_$(project_id)s" % SWIFT_PORT
+TLS_REGION = "RegionTLS"
+TLS_SWIFT_URL = "https://127.0.0.1:%s/v1/AUTH_$(project_id)s" % TLS_SWIFT_PORT
 PASSWORDS = {"swift": "swift-secret", "tester": "tester-secret",
              "ops-tester": "ops-secret", "watcher": "watcher-secret",
              "auditor": "auditor-secret"}
@@ -98,11 +101,15 @@ for needed in ("admin", "member", "reader"):
 service = ensure("services", "services", {"type": "object-store"},
                  {"type": "object-store", "name": "swift", "enabled": True})
 endpoints = find("endpoints", "endpoints", service_id=service["id"])
-for interface in ("public", "internal"):
-    if not any(e["interface"] == interface for e in endpoints):
+# (Keystone's region listing filters by parent only: look the region up by its id.)
+if call("GET", "%s/regions/%s" % (V3, TLS_REGION), token=ADMIN, ok=(200, 404))[0] == 404:
+    call("POST", V3 + "/regions", {"region": {"id": TLS_REGION}}, token=ADMIN)
+for region, interface, url in ((REGION, "public", SWIFT_URL), (REGION, "internal", SWIFT_URL),
+                               (TLS_REGION, "public", TLS_SWIFT_URL)):
+    if not any(e["interface"] == interface and e["region_id"] == region for e in endpoints):
         call("POST", V3 + "/endpoints", {"endpoint": {
-            "service_id": service["id"], "interface": interface, "region_id": REGION,
-            "url": SWIFT_URL, "enabled": True}}, token=ADMIN)
+            "service_id": service["id"], "interface": interface, "region_id": region,
+            "url": url, "enabled": True}}, token=ADMIN)
 
 service_project = project("service")
 user("swift", service_project["id"], "admin")

@@ -14,9 +14,14 @@
 #   - a Swift proxy on $SWIFT_KEYSTONE_PORT (8081) with authtoken + keystoneauth (operator
 #     roles admin, member; reader role reader), token cache $SWIFT_TOKEN_CACHE_TIME s (2), so that a revoked token
 #     is refused within seconds;
+#   - a TLS front (HAProxy, as OpenStack deployments terminate TLS), with a certificate of a
+#     private CA this script makes ($KEYSTONE_ROOT/tls/ca.pem): Keystone on $KEYSTONE_TLS_PORT
+#     (5443) and the Keystone Swift proxy on $SWIFT_KEYSTONE_TLS_PORT (8444), the catalog's
+#     object-store endpoint in region RegionTLS;
 #   - .ci/keystone-bootstrap.py: users, projects, a domain, an application credential, the
-#     object-store endpoints (RegionOne); it writes $KEYSTONE_ROOT/test-env.json (what the tests
-#     read) and the openrc files an operator would source.
+#     object-store endpoints (RegionOne; RegionTLS through the front); it writes
+#     $KEYSTONE_ROOT/test-env.json (what the tests read) and the openrc files an operator would
+#     source.
 #
 # Idempotent: running processes are left alone; the bootstrap is rerun (it repairs what tests
 # changed, e.g. a disabled user).
@@ -34,6 +39,8 @@ SWIFT_ROOT=${SWIFT_ROOT:-/tmp/banklease-stores/swift}
 SPORT=${SWIFT_KEYSTONE_PORT:-8081}
 MCPORT=${MEMCACHED_PORT:-11211}
 CACHE_TIME=${SWIFT_TOKEN_CACHE_TIME:-2}
+TLS_PORT=${KEYSTONE_TLS_PORT:-5443}
+STLS_PORT=${SWIFT_KEYSTONE_TLS_PORT:-8444}
 CONTAINER=${SWIFT_CONTAINER:-banklease-test}
 ADMIN_PASSWORD=admin-secret
 RUN=$ROOT/run
@@ -48,7 +55,7 @@ running() { [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; 
   || fail "no Swift under $SWIFT_ROOT: run .ci/start-swift.sh first (the Keystone proxy uses its rings)"
 
 # ---- 1. packages ------------------------------------------------------------------------
-PKGS="python3-keystone python3-keystonemiddleware curl"
+PKGS="python3-keystone python3-keystonemiddleware curl haproxy openssl"
 missing=""
 # Installed means "install ok installed": a removed package keeps its configuration files
 # ("deinstall ok config-files"), and `dpkg -s` still answers 0 for it.
@@ -182,7 +189,47 @@ use = egg:swift#dlo
 use = egg:swift#symlink
 CONF
 
-# ---- 5. processes (pid in $RUN/<name>.pid, log in $RUN/<name>.log) ------------------------
+# ---- 5. the TLS front: a private CA, the front's certificate for 127.0.0.1, HAProxy --------
+# Made once: the tests trust this CA through OS_CACERT, so a rerun keeps it.
+TLS=$ROOT/tls
+mkdir -p "$TLS"
+if [ ! -f "$TLS/front.pem" ]; then
+  openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=banklease Keystone test CA" \
+    -keyout "$TLS/ca.key" -out "$TLS/ca.pem" >/dev/null 2>&1 || fail "openssl could not make the test CA"
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout "$TLS/front.key" \
+    -out "$TLS/front.csr" >/dev/null 2>&1 || fail "openssl could not make the front's key"
+  printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >"$TLS/ext.cnf"
+  openssl x509 -req -in "$TLS/front.csr" -CA "$TLS/ca.pem" -CAkey "$TLS/ca.key" -CAcreateserial \
+    -days 30 -extfile "$TLS/ext.cnf" -out "$TLS/front.crt" >/dev/null 2>&1 \
+    || fail "openssl could not sign the front's certificate"
+  # HAProxy takes the certificate and its key in one file.
+  cat "$TLS/front.crt" "$TLS/front.key" >"$TLS/front.pem"
+fi
+cat >"$ROOT/haproxy.cfg" <<CONF
+global
+  maxconn 512
+defaults
+  mode http
+  option forwardfor
+  timeout connect 5s
+  timeout client 300s
+  timeout server 300s
+frontend keystone_tls
+  bind 127.0.0.1:$TLS_PORT ssl crt $TLS/front.pem
+  http-request set-header X-Forwarded-Proto https
+  default_backend keystone
+frontend swift_tls
+  bind 127.0.0.1:$STLS_PORT ssl crt $TLS/front.pem
+  http-request set-header X-Forwarded-Proto https
+  default_backend swift
+backend keystone
+  server keystone 127.0.0.1:$PORT
+backend swift
+  server swift 127.0.0.1:$SPORT
+CONF
+haproxy -c -q -f "$ROOT/haproxy.cfg" || fail "HAProxy refused $ROOT/haproxy.cfg"
+
+# ---- 6. processes (pid in $RUN/<name>.pid, log in $RUN/<name>.log) ------------------------
 start() { # name cmd...
   local name=$1
   shift
@@ -196,8 +243,10 @@ start() { # name cmd...
 OS_KEYSTONE_CONFIG_DIR=$ROOT/etc start keystone "$PY" "$HERE/keystone-serve.py" "$PORT"
 OS_KEYSTONE_CONFIG_DIR=$ROOT/etc-short start keystone-short "$PY" "$HERE/keystone-serve.py" "$SHORT_PORT"
 start proxy /usr/bin/swift-proxy-server "$ROOT/proxy-server.conf" -v
+# -db: in the foreground (its pid is the one recorded), logging to stderr.
+start tls-front haproxy -db -f "$ROOT/haproxy.cfg"
 
-# ---- 6. ready = both Keystones answer, then the bootstrap (bounded: 60 s) -----------------
+# ---- 7. ready = both Keystones answer, then the bootstrap (bounded: 60 s) -----------------
 for p in "$PORT" "$SHORT_PORT"; do
   ok=""
   for _ in $(seq 1 300); do
@@ -218,14 +267,28 @@ for _ in $(seq 1 150); do
   sleep 0.2
 done
 "$PY" "$HERE/keystone-bootstrap.py" "http://127.0.0.1:$PORT" "$SPORT" "$ROOT" \
-  "$ADMIN_PASSWORD" "$CONTAINER" || {
+  "$ADMIN_PASSWORD" "$CONTAINER" "$STLS_PORT" || {
   tail -n 20 "$RUN"/proxy.out "$RUN"/keystone.log >&2 || true
   fail "bootstrap failed"
 }
 
+# The front is checked, not required: without it only the TLS suites skip.
+tls_env=""
+tls_ready() {
+  curl -fsS -m 2 --cacert "$TLS/ca.pem" "https://127.0.0.1:$TLS_PORT/v3" >/dev/null 2>&1 \
+    && curl -fsS -m 2 --cacert "$TLS/ca.pem" "https://127.0.0.1:$STLS_PORT/healthcheck" >/dev/null 2>&1
+}
+for _ in $(seq 1 50); do tls_ready && break; sleep 0.2; done
+if tls_ready; then
+  tls_env=" KEYSTONE_TLS_AUTH_URL=https://127.0.0.1:$TLS_PORT/v3 KEYSTONE_TLS_REGION=RegionTLS KEYSTONE_TLS_CA=$TLS/ca.pem"
+else
+  echo "start-keystone: warning: the TLS front does not answer on 127.0.0.1:$TLS_PORT/$STLS_PORT (see $RUN/tls-front.out); the TLS suites will skip" >&2
+fi
+
 version=$(dpkg-query -W -f='${Version}' python3-keystone 2>/dev/null || echo '?')
 echo "start-keystone: Keystone $version ready on http://127.0.0.1:$PORT/v3 (tokens ${LIFETIME} s;" \
-  "port $SHORT_PORT: ${SHORT_LIFETIME} s); Swift through Keystone on http://127.0.0.1:$SPORT"
+  "port $SHORT_PORT: ${SHORT_LIFETIME} s); Swift through Keystone on http://127.0.0.1:$SPORT;" \
+  "behind TLS (CA $TLS/ca.pem): Keystone https://127.0.0.1:$TLS_PORT/v3, Swift https://127.0.0.1:$STLS_PORT (region RegionTLS)"
 echo "start-keystone: an operator's openrc (password): $ROOT/openrc; application credential: $ROOT/app-cred-openrc"
 sed 's/^/start-keystone:   /' "$ROOT/openrc"
-echo "export KEYSTONE_ROOT=$ROOT KEYSTONE_TEST_ENV=$ROOT/test-env.json KEYSTONE_SHORT_AUTH_URL=http://127.0.0.1:$SHORT_PORT/v3 KEYSTONE_SHORT_TOKEN_LIFETIME=$SHORT_LIFETIME"
+echo "export KEYSTONE_ROOT=$ROOT KEYSTONE_TEST_ENV=$ROOT/test-env.json KEYSTONE_SHORT_AUTH_URL=http://127.0.0.1:$SHORT_PORT/v3 KEYSTONE_SHORT_TOKEN_LIFETIME=$SHORT_LIFETIME$tls_env"

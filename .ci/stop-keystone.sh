@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Stop what .ci/start-keystone.sh started (both Keystones and the Keystone Swift proxy), by
+# Stop what .ci/start-keystone.sh started (both Keystones, the Keystone Swift proxy and the TLS
+# front), by
 # their recorded pids. --wipe also removes $KEYSTONE_ROOT (database, keys, openrc). Idempotent.
 set -euo pipefail
 ROOT=${KEYSTONE_ROOT:-/tmp/banklease-stores/keystone}
-for name in proxy keystone-short keystone; do
+for name in tls-front proxy keystone-short keystone; do
   bash "$(dirname "$0")/stop-by-pidfile.sh" stop-keystone "$ROOT/run" "$name" "$name"
 done
 if [ "${1:-}" = "--wipe" ]; then

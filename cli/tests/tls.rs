@@ -1,5 +1,6 @@
 //! TLS with a private CA, as clouds run it: Ceph RGW's TLS endpoint (`.ci/start-rgw.sh` signs
-//! its certificate with a CA of its own and exports `RGW_TLS_ENDPOINT`, `RGW_TLS_CA`). The
+//! its certificate with a CA of its own and exports `RGW_TLS_ENDPOINT`, `RGW_TLS_CA`), and
+//! Keystone with its Swift behind a TLS front (`.ci/start-keystone.sh`, `KEYSTONE_TLS_*`). The
 //! variable an operator's tools already read adds that CA to the system's trust for the store
 //! (`AWS_CA_BUNDLE` for S3, `OS_CACERT` for Swift and Keystone); without it a command fails at
 //! once, in one line naming the variable, never after retries.
@@ -192,4 +193,82 @@ fn swift_over_tls_trusts_the_ca_os_cacert_names_and_only_then() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(!text.contains("TLS failed"), "{text}");
     assert!(text.contains("NOT supported"), "{text}");
+}
+
+/// Keystone and its Swift proxy behind a TLS front, as OpenStack deployments terminate TLS
+/// (`.ci/start-keystone.sh`: HAProxy with a certificate of a CA it makes; the catalog's
+/// object-store endpoint in region `KEYSTONE_TLS_REGION` is the front), with the CI's tester's
+/// openrc pointed at them.
+fn keystone_over_tls() -> Option<(banklease_testkit::keystone::KeystoneEnv, Vars, String)> {
+    let ks = banklease_testkit::keystone::KeystoneEnv::load()?;
+    let (Ok(auth_url), Ok(region), Ok(ca)) = (
+        std::env::var("KEYSTONE_TLS_AUTH_URL"),
+        std::env::var("KEYSTONE_TLS_REGION"),
+        std::env::var("KEYSTONE_TLS_CA"),
+    ) else {
+        eprintln!(
+            "note: Keystone over TLS skipped: KEYSTONE_TLS_AUTH_URL, KEYSTONE_TLS_REGION and \
+             KEYSTONE_TLS_CA unset (.ci/start-keystone.sh sets them when its TLS front answers)"
+        );
+        return None;
+    };
+    let mut vars = ks.password_vars_at(&auth_url);
+    vars.retain(|(k, _)| k != "OS_REGION_NAME");
+    vars.push(("OS_REGION_NAME".to_owned(), region));
+    Some((ks, vars, ca))
+}
+
+type Vars = banklease_testkit::keystone::Vars;
+
+/// The binary with only `vars` of an openrc: none of the caller's ST_*, OS_* or CA variables.
+fn openstack(vars: &Vars) -> Command {
+    let mut cmd = without(&["ST_", "OS_", "SSL_CERT_FILE", "AWS_"]);
+    cmd.envs(vars.iter().map(|(k, v)| (k, v)))
+        .env("NO_COLOR", "1")
+        .env("USER", "tls-test");
+    cmd
+}
+
+/// Without `OS_CACERT`, an openrc whose Keystone is behind a private CA's certificate fails at
+/// once in one line naming it, and so does one whose Keystone is plain but whose catalog's
+/// Swift is behind TLS (the storage's client trusts what the auth's does); with it, `init`, an
+/// owner's lease (`run`) and a GC pass work, the Swift store reached through the catalog.
+#[test]
+fn keystone_and_swift_over_tls_trust_the_ca_os_cacert_names_and_only_then() {
+    let Some((ks, vars, ca)) = keystone_over_tls() else {
+        return;
+    };
+    let url = format!(
+        "swift://{}/tls-ks-{}",
+        ks.container(),
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    let mut plain_auth = vars.clone();
+    plain_auth.retain(|(k, _)| k != "OS_AUTH_URL");
+    plain_auth.push(("OS_AUTH_URL".to_owned(), ks.auth_url()));
+    for (what, vars) in [("keystone", &vars), ("the catalog's swift", &plain_auth)] {
+        let (out, took) = run(openstack(vars), &["--bank", &url, "init"]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{what}: {}", output_text(&out));
+        assert_eq!(err.lines().count(), 1, "{what}: one line: {err}");
+        assert!(
+            err.contains("TLS failed") && err.contains("OS_CACERT"),
+            "{what}: {err}"
+        );
+        assert!(
+            took < Duration::from_secs(10),
+            "{what}: took {took:?}: {err}"
+        );
+    }
+
+    for args in [&["init"][..], &["run", "--", "true"], &["gc"], &["doctor"]] {
+        let mut cmd = openstack(&vars);
+        cmd.env("OS_CACERT", &ca);
+        let mut all = vec!["--bank", url.as_str()];
+        all.extend_from_slice(args);
+        let (out, _) = run(cmd, &all);
+        let text = output_text(&out);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {text}");
+        assert!(!text.contains("TLS"), "{args:?}: {text}");
+    }
 }
