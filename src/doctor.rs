@@ -192,6 +192,10 @@ pub struct Diagnosis {
     /// The `Date` of the store's answers against its stamps; `None` when its answers carry no
     /// `Date` (an in-process store, a `file:` bank).
     pub date_header: Option<DateHeader>,
+    /// The ETag the same bytes got when written twice, if the store gave the same one both
+    /// times (its ETags are a hash of the content: S3, RGW): fenced writes are refused there.
+    /// `None` when the second write changed it.
+    pub repeated_etag: Option<String>,
 }
 
 /// The `Date` header of the store's answers against its `last_modified` stamps. Read-only
@@ -260,6 +264,9 @@ pub async fn diagnose(
         None
     };
 
+    let repeated_etag =
+        crate::lock::support::repeated_etag(bank.store().as_ref(), &dir.clone().join("fencing"))
+            .await?;
     let shows_deleted = probe_listing_after_delete(bank.store().as_ref(), &dir).await?;
     let (expiry, shows_expired) = match bank.swift() {
         Some(swift) => probe_swift_expiry(swift, &dir, clock, options.expiry_timeout).await?,
@@ -286,6 +293,7 @@ pub async fn diagnose(
         clock_offset,
         latency,
         date_header,
+        repeated_etag,
     };
     tracing::debug!(bank = bank.label(), ?diagnosis, "diagnosed bank");
     Ok(diagnosis)

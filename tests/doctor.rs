@@ -119,6 +119,7 @@ async fn memory_is_atomic_everywhere() {
         "an in-process store has no answers to date"
     );
     assert_eq!(bases(&v), [Basis::Atomic; 3]);
+    assert_eq!(v.fenced_writes.basis, Basis::Atomic, "{v:?}");
     assert!(v.supports_leasing_and_gc());
     assert_clean(&bank).await;
 }
@@ -137,6 +138,7 @@ async fn local_files_enforce_conditional_overwrite_atomically() {
     assert!(!d.listing.shows_deleted);
     check_common(&d, DiagnoseOptions::default().latency_samples);
     assert_eq!(bases(&v), [Basis::Atomic; 3]);
+    assert_eq!(v.fenced_writes.basis, Basis::Atomic, "{v:?}");
     assert!(v.supports_leasing_and_gc());
     assert_clean(&bank).await;
 }
@@ -256,6 +258,8 @@ async fn azurite_enforces_conditions_atomically() {
     check_common(&d, DiagnoseOptions::default().latency_samples);
     check_dated(&d);
     assert_eq!(bases(&v), [Basis::Atomic; 3]);
+    // Azure's ETag changes on every write, the same bytes' too.
+    assert_eq!(v.fenced_writes.basis, Basis::Atomic, "{v:?}");
     assert_clean(&bank).await;
 }
 
@@ -318,6 +322,9 @@ async fn moto_enforces_conditions_and_the_verdicts_follow_its_races() {
     // one; either way the verdicts must follow what was measured.
     let create = d.create_race.unwrap();
     let update = d.update_race.unwrap();
+    // Its ETag is the content's MD5: fenced writes are refused whatever the races.
+    assert!(d.repeated_etag.is_some(), "{d:?}");
+    assert_eq!(v.fenced_writes.basis, Basis::Refused, "{v:?}");
     if create.looked_atomic() && update.looked_atomic() {
         assert_eq!(bases(&v), [Basis::Atomic; 3]);
     } else {
@@ -468,6 +475,15 @@ fn cli() -> PathBuf {
 /// Run `banklease doctor ARGS` with nothing of the caller's BANKLEASE_* variables, at most
 /// `timeout` long.
 fn run_doctor(args: &[&str], timeout: Duration) -> (Option<i32>, String, String) {
+    run_doctor_with(args, &[], timeout)
+}
+
+/// [`run_doctor`] with `vars` set over the caller's.
+fn run_doctor_with(
+    args: &[&str],
+    vars: &[(&str, String)],
+    timeout: Duration,
+) -> (Option<i32>, String, String) {
     let mut cmd = Command::new(cli());
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("BANKLEASE_") {
@@ -475,6 +491,7 @@ fn run_doctor(args: &[&str], timeout: Duration) -> (Option<i32>, String, String)
         }
     }
     let mut child = cmd
+        .envs(vars.iter().map(|(k, v)| (k, v)))
         .arg("doctor")
         .args(args)
         .stdout(std::process::Stdio::piped())
@@ -509,6 +526,7 @@ fn cli_prints_a_table_or_one_json_object_and_exits_by_verdict() {
     assert_eq!(json["create_if_absent"], "enforced");
     assert_eq!(json["verdicts"]["owner_lease"]["basis"], "atomic");
     assert_eq!(json["verdicts"]["named_locks"]["basis"], "atomic");
+    assert_eq!(json["verdicts"]["fenced_writes"]["basis"], "atomic");
     assert_eq!(json["create_race"]["rounds"], 8);
     assert_eq!(json["expiry"]["state"], "not-offered");
     assert!(json["clock_offset"]["offset_ms"].is_i64(), "{json}");
@@ -526,6 +544,7 @@ fn cli_prints_a_table_or_one_json_object_and_exits_by_verdict() {
         "GUARANTEE",
         "owner lease               atomic",
         "named locks               atomic",
+        "fenced writes (lock put)  atomic",
         "verdict: supported: owner leases and the GC rest on atomic primitives",
     ] {
         assert!(out.contains(needle), "missing `{needle}` in:\n{out}");
@@ -558,6 +577,42 @@ fn cli_prints_a_table_or_one_json_object_and_exits_by_verdict() {
     let (code, _, err) = run_doctor(&["--bank", "ftp://nowhere"], limit);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("unknown scheme"), "{err}");
+}
+
+/// Ceph RGW's S3 API, as an operator runs `doctor` on it: conditional overwrite enforced in the
+/// unquoted form (found, raced and sent), owner leases and named locks atomic, the bank
+/// supported (exit 0); fenced writes refused, its ETag being the content's hash.
+#[test]
+fn rgw_s3_api_is_atomic_in_the_unquoted_form_and_refuses_fenced_writes() {
+    if !banklease_testkit::backends::Backend::Rgw.available() {
+        return;
+    }
+    let var =
+        |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} (.ci/start-rgw.sh)"));
+    let vars = [
+        ("AWS_ENDPOINT", var("RGW_S3_ENDPOINT")),
+        ("AWS_ACCESS_KEY_ID", var("RGW_ACCESS_KEY_ID")),
+        ("AWS_SECRET_ACCESS_KEY", var("RGW_SECRET_ACCESS_KEY")),
+        ("AWS_ALLOW_HTTP", "true".to_owned()),
+        ("AWS_REGION", "us-east-1".to_owned()),
+        ("NO_COLOR", "1".to_owned()),
+    ];
+    let url = format!("s3://{}/{}", var("RGW_BUCKET"), fresh_prefix());
+    let (code, out, err) = run_doctor_with(&["--bank", &url], &vars, Duration::from_secs(180));
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    for needle in [
+        "conditional overwrite (If-Match)  enforced (the store rejects its own quoted ETag; the \
+         unquoted form is honoured, and sent)",
+        "owner lease               atomic",
+        "completion vs collection  atomic",
+        "named locks               atomic",
+        "fenced writes (lock put)  refused",
+        "hash of the content",
+        "verdict: supported: owner leases and the GC rest on atomic primitives",
+    ] {
+        assert!(out.contains(needle), "missing `{needle}` in:\n{out}");
+    }
+    assert!(!out.contains("use memory://"), "{out}");
 }
 
 /// Ceph RGW's Swift API silently ignores create-if-absent: `doctor` judges it NOT supported,

@@ -383,6 +383,7 @@ fn print_human(d: &Diagnosis, v: &Verdicts, supported: bool) -> Result<()> {
         ("owner lease", &v.owner_lease),
         ("completion vs collection", &v.completion_vs_collection),
         ("named locks", &v.named_locks),
+        ("fenced writes (lock put)", &v.fenced_writes),
     ]
     .into_iter()
     .map(|(name, verdict)| {

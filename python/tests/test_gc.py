@@ -158,7 +158,8 @@ def test_doctor(backend):
     report = banklease.doctor(backend.bank, race_rounds=2)
     assert isinstance(report, banklease.DoctorReport)
     assert report.supported is True, report.verdicts
-    assert set(report.verdicts) == {"owner_lease", "completion_vs_collection", "named_locks"}
+    assert set(report.verdicts) == {
+        "owner_lease", "completion_vs_collection", "named_locks", "fenced_writes"}
     assert report.diagnosis["bank"] == backend.bank.label, report.diagnosis
     assert report.diagnosis["create_if_absent"] == "enforced", report.diagnosis
 

@@ -53,6 +53,7 @@ fn diagnosis(create: Condition, overwrite: Condition) -> Diagnosis {
             head: stats,
         },
         date_header: None,
+        repeated_etag: None,
     }
 }
 
@@ -62,6 +63,35 @@ fn bases(v: &Verdicts) -> [Basis; 3] {
         v.completion_vs_collection.basis,
         v.named_locks.basis,
     ]
+}
+
+/// Fenced writes need named locks and an ETag that changes on every write: a store whose
+/// ETag is the content's hash (S3, RGW) has atomic named locks and refuses `lock put`.
+#[test]
+fn fenced_writes_are_refused_where_the_etag_is_the_contents_hash() {
+    let mut d = diagnosis(Condition::Enforced, Condition::Enforced);
+    assert_eq!(d.verdicts().fenced_writes.basis, Basis::Atomic);
+    d.repeated_etag = Some("\"b23a43\"".to_owned());
+    let v = d.verdicts();
+    assert_eq!(v.named_locks.basis, Basis::Atomic);
+    assert_eq!(v.fenced_writes.basis, Basis::Refused);
+    assert!(
+        v.fenced_writes.why.contains("hash of the content"),
+        "{}",
+        v.fenced_writes.why
+    );
+    assert!(
+        v.fenced_writes.why.contains("\"b23a43\""),
+        "{}",
+        v.fenced_writes.why
+    );
+    let v = diagnosis(Condition::Enforced, Condition::Ignored).verdicts();
+    assert_eq!(v.fenced_writes.basis, Basis::Refused);
+    assert!(
+        v.fenced_writes.why.contains("named locks are refused"),
+        "{}",
+        v.fenced_writes.why
+    );
 }
 
 #[test]

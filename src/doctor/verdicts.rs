@@ -69,6 +69,9 @@ pub struct Verdicts {
     pub completion_vs_collection: Verdict,
     /// Mutual exclusion of named locks: at most one holder at a time.
     pub named_locks: Verdict,
+    /// Fenced writes (`lock put --token`): once a newer holder's write landed, no older
+    /// holder's write lands.
+    pub fenced_writes: Verdict,
 }
 
 impl Verdicts {
@@ -83,6 +86,12 @@ impl Verdicts {
 impl Diagnosis {
     /// One verdict per guarantee, from the measurements alone (no request).
     pub fn verdicts(&self) -> Verdicts {
+        let named = named_locks(
+            self.create_if_absent,
+            self.conditional_overwrite,
+            self.create_race.as_ref(),
+            self.update_race.as_ref(),
+        );
         Verdicts {
             owner_lease: owner_lease(
                 self.create_if_absent,
@@ -94,12 +103,8 @@ impl Diagnosis {
                 self.create_if_absent,
                 self.create_race.as_ref(),
             ),
-            named_locks: named_locks(
-                self.create_if_absent,
-                self.conditional_overwrite,
-                self.create_race.as_ref(),
-                self.update_race.as_ref(),
-            ),
+            fenced_writes: fenced_writes(named.basis, self.repeated_etag.as_deref()),
+            named_locks: named,
         }
     }
 }
@@ -256,5 +261,33 @@ fn named_locks(
             "create-if-absent and If-Match are enforced and every race had one winner",
         ),
         _ => refused("the races were not run, so the conditions are not shown atomic".to_owned()),
+    }
+}
+
+/// Fenced writes stand on named locks (the token is a lock's counter) and on If-Match telling
+/// every write apart: where the ETag is a hash of the content, a newer holder's rewrite of the
+/// same bytes leaves it as an older holder read it (`lock::support::ensure_fencing_supported`).
+fn fenced_writes(named_locks: Basis, repeated_etag: Option<&str>) -> Verdict {
+    if named_locks != Basis::Atomic {
+        return Verdict::new(
+            Basis::Refused,
+            "fencing tokens are a named lock's counter, and named locks are refused here",
+        );
+    }
+    match repeated_etag {
+        Some(etag) => Verdict::new(
+            Basis::Refused,
+            format!(
+                "the store's ETag is a hash of the content (the same bytes written twice got \
+                 etag={etag} both times), so a paused older holder's If-Match would still match \
+                 after a newer holder rewrote the same bytes; `lock put` is refused here (named \
+                 locks and their tokens are not affected)"
+            ),
+        ),
+        None => Verdict::new(
+            Basis::Atomic,
+            "every write changes the ETag, so once a newer holder's write lands an older \
+             holder's If-Match fails",
+        ),
     }
 }

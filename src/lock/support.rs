@@ -20,6 +20,7 @@
 
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use object_store::path::Path;
 use object_store::ObjectStore;
 
 use crate::bank::Bank;
@@ -35,7 +36,8 @@ const RACE_ROUNDS: u32 = 4;
 /// Why a store that refuses If-Match cannot keep named locks.
 const IF_MATCH_REFUSED: &str = "conditional overwrite (If-Match) is refused by the store; named \
      locks need it for takeovers, heartbeats, releases and fencing tokens, and are not faked \
-     with read-then-overwrite; use memory:// or S3 with conditional writes";
+     with read-then-overwrite; use a store that enforces it (file:, Azure, GCS, or an S3 server \
+     that honours conditional writes)";
 
 /// What the bank is to be used for, in refusals.
 const USAGE: &str = "named locks";
@@ -118,34 +120,39 @@ pub async fn ensure_fencing_supported(bank: &Bank) -> Result<()> {
 
 /// Write the same bytes twice to a fresh key and compare what the store says of the versions.
 async fn probe_fencing(bank: &Bank) -> Result<Verdict> {
-    use object_store::{ObjectStoreExt, PutPayload};
-    let store = bank.store();
     let path = Key::Probe(uuid::Uuid::new_v4().to_string()).path(bank);
+    Ok(match repeated_etag(bank.store().as_ref(), &path).await? {
+        Some(etag) => Verdict::Refused(format!(
+            "the store's ETag is a hash of the content (the same bytes written twice got \
+             etag={etag} both times), so after a newer holder rewrote the same bytes a paused older \
+             holder's If-Match would still match and replace the newer write; fenced writes need \
+             a store whose ETag changes on every write (memory, file:, Azure, GCS)"
+        )),
+        None => Verdict::Supported,
+    })
+}
+
+/// The ETag `store` gave the same bytes written twice at `path` (then deleted), when it gave
+/// the same one (and the same version) both times: its ETags are a hash of the content, and no
+/// If-Match can tell a rewrite of identical bytes from no write. `None` when the second write
+/// changed it. `doctor` measures this too.
+pub(crate) async fn repeated_etag(store: &dyn ObjectStore, path: &Path) -> Result<Option<String>> {
+    use object_store::{ObjectStoreExt, PutPayload};
     let body = PutPayload::from_static(b"banklease fencing probe");
-    let first = store.put(&path, body.clone()).await;
+    let first = store.put(path, body.clone()).await;
     let second = match &first {
-        Ok(_) => Some(store.put(&path, body).await),
+        Ok(_) => Some(store.put(path, body).await),
         Err(_) => None,
     };
     // Best effort: a leftover probe key is harmless and identifiable by its path.
-    let _ = store.delete(&path).await;
-    let first = first.map_err(|e| Error::store("put", &path, e))?;
+    let _ = store.delete(path).await;
+    let first = first.map_err(|e| Error::store("put", path, e))?;
     let second = second
         .expect("written after the first")
-        .map_err(|e| Error::store("put", &path, e))?;
+        .map_err(|e| Error::store("put", path, e))?;
     let repeats =
         first.e_tag.is_some() && first.e_tag == second.e_tag && first.version == second.version;
-    Ok(if repeats {
-        Verdict::Refused(format!(
-            "the store's ETag is a hash of the content (the same bytes written twice got \
-             etag={} both times), so after a newer holder rewrote the same bytes a paused older \
-             holder's If-Match would still match and replace the newer write; fenced writes need \
-             a store whose ETag changes on every write (memory, file:, Azure, GCS)",
-            first.e_tag.as_deref().unwrap_or_default()
-        ))
-    } else {
-        Verdict::Supported
-    })
+    Ok(repeats.then(|| first.e_tag.unwrap_or_default()))
 }
 
 /// Fail with [`Error::Unsupported`] unless `bank` can keep named locks (probed once per store).
@@ -207,8 +214,8 @@ async fn probe(bank: &Bank) -> Result<Verdict> {
         Condition::Ignored => {
             return Ok(Verdict::Refused(
                 "conditional overwrite (If-Match) is silently ignored by the store; named locks \
-                 need it for takeovers, heartbeats, releases and fencing tokens; use memory:// \
-                 or S3 with conditional writes"
+                 need it for takeovers, heartbeats, releases and fencing tokens; use a store that \
+                 enforces it (file:, Azure, GCS, or an S3 server that honours conditional writes)"
                     .to_owned(),
             ))
         }
