@@ -3,7 +3,9 @@
 //! at once instead of at its expiry — and never while one of them lives, nor for a hold that
 //! outlives its process (`lock acquire`).
 //!
-//! Each test runs the binary on a `file:` bank as an operator would.
+//! Each test runs the binary as an operator would, on a `file:` bank, and on moto's and Ceph
+//! RGW's S3 API where the caller turns them on (`BANKLEASE_TEST_S3=1`, `BANKLEASE_TEST_RGW=1`):
+//! the proof is the host's, whatever store keeps the lock.
 
 #![allow(clippy::disallowed_methods)] // real processes on real time
 
@@ -13,7 +15,7 @@ use rustix::process::Signal;
 
 mod common;
 
-use common::work::{signal, state, Env};
+use common::work::{signal, state, Env, Store};
 use common::{output_text as text, wait_child, wait_for};
 
 /// The start time of process `pid`, in clock ticks after boot (field 22 of `/proc/PID/stat`).
@@ -59,31 +61,45 @@ fn pid_in(env: &Env, name: &str) -> u32 {
 
 #[test]
 fn a_holder_killed_on_this_host_hands_over_at_once_and_never_beside_its_command() {
-    let env = Env::new();
+    for store in Store::configured() {
+        killed_holder_hands_over(&Env::on(store));
+    }
+}
+
+fn killed_holder_hands_over(env: &Env) {
+    let store = env.store;
     let job = sleeper("first");
-    let mut holder = on_k_for_30s(&env, &job, "first");
-    let command = pid_in(&env, "first");
+    let mut holder = on_k_for_30s(env, &job, "first");
+    let command = pid_in(env, "first");
 
     let check = witness("first");
-    let mut waiter = on_k_for_30s(&env, &check, "waiter");
+    let mut waiter = on_k_for_30s(env, &check, "waiter");
     // Queued behind the holder (its ticket written) before the holder dies.
     std::thread::sleep(Duration::from_millis(500));
-    assert!(waiter.try_wait().unwrap().is_none(), "the waiter waits");
+    assert!(
+        waiter.try_wait().unwrap().is_none(),
+        "{store:?}: the waiter waits"
+    );
 
     let killed = Instant::now();
     signal(&holder, Signal::KILL);
     let status = wait_child(&mut waiter);
     let took = killed.elapsed();
     holder.wait().unwrap();
-    assert_eq!(status.code(), Some(0), "{}", env.read("waiter.err"));
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "{store:?}: {}",
+        env.read("waiter.err")
+    );
     assert_eq!(
         env.read("witness").trim(),
         "alone",
-        "the next COMMAND ran beside the first"
+        "{store:?}: the next COMMAND ran beside the first"
     );
     assert!(
         took < Duration::from_secs(5),
-        "the next holder waited {took:?} after the holder was killed (a 30 s lock)"
+        "{store:?}: the next holder waited {took:?} after the holder was killed (a 30 s lock)"
     );
     assert!(state(command).is_none_or(|s| s == 'Z'), "COMMAND is gone");
 }
@@ -93,7 +109,13 @@ fn a_holder_killed_on_this_host_hands_over_at_once_and_never_beside_its_command(
 /// group is no longer one: the guard stops the whole tree, see tests/tree.rs.)
 #[test]
 fn a_holder_whose_work_may_go_on_is_not_taken_over_early() {
-    let env = Env::new();
+    for store in Store::configured() {
+        work_that_may_go_on_is_waited_for(&Env::on(store));
+    }
+}
+
+fn work_that_may_go_on_is_waited_for(env: &Env) {
+    let store = env.store;
     // `HEAD -- sh -c JOB`: the supervisor's words, then the job.
     let line = |head: &str, job: String| -> Vec<String> {
         let mut args: Vec<String> = head.split(' ').map(String::from).collect();
@@ -118,7 +140,7 @@ fn a_holder_whose_work_may_go_on_is_not_taken_over_early() {
     for (name, args) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut holder = env.spawn(&args, name);
-        let command = pid_in(&env, name);
+        let command = pid_in(env, name);
         signal(&holder, Signal::KILL);
         holder.wait().unwrap();
         let key = if name == "run-lock" { "rl" } else { name };
@@ -126,7 +148,7 @@ fn a_holder_whose_work_may_go_on_is_not_taken_over_early() {
         assert_eq!(
             out.status.code(),
             Some(1),
-            "{name}: taken over within 1 s of a 3 s lock: {}",
+            "{store:?} {name}: taken over within 1 s of a 3 s lock: {}",
             text(&out)
         );
         let _ = rustix::process::kill_process(
@@ -160,6 +182,7 @@ fn held_by_a_dead_supervisor(env: &Env, key: &str, group: u32) {
     std::fs::write(dir.join(key), record.to_string()).unwrap();
 }
 
+/// On `file:` only: it writes the dead supervisor's record into the bank's directory itself.
 #[test]
 fn a_dead_supervisor_whose_command_group_lives_is_waited_out() {
     use std::os::unix::process::CommandExt;
@@ -200,11 +223,13 @@ fn a_dead_supervisor_whose_command_group_lives_is_waited_out() {
 
 #[test]
 fn a_lock_that_outlives_its_process_is_not_taken_when_the_process_exits() {
-    let env = Env::new();
-    let out = env.run(&["lock", "acquire", "k", "--duration", "4s"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let started = Instant::now();
-    let out = env.run(&["lock", "run", "-w", "2", "k", "--", "true"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(started.elapsed() >= Duration::from_secs(2));
+    for store in Store::configured() {
+        let env = Env::on(store);
+        let out = env.run(&["lock", "acquire", "k", "--duration", "4s"]);
+        assert_eq!(out.status.code(), Some(0), "{store:?}: {}", text(&out));
+        let started = Instant::now();
+        let out = env.run(&["lock", "run", "-w", "2", "k", "--", "true"]);
+        assert_eq!(out.status.code(), Some(1), "{store:?}: {}", text(&out));
+        assert!(started.elapsed() >= Duration::from_secs(2), "{store:?}");
+    }
 }

@@ -1,5 +1,6 @@
-//! A `file:` bank in a scratch directory, and the binary run in it as an operator would: each
-//! command's `$WORK` is the directory, so a COMMAND can leave its traces there.
+//! A bank (a `file:` one in a scratch directory, or a fresh prefix of moto's or Ceph RGW's S3
+//! bucket), and the binary run on it as an operator would: each command's `$WORK` is the scratch
+//! directory, so a COMMAND can leave its traces there.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -9,9 +10,67 @@ use rustix::process::{kill_process, Pid, Signal};
 
 use super::{output_text as text, BIN};
 
+/// Where an [`Env`]'s bank lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    File,
+    /// moto (`.ci/start-s3.sh`), with `BANKLEASE_TEST_S3=1`.
+    S3,
+    /// Ceph RGW's S3 API (`.ci/start-rgw.sh`), with `BANKLEASE_TEST_RGW=1`.
+    Rgw,
+}
+
+impl Store {
+    /// `file:`, and each S3 server the caller's variables turn on.
+    pub fn configured() -> Vec<Store> {
+        let on = |var: &str| std::env::var(var).as_deref() == Ok("1");
+        let mut stores = vec![Store::File];
+        if on("BANKLEASE_TEST_S3") {
+            stores.push(Store::S3);
+        }
+        if on("BANKLEASE_TEST_RGW") {
+            stores.push(Store::Rgw);
+        }
+        stores
+    }
+
+    /// The bank's URL (a fresh prefix on S3) and the variables its commands need.
+    fn bank(self, dir: &Path) -> (String, Vec<(String, String)>) {
+        let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} unset"));
+        let (bucket, endpoint, key, secret) = match self {
+            Store::File => return (format!("file://{}", dir.join("bank").display()), Vec::new()),
+            Store::S3 => (
+                "S3_BUCKET",
+                "AWS_ENDPOINT",
+                "AWS_ACCESS_KEY_ID",
+                "AWS_SECRET_ACCESS_KEY",
+            ),
+            Store::Rgw => (
+                "RGW_BUCKET",
+                "RGW_S3_ENDPOINT",
+                "RGW_ACCESS_KEY_ID",
+                "RGW_SECRET_ACCESS_KEY",
+            ),
+        };
+        let bucket = std::env::var(bucket).unwrap_or_else(|_| "banklease-test".to_owned());
+        let url = format!("s3://{bucket}/work-{}", uuid::Uuid::new_v4().simple());
+        let vars = [
+            ("AWS_ENDPOINT", var(endpoint)),
+            ("AWS_ACCESS_KEY_ID", var(key)),
+            ("AWS_SECRET_ACCESS_KEY", var(secret)),
+            ("AWS_ALLOW_HTTP", "true".to_owned()),
+            ("AWS_REGION", "us-east-1".to_owned()),
+            // S3 stamps whole seconds: the margin must cover one.
+            ("BANKLEASE_LEASE__SKEW_MARGIN", "1100ms".to_owned()),
+        ];
+        (url, vars.map(|(k, v)| (k.to_owned(), v)).into())
+    }
+}
+
 pub struct Env {
     pub dir: tempfile::TempDir,
     pub url: String,
+    pub store: Store,
     /// Variables every command of this env gets, over the defaults.
     vars: Vec<(String, String)>,
 }
@@ -19,20 +78,32 @@ pub struct Env {
 impl Env {
     /// With `RUST_LOG=error`: COMMAND's traces without the CLI's warnings.
     pub fn new() -> Self {
-        Self::with_vars(&[("RUST_LOG", "error")])
+        Self::on(Store::File)
+    }
+
+    /// [`Env::new`] on `store`.
+    pub fn on(store: Store) -> Self {
+        Self::on_with_vars(store, &[("RUST_LOG", "error")])
     }
 
     /// With `vars` set on every command (and no `RUST_LOG` unless given: as an operator runs it).
     pub fn with_vars(vars: &[(&str, &str)]) -> Self {
+        Self::on_with_vars(Store::File, vars)
+    }
+
+    /// [`Env::with_vars`] on `store`.
+    pub fn on_with_vars(store: Store, vars: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("file://{}", dir.path().join("bank").display());
-        let vars = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let env = Self { dir, url, vars };
+        let (url, mut all) = store.bank(dir.path());
+        all.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let env = Self {
+            dir,
+            url,
+            store,
+            vars: all,
+        };
         let out = env.run(&["init"]);
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        assert_eq!(out.status.code(), Some(0), "{store:?}: {}", text(&out));
         env
     }
 
