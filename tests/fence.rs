@@ -156,3 +156,47 @@ async fn the_held_back_store_is_the_same_bank() {
     wrapped.store().put(&path, "1".into()).await.unwrap();
     assert!(bank.store().head(&path).await.is_ok());
 }
+
+/// On a store whose ETag is the content's hash (moto, Ceph RGW), a fenced put is refused before
+/// the lock is read, by the two writes that show the ETag repeating, not after the named-lock
+/// races (over a hundred writes) that reading the lock measures first: `lock put` from a
+/// holder's COMMAND is refused at once there.
+#[tokio::test]
+async fn a_store_whose_etags_repeat_refuses_a_fenced_put_without_racing() {
+    use banklease::lock::Locks;
+    use banklease_testkit::backends::Backend;
+    for backend in [Backend::S3, Backend::Rgw] {
+        if !backend.available() {
+            continue;
+        }
+        let clock = MockClock::new();
+        let test_bank = backend.open().await;
+        // The bank's capability probe is made before the count: every bank makes it.
+        test_bank.bank.capabilities().await.unwrap();
+        let (bank, faults) = test_bank.with_faults(&clock);
+        bank.capabilities().await.unwrap();
+        let before = faults.calls(Op::Put);
+        let locks = Locks::new(&bank, "t", Arc::new(clock.clone())).unwrap();
+        let err = locks
+            .fenced_put(
+                "k",
+                1,
+                &bank.path(&["fenced", "x"]),
+                PutPayload::from_static(b"x"),
+            )
+            .await
+            .unwrap_err();
+        match &err {
+            Error::Unsupported { usage, detail, .. } => {
+                assert_eq!(*usage, "fenced writes", "{backend:?}: {err}");
+                assert!(detail.contains("hash of the content"), "{backend:?}: {err}");
+            }
+            other => panic!("{backend:?}: expected Unsupported, got {other}"),
+        }
+        let puts = faults.calls(Op::Put) - before;
+        assert!(
+            puts <= 2,
+            "{backend:?}: {puts} writes to refuse a fenced put"
+        );
+    }
+}

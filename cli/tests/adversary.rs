@@ -8,8 +8,8 @@
 //! own or behind a `hidepid` `/proc` (see `adversary/shapes.rs`). Every worker appends its
 //! start, its ticks and its end, with its fencing token, to a witness file (see
 //! `adversary/witness.rs`); the checker fails the test if two holders ever ran at once, or if a
-//! fenced write (`lock put --token`) of a superseded holder landed (on `file:`; S3 refuses
-//! fenced writes).
+//! fenced write (`lock put --token`) of a superseded holder landed. On S3 (moto, RGW), whose
+//! ETag is the content's hash, every fenced write must be refused: one that lands fails the run.
 //!
 //! Bounded (`ADVERSARY_SECS` per store, default 40; it stops at the first violation), loopback
 //! only, every process of the run killed at the end. Seeded: `ADVERSARY_SEED` (else random),
@@ -502,9 +502,9 @@ impl Run {
             .env("ADV_DONE", &done)
             .env("ADV_HOLDER", self.holder_file(id))
             .env("ADV_RUN_MS", run_ms.to_string());
-        if self.store == Store::File {
-            cmd.env("ADV_PUT_BANK", &self.url);
-        }
+        // Through the supervisor's own endpoint (its proxy on S3): a put the nemesis holds
+        // lands late, as a paused holder's would.
+        cmd.env("ADV_PUT_BANK", &self.url);
         match self.mode {
             Mode::Finding => {
                 // No cgroup either: its ids would let one supervisor judge another's tree
@@ -842,6 +842,10 @@ impl Run {
                 .filter(|e| e.kind == witness::Kind::Start)
                 .count(),
             tally: witness::tally(&events),
+            puts_written: events
+                .iter()
+                .filter(|e| e.kind == witness::Kind::PutOk)
+                .count(),
             torn,
             left,
             elapsed,
@@ -978,6 +982,8 @@ struct Outcome {
     violations: Vec<Violation>,
     tokens: usize,
     tally: String,
+    /// Fenced writes that landed (refused on S3 by design: none may).
+    puts_written: usize,
     torn: Vec<String>,
     left: Vec<procs::Proc>,
     elapsed: Duration,
@@ -998,6 +1004,11 @@ fn adversary(store: Store, mode: Mode) {
             Mode::Safe if !outcome.violations.is_empty() => {
                 Some("the checker failed the run".to_owned())
             }
+            Mode::Safe if store != Store::File && outcome.puts_written > 0 => Some(format!(
+                "{} fenced write(s) landed on S3, whose ETag is the content's hash: lock put \
+                 must refuse them there",
+                outcome.puts_written
+            )),
             // Not a vacuous pass: holders came and went, and the nemesis got at them.
             Mode::Safe
                 if outcome.tokens < 3 || run.actions.get("…of which on a holder") < Some(&3) =>

@@ -197,6 +197,9 @@ impl super::Locks {
             lock: self.full_key(key)?,
             value: token,
         };
+        // Before the lock is read: its read measures the store for named locks (races of over
+        // a hundred writes), which a store refused for fenced writes need not pay.
+        support::ensure_fencing_supported(&self.bank).await?;
         let counter = self.inspect(key).await?.map_or(0, |info| info.fence);
         if counter > token {
             return Err(Error::StaleFence {

@@ -111,11 +111,23 @@ fn cells_for(bank: &Bank) -> (Cell, Cell) {
 /// still match and replace the newer holder's write. Such stores are refused for fenced writes
 /// (the locks themselves are unaffected: a lock record carries a fresh random token in every
 /// write, so its ETag always changes).
+///
+/// The cheap checks come first: the store's conditions (known from the bank's own probe), then
+/// the two writes that show a repeating ETag; the races (over a hundred writes) only for a store
+/// that passes both, so that `lock put` on S3 is refused at once.
 pub async fn ensure_fencing_supported(bank: &Bank) -> Result<()> {
-    ensure_supported(bank).await?;
-    let (_, cell) = cells_for(bank);
-    let verdict = cell.get_or_try_init(|| probe_fencing(bank)).await?;
-    verdict.or_refuse(bank, FENCING_USAGE)
+    let (cell, fencing) = cells_for(bank);
+    match cell.get() {
+        Some(verdict) => verdict.or_refuse(bank, USAGE)?,
+        None => {
+            if let Some(refused) = refused_by_conditions(bank).await? {
+                return refused.or_refuse(bank, USAGE);
+            }
+        }
+    }
+    let verdict = fencing.get_or_try_init(|| probe_fencing(bank)).await?;
+    verdict.or_refuse(bank, FENCING_USAGE)?;
+    ensure_supported(bank).await
 }
 
 /// Write the same bytes twice to a fresh key and compare what the store says of the versions.
@@ -189,36 +201,8 @@ pub(crate) async fn ensure_readable(bank: &Bank) -> Result<()> {
 }
 
 async fn probe(bank: &Bank) -> Result<Verdict> {
-    let caps = match bank.capabilities().await {
-        Ok(caps) => caps.clone(),
-        // The bank's own probe already refused it (create-if-absent not kept): same reason.
-        Err(Error::Unsupported { detail, .. }) => return Ok(Verdict::Refused(detail)),
-        Err(e) => return Err(e),
-    };
-    match caps.create_if_absent {
-        Condition::Enforced => {}
-        Condition::Refused => {
-            return Ok(Verdict::Refused(
-                "create-if-absent is refused by the store; named locks need it".to_owned(),
-            ))
-        }
-        Condition::Ignored => {
-            return Ok(Verdict::Refused(
-                "create-if-absent is silently ignored by the store; named locks need it".to_owned(),
-            ))
-        }
-    }
-    match caps.conditional_overwrite {
-        Condition::Enforced => {}
-        Condition::Refused => return Ok(Verdict::Refused(IF_MATCH_REFUSED.to_owned())),
-        Condition::Ignored => {
-            return Ok(Verdict::Refused(
-                "conditional overwrite (If-Match) is silently ignored by the store; named locks \
-                 need it for takeovers, heartbeats, releases and fencing tokens; use a store that \
-                 enforces it (file:, Azure, GCS, or an S3 server that honours conditional writes)"
-                    .to_owned(),
-            ))
-        }
+    if let Some(refused) = refused_by_conditions(bank).await? {
+        return Ok(refused);
     }
     let race = probe_create_race(bank, RACE_WRITERS, RACE_ROUNDS).await?;
     if !race.looked_atomic() {
@@ -238,4 +222,36 @@ async fn probe(bank: &Bank) -> Result<Verdict> {
     }
     tracing::debug!(bank = bank.label(), "bank can keep named locks");
     Ok(Verdict::Supported)
+}
+
+/// The refusal the store's conditions alone call for, if any: read from the bank's capability
+/// probe (made once per bank), with no race of its own.
+async fn refused_by_conditions(bank: &Bank) -> Result<Option<Verdict>> {
+    let caps = match bank.capabilities().await {
+        Ok(caps) => caps.clone(),
+        // The bank's own probe already refused it (create-if-absent not kept): same reason.
+        Err(Error::Unsupported { detail, .. }) => return Ok(Some(Verdict::Refused(detail))),
+        Err(e) => return Err(e),
+    };
+    let refused = |why: &str| Ok(Some(Verdict::Refused(why.to_owned())));
+    match caps.create_if_absent {
+        Condition::Enforced => {}
+        Condition::Refused => {
+            return refused("create-if-absent is refused by the store; named locks need it")
+        }
+        Condition::Ignored => {
+            return refused(
+                "create-if-absent is silently ignored by the store; named locks need it",
+            )
+        }
+    }
+    match caps.conditional_overwrite {
+        Condition::Enforced => Ok(None),
+        Condition::Refused => refused(IF_MATCH_REFUSED),
+        Condition::Ignored => refused(
+            "conditional overwrite (If-Match) is silently ignored by the store; named locks need \
+             it for takeovers, heartbeats, releases and fencing tokens; use a store that enforces \
+             it (file:, Azure, GCS, or an S3 server that honours conditional writes)",
+        ),
+    }
 }
