@@ -10,7 +10,7 @@
 #     expirer, and the same over TLS on 127.0.0.1:$RGW_TLS_PORT (default 7443) with a certificate
 #     of a private CA made here ($RGW_ROOT/tls/ca.pem: what an operator's OS_CACERT or
 #     AWS_CA_BUNDLE names); a user `banklease` with S3 keys and a Swift subuser (`banklease:swift`, v1 auth
-#     at /auth/1.0); the test bucket made through S3.
+#     at /auth/1.0); the test bucket and a versioned one ($RGW_BUCKET-versioned) made through S3.
 #
 # Idempotent: a running cluster (recorded pids) is reused. Everything lives under $RGW_ROOT
 # (default /tmp/banklease-stores/rgw).
@@ -70,7 +70,7 @@ print_env() {
   if tls_ready; then
     tls=" RGW_TLS_ENDPOINT=https://127.0.0.1:$TLS_PORT RGW_TLS_CA=$TLS/ca.pem"
   fi
-  echo "export RGW_S3_ENDPOINT=http://127.0.0.1:$PORT RGW_ACCESS_KEY_ID=$ACCESS RGW_SECRET_ACCESS_KEY=$SECRET RGW_BUCKET=$BUCKET RGW_SWIFT_AUTH=http://127.0.0.1:$PORT/auth/1.0 RGW_SWIFT_USER=banklease:swift RGW_SWIFT_KEY=$SWIFT_KEY RGW_ROOT=$ROOT$tls"
+  echo "export RGW_S3_ENDPOINT=http://127.0.0.1:$PORT RGW_ACCESS_KEY_ID=$ACCESS RGW_SECRET_ACCESS_KEY=$SECRET RGW_BUCKET=$BUCKET RGW_VERSIONED_BUCKET=$BUCKET-versioned RGW_SWIFT_AUTH=http://127.0.0.1:$PORT/auth/1.0 RGW_SWIFT_USER=banklease:swift RGW_SWIFT_KEY=$SWIFT_KEY RGW_ROOT=$ROOT$tls"
 }
 
 if running mon && running osd && running rgw && s3_ready; then
@@ -170,29 +170,40 @@ radosgw-admin -c "$CONF" subuser create --uid=banklease --subuser=banklease:swif
   --access=full >/dev/null
 radosgw-admin -c "$CONF" key create --subuser=banklease:swift --key-type=swift \
   --secret-key="$SWIFT_KEY" >/dev/null
-python3 - "$PORT" "$ACCESS" "$SECRET" "$BUCKET" <<'PY' || fail "could not create bucket $BUCKET"
-# A bucket through S3 (SigV4, path-style), with the standard library only.
-import datetime, hashlib, hmac, sys, urllib.request
+python3 - "$PORT" "$ACCESS" "$SECRET" "$BUCKET" <<'PY' || fail "could not create buckets $BUCKET and $BUCKET-versioned"
+# The test bucket, and a versioned one beside it, through S3 (SigV4, path-style), with the
+# standard library only.
+import datetime, hashlib, hmac, sys, urllib.error, urllib.request
 port, access, secret, bucket = sys.argv[1:5]
 host = f"127.0.0.1:{port}"
-now = datetime.datetime.now(datetime.timezone.utc)
-amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
-payload = hashlib.sha256(b"").hexdigest()
-canonical = f"PUT\n/{bucket}\n\nhost:{host}\nx-amz-content-sha256:{payload}\nx-amz-date:{amz_date}\n\nhost;x-amz-content-sha256;x-amz-date\n{payload}"
-scope = f"{day}/us-east-1/s3/aws4_request"
-to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-key = ("AWS4" + secret).encode()
-for part in (day, "us-east-1", "s3", "aws4_request"):
-    key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-sig = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-req = urllib.request.Request(f"http://{host}/{bucket}", method="PUT", headers={
-    "x-amz-date": amz_date, "x-amz-content-sha256": payload,
-    "Authorization": f"AWS4-HMAC-SHA256 Credential={access}/{scope}, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={sig}"})
-try:
-    urllib.request.urlopen(req, timeout=30)
-except urllib.error.HTTPError as e:
-    if e.code != 409:  # BucketAlreadyOwnedByYou
-        raise
+
+def put(path, query="", body=b""):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+    payload = hashlib.sha256(body).hexdigest()
+    canonical = f"PUT\n{path}\n{query}\nhost:{host}\nx-amz-content-sha256:{payload}\nx-amz-date:{amz_date}\n\nhost;x-amz-content-sha256;x-amz-date\n{payload}"
+    scope = f"{day}/us-east-1/s3/aws4_request"
+    to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+    key = ("AWS4" + secret).encode()
+    for part in (day, "us-east-1", "s3", "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    sig = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    url = f"http://{host}{path}" + (f"?{query}" if query else "")
+    req = urllib.request.Request(url, data=body, method="PUT", headers={
+        "x-amz-date": amz_date, "x-amz-content-sha256": payload,
+        "Authorization": f"AWS4-HMAC-SHA256 Credential={access}/{scope}, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={sig}"})
+    try:
+        urllib.request.urlopen(req, timeout=30)
+    except urllib.error.HTTPError as e:
+        if e.code != 409:  # BucketAlreadyOwnedByYou
+            raise
+
+put(f"/{bucket}")
+# Versioning on: every write gets a new version id while the ETag stays the content's MD5.
+put(f"/{bucket}-versioned")
+put(f"/{bucket}-versioned", "versioning=",
+    b'<VersioningConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+    b'<Status>Enabled</Status></VersioningConfiguration>')
 PY
 echo "start-rgw: Ceph RGW ready on http://127.0.0.1:$PORT and https://127.0.0.1:$TLS_PORT (S3 bucket $BUCKET; Swift v1 auth at /auth/1.0; private CA $TLS/ca.pem)"
 print_env

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Start a moto S3 server on 127.0.0.1 for banklease's tests, and create the test bucket.
+# Start a moto S3 server on 127.0.0.1 for banklease's tests, and create the test bucket and a
+# versioned one beside it ($S3_BUCKET-versioned, exported as S3_VERSIONED_BUCKET).
 #
 #   - moto[server] from PyPI in a venv under $S3_ROOT (default /tmp/banklease-stores/s3);
 #   - listens on 127.0.0.1:$S3_PORT (default 9000; if that port is taken by something else,
@@ -86,6 +87,20 @@ if [ -z "$ok" ]; then
   tail -n 20 "$LOG" >&2 || true
   exit 1
 fi
+# A second bucket with versioning on: every write gets a new version id while the ETag stays
+# the content's MD5 (tests/fence.rs: fenced writes must be refused there too). With moto's own
+# boto3 (moto depends on it).
+VERSIONED=$BUCKET-versioned
+"$VENV/bin/python" - "$PORT" "$VERSIONED" <<'PY' || fail "could not make the versioned bucket $VERSIONED"
+import sys
+import boto3
+port, bucket = sys.argv[1:3]
+s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", aws_access_key_id="test",
+                  aws_secret_access_key="test", region_name="us-east-1")
+s3.create_bucket(Bucket=bucket)  # moto answers 200 when it exists already
+s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+assert s3.get_bucket_versioning(Bucket=bucket).get("Status") == "Enabled"
+PY
 version=$("$VENV/bin/python" -c 'import moto; print(moto.__version__)' 2>/dev/null || echo '?')
-echo "start-s3: moto $version ready on http://127.0.0.1:$PORT (bucket $BUCKET)"
-echo "export AWS_ENDPOINT=http://127.0.0.1:$PORT AWS_ALLOW_HTTP=true AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1 S3_BUCKET=$BUCKET"
+echo "start-s3: moto $version ready on http://127.0.0.1:$PORT (bucket $BUCKET; versioned bucket $VERSIONED)"
+echo "export AWS_ENDPOINT=http://127.0.0.1:$PORT AWS_ALLOW_HTTP=true AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1 S3_BUCKET=$BUCKET S3_VERSIONED_BUCKET=$VERSIONED"

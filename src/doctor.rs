@@ -192,9 +192,10 @@ pub struct Diagnosis {
     /// The `Date` of the store's answers against its stamps; `None` when its answers carry no
     /// `Date` (an in-process store, a `file:` bank).
     pub date_header: Option<DateHeader>,
-    /// The ETag the same bytes got when written twice, if the store gave the same one both
-    /// times (its ETags are a hash of the content: S3, RGW): fenced writes are refused there.
-    /// `None` when the second write changed it.
+    /// The ETag of a first write whose condition still held after the same bytes were written
+    /// again (the store conditions on a hash of the content: S3 and RGW, versioned buckets
+    /// too): fenced writes are refused there. `None` when the stale condition was refused, or
+    /// conditional overwrite is not enforced (nothing to try).
     pub repeated_etag: Option<String>,
 }
 
@@ -264,9 +265,17 @@ pub async fn diagnose(
         None
     };
 
-    let repeated_etag =
-        crate::lock::support::repeated_etag(bank.store().as_ref(), &dir.clone().join("fencing"))
-            .await?;
+    // Only where a condition can be tried: elsewhere named locks, and so fenced writes, are
+    // refused on the conditions alone.
+    let repeated_etag = if conditional_overwrite == Condition::Enforced {
+        crate::lock::support::stale_condition_holds(
+            bank.store().as_ref(),
+            &dir.clone().join("fencing"),
+        )
+        .await?
+    } else {
+        None
+    };
     let shows_deleted = probe_listing_after_delete(bank.store().as_ref(), &dir).await?;
     let (expiry, shows_expired) = match bank.swift() {
         Some(swift) => probe_swift_expiry(swift, &dir, clock, options.expiry_timeout).await?,

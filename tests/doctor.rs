@@ -615,6 +615,50 @@ fn rgw_s3_api_is_atomic_in_the_unquoted_form_and_refuses_fenced_writes() {
     assert!(!out.contains("use memory://"), "{out}");
 }
 
+/// A Ceph RGW bucket with versioning on keeps a second create as a new version: create-if-absent
+/// is silently ignored there, so `doctor` judges it NOT supported (exit 1) and `init` refuses
+/// it, each saying why.
+#[test]
+fn an_rgw_bucket_with_versioning_is_judged_not_supported() {
+    if !banklease_testkit::backends::Backend::Rgw.available() {
+        return;
+    }
+    let var =
+        |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} (.ci/start-rgw.sh)"));
+    let vars = [
+        ("AWS_ENDPOINT", var("RGW_S3_ENDPOINT")),
+        ("AWS_ACCESS_KEY_ID", var("RGW_ACCESS_KEY_ID")),
+        ("AWS_SECRET_ACCESS_KEY", var("RGW_SECRET_ACCESS_KEY")),
+        ("AWS_ALLOW_HTTP", "true".to_owned()),
+        ("AWS_REGION", "us-east-1".to_owned()),
+        ("NO_COLOR", "1".to_owned()),
+    ];
+    let url = format!("s3://{}/{}", var("RGW_VERSIONED_BUCKET"), fresh_prefix());
+    let (code, out, err) = run_doctor_with(
+        &["--bank", &url, "--race-rounds", "2"],
+        &vars,
+        Duration::from_secs(180),
+    );
+    assert_eq!(code, Some(1), "stdout: {out}\nstderr: {err}");
+    for needle in [
+        "create-if-absent                  IGNORED (silently)",
+        "verdict: NOT supported",
+    ] {
+        assert!(out.contains(needle), "missing `{needle}` in:\n{out}");
+    }
+    let init = Command::new(cli())
+        .envs(vars.iter().map(|(k, v)| (k, v)))
+        .args(["--bank", &url, "init"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&init.stderr);
+    assert_eq!(init.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("create-if-absent is silently ignored"),
+        "{stderr}"
+    );
+}
+
 /// Ceph RGW's Swift API silently ignores create-if-absent: `doctor` judges it NOT supported,
 /// saying why; `init` refuses it and writes nothing; and its RFC 3339 listing times are read.
 #[tokio::test]

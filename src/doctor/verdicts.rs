@@ -278,10 +278,11 @@ fn fenced_writes(named_locks: Basis, repeated_etag: Option<&str>) -> Verdict {
         Some(etag) => Verdict::new(
             Basis::Refused,
             format!(
-                "the store's ETag is a hash of the content (the same bytes written twice got \
-                 etag={etag} both times), so a paused older holder's If-Match would still match \
-                 after a newer holder rewrote the same bytes; `lock put` is refused here (named \
-                 locks and their tokens are not affected)"
+                "the store's ETag is a hash of the content (a condition on a first write's \
+                 etag={etag} still held after the same bytes were written again), so a paused \
+                 older holder's If-Match would still match after a newer holder rewrote the same \
+                 bytes; `lock put` is refused here (named locks and their tokens are not \
+                 affected)"
             ),
         ),
         None => Verdict::new(

@@ -10,11 +10,12 @@
 //! if it holds a higher token, (3) raises the sidecar to its token (create-if-absent, or If-Match
 //! on the ETag read), and (4) writes the object with If-Match on the ETag read in (1) (or
 //! create-if-absent). Any write by anyone between (1) and (4) makes (4) fail, and the round
-//! starts over — provided every write changes the object's ETag: on a store whose ETag is a
-//! hash of the content, a rewrite of the same bytes would not, so fenced writes are refused
-//! there ([`support::ensure_fencing_supported`]). So once a write with token `n` has landed, a write with a token below `n` can never
-//! land: it either read the sidecar after `n` raised it (refused in (2)), or read the object's
-//! ETag before `n`'s write (refused in (4)).
+//! starts over — provided every write changes what the condition compares: on a store whose
+//! ETag is a hash of the content (S3, versioned buckets too), a rewrite of the same bytes would
+//! not, so fenced writes are refused there ([`support::ensure_fencing_supported`]). So once a
+//! write with token `n` has landed, a write with a token below `n` can never land: it either
+//! read the sidecar after `n` raised it (refused in (2)), or read the object's ETag before
+//! `n`'s write (refused in (4)).
 
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, PutResult};

@@ -108,13 +108,15 @@ fn cells_for(bank: &Bank) -> (Cell, Cell) {
 /// write is an If-Match on the version read before the fence check; where the ETag is a hash of
 /// the content (S3, MinIO, Ceph, moto: the MD5 of a single-part object), a newer holder that
 /// rewrites the same bytes leaves that ETag as it was, and a paused older holder's If-Match would
-/// still match and replace the newer holder's write. Such stores are refused for fenced writes
-/// (the locks themselves are unaffected: a lock record carries a fresh random token in every
-/// write, so its ETag always changes).
+/// still match and replace the newer holder's write — in a versioned bucket too, whose new
+/// version ids no S3 condition carries. Such stores are refused for fenced writes, found by
+/// trying a stale condition after an identical rewrite ([`stale_condition_holds`]; the locks
+/// themselves are unaffected: a lock record carries a fresh random token in every write, so its
+/// ETag always changes).
 ///
 /// The cheap checks come first: the store's conditions (known from the bank's own probe), then
-/// the two writes that show a repeating ETag; the races (over a hundred writes) only for a store
-/// that passes both, so that `lock put` on S3 is refused at once.
+/// the three writes of that trial; the races (over a hundred writes) only for a store that
+/// passes both, so that `lock put` on S3 is refused at once.
 pub async fn ensure_fencing_supported(bank: &Bank) -> Result<()> {
     let (cell, fencing) = cells_for(bank);
     match cell.get() {
@@ -130,41 +132,67 @@ pub async fn ensure_fencing_supported(bank: &Bank) -> Result<()> {
     ensure_supported(bank).await
 }
 
-/// Write the same bytes twice to a fresh key and compare what the store says of the versions.
+/// Write the same bytes twice to a fresh key, then try the first write's condition.
 async fn probe_fencing(bank: &Bank) -> Result<Verdict> {
     let path = Key::Probe(uuid::Uuid::new_v4().to_string()).path(bank);
-    Ok(match repeated_etag(bank.store().as_ref(), &path).await? {
-        Some(etag) => Verdict::Refused(format!(
-            "the store's ETag is a hash of the content (the same bytes written twice got \
-             etag={etag} both times), so after a newer holder rewrote the same bytes a paused older \
-             holder's If-Match would still match and replace the newer write; fenced writes need \
-             a store whose ETag changes on every write (memory, file:, Azure, GCS)"
+    Ok(
+        match stale_condition_holds(bank.store().as_ref(), &path).await? {
+            Some(etag) => Verdict::Refused(format!(
+            "the store's ETag is a hash of the content (a condition on the version a first write \
+             got, etag={etag}, still held after the same bytes were written again), so after a \
+             newer holder rewrote the same bytes a paused older holder's If-Match would still \
+             match and replace the newer write; fenced writes need a store whose ETag (or GCS \
+             generation) changes on every write (file:, Azure, GCS); a versioned S3 bucket does \
+             not help, as S3 conditions on the ETag alone"
         )),
-        None => Verdict::Supported,
-    })
+            None => Verdict::Supported,
+        },
+    )
 }
 
-/// The ETag `store` gave the same bytes written twice at `path` (then deleted), when it gave
-/// the same one (and the same version) both times: its ETags are a hash of the content, and no
-/// If-Match can tell a rewrite of identical bytes from no write. `None` when the second write
-/// changed it. `doctor` measures this too.
-pub(crate) async fn repeated_etag(store: &dyn ObjectStore, path: &Path) -> Result<Option<String>> {
-    use object_store::{ObjectStoreExt, PutPayload};
+/// Whether `store` can tell a rewrite of identical bytes from no write: the same bytes are
+/// written twice at `path`, then a conditional update carrying the *first* write's version
+/// (ETag, and object_store's version where the store conditions on it) is tried, and the key
+/// deleted. The ETag of the first write when that stale condition still held: the store
+/// conditions on a hash of the content (S3 and RGW, versioned buckets too, whose new version
+/// ids no condition carries). `None` when it was refused as stale. The store must enforce
+/// conditional overwrite (check that first). `doctor` measures this too.
+///
+/// The condition itself is tried, not the versions compared: a versioned S3 bucket answers
+/// each write with a new version id while an If-Match on the old ETag still matches.
+pub(crate) async fn stale_condition_holds(
+    store: &dyn ObjectStore,
+    path: &Path,
+) -> Result<Option<String>> {
+    use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
     let body = PutPayload::from_static(b"banklease fencing probe");
-    let first = store.put(path, body.clone()).await;
-    let second = match &first {
-        Ok(_) => Some(store.put(path, body).await),
-        Err(_) => None,
-    };
+    let result = async {
+        let first = store
+            .put(path, body.clone())
+            .await
+            .map_err(|e| Error::store("put", path, e))?;
+        store
+            .put(path, body)
+            .await
+            .map_err(|e| Error::store("put", path, e))?;
+        let stale = UpdateVersion {
+            e_tag: first.e_tag.clone(),
+            version: first.version.clone(),
+        };
+        let opts = PutOptions::from(PutMode::Update(stale));
+        match store
+            .put_opts(path, PutPayload::from_static(b"stale"), opts)
+            .await
+        {
+            Ok(_) => Ok(Some(first.e_tag.unwrap_or_default())),
+            Err(object_store::Error::Precondition { .. }) => Ok(None),
+            Err(e) => Err(Error::store("put", path, e)),
+        }
+    }
+    .await;
     // Best effort: a leftover probe key is harmless and identifiable by its path.
     let _ = store.delete(path).await;
-    let first = first.map_err(|e| Error::store("put", path, e))?;
-    let second = second
-        .expect("written after the first")
-        .map_err(|e| Error::store("put", path, e))?;
-    let repeats =
-        first.e_tag.is_some() && first.e_tag == second.e_tag && first.version == second.version;
-    Ok(repeats.then(|| first.e_tag.unwrap_or_default()))
+    result
 }
 
 /// Fail with [`Error::Unsupported`] unless `bank` can keep named locks (probed once per store).
