@@ -115,27 +115,39 @@ const MOVES: [(&str, &str, u32); 10] = [
 ];
 
 /// COMMAND: witness lines with its token, a fenced put now and then (when `ADV_PUT_BANK` is
-/// set), for `ADV_RUN_MS`.
+/// set), for `ADV_RUN_MS`. A put runs in the background, one at a time, so that a slow one (on
+/// S3 each `lock put` measures the store first; the nemesis may hold its traffic) never stops
+/// the ticks; COMMAND waits for the last before its `end`.
 const SCRIPT: &str = r#"T=$BANKLEASE_LOCK_TOKEN; L=$ADV_LAUNCH; W=$ADV_WITNESS
 echo "$BANKLEASE_LOCK_OWNER $BANKLEASE_LOCK_SESSION" > "$ADV_HOLDER"
 now() { date +%s%N; }
 put() {
   [ -n "${ADV_PUT_BANK:-}" ] || return 0
   t0=$(now)
-  if echo "$T $L" | "$ADV_BIN" --bank "$ADV_PUT_BANK" lock put "$BANKLEASE_LOCK_KEY" --token "$T" adversary/fenced - >/dev/null 2>&1
+  if e=$(echo "$T $L" | "$ADV_BIN" --bank "$ADV_PUT_BANK" lock put "$BANKLEASE_LOCK_KEY" --token "$T" adversary/fenced - 2>&1 >/dev/null)
   then echo "put-ok $T $t0 $L" >> "$W"
-  else echo "put-no $T $t0 $L" >> "$W"
+  else case "$e" in
+    *"cannot be used for fenced writes"*) echo "put-unsupported $T $t0 $L" >> "$W" ;;
+    *) echo "put-no $T $t0 $L" >> "$W" ;;
+  esac
   fi
 }
+P="$ADV_HOLDER.put"
+putbg() {
+  [ -e "$P" ] && return 0
+  : > "$P"
+  ( put; rm -f "$P" ) &
+}
 echo "start $T $(now) $L" >> "$W"
-put
+putbg
 end=$(( $(now) + ADV_RUN_MS * 1000000 ))
 n=0
 while t=$(now); [ "$t" -lt "$end" ]; do
   echo "tick $T $t $L" >> "$W"
-  n=$((n + 1)); [ $((n % 8)) -eq 0 ] && put
+  n=$((n + 1)); [ $((n % 8)) -eq 0 ] && putbg
   sleep 0.04
 done
+wait
 echo "end $T $(now) $L" >> "$W"
 : > "$ADV_DONE"
 "#;
@@ -846,6 +858,14 @@ impl Run {
                 .iter()
                 .filter(|e| e.kind == witness::Kind::PutOk)
                 .count(),
+            puts_unsupported: events
+                .iter()
+                .filter(|e| e.kind == witness::Kind::PutUnsupported)
+                .count(),
+            puts_refused: events
+                .iter()
+                .filter(|e| e.kind == witness::Kind::PutNo)
+                .count(),
             torn,
             left,
             elapsed,
@@ -984,6 +1004,10 @@ struct Outcome {
     tally: String,
     /// Fenced writes that landed (refused on S3 by design: none may).
     puts_written: usize,
+    /// Fenced writes refused because the store cannot take them (S3: all that reached it).
+    puts_unsupported: usize,
+    /// Fenced writes refused otherwise (a newer token; on S3 also held traffic).
+    puts_refused: usize,
     torn: Vec<String>,
     left: Vec<procs::Proc>,
     elapsed: Duration,
@@ -1008,6 +1032,23 @@ fn adversary(store: Store, mode: Mode) {
                 "{} fenced write(s) landed on S3, whose ETag is the content's hash: lock put \
                  must refuse them there",
                 outcome.puts_written
+            )),
+            // Not refused for some other reason only (held traffic, a bad endpoint): of the
+            // puts that finished, one at least was refused for the store.
+            Mode::Safe
+                if store != Store::File
+                    && outcome.puts_refused > 0
+                    && outcome.puts_unsupported == 0 =>
+            {
+                Some(format!(
+                    "{} fenced write(s) on S3 were refused, none for the store (cannot be used \
+                     for fenced writes)",
+                    outcome.puts_refused
+                ))
+            }
+            Mode::Safe if store == Store::File && outcome.puts_unsupported > 0 => Some(format!(
+                "{} fenced write(s) refused for the store on file:, which takes them",
+                outcome.puts_unsupported
             )),
             // Not a vacuous pass: holders came and went, and the nemesis got at them.
             Mode::Safe

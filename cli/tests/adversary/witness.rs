@@ -3,8 +3,9 @@
 //! Each line is `<kind> <token> <ns> <launch>`: `ns` is `date +%s%N` taken by COMMAND itself, so
 //! every line is a moment at which COMMAND (holding `token`, or believing it did) was running.
 //! Kinds: `start`, `tick`, `end`; `put-ok` / `put-no` for a fenced `lock put` that exited 0 /
-//! not, with `ns` taken before the put began. A killed COMMAND writes no `end`: its last line
-//! is its last evidence of running.
+//! not, with `ns` taken before the put began, and `put-unsupported` for one the store was
+//! refused for (`cannot be used for fenced writes`: S3). A killed COMMAND writes no `end`: its
+//! last line is its last evidence of running.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -16,6 +17,8 @@ pub enum Kind {
     End,
     PutOk,
     PutNo,
+    /// Refused because the store cannot take fenced writes.
+    PutUnsupported,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +43,7 @@ pub fn parse(text: &str) -> (Vec<Event>, Vec<String>) {
             Some("end") => Kind::End,
             Some("put-ok") => Kind::PutOk,
             Some("put-no") => Kind::PutNo,
+            Some("put-unsupported") => Kind::PutUnsupported,
             _ => {
                 bad.push(line.to_owned());
                 continue;
@@ -249,12 +253,13 @@ pub fn tally(events: &[Event]) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "holdings started={} ended={} ticks={} puts written={} refused={}",
+        "holdings started={} ended={} ticks={} puts written={} refused={} refused for the store={}",
         count(Kind::Start),
         count(Kind::End),
         count(Kind::Tick),
         count(Kind::PutOk),
-        count(Kind::PutNo)
+        count(Kind::PutNo),
+        count(Kind::PutUnsupported)
     );
     s
 }
