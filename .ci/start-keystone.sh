@@ -190,10 +190,11 @@ use = egg:swift#symlink
 CONF
 
 # ---- 5. the TLS front: a private CA, the front's certificate for 127.0.0.1, HAProxy --------
-# Made once: the tests trust this CA through OS_CACERT, so a rerun keeps it.
+# Made once (the tests trust this CA through OS_CACERT, so a rerun keeps it), and again when
+# the front's certificate ends within a day (a long-lived rig).
 TLS=$ROOT/tls
 mkdir -p "$TLS"
-if [ ! -f "$TLS/front.pem" ]; then
+if [ ! -f "$TLS/front.pem" ] || ! openssl x509 -checkend 86400 -noout -in "$TLS/front.crt" >/dev/null 2>&1; then
   openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=banklease Keystone test CA" \
     -keyout "$TLS/ca.key" -out "$TLS/ca.pem" >/dev/null 2>&1 || fail "openssl could not make the test CA"
   openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout "$TLS/front.key" \
