@@ -192,7 +192,7 @@ pub struct GcConfig {
     pub grace: Duration,
     /// Requests in flight at once during a pass.
     pub concurrency: usize,
-    /// Most checkpoints collected in one pass (0 = no limit).
+    /// Most checkpoints deleted in one pass, collected or retired (0 = no limit).
     pub max_deletions: usize,
     /// Refuse a pass that would collect more than this fraction of the protecting checkpoints.
     pub brake_ratio: f64,

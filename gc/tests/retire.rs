@@ -194,3 +194,47 @@ async fn never_keeps_failed_checkpoints_and_counts_them() {
     );
     assert_eq!(data(&bank, &failed).await.len(), 2);
 }
+
+/// `gc.max_deletions` bounds what a pass deletes, retirements included: with a limit of 1 and
+/// two failed checkpoints due, one is retired and the other kept and named (skipped, over the
+/// limit) for the next pass, which retires it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_deletions_bounds_retirements_and_the_next_pass_goes_on() {
+    let bank = Bank::open("memory://").unwrap();
+    banklease::layout::init(&bank).await.unwrap();
+    let (_a, first, _) = owner_with_a_failure(&bank).await;
+    let (_b, second, _) = owner_with_a_failure(&bank).await;
+    tokio::time::sleep(KEEP + Duration::from_millis(300)).await;
+    let limited = || {
+        let mut o = options(Duration::from_millis(50), Some(KEEP), false);
+        o.max_deletions = 1;
+        o
+    };
+    let report = pass(&bank, limited()).await;
+    assert_eq!(
+        (report.retired, report.failed_kept, report.failed_kept_bytes),
+        (1, 1, 9),
+        "{report:?}"
+    );
+    let deferred: Vec<_> = report
+        .checkpoints
+        .iter()
+        .filter(|c| c.action == Action::Skip)
+        .collect();
+    assert_eq!(deferred.len(), 1, "{report:?}");
+    assert!(
+        deferred[0].reason.contains("gc.max_deletions"),
+        "{report:?}"
+    );
+    let left = [&first, &second]
+        .into_iter()
+        .filter(|id| **id == deferred[0].checkpoint_id)
+        .count();
+    assert_eq!(left, 1, "the skipped one is one of the two: {report:?}");
+    assert_eq!(data(&bank, &deferred[0].checkpoint_id).await.len(), 2);
+
+    let report = pass(&bank, limited()).await;
+    assert_eq!((report.retired, report.failed_kept), (1, 0), "{report:?}");
+    assert!(data(&bank, &first).await.is_empty());
+    assert!(data(&bank, &second).await.is_empty());
+}

@@ -14,7 +14,7 @@ pub struct GcOptions {
     pub skew_margin: Duration,
     /// Requests in flight at once.
     pub concurrency: usize,
-    /// Most checkpoints collected per pass (0 = no limit).
+    /// Most checkpoints deleted per pass, collected or retired (0 = no limit).
     pub max_deletions: usize,
     /// Refuse a pass that would collect more than this fraction of protecting checkpoints ...
     pub brake_ratio: f64,

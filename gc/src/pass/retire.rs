@@ -7,8 +7,10 @@
 //!
 //! Only what the entry names and `index.json` confirms is removed: a checkpoint whose
 //! `index.json` is not a failed one (or not there) only loses its entry, and one that cannot be
-//! read is a problem, left for a human.
+//! read is a problem, left for a human. `gc.max_deletions` bounds retirements with collections:
+//! they take what the pass's collections left, and the rest wait, named, for the next pass.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use banklease::checkpoint::{self, Removal, Status};
@@ -29,6 +31,8 @@ enum Outcome {
     Kept(u64),
     /// Retired (dry run: would be), and why.
     Retired(banklease::OwnerId, String),
+    /// Due, but over the pass's limit (`gc.max_deletions`): kept for the next pass.
+    Deferred(banklease::OwnerId, u64),
     /// The entry named no failed checkpoint: it was forgotten.
     Stale,
 }
@@ -39,6 +43,9 @@ pub(crate) async fn retire_failed(ctx: &PassContext, report: &mut PassReport) {
     let prefix = Prefix::Failed.path(bank);
     let sent = ctx.clock.now();
     let prefix = &prefix;
+    // The pass's deletions so far: its collections, then each retirement as it is decided.
+    let limit = (ctx.options.max_deletions > 0).then_some(ctx.options.max_deletions as u64);
+    let taken = &AtomicU64::new(report.collected);
     let mut results = bank
         .store()
         .list(Some(prefix))
@@ -56,7 +63,7 @@ pub(crate) async fn retire_failed(ctx: &PassContext, report: &mut PassReport) {
             // at each daemon start. A step only moves a retirement.
             let now = ctx.store_time.at_send(sent, ctx.options.read_staleness);
             let failed_for = StoreTime::between(meta.last_modified, now);
-            let outcome = one(ctx, &id, failed_for)
+            let outcome = one(ctx, &id, failed_for, taken, limit)
                 .await
                 .map_err(|e| (format!("checkpoint `{id}`"), e))?;
             Ok(Some((id, outcome)))
@@ -73,6 +80,13 @@ pub(crate) async fn retire_failed(ctx: &PassContext, report: &mut PassReport) {
                 report.retired += 1;
                 report.name(id, owner, Action::Retire, why);
             }
+            Ok(Some((id, Outcome::Deferred(owner, bytes)))) => {
+                report.failed_kept += 1;
+                report.failed_kept_bytes += bytes;
+                let why = "due for retirement, but over this pass's limit (gc.max_deletions); \
+                           the next pass retires it";
+                report.name(id, owner, Action::Skip, why.to_owned());
+            }
             Err((object, e)) => {
                 tracing::warn!(target: crate::pass::report::PROBLEM_TARGET, object, error = %error_chain(&e),
                     "retiring a failed checkpoint failed; the next pass tries again");
@@ -87,6 +101,8 @@ async fn one(
     ctx: &PassContext,
     id: &CheckpointId,
     failed_for: Duration,
+    taken: &AtomicU64,
+    limit: Option<u64>,
 ) -> banklease::Result<Outcome> {
     let bank = &ctx.bank;
     let options = &ctx.options;
@@ -112,6 +128,13 @@ async fn one(
             return Ok(Outcome::Stale);
         }
     };
+    // A slot under the pass's limit, reserved before acting (a dry run counts as a pass would).
+    if limit.is_some_and(|l| taken.fetch_add(1, Ordering::SeqCst) >= l) {
+        return Ok(Outcome::Deferred(
+            record.owner_id,
+            data_bytes(ctx, id).await?,
+        ));
+    }
     let why = format!(
         "failed {} ago, past gc.keep_failed_for ({})",
         duration_words(failed_for),
