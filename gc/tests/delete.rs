@@ -192,3 +192,64 @@ async fn a_removed_checkpoint_is_never_brought_back_by_its_owners_move() {
         Err(object_store::Error::NotFound { .. })
     ));
 }
+
+/// An operator's deletion of an `available` checkpoint killed after `index.json` said
+/// `deleting` and its data went (the tombstone's write failed): the next pass finishes it, the
+/// operator's trail kept, as it finishes a retirement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_deletion_is_finished_by_the_next_pass() {
+    let (bank, faults, _guard) = backends::faulty_bank(Backend::Memory, &MockClock::new()).await;
+    let clock: SharedClock = Arc::new(SystemClock);
+    let lease = short_lived_owner(&bank, &clock).await;
+    let id = cid("half-deleted");
+    let cp = checkpoint_with_data(&lease, &id).await;
+    cp.complete(Status::Available).await.unwrap();
+    drop(cp);
+    drop(lease);
+
+    let options = GcOptions::builder()
+        .grace(Duration::from_millis(200))
+        .skew_margin(Duration::from_millis(50))
+        .build();
+    // The first write of index.json (`deleting`) lands; the second (the tombstone) fails.
+    let index = format!("{}/index.json", id.as_str());
+    faults.fail_put_to_after(&index, 1, Strike::Before);
+    delete(&bank, &clock, &options, &id, &request(true))
+        .await
+        .expect_err("the tombstone's write failed");
+    let record = checkpoint::read_checkpoint(&bank, &id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, Status::Deleting);
+
+    let report = banklease_gc::Collector::new(bank.clone(), clock.clone(), options.clone())
+        .run_pass()
+        .await
+        .unwrap();
+    assert_eq!((report.errors, report.retired), (0, 1), "{report:?}");
+    let record = checkpoint::read_checkpoint(&bank, &id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, Status::Deleted, "{report:?}");
+    let removal = record.removal.unwrap();
+    assert_eq!(
+        (removal.by.as_str(), removal.name.as_str()),
+        ("operator", "alice")
+    );
+    assert_eq!(removal.was, Status::Available);
+    let data: Vec<_> = bank
+        .store()
+        .list(Some(&Prefix::Data(&id).path(&bank)))
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(data.is_empty(), "{data:?}");
+    assert!(matches!(
+        bank.store()
+            .head(&Key::Failed(id.clone()).path(&bank))
+            .await,
+        Err(object_store::Error::NotFound { .. })
+    ));
+}

@@ -3,11 +3,13 @@
 //!
 //! A finished checkpoint was decided by its owner (`decisions/<id>`); nothing races to decide
 //! it again, so its removal is a sequence of idempotent steps that any remover resumes:
-//! a marker its owner's move left goes first, then `index.json` says it is going (`deleting`
-//! from `available`, `error-deleting` from `error`, with the [`Removal`]), then its data goes, then `index.json` becomes a `deleted`
-//! tombstone that keeps the [`Removal`] (the trail `checkpoint explain` reads), and last its
-//! `index/failed/` entry goes. A crash anywhere leaves a status that says where it stopped, and
-//! the entry that brings a failed checkpoint back to the next pass.
+//! a marker its owner's move left goes first, then the checkpoint gets an `index/failed/` entry
+//! if it has none (an `available` one, or one failed under a release that did not index), then
+//! `index.json` says it is going (`deleting` from `available`, `error-deleting` from `error`,
+//! with the [`Removal`]), then its data goes, then `index.json` becomes a `deleted` tombstone
+//! that keeps the [`Removal`] (the trail `checkpoint explain` reads), and last the entry goes. A
+//! crash anywhere leaves a status that says where it stopped, and the entry that brings the
+//! removal back to the next pass, which finishes a begun one at once.
 //!
 //! Invariant: **only a finished checkpoint is removed this way, and never on doubt.** A
 //! `protecting` checkpoint is refused (it is the collector's, through the decision); the
@@ -62,6 +64,19 @@ pub async fn remove_finished(
     match bank.store().delete(&marker).await {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
         Err(e) => return Err(write_failed(bank.label(), "delete", &marker, e)),
+    }
+    if record.removal.is_none() {
+        // Create-if-absent: a failed checkpoint's entry keeps its stamp (its retention).
+        let entry = Key::Failed(record.id.clone()).path(bank);
+        let create = object_store::PutOptions::from(object_store::PutMode::Create);
+        match bank
+            .store()
+            .put_opts(&entry, object_store::PutPayload::default(), create)
+            .await
+        {
+            Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => {}
+            Err(e) => return Err(write_failed(bank.label(), "put", &entry, e)),
+        }
     }
     let mut marked = record.clone();
     marked.removal = Some(removal);

@@ -33,7 +33,8 @@ pub(crate) fn removal_next(record: &CheckpointRecord) -> Option<String> {
         Status::Deleted => "nothing: it was removed (this tombstone keeps the trail)".to_owned(),
         _ if r.by == "gc" => "the next gc pass finishes its removal".to_owned(),
         _ => format!(
-            "its removal was interrupted: `banklease checkpoint delete {}` finishes it",
+            "its removal was interrupted: the next gc pass finishes it, or `banklease \
+             checkpoint delete {}` now",
             record.id
         ),
     })

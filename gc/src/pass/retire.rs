@@ -2,8 +2,10 @@
 //! `index/failed/<id>` when that move finishes; once the entry's stamp (the store's clock) is
 //! older than `gc.keep_failed_for` plus the skew margin, judged at the instant the listing was
 //! sent (not raised to a step floor: see `retire_failed`), the pass removes the checkpoint — data first, then its records
-//! ([`banklease::collector::remove_finished`]). The others are counted, with their bytes, so
-//! that an operator sees what the setting keeps.
+//! ([`banklease::collector::remove_finished`]). A removal begun and interrupted (a pass's, or an
+//! operator's `checkpoint delete`, which indexes what it removes here first) is finished at
+//! once, whatever its age. The others are counted, with their bytes, so that an operator sees
+//! what the setting keeps.
 //!
 //! Only what the entry names and `index.json` confirms is removed: a checkpoint whose
 //! `index.json` is not a failed one (or not there) only loses its entry, and one that cannot be
@@ -106,16 +108,11 @@ async fn one(
 ) -> banklease::Result<Outcome> {
     let bank = &ctx.bank;
     let options = &ctx.options;
-    let due = options
-        .keep_failed_for
-        .filter(|keep| past(failed_for, *keep, options.skew_margin));
-    let Some(keep) = due else {
-        return Ok(Outcome::Kept(data_bytes(ctx, id).await?));
-    };
     let record = match checkpoint::read_checkpoint(bank, id).await? {
         Some(r)
             if matches!(r.status, Status::Error | Status::ErrorDeleting)
-                || (r.status == Status::Deleted && r.removal.is_some()) =>
+                || (matches!(r.status, Status::Deleting | Status::Deleted)
+                    && r.removal.is_some()) =>
         {
             r
         }
@@ -128,6 +125,35 @@ async fn one(
             return Ok(Outcome::Stale);
         }
     };
+    let why = match &record.removal {
+        // Begun by a pass or an operator and interrupted: finished now, whatever its age.
+        Some(begun) => format!(
+            "finishing the removal {} began{}",
+            if begun.by == "gc" {
+                "a gc pass".to_owned()
+            } else {
+                format!("operator `{}`", begun.name)
+            },
+            if begun.reason.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", begun.reason)
+            }
+        ),
+        None => {
+            let due = options
+                .keep_failed_for
+                .filter(|keep| past(failed_for, *keep, options.skew_margin));
+            let Some(keep) = due else {
+                return Ok(Outcome::Kept(data_bytes(ctx, id).await?));
+            };
+            format!(
+                "failed {} ago, past gc.keep_failed_for ({})",
+                duration_words(failed_for),
+                duration_words(keep)
+            )
+        }
+    };
     // A slot under the pass's limit, reserved before acting (a dry run counts as a pass would).
     if limit.is_some_and(|l| taken.fetch_add(1, Ordering::SeqCst) >= l) {
         return Ok(Outcome::Deferred(
@@ -135,11 +161,6 @@ async fn one(
             data_bytes(ctx, id).await?,
         ));
     }
-    let why = format!(
-        "failed {} ago, past gc.keep_failed_for ({})",
-        duration_words(failed_for),
-        duration_words(keep)
-    );
     if !options.dry_run {
         let removal = Removal {
             by: "gc".to_owned(),
