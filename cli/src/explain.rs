@@ -414,9 +414,9 @@ fn conclude(
                      under _banklease/set-aside/)",
                     unreadable(e)
                 ),
-                Ok(Some(r)) if r.removal.is_some() && marker != Some(true) => {
-                    removal::removal_next(r).unwrap_or_default()
-                }
+                Ok(Some(r)) if r.removal.is_some() && marker != Some(true) => retire_next
+                    .or_else(|| removal::removal_next(r))
+                    .unwrap_or_default(),
                 _ if finished && marker != Some(true) => {
                     retire_next.unwrap_or_else(|| "nothing: the decision is finished".to_owned())
                 }

@@ -253,3 +253,65 @@ async fn an_interrupted_deletion_is_finished_by_the_next_pass() {
         Err(object_store::Error::NotFound { .. })
     ));
 }
+
+/// A deletion killed between entering the checkpoint in `index/failed/` and marking it (its
+/// first `index.json` write failed) began nothing: a pass within the grace leaves the entry (a
+/// slow deletion may still mark it), a pass after it forgets the entry, and the checkpoint
+/// stays whole and `available`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_whose_deletion_never_began_is_forgotten_after_the_grace_and_nothing_goes() {
+    let (bank, faults, _guard) = backends::faulty_bank(Backend::Memory, &MockClock::new()).await;
+    let clock: SharedClock = Arc::new(SystemClock);
+    let lease = short_lived_owner(&bank, &clock).await;
+    let id = cid("never-begun");
+    let cp = checkpoint_with_data(&lease, &id).await;
+    cp.complete(Status::Available).await.unwrap();
+    drop(cp);
+    drop(lease);
+
+    let options = GcOptions::builder()
+        .grace(Duration::from_millis(600))
+        .skew_margin(Duration::from_millis(50))
+        .build();
+    let index = format!("{}/index.json", id.as_str());
+    faults.fail_next_put_to(&index, Strike::Before);
+    delete(&bank, &clock, &options, &id, &request(true))
+        .await
+        .expect_err("the mark's write failed");
+    let entry = Key::Failed(id.clone()).path(&bank);
+    assert!(bank.store().head(&entry).await.is_ok(), "entered first");
+
+    let pass = || async {
+        banklease_gc::Collector::new(bank.clone(), clock.clone(), options.clone())
+            .run_pass()
+            .await
+            .unwrap()
+    };
+    let report = pass().await;
+    assert_eq!((report.errors, report.retired), (0, 0), "{report:?}");
+    assert!(
+        bank.store().head(&entry).await.is_ok(),
+        "left within the grace"
+    );
+
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let report = pass().await;
+    assert_eq!((report.errors, report.retired), (0, 0), "{report:?}");
+    assert!(matches!(
+        bank.store().head(&entry).await,
+        Err(object_store::Error::NotFound { .. })
+    ));
+    let record = checkpoint::read_checkpoint(&bank, &id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, Status::Available);
+    assert!(record.removal.is_none());
+    let data: Vec<_> = bank
+        .store()
+        .list(Some(&Prefix::Data(&id).path(&bank)))
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(data.len(), 1);
+}

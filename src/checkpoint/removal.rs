@@ -9,7 +9,9 @@
 //! with the [`Removal`]), then its data goes, then `index.json` becomes a `deleted` tombstone
 //! that keeps the [`Removal`] (the trail `checkpoint explain` reads), and last the entry goes. A
 //! crash anywhere leaves a status that says where it stopped, and the entry that brings the
-//! removal back to the next pass, which finishes a begun one at once.
+//! removal back to the next pass, which finishes a begun one at once (a crash between the entry
+//! and the first mark begins nothing: a pass forgets that entry once it is older than the
+//! grace).
 //!
 //! Invariant: **only a finished checkpoint is removed this way, and never on doubt.** A
 //! `protecting` checkpoint is refused (it is the collector's, through the decision); the

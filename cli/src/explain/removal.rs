@@ -33,8 +33,7 @@ pub(crate) fn removal_next(record: &CheckpointRecord) -> Option<String> {
         Status::Deleted => "nothing: it was removed (this tombstone keeps the trail)".to_owned(),
         _ if r.by == "gc" => "the next gc pass finishes its removal".to_owned(),
         _ => format!(
-            "its removal was interrupted: the next gc pass finishes it, or `banklease \
-             checkpoint delete {}` now",
+            "its removal was interrupted: `banklease checkpoint delete {}` finishes it",
             record.id
         ),
     })
@@ -43,11 +42,27 @@ pub(crate) fn removal_next(record: &CheckpointRecord) -> Option<String> {
 /// When the GC retires a failed checkpoint (one request: the entry of `index/failed/`), for a
 /// checkpoint that is `error` and not being removed; `None` otherwise.
 pub(crate) async fn retire_next(ctx: &Ctx, record: &CheckpointRecord) -> Option<String> {
-    if record.status != Status::Error || record.removal.is_some() {
-        return None;
-    }
     let id: &CheckpointId = &record.id;
     let entry = Key::Failed(id.clone()).path(&ctx.bank);
+    if let Some(r) = &record.removal {
+        // An operator's removal, interrupted: a pass finishes it if it was entered (removals
+        // since this release are).
+        if record.status == Status::Deleted || r.by == "gc" {
+            return None;
+        }
+        return Some(match ctx.bank.store().head(&entry).await {
+            Ok(_) => format!(
+                "its removal was interrupted: the next gc pass finishes it, or `banklease \
+                 checkpoint delete {id}` now"
+            ),
+            Err(_) => format!(
+                "its removal was interrupted: `banklease checkpoint delete {id}` finishes it"
+            ),
+        });
+    }
+    if record.status != Status::Error {
+        return None;
+    }
     let keep = ctx.config.gc.keep_failed_for;
     Some(match ctx.bank.store().head(&entry).await {
         Ok(meta) => match keep {

@@ -45,9 +45,10 @@ pub(crate) async fn retire_failed(ctx: &PassContext, report: &mut PassReport) {
     let prefix = Prefix::Failed.path(bank);
     let sent = ctx.clock.now();
     let prefix = &prefix;
-    // The pass's deletions so far: its collections, then each retirement as it is decided.
+    // The pass's deletions so far: its collections (and, to err low, those that failed part
+    // way), then each retirement as it is decided.
     let limit = (ctx.options.max_deletions > 0).then_some(ctx.options.max_deletions as u64);
-    let taken = &AtomicU64::new(report.collected);
+    let taken = &AtomicU64::new(report.collected + report.errors);
     let mut results = bank
         .store()
         .list(Some(prefix))
@@ -116,6 +117,15 @@ async fn one(
         {
             r
         }
+        // Entered by a removal that has yet to mark it (`remove_finished` enters first): left
+        // alone for the grace, by which a removal going on has marked it; after, nothing was
+        // begun and the entry is forgotten.
+        Some(r)
+            if r.status == Status::Available
+                && !past(failed_for, options.grace, options.skew_margin) =>
+        {
+            return Ok(Outcome::Stale);
+        }
         other => {
             tracing::info!(checkpoint_id = %id, status = ?other.map(|r| r.status),
                 "a failed checkpoint's entry names no failed checkpoint: forgotten");
@@ -154,8 +164,11 @@ async fn one(
             )
         }
     };
-    // A slot under the pass's limit, reserved before acting (a dry run counts as a pass would).
-    if limit.is_some_and(|l| taken.fetch_add(1, Ordering::SeqCst) >= l) {
+    // A slot under the pass's limit, reserved before acting (a dry run counts as a pass would);
+    // a tombstone whose entry is all that is left deletes no checkpoint.
+    if record.status != Status::Deleted
+        && limit.is_some_and(|l| taken.fetch_add(1, Ordering::SeqCst) >= l)
+    {
         return Ok(Outcome::Deferred(
             record.owner_id,
             data_bytes(ctx, id).await?,
