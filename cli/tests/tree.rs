@@ -110,6 +110,20 @@ fn running_workers(env: &Env, name: &str) -> Vec<u32> {
         .collect()
 }
 
+/// SIGKILL supervisor `sup` and its guard together (`pkill -9 banklease`), and reap `sup`.
+/// Both are stopped first: otherwise the one killed second may see the other die and stop the
+/// tree in the gap (what each is there to do when only one dies).
+fn kill_both(sup: &mut std::process::Child) {
+    let guard = Pid::from_raw(guard_of(sup.id()) as i32).unwrap();
+    // The supervisor first: a stopped parent is nothing the guard sees at once (its deadline is
+    // seconds away), while the supervisor would see its child stop.
+    signal(sup, Signal::STOP);
+    let _ = kill_process(guard, Signal::STOP);
+    signal(sup, Signal::KILL);
+    let _ = kill_process(guard, Signal::KILL);
+    sup.wait().unwrap();
+}
+
 fn kill_workers(env: &Env, name: &str) {
     for pid in running_workers(env, name) {
         let _ = kill_process(Pid::from_raw(pid as i32).unwrap(), Signal::KILL);
@@ -322,10 +336,7 @@ fn a_waiter_never_takes_the_lock_beside_a_dead_holders_tree() {
             sup.wait().unwrap();
             return;
         }
-        let guard = guard_of(sup.id());
-        signal(&sup, Signal::KILL);
-        let _ = kill_process(Pid::from_raw(guard as i32).unwrap(), Signal::KILL);
-        sup.wait().unwrap();
+        kill_both(&mut sup);
         // Past the lock's expiry (2 s): the worker still runs, the lock is not taken.
         let out = env.run(&["lock", "run", "-w", "6", "--verbose", &key, "--", "true"]);
         let running = running_workers(&env, &name);
@@ -377,10 +388,7 @@ fn without_a_cgroup_a_dead_pair_is_not_taken_over_early() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut sup = env.spawn(&args, name);
     wait_for("the worker's first ticks", || env.ticks(name).len() >= 3);
-    let guard = guard_of(sup.id());
-    signal(&sup, Signal::KILL);
-    let _ = kill_process(Pid::from_raw(guard as i32).unwrap(), Signal::KILL);
-    sup.wait().unwrap();
+    kill_both(&mut sup);
     let out = env.run(&["lock", "run", "-w", "2", "pair", "--", "true"]);
     let running = running_workers(&env, name);
     kill_workers(&env, name);
