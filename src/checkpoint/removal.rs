@@ -27,6 +27,9 @@ use crate::error::{Error, Result};
 use crate::paths::{Key, Prefix};
 use crate::store::cause::write_failed;
 
+/// What a removal's `index/failed/` entry holds (a failure's is empty).
+const REMOVING: &[u8] = b"removing";
+
 /// Remove the finished checkpoint whose `index.json` reads as `record`, as `removal` says
 /// (`removal.was` is set here from `record`). Returns the data objects deleted. Resumes a
 /// removal found `deleting`/`error-deleting` (keeping its first [`Removal`]); a `deleted`
@@ -68,16 +71,16 @@ pub async fn remove_finished(
         Err(e) => return Err(write_failed(bank.label(), "delete", &marker, e)),
     }
     if record.removal.is_none() {
-        // Create-if-absent: a failed checkpoint's entry keeps its stamp (its retention).
+        // Not empty, unlike a failure's entry: a pass reads the record of such an entry at
+        // once, and of an empty one only once its retention is due (one request less per kept
+        // failure per pass). A failure's retention restarts should the removal not begin.
         let entry = Key::Failed(record.id.clone()).path(bank);
-        let create = object_store::PutOptions::from(object_store::PutMode::Create);
-        match bank
+        if let Err(e) = bank
             .store()
-            .put_opts(&entry, object_store::PutPayload::default(), create)
+            .put(&entry, object_store::PutPayload::from_static(REMOVING))
             .await
         {
-            Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => {}
-            Err(e) => return Err(write_failed(bank.label(), "put", &entry, e)),
+            return Err(write_failed(bank.label(), "put", &entry, e));
         }
     }
     let mut marked = record.clone();

@@ -66,7 +66,7 @@ pub(crate) async fn retire_failed(ctx: &PassContext, report: &mut PassReport) {
             // at each daemon start. A step only moves a retirement.
             let now = ctx.store_time.at_send(sent, ctx.options.read_staleness);
             let failed_for = StoreTime::between(meta.last_modified, now);
-            let outcome = one(ctx, &id, failed_for, taken, limit)
+            let outcome = one(ctx, &id, failed_for, meta.size > 0, taken, limit)
                 .await
                 .map_err(|e| (format!("checkpoint `{id}`"), e))?;
             Ok(Some((id, outcome)))
@@ -104,11 +104,19 @@ async fn one(
     ctx: &PassContext,
     id: &CheckpointId,
     failed_for: Duration,
+    removing: bool,
     taken: &AtomicU64,
     limit: Option<u64>,
 ) -> banklease::Result<Outcome> {
     let bank = &ctx.bank;
     let options = &ctx.options;
+    let due = options
+        .keep_failed_for
+        .filter(|keep| past(failed_for, *keep, options.skew_margin));
+    // A failure's (empty) entry not yet due: counted without reading its record.
+    if !removing && due.is_none() {
+        return Ok(Outcome::Kept(data_bytes(ctx, id).await?));
+    }
     let record = match checkpoint::read_checkpoint(bank, id).await? {
         Some(r)
             if matches!(r.status, Status::Error | Status::ErrorDeleting)
@@ -151,9 +159,6 @@ async fn one(
             }
         ),
         None => {
-            let due = options
-                .keep_failed_for
-                .filter(|keep| past(failed_for, *keep, options.skew_margin));
             let Some(keep) = due else {
                 return Ok(Outcome::Kept(data_bytes(ctx, id).await?));
             };
