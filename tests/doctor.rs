@@ -579,6 +579,23 @@ fn cli_prints_a_table_or_one_json_object_and_exits_by_verdict() {
     assert!(err.contains("unknown scheme"), "{err}");
 }
 
+/// A variable `.ci/start-rgw.sh` prints.
+fn rgw_var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} (.ci/start-rgw.sh)"))
+}
+
+/// The binary's variables for RGW's S3 API (the caller's `AWS_*` are moto's).
+fn rgw_vars() -> [(&'static str, String); 6] {
+    [
+        ("AWS_ENDPOINT", rgw_var("RGW_S3_ENDPOINT")),
+        ("AWS_ACCESS_KEY_ID", rgw_var("RGW_ACCESS_KEY_ID")),
+        ("AWS_SECRET_ACCESS_KEY", rgw_var("RGW_SECRET_ACCESS_KEY")),
+        ("AWS_ALLOW_HTTP", "true".to_owned()),
+        ("AWS_REGION", "us-east-1".to_owned()),
+        ("NO_COLOR", "1".to_owned()),
+    ]
+}
+
 /// Ceph RGW's S3 API, as an operator runs `doctor` on it: conditional overwrite enforced in the
 /// unquoted form (found, raced and sent), owner leases and named locks atomic, the bank
 /// supported (exit 0); fenced writes refused, its ETag being the content's hash.
@@ -587,17 +604,8 @@ fn rgw_s3_api_is_atomic_in_the_unquoted_form_and_refuses_fenced_writes() {
     if !banklease_testkit::backends::Backend::Rgw.available() {
         return;
     }
-    let var =
-        |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} (.ci/start-rgw.sh)"));
-    let vars = [
-        ("AWS_ENDPOINT", var("RGW_S3_ENDPOINT")),
-        ("AWS_ACCESS_KEY_ID", var("RGW_ACCESS_KEY_ID")),
-        ("AWS_SECRET_ACCESS_KEY", var("RGW_SECRET_ACCESS_KEY")),
-        ("AWS_ALLOW_HTTP", "true".to_owned()),
-        ("AWS_REGION", "us-east-1".to_owned()),
-        ("NO_COLOR", "1".to_owned()),
-    ];
-    let url = format!("s3://{}/{}", var("RGW_BUCKET"), fresh_prefix());
+    let vars = rgw_vars();
+    let url = format!("s3://{}/{}", rgw_var("RGW_BUCKET"), fresh_prefix());
     let (code, out, err) = run_doctor_with(&["--bank", &url], &vars, Duration::from_secs(180));
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
     for needle in [
@@ -623,17 +631,12 @@ fn an_rgw_bucket_with_versioning_is_judged_not_supported() {
     if !banklease_testkit::backends::Backend::Rgw.available() {
         return;
     }
-    let var =
-        |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} (.ci/start-rgw.sh)"));
-    let vars = [
-        ("AWS_ENDPOINT", var("RGW_S3_ENDPOINT")),
-        ("AWS_ACCESS_KEY_ID", var("RGW_ACCESS_KEY_ID")),
-        ("AWS_SECRET_ACCESS_KEY", var("RGW_SECRET_ACCESS_KEY")),
-        ("AWS_ALLOW_HTTP", "true".to_owned()),
-        ("AWS_REGION", "us-east-1".to_owned()),
-        ("NO_COLOR", "1".to_owned()),
-    ];
-    let url = format!("s3://{}/{}", var("RGW_VERSIONED_BUCKET"), fresh_prefix());
+    let vars = rgw_vars();
+    let url = format!(
+        "s3://{}/{}",
+        rgw_var("RGW_VERSIONED_BUCKET"),
+        fresh_prefix()
+    );
     let (code, out, err) = run_doctor_with(
         &["--bank", &url, "--race-rounds", "2"],
         &vars,

@@ -49,6 +49,19 @@ async fn checkpoint_with_data(lease: &OwnerLease, id: &banklease::CheckpointId) 
     cp
 }
 
+/// An `available` checkpoint named `name` (one data object) whose owner is gone.
+async fn available_of_a_gone_owner(
+    bank: &banklease::Bank,
+    clock: &SharedClock,
+    name: &str,
+) -> banklease::CheckpointId {
+    let lease = short_lived_owner(bank, clock).await;
+    let id = cid(name);
+    let cp = checkpoint_with_data(&lease, &id).await;
+    cp.complete(Status::Available).await.unwrap();
+    id
+}
+
 /// An owner completed its checkpoint (its decision landed) and died before finishing the move:
 /// `index.json` still says protecting, the owner is dead past the grace. A deletion meets the
 /// owner's decision, finishes its move and deletes nothing: the owner's `available` stands,
@@ -200,12 +213,7 @@ async fn a_removed_checkpoint_is_never_brought_back_by_its_owners_move() {
 async fn an_interrupted_deletion_is_finished_by_the_next_pass() {
     let (bank, faults, _guard) = backends::faulty_bank(Backend::Memory, &MockClock::new()).await;
     let clock: SharedClock = Arc::new(SystemClock);
-    let lease = short_lived_owner(&bank, &clock).await;
-    let id = cid("half-deleted");
-    let cp = checkpoint_with_data(&lease, &id).await;
-    cp.complete(Status::Available).await.unwrap();
-    drop(cp);
-    drop(lease);
+    let id = available_of_a_gone_owner(&bank, &clock, "half-deleted").await;
 
     let options = GcOptions::builder()
         .grace(Duration::from_millis(200))
@@ -262,12 +270,7 @@ async fn an_interrupted_deletion_is_finished_by_the_next_pass() {
 async fn an_entry_whose_deletion_never_began_is_forgotten_after_the_grace_and_nothing_goes() {
     let (bank, faults, _guard) = backends::faulty_bank(Backend::Memory, &MockClock::new()).await;
     let clock: SharedClock = Arc::new(SystemClock);
-    let lease = short_lived_owner(&bank, &clock).await;
-    let id = cid("never-begun");
-    let cp = checkpoint_with_data(&lease, &id).await;
-    cp.complete(Status::Available).await.unwrap();
-    drop(cp);
-    drop(lease);
+    let id = available_of_a_gone_owner(&bank, &clock, "never-begun").await;
 
     let options = GcOptions::builder()
         .grace(Duration::from_millis(600))
