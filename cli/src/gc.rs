@@ -154,6 +154,16 @@ pub(crate) async fn gc(
             staged_line(staged, now, ctx.config.gc.late_write_window)
         );
     }
+    // What is in the bank but not banklease's: kept, and said, not an error.
+    for foreign in &report.foreign {
+        eprintln!("note: kept {foreign}: not banklease's, left as it is");
+    }
+    if report.foreign_omitted > 0 {
+        eprintln!(
+            "note: {} more entries that are not banklease's, kept, not named here",
+            report.foreign_omitted
+        );
+    }
     // The pass completed; say on stderr, one line each, what an operator must look at.
     for problem in &report.problems {
         eprintln!(

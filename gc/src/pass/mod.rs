@@ -206,6 +206,12 @@ impl Collector {
             report.staged_uploads = staged;
             report.failed_all(errors);
         }
+        // Links the pass's listings met in a `file:` bank: never followed, kept, named.
+        if let Some(local) = ctx.bank.local() {
+            for met in local.take_met() {
+                report.foreign(met);
+            }
+        }
 
         // What dead owners still have protecting after this pass: zombies, the oldest first.
         report.oldest_zombie_age_ms = judged

@@ -108,6 +108,13 @@ pub struct PassReport {
     /// declared needs longer (their retry budget on a store whose create-if-absent is timing
     /// only), one line each, the first [`MAX_PROBLEMS`]: counted in `in_grace` or `skipped`.
     pub waiting: Vec<String>,
+    /// What the pass met in the bank that banklease did not write, and left as it is: a
+    /// symbolic link in a `file:` bank (never followed), a name in one of banklease's own
+    /// folders that is not a key it writes. One line each, the first [`MAX_PROBLEMS`]; not
+    /// an error (a pass never fails for them), but an operator should look.
+    pub foreign: Vec<String>,
+    /// Such entries beyond the first [`MAX_PROBLEMS`], counted only.
+    pub foreign_omitted: u64,
     /// Requests made, by kind (`put`, `get`, `head`, `delete`, `list`).
     pub requests: BTreeMap<String, u64>,
     /// Wall time of the pass in milliseconds.
@@ -130,6 +137,19 @@ impl PassReport {
         tracing::info!(%why, "held back past the grace");
         if self.waiting.len() < MAX_PROBLEMS && !self.waiting.contains(&why) {
             self.waiting.push(why);
+        }
+    }
+
+    /// Name something met in the bank that banklease did not write, and kept (up to
+    /// [`MAX_PROBLEMS`], each once).
+    pub(crate) fn foreign(&mut self, what: String) {
+        if self.foreign.contains(&what) {
+            return;
+        }
+        if self.foreign.len() < MAX_PROBLEMS {
+            self.foreign.push(what);
+        } else {
+            self.foreign_omitted += 1;
         }
     }
 

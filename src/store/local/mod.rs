@@ -71,7 +71,9 @@
 //! # Ok(()) }
 //! ```
 
+mod beneath;
 mod fs;
+mod read;
 mod staged;
 
 use std::fmt;
@@ -83,14 +85,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
-    UploadPart,
+    CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta,
+    ObjectStore, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
+    Result, UploadPart,
 };
+
+use beneath::Root;
 
 pub(crate) use fs::store_clock;
 pub use fs::{SweepWalk, TemporarySweep};
@@ -101,8 +105,12 @@ pub use staged::StagedWrite;
 /// [module documentation](self).
 #[derive(Clone)]
 pub struct LocalStore {
+    /// object_store's own local store: only its mapping of keys to file names is used (every
+    /// read, listing and write goes through a descriptor of the bank's directory).
     inner: Arc<LocalFileSystem>,
-    root: Arc<PathBuf>,
+    root: Arc<Root>,
+    /// Links (and other entries that are not the bank's) listings met.
+    met: read::Met,
     /// Whether the file system keeps mtimes to the µs, measured at the first conditional
     /// overwrite; without it conditional overwrites are refused.
     exact_mtime: Arc<OnceLock<bool>>,
@@ -112,14 +120,14 @@ pub struct LocalStore {
 impl fmt::Debug for LocalStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LocalStore")
-            .field("root", &self.root)
+            .field("root", &self.root.path())
             .finish()
     }
 }
 
 impl fmt::Display for LocalStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "LocalStore({})", self.root.display())
+        write!(f, "LocalStore({})", self.root.path().display())
     }
 }
 
@@ -130,10 +138,13 @@ impl LocalStore {
         let root = root.into();
         let root = std::fs::canonicalize(&root)
             .map_err(|e| generic(fs::context(e, "resolve the store root", &root)))?;
-        fs::opened(&root);
+        let inner = Arc::new(LocalFileSystem::new_with_prefix(&root)?);
+        let root = Root::open(root.clone())
+            .map_err(|e| generic(fs::context(e, "open the store root", &root)))?;
         Ok(Self {
-            inner: Arc::new(LocalFileSystem::new_with_prefix(&root)?),
+            inner,
             root: Arc::new(root),
+            met: read::Met::default(),
             exact_mtime: Arc::default(),
             before_publish: None,
         })
@@ -160,11 +171,11 @@ impl LocalStore {
         let root = Arc::clone(&self.root);
         let exact = blocking(move || {
             fs::keeps_exact_mtime(&root)
-                .map_err(|e| generic(fs::context(e, "check the timestamps of", &root)))
+                .map_err(|e| generic(fs::context(e, "check the timestamps of", root.path())))
         })
         .await?;
         if self.exact_mtime.set(exact).is_ok() && !exact {
-            tracing::warn!(root = %self.root.display(),
+            tracing::warn!(root = %self.root.path().display(),
                 "this file system rounds modification times: conditional overwrites (If-Match) \
                  are refused on it, so owners renew by verify-then-overwrite and named locks are \
                  unavailable");
@@ -179,18 +190,25 @@ impl LocalStore {
         let root = Arc::clone(&self.root);
         blocking(move || {
             let read = || -> std::io::Result<Vec<String>> {
-                std::fs::read_dir(&*root)?
+                std::fs::read_dir(root.path())?
                     .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
                     .collect()
             };
-            read().map_err(|e| generic(fs::context(e, "read directory", &root)))
+            read().map_err(|e| generic(fs::context(e, "read directory", root.path())))
         })
         .await
     }
 
     /// The directory the store is rooted at.
     pub fn root(&self) -> &std::path::Path {
-        &self.root
+        self.root.path()
+    }
+
+    /// What listings of this store (and its clones) met since the last call that is not the
+    /// bank's own and was left as it is: symbolic links, each named with its path in the bank
+    /// (`` `checkpoints/cp-1/data/x` (a symbolic link) ``). A pass reports them.
+    pub fn take_met(&self) -> Vec<String> {
+        self.met.take()
     }
 
     /// Run `hook` after a put's temporary is written and its condition checked, before it is
@@ -243,6 +261,46 @@ impl LocalStore {
         .await
     }
 
+    /// A recursive listing from `prefix` (keys after `offset`), walked on the blocking pool a
+    /// chunk of entries at a time, never through a link.
+    fn walk(
+        &self,
+        prefix: Option<&Path>,
+        offset: Option<&Path>,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        const CHUNK: usize = 1024;
+        let (root, met) = (Arc::clone(&self.root), self.met.clone());
+        let (prefix, offset) = (prefix.cloned(), offset.cloned());
+        let start = async move {
+            blocking(move || {
+                read::Walk::new(&root, prefix.as_ref(), offset.as_ref(), &met).map_err(generic)
+            })
+            .await
+        };
+        futures::stream::once(start)
+            .map_ok(|walk| {
+                futures::stream::try_unfold(
+                    (walk, std::collections::VecDeque::new()),
+                    |(mut walk, mut buffer)| async move {
+                        if buffer.is_empty() {
+                            (walk, buffer) = blocking(move || {
+                                buffer.extend(walk.by_ref().take(CHUNK));
+                                Ok((walk, buffer))
+                            })
+                            .await?;
+                        }
+                        match buffer.pop_front() {
+                            Some(Ok(meta)) => Ok(Some((meta, (walk, buffer)))),
+                            Some(Err(e)) => Err(generic(e)),
+                            None => Ok(None),
+                        }
+                    },
+                )
+            })
+            .try_flatten()
+            .boxed()
+    }
+
     /// Files carry no attributes: a write that asks for some is refused, as `LocalFileSystem`
     /// refuses it.
     fn no_attributes(&self, call: &str, attributes: &object_store::Attributes) -> Result<()> {
@@ -255,11 +313,19 @@ impl LocalStore {
         })
     }
 
+    /// The key, and its file's path relative to the bank's directory (object_store's mapping
+    /// of a key to a file name, which also refuses names it hides).
     fn key_and_path(&self, location: &Path) -> Result<(String, PathBuf)> {
-        Ok((
-            location.as_ref().to_owned(),
-            self.inner.path_to_filesystem(location)?,
-        ))
+        let absolute = self.inner.path_to_filesystem(location)?;
+        let relative = absolute
+            .strip_prefix(self.root.path())
+            .map_err(|_| object_store::Error::InvalidPath {
+                source: object_store::path::Error::InvalidPath {
+                    path: absolute.clone(),
+                },
+            })?
+            .to_owned();
+        Ok((location.as_ref().to_owned(), relative))
     }
 }
 
@@ -307,6 +373,17 @@ fn transfer_error(e: WriteError, from: &Path, to: &Path, implementer: &str) -> o
             }
         }
         e => write_error(e, to, implementer),
+    }
+}
+
+/// A failed read of `location`: missing is `NotFound`; a link met is said as such.
+fn read_error(e: std::io::Error, location: &Path) -> object_store::Error {
+    match e.kind() {
+        std::io::ErrorKind::NotFound if !fs::root_gone(&e) => object_store::Error::NotFound {
+            path: location.to_string(),
+            source: Box::new(e),
+        },
+        _ => generic(e),
     }
 }
 
@@ -365,11 +442,46 @@ impl ObjectStore for LocalStore {
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        self.inner.get_opts(location, options).await
+        let (_, rel) = self.key_and_path(location)?;
+        let root = Arc::clone(&self.root);
+        let location = location.clone();
+        blocking(move || {
+            let (file, meta) =
+                read::open(&root, &rel, &location).map_err(|e| read_error(e, &location))?;
+            options.check_preconditions(&meta)?;
+            let range = match &options.range {
+                Some(r) => r
+                    .as_range(meta.size)
+                    .map_err(|e| object_store::Error::Generic {
+                        store: STORE,
+                        source: Box::new(e),
+                    })?,
+                None => 0..meta.size,
+            };
+            Ok(GetResult {
+                payload: GetResultPayload::File(file, root.display(&rel)),
+                meta,
+                range,
+                attributes: Default::default(),
+                extensions: Default::default(),
+            })
+        })
+        .await
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        self.inner.get_ranges(location, ranges).await
+        let (_, rel) = self.key_and_path(location)?;
+        let root = Arc::clone(&self.root);
+        let (location, ranges) = (location.clone(), ranges.to_vec());
+        blocking(move || {
+            let (file, meta) =
+                read::open(&root, &rel, &location).map_err(|e| read_error(e, &location))?;
+            ranges
+                .into_iter()
+                .map(|r| read::read_range(&file, meta.size, r).map_err(generic))
+                .collect()
+        })
+        .await
     }
 
     fn delete_stream(
@@ -386,10 +498,12 @@ impl ObjectStore for LocalStore {
                     let root = Arc::clone(&store.root);
                     blocking(move || {
                         fs::delete(&root, &key, &path).map_err(|e| match e.kind() {
-                            std::io::ErrorKind::NotFound => object_store::Error::NotFound {
-                                path: location.to_string(),
-                                source: Box::new(e),
-                            },
+                            std::io::ErrorKind::NotFound if !fs::root_gone(&e) => {
+                                object_store::Error::NotFound {
+                                    path: location.to_string(),
+                                    source: Box::new(e),
+                                }
+                            }
                             _ => generic(e),
                         })?;
                         Ok(location)
@@ -402,7 +516,7 @@ impl ObjectStore for LocalStore {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list(prefix)
+        self.walk(prefix, None)
     }
 
     fn list_with_offset(
@@ -410,26 +524,26 @@ impl ObjectStore for LocalStore {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
+        self.walk(prefix, Some(offset))
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        let mut listed = self.inner.list_with_delimiter(prefix).await?;
+        let root = Arc::clone(&self.root);
+        let (prefix, met) = (prefix.cloned(), self.met.clone());
+        let mut listed =
+            blocking(move || read::one_level(&root, prefix.as_ref(), &met).map_err(generic))
+                .await?;
         // The staging directory holds only hidden files: it is not an object's prefix, and
         // neither is `_banklease/` when it holds nothing else (a bank that only ever staged).
         let staging = Path::from(fs::STAGING);
         listed.common_prefixes.retain(|p| p != &staging);
         let top = staging.parts().next().map(|p| Path::from_iter([p]));
         if let Some(top) = top.filter(|t| listed.common_prefixes.contains(t)) {
-            let dir = self.root.join(top.as_ref());
-            let staging_dir = self.root.join(fs::STAGING);
+            let staging = staging.clone();
+            let (root, met, at) = (Arc::clone(&self.root), self.met.clone(), top.clone());
             let only_staging = blocking(move || {
-                let mut entries = match std::fs::read_dir(&dir) {
-                    Ok(entries) => entries,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
-                    Err(e) => return Err(generic(fs::context(e, "read directory", &dir))),
-                };
-                Ok(entries.all(|e| e.is_ok_and(|e| e.path() == staging_dir)))
+                let under = read::one_level(&root, Some(&at), &met).map_err(generic)?;
+                Ok(under.objects.is_empty() && under.common_prefixes.iter().all(|p| p == &staging))
             })
             .await?;
             if only_staging {

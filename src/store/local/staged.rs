@@ -5,12 +5,12 @@
 
 use std::fs::File;
 use std::io;
-use std::path::Path as FsPath;
 use std::time::SystemTime;
 
+use super::beneath::Root;
 #[cfg(target_os = "linux")]
 use super::fs::KEY_XATTR;
-use super::fs::{context, open_staged, staging_dir};
+use super::fs::{context, staging_dir};
 
 /// One staged write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,13 +28,16 @@ pub struct StagedWrite {
 }
 
 /// The staged writes under `root`, at most `budget` of the directory's entries looked at.
-pub(super) fn list(root: &FsPath, budget: usize) -> io::Result<Vec<StagedWrite>> {
-    let Some((dir, entries)) = staging_dir(root)? else {
+pub(super) fn list(root: &Root, budget: usize) -> io::Result<Vec<StagedWrite>> {
+    let Some(mut staging) = staging_dir(root)? else {
         return Ok(Vec::new());
     };
     let mut found = Vec::new();
-    for entry in entries.take(budget) {
-        let Some((path, file)) = open_staged(entry, &dir)? else {
+    for _ in 0..budget {
+        let Some(entry) = staging.entries.next() else {
+            break;
+        };
+        let Some((_, path, file)) = staging.open_staged(entry)? else {
             continue;
         };
         let meta = file.metadata().map_err(|e| context(e, "stat", &path))?;
