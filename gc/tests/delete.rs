@@ -318,3 +318,75 @@ async fn an_entry_whose_deletion_never_began_is_forgotten_after_the_grace_and_no
         .unwrap();
     assert_eq!(data.len(), 1);
 }
+
+/// A pass finishing an owner's move reads `index.json` (`available`), an operator then deletes
+/// the checkpoint whole, and only then does the pass write: its write was decided on a version
+/// that is gone, so it reads again, sees the removal, and leaves the tombstone and its trail.
+/// (The pass's read is held by a gate: no timing decides the order.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_between_a_moves_read_and_its_write_is_never_undone() {
+    let (bank, _faults, _guard) = backends::faulty_bank(Backend::Memory, &MockClock::new()).await;
+    let clock: SharedClock = Arc::new(SystemClock);
+    let lease = short_lived_owner(&bank, &clock).await;
+    let owner = lease.owner_id().clone();
+    let id = cid("raced");
+    let cp = checkpoint_with_data(&lease, &id).await;
+    cp.complete(Status::Available).await.unwrap();
+    // The marker its move should have deleted, left behind (the owner crashed just before).
+    let marker = Key::marker(&owner, &id).path(&bank);
+    bank.store()
+        .put(&marker, PutPayload::default())
+        .await
+        .unwrap();
+    drop(cp);
+    drop(lease);
+
+    let gate = banklease_testkit::gate::GateStore::new(Arc::clone(bank.store()));
+    let gated = bank.with_store(Arc::new(gate.clone()));
+    let held = gate.hold_get(&format!("checkpoints/{id}/index.json"), 0);
+    let decision = checkpoint::read_decision(&bank, &id)
+        .await
+        .unwrap()
+        .unwrap();
+    let finishing = tokio::spawn({
+        let gated = gated.clone();
+        async move { banklease::collector::finish_owner_decision(&gated, &decision).await }
+    });
+    held.served.await.unwrap();
+
+    let options = GcOptions::builder()
+        .grace(Duration::from_millis(200))
+        .skew_margin(Duration::from_millis(50))
+        .build();
+    let deleted = delete(&bank, &clock, &options, &id, &request(true))
+        .await
+        .unwrap();
+    assert!(matches!(deleted, Deletion::Deleted { .. }), "{deleted:?}");
+    held.release.send(()).unwrap();
+    finishing.await.unwrap().unwrap();
+
+    let record = checkpoint::read_checkpoint(&bank, &id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        record.status,
+        Status::Deleted,
+        "the move's write undid the deletion: {record:?}"
+    );
+    assert_eq!(
+        record.removal.as_ref().map(|r| r.name.as_str()),
+        Some("alice")
+    );
+    let data: Vec<_> = bank
+        .store()
+        .list(Some(&Prefix::Data(&id).path(&bank)))
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(data.is_empty(), "{data:?}");
+    assert!(matches!(
+        bank.store().head(&marker).await,
+        Err(object_store::Error::NotFound { .. })
+    ));
+}

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::bank::Bank;
 use crate::checkpoint::record::{read_record, Record, CHECKPOINT_FORMAT};
 use crate::checkpoint::status::{Decider, Status};
-use crate::checkpoint::{read_checkpoint, to_payload, write_index, CheckpointRecord, Rebuilt};
+use crate::checkpoint::{create_index, rewrite_index, to_payload, CheckpointRecord, Next, Rebuilt};
 use crate::clock::{SharedClock, SystemClock};
 use crate::error::{Error, Result};
 use crate::id::{CheckpointId, OwnerId};
@@ -170,45 +170,59 @@ impl Tokened for Decision {
 pub async fn finish_owner_decision(bank: &Bank, decision: &Decision) -> Result<()> {
     let id = &decision.checkpoint_id;
     let index = Key::Index(id.clone()).path(bank);
-    // Never overwrite what cannot be read (a newer format, garbage, a store error): the error
-    // leaves the marker, so the move is retried, and an operator sees why.
-    let existing = read_checkpoint(bank, id).await?;
-    let created_at = match &existing {
-        Some(r) if r.owner_id != decision.owner_id => {
-            return Err(Error::Corrupt {
-                path: index.clone(),
-                reason: format!(
-                    "it names owner_id=`{}` but decision names owner_id=`{}`",
-                    r.owner_id, decision.owner_id
-                ),
-            })
-        }
-        // Removed (or being removed) after the owner finished it: only the owner's marker is
-        // left of its move. Rewriting the outcome would bring back an `available` record
-        // whose data is gone, and drop the removal's trail.
-        Some(r) if r.removal.is_some() => {
-            let marker = Key::marker(&decision.owner_id, id).path(bank);
-            return match bank.store().delete(&marker).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                Err(e) => Err(Error::store("delete", &marker, e)),
-            };
-        }
-        Some(r) => r.created_at,
-        None => decision.decided_at,
-    };
-    let mut record = CheckpointRecord::new(id, &decision.owner_id, decision.outcome, created_at);
-    // An operator's rebuilt record keeps saying so.
-    record.rebuilt = existing.and_then(|r| r.rebuilt);
-    write_index(bank, &record, false).await?;
+    // Decided on the record as it is at the write (rewrite_index): a removal that lands
+    // between a read and the write is read again and kept. Never overwrite what cannot be
+    // read (a newer format, garbage, a store error): the error leaves the marker, so the move
+    // is retried, and an operator sees why.
+    let rewritten = rewrite_index(bank, id, |existing| {
+        let created_at = match existing {
+            Some(r) if r.owner_id != decision.owner_id => {
+                return Err(Error::Corrupt {
+                    path: index.clone(),
+                    reason: format!(
+                        "it names owner_id=`{}` but decision names owner_id=`{}`",
+                        r.owner_id, decision.owner_id
+                    ),
+                })
+            }
+            // Removed (or being removed) after the owner finished it: only the owner's marker
+            // is left of its move. Rewriting the outcome would bring back an `available`
+            // record whose data is gone, and drop the removal's trail.
+            Some(r) if r.removal.is_some() => return Ok(Next::Leave),
+            Some(r) if r.status == decision.outcome => return Ok(Next::Leave),
+            Some(r) => r.created_at,
+            None => decision.decided_at,
+        };
+        let mut record =
+            CheckpointRecord::new(id, &decision.owner_id, decision.outcome, created_at);
+        // An operator's rebuilt record keeps saying so.
+        record.rebuilt = existing.and_then(|r| r.rebuilt.clone());
+        Ok(Next::Write(record))
+    })
+    .await?;
+    let removed = rewritten
+        .record
+        .as_ref()
+        .is_some_and(|r| r.removal.is_some());
     // A failed checkpoint is indexed before its marker goes (a crash in between leaves the
     // marker, and the GC's repair comes back here): the entry's stamp, on the store's clock,
     // starts `gc.keep_failed_for`, and the GC lists only these to retire failed checkpoints.
-    if decision.outcome == Status::Error {
+    // Created only if absent: a removal's entry (`removing`) is never emptied, and a failure's
+    // retention keeps its first stamp.
+    if decision.outcome == Status::Error && !removed {
         let failed = Key::Failed(id.clone()).path(bank);
-        bank.store()
-            .put(&failed, object_store::PutPayload::default())
+        match bank
+            .store()
+            .put_opts(
+                &failed,
+                object_store::PutPayload::default(),
+                object_store::PutOptions::from(object_store::PutMode::Create),
+            )
             .await
-            .map_err(|e| Error::store("put", &failed, e))?;
+        {
+            Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => {}
+            Err(e) => return Err(Error::store("put", &failed, e)),
+        }
     }
     let marker = Key::marker(&decision.owner_id, id).path(bank);
     match bank.store().delete(&marker).await {
@@ -217,9 +231,10 @@ pub async fn finish_owner_decision(bank: &Bank, decision: &Decision) -> Result<(
     }
 }
 
-/// Overwrite `checkpoints/<id>/index.json` with a `deleted` record: the GC's last word on a
-/// collected checkpoint. It stays (like the decision) so that a late create-if-absent of the
-/// same id by a paused owner fails instead of resurrecting a marker-less protecting checkpoint.
+/// Make `checkpoints/<id>/index.json` a `deleted` record: the GC's last word on a collected
+/// checkpoint. It stays (like the decision) so that a late create-if-absent of the same id by a
+/// paused owner fails instead of resurrecting a marker-less protecting checkpoint. Written on
+/// the version it reads (a tombstone there already is left, with its removal's trail).
 #[cfg_attr(not(feature = "collector"), allow(dead_code))]
 pub async fn write_tombstone(
     bank: &Bank,
@@ -228,8 +243,25 @@ pub async fn write_tombstone(
     created_at: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
 ) -> Result<()> {
-    let record = CheckpointRecord::new(id, owner, Status::Deleted, created_at.unwrap_or(now));
-    write_index(bank, &record, false).await.map(drop)
+    rewrite_index(bank, id, |existing| {
+        Ok(match existing {
+            Some(r) if r.status == Status::Deleted => Next::Leave,
+            Some(r) => {
+                let mut record =
+                    CheckpointRecord::new(id, owner, Status::Deleted, created_at.unwrap_or(now));
+                record.removal = r.removal.clone();
+                Next::Write(record)
+            }
+            None => Next::Write(CheckpointRecord::new(
+                id,
+                owner,
+                Status::Deleted,
+                created_at.unwrap_or(now),
+            )),
+        })
+    })
+    .await
+    .map(drop)
 }
 
 /// Create `checkpoints/<id>/index.json` as a `deleted` tombstone naming `owner`, only if no
@@ -244,10 +276,9 @@ pub async fn create_tombstone(
     now: DateTime<Utc>,
 ) -> Result<bool> {
     // False: ours (a retried create whose answer was lost) or someone else's; the caller reads.
-    write_index(
+    create_index(
         bank,
         &CheckpointRecord::new(id, owner, Status::Deleted, now),
-        true,
     )
     .await
 }

@@ -49,11 +49,14 @@ mod record;
 pub(crate) mod removal;
 #[cfg(feature = "collector")]
 pub(crate) mod repair;
+mod shared;
 pub(crate) mod status;
 pub(crate) mod upload;
 
 pub use decision::{read_decision, Decided, Decision, Evidence};
 pub use record::*;
+pub(crate) use shared::create_index;
+pub use shared::{rewrite_index, Next, Rewritten};
 pub use status::{Decider, Status, UnknownStatus};
 
 use object_store::{ObjectStoreExt, PutPayload};
@@ -121,7 +124,7 @@ impl Checkpoint {
             ..CheckpointRecord::new(id, owner, Status::Protecting, now)
         };
         lease.ensure_valid()?;
-        match write_index(bank, &record, true).await {
+        match create_index(bank, &record).await {
             Ok(true) => {}
             Ok(false) => {
                 // Ours if a lost reply hid our own success (same owner, protecting, same time).

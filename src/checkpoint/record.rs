@@ -6,7 +6,7 @@ use std::future::Future;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use object_store::path::Path;
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use crate::bank::Bank;
@@ -99,36 +99,6 @@ impl CheckpointRecord {
             status,
             created_at,
         }
-    }
-}
-
-/// Write `record` as its checkpoint's `index.json`: overwrite, or with `create_only`, only if
-/// none exists (false when one does: the caller reads it to learn whose it is).
-pub(crate) async fn write_index(
-    bank: &Bank,
-    record: &CheckpointRecord,
-    create_only: bool,
-) -> Result<bool> {
-    let index = Key::Index(record.id.clone()).path(bank);
-    let mode = if create_only {
-        PutMode::Create
-    } else {
-        PutMode::Overwrite
-    };
-    match bank
-        .store()
-        .put_opts(&index, to_payload(record), PutOptions::from(mode))
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(object_store::Error::AlreadyExists { .. }) if create_only => Ok(false),
-        // A user who may not write gets the operator's line, not one about index.json.
-        Err(e) => Err(crate::store::cause::write_failed(
-            bank.label(),
-            "put",
-            &index,
-            e,
-        )),
     }
 }
 

@@ -21,48 +21,33 @@ use futures::StreamExt;
 use object_store::ObjectStoreExt;
 
 use crate::bank::Bank;
-use crate::checkpoint::record::{write_index, CheckpointRecord, Removal};
+use crate::checkpoint::record::{CheckpointRecord, Removal};
+use crate::checkpoint::shared::{rewrite_index, Next};
 use crate::checkpoint::status::Status;
 use crate::error::{Error, Result};
 use crate::paths::{Key, Prefix};
 use crate::store::cause::write_failed;
 
 /// What a removal's `index/failed/` entry holds (a failure's is empty).
-const REMOVING: &[u8] = b"removing";
+pub const REMOVING_ENTRY: &[u8] = b"removing";
+const REMOVING: &[u8] = REMOVING_ENTRY;
 
 /// Remove the finished checkpoint whose `index.json` reads as `record`, as `removal` says
 /// (`removal.was` is set here from `record`). Returns the data objects deleted. Resumes a
 /// removal found `deleting`/`error-deleting` (keeping its first [`Removal`]); a `deleted`
-/// record with a removal only gets its last steps again.
+/// record with a removal only gets its last steps again. Each write of `index.json` is decided
+/// on the record as it is then (another remover's removal is kept, not replaced; a record that
+/// changed into one this may not remove stops it).
 pub async fn remove_finished(
     bank: &Bank,
     record: &CheckpointRecord,
     mut removal: Removal,
 ) -> Result<u64> {
     let index = Key::Index(record.id.clone()).path(bank);
-    let going = match record.status {
-        Status::Available => Status::Deleting,
-        Status::Error => Status::ErrorDeleting,
-        Status::Deleting | Status::ErrorDeleting => record.status,
-        Status::Deleted if record.removal.is_some() => Status::Deleted,
-        status => {
-            return Err(Error::Corrupt {
-                path: index,
-                reason: format!(
-                    "status=`{status}` is not a finished checkpoint's to remove: a protecting \
-                     one is the collector's (through its decision), a tombstone is gone already"
-                ),
-            })
-        }
-    };
-    let removal = match &record.removal {
-        // A removal begun earlier keeps its first record.
-        Some(first) => first.clone(),
-        None => {
-            removal.was = record.status;
-            removal
-        }
-    };
+    going_of(&index, record)?;
+    if record.removal.is_none() {
+        removal.was = record.status;
+    }
     // The owner's move may have stopped before its marker went: it goes first, so that no
     // repair of that move comes back to this checkpoint.
     let marker = Key::marker(&record.owner_id, &record.id).path(bank);
@@ -83,19 +68,82 @@ pub async fn remove_finished(
             return Err(write_failed(bank.label(), "put", &entry, e));
         }
     }
-    let mut marked = record.clone();
-    marked.removal = Some(removal);
-    if record.status != going || record.removal.is_none() {
+    // Mark it going, on the record as it is now: the first removal's trail is kept.
+    rewrite_index(bank, &record.id, |now| {
+        let now = same_checkpoint(&index, record, now)?;
+        let going = going_of(&index, now)?;
+        if now.status == going && now.removal.is_some() {
+            return Ok(Next::Leave);
+        }
+        let mut marked = now.clone();
         marked.status = going;
-        write_index(bank, &marked, false).await?;
-    }
+        marked.removal = Some(now.removal.clone().unwrap_or_else(|| removal.clone()));
+        Ok(Next::Write(marked))
+    })
+    .await?;
     let deleted = delete_data(bank, &record.id).await?;
-    if marked.status != Status::Deleted {
-        marked.status = Status::Deleted;
-        write_index(bank, &marked, false).await?;
-    }
+    rewrite_index(bank, &record.id, |now| {
+        let now = same_checkpoint(&index, record, now)?;
+        match now.status {
+            Status::Deleted => Ok(Next::Leave),
+            Status::Deleting | Status::ErrorDeleting if now.removal.is_some() => {
+                let mut tombstone = now.clone();
+                tombstone.status = Status::Deleted;
+                Ok(Next::Write(tombstone))
+            }
+            status => Err(Error::Corrupt {
+                path: index.clone(),
+                reason: format!(
+                    "status=`{status}` while its removal was under way: another writer moved                      it; left as it is, `banklease checkpoint explain` says what it holds"
+                ),
+            }),
+        }
+    })
+    .await?;
     forget_failed(bank, &record.id).await?;
     Ok(deleted)
+}
+
+/// What a removal marks a record of this status: `deleting` from `available`,
+/// `error-deleting` from `error`, the same for one being removed, `deleted` for a tombstone
+/// that kept its removal; any other is not a finished checkpoint's to remove.
+fn going_of(index: &object_store::path::Path, record: &CheckpointRecord) -> Result<Status> {
+    match record.status {
+        Status::Available => Ok(Status::Deleting),
+        Status::Error => Ok(Status::ErrorDeleting),
+        Status::Deleting | Status::ErrorDeleting => Ok(record.status),
+        Status::Deleted if record.removal.is_some() => Ok(Status::Deleted),
+        status => Err(Error::Corrupt {
+            path: index.clone(),
+            reason: format!(
+                "status=`{status}` is not a finished checkpoint's to remove: a protecting \
+                 one is the collector's (through its decision), a tombstone is gone already"
+            ),
+        }),
+    }
+}
+
+/// The record as it is now, when it is still the one the removal began on (there, and its
+/// owner's).
+fn same_checkpoint<'a>(
+    index: &object_store::path::Path,
+    began: &CheckpointRecord,
+    now: Option<&'a CheckpointRecord>,
+) -> Result<&'a CheckpointRecord> {
+    match now {
+        Some(now) if now.owner_id == began.owner_id => Ok(now),
+        Some(now) => Err(Error::Corrupt {
+            path: index.clone(),
+            reason: format!(
+                "it names owner_id=`{}` now, not `{}` as when its removal began",
+                now.owner_id, began.owner_id
+            ),
+        }),
+        None => Err(Error::Corrupt {
+            path: index.clone(),
+            reason: "it is gone since its removal began".to_owned(),
+        }),
+    }
 }
 
 /// Delete `index/failed/<id>` (gone already is fine).
