@@ -154,6 +154,10 @@ pub(crate) async fn gc(
             staged_line(staged, now, ctx.config.gc.late_write_window)
         );
     }
+    // What the store-clock checks found: a floor dropped or holding stamps back, a step.
+    for note in &report.clock {
+        eprintln!("note: {note}");
+    }
     // What is in the bank but not banklease's: kept, and said, not an error.
     for foreign in &report.foreign {
         eprintln!("note: kept {foreign}: not banklease's, left as it is");

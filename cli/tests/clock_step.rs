@@ -1,10 +1,12 @@
-//! One-shot collector commands after a forward step of the store's clock. On a `file:` bank the
-//! store's clock is this host's wall clock, so an NTP step (here `faketime -f +40s`, which
-//! moves the wall clock and, with `FAKETIME_DONT_FAKE_MONOTONIC=1`, leaves the monotonic and
-//! boot clocks alone, as a real step does) is a step of the store's clock. A pass that ran
-//! before on this host left its reading in the bank (`gc/clock-hosts/`); the next one-shot
-//! pass, run as cron runs it, compares its own with that one, sees the step, and collects and
-//! reaps nothing of the live owner.
+//! Processes whose view of the time is wrong, on a `file:` bank. The store's clock there is the
+//! file system's: every write is stamped by the kernel, and every reading of the clock asks
+//! the kernel, never the process's C library. So `faketime` (which moves what a process's C
+//! library says the time is, and with `FAKETIME_DONT_FAKE_MONOTONIC=1` leaves the monotonic and
+//! boot clocks alone) changes nothing a judgement rests on: a collector an hour or a year
+//! ahead collects a dead owner's zombie and nothing of a live owner, leaves no floor, and
+//! stalls no later pass; an owner whose clock is behind is judged alive. (A step of the store's
+//! clock itself is detected by every pass: gc/tests/host_clock.rs and collector_safety.rs step
+//! a simulated store's clock.)
 
 #![allow(clippy::disallowed_methods)] // real processes on real time
 
@@ -54,7 +56,7 @@ fn protecting(bank: &Path, id: &str) -> bool {
 }
 
 #[test]
-fn one_shot_commands_after_a_forward_clock_step_collect_and_reap_nothing_of_a_live_owner() {
+fn a_collector_whose_clock_is_ahead_collects_and_reaps_nothing_of_a_live_owner() {
     if !have_faketime() {
         return;
     }
@@ -112,35 +114,35 @@ fn one_shot_commands_after_a_forward_clock_step_collect_and_reap_nothing_of_a_li
     // What `checkpoint resolve` is for: an index.json the GC cannot read.
     std::fs::write(bank.join("checkpoints/cp-garbled/index.json"), "{garbage").unwrap();
 
-    // The cron job's pass, before the step: the owner is alive.
+    // The cron job's pass: the owner is alive.
     let out = cli(&url, &["--json", "gc"]);
     assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
     let report = json(&out);
     assert_eq!(report["alive"], 1, "{report}");
 
-    // The same command after the host's clock stepped 40 s forward: the lease looks 39 s
-    // expired on the stepped clock. Nothing of the owner is collected or reaped.
-    let out = stepped("40s", &url, &["gc"]).output().unwrap();
-    let err = text(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{}", output_text(&out));
-    assert!(err.contains("stepped"), "{}", output_text(&out));
+    // The same command from a process whose clock reads 40 s ahead: the lease would look 39 s
+    // expired on that clock, but the store's clock is the file system's. Nothing of the owner
+    // is collected or reaped, and nothing is taken for a step.
+    let out = stepped("40s", &url, &["--json", "gc"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
+    let report = json(&out);
+    assert_eq!(
+        (report["alive"].as_u64(), report["collected"].as_u64()),
+        (Some(1), Some(0)),
+        "{report}"
+    );
     assert!(lease.exists(), "the live owner's lease was reaped");
     assert!(protecting(&bank, "cp-live"), "{}", output_text(&out));
     assert!(protecting(&bank, "cp-garbled"), "{}", output_text(&out));
+    assert!(!bank.join("gc/clock-floor").exists(), "a floor was written");
 
-    // `checkpoint resolve` on the stepped clock: refused, nothing replaced.
+    // `checkpoint resolve` from that process: the owner is alive, nothing is replaced.
     let out = stepped("40s", &url, &["checkpoint", "resolve", "cp-garbled"])
         .output()
         .unwrap();
     assert_ne!(out.status.code(), Some(0), "{}", output_text(&out));
     assert!(protecting(&bank, "cp-garbled"), "{}", output_text(&out));
     assert!(lease.exists());
-
-    // A pass on the host's own clock again: the floor the step left holds every older stamp.
-    let out = cli(&url, &["--json", "gc"]);
-    assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
-    assert_eq!(json(&out)["collected"], 0);
-    assert!(protecting(&bank, "cp-live"));
 
     // The owner never noticed: its job finishes and `run` exits with its status.
     std::fs::write(&go, "").unwrap();
@@ -151,4 +153,97 @@ fn one_shot_commands_after_a_forward_clock_step_collect_and_reap_nothing_of_a_li
         "{}",
         std::fs::read_to_string(dir.path().join("run.err")).unwrap_or_default()
     );
+}
+
+/// A one-shot pass from a process whose clock reads an hour (then a year) ahead, as a cron
+/// job started before its clock was right: it judges by the file system's clock, so it
+/// collects the dead owner's zombie itself, leaves no floor, and the passes after it are clean.
+#[test]
+fn a_pass_from_a_clock_that_was_wrong_once_never_stalls_collection() {
+    if !have_faketime() {
+        return;
+    }
+    for ahead in ["1h", "365d"] {
+        let dir = tempfile::tempdir().unwrap();
+        let bank = dir.path().join("bank");
+        let url = common::dead_owner_bank(dir.path(), &[]);
+        // The cron job's pass before anything went wrong: this host's reading is recorded.
+        let out = cli(&url, &["--json", "gc"]);
+        assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
+        common::dying_owner(&url, async |lease| {
+            for id in ["zombie-1", "zombie-2"] {
+                banklease::Checkpoint::create(lease, &banklease_testkit::cid(id))
+                    .await
+                    .unwrap();
+            }
+        });
+
+        let out = stepped(ahead, &url, &["--json", "gc"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{ahead}: {}", output_text(&out));
+        assert_eq!(json(&out)["collected"], 2, "{ahead}: {}", output_text(&out));
+        assert!(
+            !bank.join("gc/clock-floor").exists(),
+            "{ahead}: a floor was written"
+        );
+
+        // The clock is good again: whatever is left goes at once, and no pass is held back.
+        let out = cli(&url, &["--json", "gc"]);
+        assert_eq!(out.status.code(), Some(0), "{ahead}: {}", output_text(&out));
+        let report = json(&out);
+        assert_eq!(report["alive"], 0, "{ahead}: {report}");
+        assert_eq!(report["clock"], serde_json::json!([]), "{ahead}: {report}");
+        assert!(!protecting(&bank, "zombie-1") && !protecting(&bank, "zombie-2"));
+    }
+}
+
+/// An owner whose own clock is 30 s behind: its lease is stamped by the file system, not by its
+/// clock, so a normal pass judges it alive and leaves its checkpoint and lease alone.
+#[test]
+fn an_owner_whose_clock_is_behind_is_judged_alive() {
+    if !have_faketime() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bank = dir.path().join("bank");
+    let url = common::dead_owner_bank(dir.path(), &[]);
+    let ready = dir.path().join("ready");
+    let go = dir.path().join("go");
+    let job = format!(
+        "banklease agent checkpoint create cp-behind || exit 9\n\
+         touch {ready}\n\
+         for _ in $(seq 1 600); do [ -e {go} ] && exit 0; sleep 0.1; done\n\
+         exit 8\n",
+        ready = ready.display(),
+        go = go.display(),
+    );
+    let mut run = command_via(
+        &["faketime", "-f", "-30s"],
+        &url,
+        &["run", "--", "bash", "-c", &job],
+    )
+    .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+    .env("PATH", common::path_with_bin())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let started = Instant::now();
+    while !ready.exists() {
+        assert!(run.try_wait().unwrap().is_none(), "`run` exited early");
+        assert!(started.elapsed() < LIMIT, "the job never got ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Past its expire window on its own renewals: only a live renewer is alive now.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let out = cli(&url, &["--json", "gc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
+    let report = json(&out);
+    assert_eq!(
+        (report["alive"].as_u64(), report["collected"].as_u64()),
+        (Some(1), Some(0)),
+        "{report}"
+    );
+    assert!(protecting(&bank, "cp-behind"));
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(wait_child(&mut run).code(), Some(0));
 }

@@ -202,3 +202,102 @@ async fn a_floor_raised_without_a_step_is_kept_before_the_reading_is_recorded() 
     );
     assert!(record(&w).await.is_some());
 }
+
+/// An owner that dies at once, with one protecting checkpoint `cp-dead`.
+async fn dead_owner(w: &World) {
+    let windows = LeaseWindows::new(
+        Duration::from_secs(3),
+        Duration::from_secs(10),
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let lease = OwnerLease::acquire(
+        &w.bank,
+        OwnerId::random(),
+        windows,
+        Arc::new(w.mock.clone()),
+    )
+    .await
+    .unwrap();
+    Checkpoint::create(&lease, &cid("cp-dead")).await.unwrap();
+}
+
+async fn dead_status(w: &World) -> Option<Status> {
+    checkpoint::read_checkpoint(&w.bank, &cid("cp-dead"))
+        .await
+        .unwrap()
+        .map(|r| r.status)
+}
+
+/// The store's clock read an hour (then a year) ahead for one pass and was then put right.
+/// That pass refused, as it must; but its reading was no floor: the next pass, on the good
+/// clock, collects the dead owner's zombie at once, and says why nothing holds it back.
+#[tokio::test]
+async fn a_clock_ahead_for_one_pass_never_stalls_collection() {
+    for ahead in [
+        Duration::from_secs(3600),
+        Duration::from_secs(365 * 24 * 3600),
+    ] {
+        let w = world();
+        one_shot(&w).await.unwrap();
+        dead_owner(&w).await;
+        w.mock.advance(Duration::from_secs(1));
+        w.store_clock.jump_forward(ahead);
+        let err = one_shot(&w).await.expect_err("the reading ahead is a step");
+        assert!(matches!(err, Error::ClockStep { .. }), "{err}");
+        assert_eq!(dead_status(&w).await, Some(Status::Protecting));
+        let kept = floor(&w).await;
+        assert!(
+            kept.as_ref().is_none_or(|f| f["spent"] == true),
+            "a step's reading was kept as a floor: {kept:?}"
+        );
+
+        w.store_clock.step_back(ahead);
+        w.mock.advance(Duration::from_secs(20));
+        let report = one_shot(&w).await.unwrap();
+        assert_eq!(
+            (report.collected, report.alive),
+            (1, 0),
+            "{ahead:?}: {report:?}"
+        );
+        assert!(
+            report
+                .clock
+                .iter()
+                .any(|n| n.contains("ahead of the store's clock")),
+            "{report:?}"
+        );
+        assert_eq!(dead_status(&w).await, Some(Status::Deleted));
+        // Settled: the next pass says nothing of it.
+        w.mock.advance(Duration::from_secs(1));
+        assert_eq!(one_shot(&w).await.unwrap().clock, Vec::<String>::new());
+    }
+}
+
+/// A floor an older release kept from a reading that was an hour ahead: the first pass whose
+/// reading compares cleanly with this host's last retires it, says so, and collects.
+#[tokio::test]
+async fn a_kept_floor_ahead_of_the_store_clock_is_retired_within_one_pass() {
+    let w = world();
+    one_shot(&w).await.unwrap();
+    dead_owner(&w).await;
+    let ahead = w.store_clock.now() + chrono::TimeDelta::hours(1);
+    w.bank
+        .store()
+        .put(
+            &Key::GcClockFloor.path(&w.bank),
+            serde_json::to_vec(&serde_json::json!({ "floor": ahead }))
+                .unwrap()
+                .into(),
+        )
+        .await
+        .unwrap();
+    w.mock.advance(Duration::from_secs(20));
+    let report = one_shot(&w).await.unwrap();
+    assert_eq!((report.collected, report.alive), (1, 0), "{report:?}");
+    assert!(
+        report.clock.iter().any(|n| n.contains("gc/clock-floor")),
+        "{report:?}"
+    );
+    assert_eq!(floor(&w).await.unwrap()["spent"], true);
+}

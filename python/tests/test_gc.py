@@ -228,12 +228,12 @@ except banklease.ClockStep as e:
 """
 
 
-def test_a_one_shot_pass_after_a_forward_clock_step_collects_nothing_of_a_live_owner(
+def test_a_one_shot_pass_from_a_process_whose_clock_is_ahead_collects_nothing_of_a_live_owner(
     file_backend, tmp_path
 ):
-    """A `Collector` per call has no earlier reading of its own: the pass compares with the
-    last one a pass on this host recorded, and sees the host's clock step 40 s forward (the
-    store's clock, on a file: bank) instead of judging the live owner 39 s dead."""
+    """A `Collector` in a process whose clock reads 40 s ahead (faketime): on a file: bank the
+    store's clock is the file system's, stamped and read by the kernel, so the pass judges the
+    live owner alive instead of 39 s dead, and takes nothing for a step."""
     import shutil
     import subprocess
     import sys
@@ -258,7 +258,7 @@ def test_a_one_shot_pass_after_a_forward_clock_step_collects_nothing_of_a_live_o
         env=env, capture_output=True, text=True, timeout=60,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("ClockStep:"), (out.stdout, out.stderr)
+    assert out.stdout.startswith("collected=0 reaped=0 alive=1"), (out.stdout, out.stderr)
     assert banklease.read_checkpoint(b.bank, "in-progress").status == "protecting"
     assert live.check_validity()
     assert (b.path / "leases" / str(live.owner_id)).exists()

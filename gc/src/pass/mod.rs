@@ -137,6 +137,10 @@ impl Collector {
         )
         .with_read_staleness(self.options.read_staleness);
         let store_time = self.probe.start(&observer).await?;
+        report.clock = self.probe.take_notes();
+        if let Some(floor) = self.probe.floor() {
+            report.clock_floor = Some(floor);
+        }
         let ctx = PassContext {
             observer: observer.with_floor(self.probe.floor()),
             bank,
@@ -173,6 +177,7 @@ impl Collector {
                 let swept = sweep_due(&ctx).await;
                 report.late_data_swept += swept.objects;
                 report.failed_all(swept.problems);
+                swept.foreign.into_iter().for_each(|f| report.foreign(f));
             }
             cleared = collect(&ctx, &plan, judged.listed_at, &mut report).await;
             // Failed checkpoints past `gc.keep_failed_for`: retired, the rest counted.
@@ -196,8 +201,12 @@ impl Collector {
             }
             if acting {
                 let sent = self.clock.now();
-                report.failed_all(forget_clock_probes(&ctx, sent).await);
-                report.failed_all(crate::pass::reaped::forget(&ctx, sent).await);
+                let (problems, foreign) = forget_clock_probes(&ctx, sent).await;
+                report.failed_all(problems);
+                foreign.into_iter().for_each(|f| report.foreign(f));
+                let (problems, foreign) = crate::pass::reaped::forget(&ctx, sent).await;
+                report.failed_all(problems);
+                foreign.into_iter().for_each(|f| report.foreign(f));
             }
             let (swept, errors) = self.temporaries.sweep(&ctx).await;
             report.temporaries_swept += swept;

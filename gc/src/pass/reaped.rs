@@ -86,24 +86,63 @@ pub async fn read(bank: &Bank, owner: &OwnerId) -> banklease::Result<Option<Reap
 }
 
 /// Forget reap records older than [`REAP_RECORD_MAX_AGE`] on the store's clock; returns what
-/// failed. Forgetting one early loses only its explanation, never a lease or a checkpoint.
-pub(crate) async fn forget(ctx: &PassContext, sent: Instant) -> Vec<Problem> {
+/// failed, and what is under `gc/reaped/` that banklease did not write (kept). Forgetting one
+/// early loses only its explanation, never a lease or a checkpoint. Only what reads back as a
+/// reap record of the owner its key names is removed (read once it is due, not before).
+pub(crate) async fn forget(ctx: &PassContext, sent: Instant) -> (Vec<Problem>, Vec<String>) {
+    use futures::StreamExt;
     let now = ctx.store_time.at_send(sent, Duration::ZERO);
-    crate::pass::records::delete_listed(
-        &ctx.bank,
-        &Prefix::GcReaped.path(&ctx.bank),
-        "reap record",
-        |meta| {
-            // Only what reads back as a reap record: nothing else under `gc/reaped/` is ours.
-            matches!(
-                Key::parse(&ctx.bank, &meta.location),
-                Some(Key::GcReaped(_))
-            ) && past(
-                StoreTime::between(meta.last_modified, now),
-                REAP_RECORD_MAX_AGE,
-                Duration::ZERO,
-            )
-        },
-    )
-    .await
+    let bank = &ctx.bank;
+    let prefix = Prefix::GcReaped.path(bank);
+    let (mut problems, mut foreign, mut due) = (Vec::new(), Vec::new(), Vec::new());
+    let mut listing = bank.store().list(Some(&prefix));
+    while let Some(item) = listing.next().await {
+        match item {
+            Ok(meta) => match Key::parse(bank, &meta.location) {
+                Some(Key::GcReaped(owner)) => {
+                    if past(
+                        StoreTime::between(meta.last_modified, now),
+                        REAP_RECORD_MAX_AGE,
+                        Duration::ZERO,
+                    ) {
+                        due.push((owner, meta.location));
+                    }
+                }
+                _ => foreign.push(format!(
+                    "`{}` (not a reap record banklease writes)",
+                    meta.location
+                )),
+            },
+            Err(e) => {
+                problems.push(Problem::new(
+                    format!("listing `{prefix}`"),
+                    banklease::error::error_chain(&e),
+                ));
+                break;
+            }
+        }
+    }
+    drop(listing);
+    for (owner, path) in due {
+        match read(bank, &owner).await {
+            Ok(Some(record)) if record.owner_id == owner => {}
+            Ok(None) => continue,
+            Ok(Some(_)) | Err(banklease::Error::Corrupt { .. }) => {
+                foreign.push(format!("`{path}` (not a reap record banklease writes)"));
+                continue;
+            }
+            Err(e) => {
+                problems.push(Problem::of(format!("reap record `{path}`"), &e));
+                continue;
+            }
+        }
+        match bank.store().delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => problems.push(Problem::new(
+                format!("reap record `{path}`"),
+                banklease::error::error_chain(&e),
+            )),
+        }
+    }
+    (problems, foreign)
 }

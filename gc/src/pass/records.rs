@@ -70,20 +70,49 @@ pub(crate) async fn missing_for(
 /// the clock; every process on a host rewrites the host's key at every reading.
 pub const CLOCK_PROBE_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
+/// Whether `name` is a store-clock probe's name as banklease writes it: `host-<16 hex>`, or an
+/// older release's per-process `<32 hex>`. Nothing else in the folder is banklease's.
+pub(crate) fn is_clock_probe_name(name: &str) -> bool {
+    let hex = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    name.strip_prefix("host-").is_some_and(|h| hex(h, 16)) || hex(name, 32)
+}
+
 /// Remove store-clock probe keys (`_banklease/clock/host-<hex>`, and the per-process keys of
-/// older releases) not written for a day; returns what failed. A key removed under a live
-/// process is rewritten by its next reading.
-pub(crate) async fn forget_clock_probes(ctx: &PassContext, sent: Instant) -> Vec<Problem> {
+/// older releases) not written for a day; returns what failed, and what is in the folder that
+/// banklease did not write (kept). A key removed under a live process is rewritten by its next
+/// reading.
+pub(crate) async fn forget_clock_probes(
+    ctx: &PassContext,
+    sent: Instant,
+) -> (Vec<Problem>, Vec<String>) {
     let bank = &ctx.bank;
     let own = bank.own_clock_probe();
     // A probe's own stamp, unfloored and with no staleness allowance: a day dwarfs both, and
     // a key removed too early is only rewritten.
     let now = ctx.store_time.at_send(sent, Duration::ZERO);
-    delete_listed(
+    let foreign = std::sync::Mutex::new(Vec::new());
+    let problems = delete_listed(
         bank,
         &bank.clock_probe_prefix(),
         "store-clock probe",
         |meta| {
+            let ours = meta.location.filename().is_some_and(is_clock_probe_name)
+                && meta
+                    .location
+                    .prefix_match(&bank.clock_probe_prefix())
+                    .map(|p| p.count())
+                    == Some(1);
+            if !ours {
+                foreign.lock().expect("not poisoned").push(format!(
+                    "`{}` (not a clock probe banklease writes)",
+                    meta.location
+                ));
+                return false;
+            }
             meta.location != own
                 && past(
                     StoreTime::between(meta.last_modified, now),
@@ -92,7 +121,8 @@ pub(crate) async fn forget_clock_probes(ctx: &PassContext, sent: Instant) -> Vec
                 )
         },
     )
-    .await
+    .await;
+    (problems, foreign.into_inner().expect("not poisoned"))
 }
 
 /// Remove the missing-since records of owners that `keep` rejects; returns what failed.

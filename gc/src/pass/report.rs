@@ -108,6 +108,13 @@ pub struct PassReport {
     /// declared needs longer (their retry budget on a store whose create-if-absent is timing
     /// only), one line each, the first [`MAX_PROBLEMS`]: counted in `in_grace` or `skipped`.
     pub waiting: Vec<String>,
+    /// What the pass's clock checks found that an operator should know, one line each: a
+    /// clock floor ahead of the store's verified clock dropped (it held collection back), a
+    /// floor holding stamps back, a step confirmed by two readings.
+    pub clock: Vec<String>,
+    /// The step floor this pass judged by: every stamp older than it was judged as written at
+    /// it (a store-clock step was seen there). `None`: no floor held anything back.
+    pub clock_floor: Option<chrono::DateTime<chrono::Utc>>,
     /// What the pass met in the bank that banklease did not write, and left as it is: a
     /// symbolic link in a `file:` bank (never followed), a name in one of banklease's own
     /// folders that is not a key it writes. One line each, the first [`MAX_PROBLEMS`]; not

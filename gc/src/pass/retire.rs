@@ -22,6 +22,7 @@ use banklease::error::error_chain;
 use banklease::paths::{Key, Prefix};
 use banklease::CheckpointId;
 use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStoreExt;
 
 use crate::pass::context::PassContext;
 use crate::pass::plan::past;
@@ -37,6 +38,30 @@ enum Outcome {
     Deferred(banklease::OwnerId, u64),
     /// The entry named no failed checkpoint: it was forgotten.
     Stale,
+    /// Not an entry banklease wrote (a body it never writes, or no checkpoint of that id at
+    /// all): kept, and named.
+    Foreign(String),
+}
+
+/// Whether the entry at `entry` holds exactly what a removal writes (gone: as good as empty,
+/// the caller reads the record next).
+async fn holds_removing(
+    bank: &banklease::Bank,
+    entry: &object_store::path::Path,
+) -> banklease::Result<bool> {
+    let got = match bank.store().get(entry).await {
+        Ok(got) => got,
+        Err(object_store::Error::NotFound { .. }) => return Ok(true),
+        Err(e) => return Err(banklease::Error::store("get", entry, e)),
+    };
+    if got.meta.size > 64 {
+        return Ok(false);
+    }
+    let bytes = got
+        .bytes()
+        .await
+        .map_err(|e| banklease::Error::store("get", entry, e))?;
+    Ok(bytes.is_empty() || &bytes[..] == banklease::collector::REMOVING_ENTRY)
 }
 
 /// Retire the failed checkpoints past `gc.keep_failed_for`; count the others.
@@ -75,6 +100,7 @@ pub(crate) async fn retire_failed(ctx: &PassContext, report: &mut PassReport) {
     while let Some(result) = results.next().await {
         match result {
             Ok(None) | Ok(Some((_, Outcome::Stale))) => {}
+            Ok(Some((_, Outcome::Foreign(what)))) => report.foreign(what),
             Ok(Some((_, Outcome::Kept(bytes)))) => {
                 report.failed_kept += 1;
                 report.failed_kept_bytes += bytes;
@@ -117,6 +143,14 @@ async fn one(
     if !removing && due.is_none() {
         return Ok(Outcome::Kept(data_bytes(ctx, id).await?));
     }
+    let entry = Key::Failed(id.clone()).path(bank);
+    let foreign = |why: &str| Outcome::Foreign(format!("`{entry}` ({why})"));
+    // A removal's entry holds `removing`, a failure's nothing: anything else is not ours.
+    if removing && !holds_removing(bank, &entry).await? {
+        return Ok(foreign(
+            "not an entry banklease writes: its body is not `removing`",
+        ));
+    }
     let record = match checkpoint::read_checkpoint(bank, id).await? {
         Some(r)
             if matches!(r.status, Status::Error | Status::ErrorDeleting)
@@ -133,6 +167,13 @@ async fn one(
                 && !past(failed_for, options.grace, options.skew_margin) =>
         {
             return Ok(Outcome::Stale);
+        }
+        // Every entry banklease makes follows its checkpoint's index.json, which is never
+        // deleted (a tombstone stays): without one, the entry is someone else's.
+        None => {
+            return Ok(foreign(
+                "no checkpoint of that id: not an entry banklease wrote",
+            ))
         }
         other => {
             tracing::info!(checkpoint_id = %id, status = ?other.map(|r| r.status),

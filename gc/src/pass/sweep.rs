@@ -114,6 +114,9 @@ pub struct Swept {
     pub waiting: u64,
     /// What failed (each leaves its marker for the next pass).
     pub problems: Vec<Problem>,
+    /// Markers banklease did not write (a body that is no sweep record; no decision and no
+    /// checkpoint of that id): kept, named, and no error.
+    pub foreign: Vec<String>,
 }
 
 /// Sweep every checkpoint whose sweep marker is older than `late_write_window` plus the margin
@@ -163,19 +166,23 @@ pub(crate) async fn sweep_due(ctx: &PassContext) -> Swept {
                         return Ok(Swept1::Waiting)
                     }
                     Ok(_) => {}
+                    // Not a record banklease writes: someone else's, kept and named.
+                    Err(banklease::Error::Corrupt { reason, .. }) => {
+                        return Ok(Swept1::Foreign(format!(
+                            "`{marker}` (not a sweep marker banklease writes: {reason})"
+                        )))
+                    }
                     Err(e) => return Err((id, e)),
                 }
             }
-            sweep_one(bank, &id, marker)
-                .await
-                .map(|done| done.map_or(Swept1::Nothing, |(n, m)| Swept1::Done(n, m)))
-                .map_err(|e| (id, e))
+            sweep_one(bank, &id, marker).await.map_err(|e| (id, e))
         })
         .buffer_unordered(ctx.options.concurrency.max(1));
     let mut done: Vec<Path> = Vec::new();
     while let Some(result) = results.next().await {
         match result {
             Ok(Swept1::Nothing) => {}
+            Ok(Swept1::Foreign(what)) => swept.foreign.push(what),
             Ok(Swept1::Waiting) => swept.waiting += 1,
             Ok(Swept1::Done(found, marker)) => {
                 swept.objects += found;
@@ -205,17 +212,15 @@ enum Swept1 {
     Nothing,
     /// Its owner's window is not over yet.
     Waiting,
+    /// Not a marker banklease wrote: kept.
+    Foreign(String),
     /// Swept: the late data found, and the marker to remove.
     Done(u64, Path),
 }
 
 /// Sweep one checkpoint's late data under its GC decision; `None` when there was nothing to
 /// sweep (an owner's decision: the marker was removed).
-async fn sweep_one(
-    bank: &Bank,
-    id: &CheckpointId,
-    marker: Path,
-) -> banklease::Result<Option<(u64, Path)>> {
+async fn sweep_one(bank: &Bank, id: &CheckpointId, marker: Path) -> banklease::Result<Swept1> {
     // Never delete on doubt: only the data of a checkpoint the GC decided to collect.
     match read_decision(bank, id).await? {
         Some(d) if d.by == Decider::Gc => {}
@@ -223,9 +228,19 @@ async fn sweep_one(
             tracing::warn!(checkpoint_id = %id,
                 "sweep marker beside an owner's decision: data left alone, marker removed");
             match bank.store().delete(&marker).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => return Ok(Swept1::Nothing),
                 Err(e) => return Err(banklease::Error::store("delete", &marker, e)),
             }
+        }
+        // Every marker banklease writes follows its checkpoint's index.json (which stays): a
+        // marker with neither a decision nor a checkpoint is someone else's.
+        None if banklease::checkpoint::read_checkpoint(bank, id)
+            .await?
+            .is_none() =>
+        {
+            return Ok(Swept1::Foreign(format!(
+                "`{marker}` (not a sweep marker banklease writes: no checkpoint of that id)"
+            )));
         }
         None => {
             // A lagging replica may not show the decision yet: doubt, so nothing is
@@ -246,7 +261,7 @@ async fn sweep_one(
             "late data under a collected checkpoint: deleted");
     }
     // The marker goes in bulk with the others', after every sweep of the batch.
-    Ok(Some((found, marker)))
+    Ok(Swept1::Done(found, marker))
 }
 
 /// End the sweep of every checkpoint in `markers` by deleting its sweep marker.

@@ -16,7 +16,15 @@ use banklease::clock::SharedClock;
 
 use crate::pass::options::GcOptions;
 use crate::time::host_clock;
-use crate::time::timing::{read_floor_versioned, retire_floor, write_floor, ClockWatch, Refused};
+use crate::time::timing::{
+    read_floor_versioned, settle_floor, write_floor, write_step_candidate, ClockWatch, FloorChange,
+    Refused,
+};
+
+/// `d` to the millisecond, for words.
+fn whole_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
 
 /// The clock checks of one collector. Clones share the watch (the last reading and the floor).
 ///
@@ -32,6 +40,9 @@ pub(crate) struct ClockProbe {
     read_staleness: Duration,
     dry_run: bool,
     floor_at_first_reading: bool,
+    /// What the clock checks found that an operator should know (a floor dropped or holding
+    /// collection back, a step confirmed), since the pass last took them.
+    notes: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl ClockProbe {
@@ -45,7 +56,18 @@ impl ClockProbe {
             read_staleness: options.read_staleness,
             dry_run: options.dry_run,
             floor_at_first_reading: options.floor_at_first_reading,
+            notes: Arc::default(),
         }
+    }
+
+    fn note(&self, what: String) {
+        tracing::warn!(%what, "store clock");
+        self.notes.lock().expect("notes poisoned").push(what);
+    }
+
+    /// What the clock checks found since the last call, for the pass's report.
+    pub(crate) fn take_notes(&self) -> Vec<String> {
+        std::mem::take(&mut *self.notes.lock().expect("notes poisoned"))
     }
 
     /// The step floor: stamps older than a detected store-clock step are judged from it.
@@ -66,54 +88,125 @@ impl ClockProbe {
             self.watch.offer(reference);
         }
         let store_time = observer.store_time().await?;
-        if let Some((Some(floor), version)) = floor {
-            // A floor older than any expire window plus grace constrains no stamp any more.
-            let spent = add_saturating(
-                floor,
-                MAX_EXPIRE_WINDOW
-                    .saturating_add(self.grace)
-                    .saturating_add(self.skew_margin),
-            );
-            if spent < store_time.at {
-                if !self.dry_run {
-                    // Retired only as read: a floor another collector wrote since is kept.
-                    // Harmless to keep: a failure is no reason to stop collecting.
-                    if let Err(e) = retire_floor(&self.bank, floor, version).await {
-                        tracing::warn!(error = %error_chain(&e), "retiring a spent clock floor failed");
-                    }
-                }
-            } else {
-                self.watch.raise_floor(floor);
-            }
-        }
         let floor_before = self.watch.floor();
         let checked = self.watch.start(
             &store_time,
             self.step_tolerance(),
             self.grace,
             self.floor_at_first_reading,
+            floor.as_ref().and_then(|f| f.step),
         );
         let compared = match &checked {
             Ok(c) => c.compared,
             Err(Refused::Step(_)) => true,
             Err(Refused::Unverified) => false,
         };
+        // What becomes of the bank's record: a candidate confirmed or undone is cleared; a floor
+        // spent, or ahead of a reading compared with a clean reference (known wrong: a floor
+        // is only ever a reading), is retired; one ahead of a reading that could not be
+        // compared is brought down to it.
+        let mut clear_step = false;
+        let mut change = FloorChange::Keep;
+        if let Ok(c) = &checked {
+            if let Some(at) = c.confirmed {
+                clear_step = true;
+                self.note(format!(
+                    "the store's clock stepped forward at {at} and stayed there (a later reading \
+                     is at or past it): stamps older than the step are judged as written at it"
+                ));
+            }
+            if let Some(at) = c.undone {
+                clear_step = true;
+                self.note(if c.compared {
+                    format!(
+                        "a reading judged a step ({at}) is ahead of the store's clock ({}), \
+                         which kept the time it had before: it was wrong, and holds nothing back",
+                        store_time.at
+                    )
+                } else {
+                    format!(
+                        "a reading judged a step ({at}) is ahead of the store's clock ({}) and \
+                         this reading could not be compared with an earlier one: stamps older \
+                         than now are judged as written now (one expire window)",
+                        store_time.at
+                    )
+                });
+            }
+            if let Some(dropped) = c.dropped {
+                self.note(format!(
+                    "dropped a clock floor at {dropped}, ahead of the store's verified clock ({})",
+                    store_time.at
+                ));
+            }
+        }
+        if let Some(f) = floor.as_ref().and_then(|f| f.floor) {
+            // A floor older than any expire window plus grace constrains no stamp any more.
+            let spent = add_saturating(
+                f,
+                MAX_EXPIRE_WINDOW
+                    .saturating_add(self.grace)
+                    .saturating_add(self.skew_margin),
+            );
+            let ahead = (f - store_time.at)
+                .to_std()
+                .ok()
+                .filter(|ahead| *ahead > self.step_tolerance());
+            let clean = checked.as_ref().is_ok_and(|c| c.compared);
+            if spent < store_time.at {
+                change = FloorChange::Retire;
+            } else if let Some(ahead) = ahead.filter(|_| clean) {
+                change = FloorChange::Retire;
+                self.note(format!(
+                    "the bank's clock floor `gc/clock-floor` ({f}) was {} ahead of the store's \
+                     verified clock ({}): a reading from a clock that was wrong, not a floor; {}",
+                    humantime::format_duration(whole_ms(ahead)),
+                    store_time.at,
+                    if self.dry_run {
+                        "it holds nothing back, and a pass that acts retires it"
+                    } else {
+                        "retired, it holds nothing back"
+                    }
+                ));
+            } else {
+                if let Some(ahead) = ahead {
+                    change = FloorChange::Lower(store_time.at);
+                    self.note(format!(
+                        "the bank's clock floor `gc/clock-floor` ({f}) is {} ahead of the \
+                         store's clock ({}) and this reading could not be compared with an \
+                         earlier one: brought down to it, stamps older than now are judged as \
+                         written now (one expire window)",
+                        humantime::format_duration(whole_ms(ahead)),
+                        store_time.at
+                    ));
+                }
+                self.watch.raise_floor(f, store_time.at);
+            }
+        }
+        if let (Some(read), false) = (&floor, self.dry_run) {
+            // Only as read: a record another collector wrote since is kept. A failure is no
+            // reason to stop collecting (the next pass settles it).
+            if let Err(e) = settle_floor(&self.bank, read, clear_step, change).await {
+                tracing::warn!(error = %error_chain(&e), "settling the clock floor failed");
+            }
+        }
         // A record this reading could not be compared with (unreadable, older than its
         // allowance) is doubt about what came before: judge nothing older than now. Only where
         // there is no record at all (the first pass of a boot) does a reading start the chain
         // unchecked: a step before it cannot be told.
         let had_record = host.as_ref().is_some_and(|h| h.had_record());
         if !compared && checked.is_ok() && had_record {
-            self.watch.raise_floor(store_time.at);
+            self.watch.raise_floor(store_time.at, store_time.at);
         }
         let raised = self.watch.floor() > floor_before;
+        let confirmed = checked.as_ref().is_ok_and(|c| c.confirmed.is_some());
         let (checked, step_kept) = self.on_step(checked.map(|_| ())).await;
         // A floor this reading raised without a step is kept in the bank too, so that a pass
-        // comparing with this reading later still judges from it. Without a host record to
-        // write (no boot clock) nothing will compare with it: the floor stays this collector's.
+        // comparing with this reading later still judges from it; a confirmed step's floor is
+        // the bank's in any case. Without a host record to write (no boot clock) nothing will
+        // compare with a floored reading: that floor stays this collector's.
         let kept = match (&checked, raised, self.dry_run) {
             (_, _, true) => false,
-            _ if host.is_none() => false,
+            _ if host.is_none() && !confirmed => false,
             (Ok(()), true, false) => match self.watch.floor() {
                 Some(floor) => match write_floor(&self.bank, floor).await {
                     Ok(()) => true,
@@ -177,17 +270,16 @@ impl ClockProbe {
         let direction = if step.forward { "forward" } else { "backward" };
         tracing::error!(step = ?step.by, direction, at = %step.at,
             "store clock stepped: pass aborted, nothing deleted");
-        let mut kept = !step.forward;
+        // The step's reading is evidence about that reading, never a floor (a host whose
+        // clock read wrong once would stall every later pass): the bank keeps it as the step
+        // candidate, which a later reading confirms or undoes. The host's record keeps its
+        // last good reading. A backward step keeps nothing.
         if step.forward && !self.dry_run {
-            if let Some(floor) = self.watch.floor() {
-                match write_floor(&self.bank, floor).await {
-                    Ok(()) => kept = true,
-                    Err(e) => {
-                        tracing::warn!(error = %error_chain(&e), "recording the clock floor failed")
-                    }
-                }
+            if let Err(e) = write_step_candidate(&self.bank, step.at).await {
+                tracing::warn!(error = %error_chain(&e), "recording the step candidate failed");
             }
         }
+        let kept = !step.forward;
         (
             Err(banklease::Error::ClockStep {
                 step: step.by,

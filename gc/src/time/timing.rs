@@ -91,10 +91,13 @@ pub(crate) struct ClockWatch {
 struct WatchState {
     last: Option<StoreTime>,
     floor: Option<DateTime<Utc>>,
+    /// A reading judged a forward step from `last`: evidence about that reading, never a
+    /// reference or a floor. A later reading that fits it (and not `last`) confirms the step.
+    stepped: Option<StoreTime>,
 }
 
 /// A step seen by [`ClockWatch`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Step {
     pub(crate) by: Duration,
     pub(crate) forward: bool,
@@ -109,6 +112,14 @@ pub(crate) struct Checked {
     /// It raised the floor (no reference, or an uncertain comparison): stamps older than it
     /// are judged as written at it.
     pub(crate) floored: bool,
+    /// It confirmed a forward step an earlier reading was judged to be (the store's clock is
+    /// at or past that reading): the floor is now at that reading's stamp.
+    pub(crate) confirmed: Option<DateTime<Utc>>,
+    /// It is behind the step candidate: that reading was wrong, or the step undone since.
+    pub(crate) undone: Option<DateTime<Utc>>,
+    /// A floor this process held that was ahead of this reading, compared with a clean
+    /// reference: known wrong, dropped.
+    pub(crate) dropped: Option<DateTime<Utc>>,
 }
 
 /// Why [`ClockWatch`] refuses a reading for judging.
@@ -143,6 +154,7 @@ impl ClockWatch {
         tolerance: Duration,
         grace: Duration,
         floor_without_reference: bool,
+        candidate: Option<DateTime<Utc>>,
     ) -> Result<Checked, Refused> {
         let mut s = self.inner.lock().expect("clock watch poisoned");
         if !probe.verified {
@@ -162,38 +174,89 @@ impl ClockWatch {
             let store_elapsed = (probe.at - prev.at).to_std().unwrap_or(Duration::ZERO);
             store_elapsed > real_min + real_min.mul_f64(RATE_ALLOWANCE) + tolerance + grace
         };
+        // A reading some pass judged a step (this process's, or the bank's candidate): the
+        // store's clock at or past it confirms the step; behind it, the step was undone or the
+        // reading was wrong.
+        let candidate = match (candidate, s.stepped.map(|c| c.at)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let reached = |c: DateTime<Utc>| {
+            probe.at + chrono::TimeDelta::from_std(tolerance).unwrap_or(chrono::TimeDelta::MAX) >= c
+        };
         let step = recent.and_then(|prev| forward_step(&prev, probe, tolerance));
-        let uncertain = step.is_none() && recent.as_ref().is_some_and(hides);
-        let reference = recent.filter(|_| !uncertain);
-        // Without a reference a daemon floors at its reading; after an uncertain one every
-        // collector does: the clock was known before, and may have stepped since.
-        let floored = (reference.is_none() && floor_without_reference) || uncertain;
-        if floored {
-            s.floor = Some(s.floor.map_or(probe.at, |f| f.max(probe.at)));
+        if let Some(by) = step {
+            // A reading judged a step is evidence about itself (a host whose clock read wrong
+            // once, a step later undone), never a floor: it becomes a candidate, and only a
+            // later reading at or past it confirms the step.
+            if let Some(at) = candidate.filter(|c| reached(*c)) {
+                s.floor = Some(s.floor.map_or(at, |f| f.max(at)));
+                s.last = Some(*probe);
+                s.stepped = None;
+                return Ok(Checked {
+                    compared: true,
+                    floored: true,
+                    confirmed: Some(at),
+                    undone: None,
+                    dropped: None,
+                });
+            }
+            if s.stepped.is_none() {
+                s.stepped = Some(*probe);
+            }
+            return Err(Refused::Step(Step {
+                by,
+                forward: true,
+                at: probe.at,
+            }));
         }
-        // A floor ahead of the store's time (a step that was later undone) would hold every
-        // judgement back until the store caught up: bring it down to now, which judges every
-        // older stamp as written now — the most conservative floor there is.
-        if let Some(floor) = s.floor {
-            if floor > probe.at {
+        // No step from the reference (or nothing to compare with).
+        s.stepped = None;
+        let uncertain = recent.as_ref().is_some_and(hides);
+        let reference = recent.filter(|_| !uncertain);
+        let (mut confirmed, mut undone) = (None, None);
+        match candidate {
+            Some(at) if reached(at) => {
+                s.floor = Some(s.floor.map_or(at, |f| f.max(at)));
+                confirmed = Some(at);
+            }
+            // Behind the candidate and fitting a clean reference: the clock kept the time it
+            // had before that reading, which was wrong (or undone since) and holds nothing.
+            // Without a reference it cannot be told: floored at this reading below.
+            Some(at) => undone = Some(at),
+            None => {}
+        }
+        // Without a reference a daemon floors at its reading; after an uncertain one every
+        // collector does (the clock was known before, and may have stepped since); and so does
+        // a reading behind a step candidate that it cannot compare.
+        let floored =
+            (reference.is_none() && (floor_without_reference || undone.is_some())) || uncertain;
+        // A floor ahead of the store's time holds every judgement back until the store catches
+        // up. Ahead of a reading compared with a clean reference, it is known wrong (the clock
+        // kept its time since, and a floor is only ever a reading): it goes. Otherwise it is
+        // brought down to now, which judges every older stamp as written now — the most
+        // conservative floor there is.
+        let mut dropped = None;
+        if let Some(floor) = s.floor.filter(|f| *f > probe.at) {
+            let ahead = (floor - probe.at).to_std().unwrap_or(Duration::ZERO);
+            if reference.is_some() && ahead > tolerance {
+                s.floor = None;
+                dropped = Some(floor);
+            } else {
                 s.floor = Some(probe.at);
             }
         }
-        s.last = Some(*probe);
-        match step {
-            Some(by) => {
-                s.floor = Some(s.floor.map_or(probe.at, |f| f.max(probe.at)));
-                Err(Refused::Step(Step {
-                    by,
-                    forward: true,
-                    at: probe.at,
-                }))
-            }
-            None => Ok(Checked {
-                compared: reference.is_some(),
-                floored,
-            }),
+        if floored {
+            s.floor = Some(s.floor.map_or(probe.at, |f| f.max(probe.at)));
         }
+        s.last = Some(*probe);
+        Ok(Checked {
+            compared: reference.is_some(),
+            floored,
+            confirmed,
+            undone,
+            dropped,
+        })
     }
 
     /// A later reading in the same pass, checked both ways against the pass's first: `Err` on a
@@ -209,14 +272,17 @@ impl ClockWatch {
         if !probe.verified || !first.verified {
             return Err(Refused::Unverified);
         }
-        s.last = Some(*probe);
         if let Some(by) = forward_step(first, probe, tolerance) {
-            s.floor = Some(s.floor.map_or(probe.at, |f| f.max(probe.at)));
+            // A candidate, not a floor (see `start`).
+            s.stepped = Some(*probe);
             return Err(Refused::Step(Step {
                 by,
                 forward: true,
                 at: probe.at,
             }));
+        }
+        if backward_step(first, probe, tolerance).is_none() {
+            s.last = Some(*probe);
         }
         match backward_step(first, probe, tolerance) {
             Some(by) => Err(Refused::Step(Step {
@@ -238,8 +304,18 @@ impl ClockWatch {
         }
     }
 
-    /// Raise the floor to `floor` (one read from the bank).
-    pub(crate) fn raise_floor(&self, floor: DateTime<Utc>) {
+    /// The reading last judged a step and not yet confirmed or undone.
+    #[cfg(test)]
+    pub(crate) fn stepped(&self) -> Option<StoreTime> {
+        self.inner.lock().expect("clock watch poisoned").stepped
+    }
+
+    /// Raise the floor to `floor` (one read from the bank), but no further than `now` (this
+    /// pass's reading): a floor ahead of the store's time would hold every judgement back
+    /// until the store caught up, and judging every older stamp as written now is the most
+    /// conservative floor there is.
+    pub(crate) fn raise_floor(&self, floor: DateTime<Utc>, now: DateTime<Utc>) {
+        let floor = floor.min(now);
         let mut s = self.inner.lock().expect("clock watch poisoned");
         s.floor = Some(s.floor.map_or(floor, |f| f.max(floor)));
     }
@@ -259,20 +335,37 @@ pub fn floor_path(bank: &Bank) -> Path {
 /// The body of `gc/clock-floor`. A spent floor is retired in place (`spent`: a delete cannot be
 /// made conditional on the version one read); it keeps its `floor`, so that a release before
 /// `spent` reads a floor old enough to be spent and deletes it as it always did.
+///
+/// `step` is a reading some pass judged a forward step and no reading has confirmed yet: never
+/// a floor (a host whose clock read wrong once would otherwise stall every later pass), only
+/// what a later reading confirms (the store's clock is at or past it) or undoes (behind it).
+/// A record that holds only a candidate has a spent `floor`, which releases before `step`
+/// ignore.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct FloorRecord {
     floor: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     spent: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    step: Option<DateTime<Utc>>,
+}
+
+/// `gc/clock-floor` as read: the floor (unless spent), the step candidate, and the version.
+#[derive(Debug, Clone)]
+pub(crate) struct FloorRead {
+    pub(crate) floor: Option<DateTime<Utc>>,
+    pub(crate) step: Option<DateTime<Utc>>,
+    /// The floor as stored, spent or not (kept when only the candidate changes).
+    stored: DateTime<Utc>,
+    spent: bool,
+    pub(crate) version: UpdateVersion,
 }
 
 /// Attempts of a conditional floor write that another collector's keeps beating.
 const FLOOR_WRITE_ATTEMPTS: usize = 5;
 
 /// The floor in the bank and its version: `None` when there is no object.
-pub(crate) async fn read_floor_versioned(
-    bank: &Bank,
-) -> banklease::Result<Option<(Option<DateTime<Utc>>, UpdateVersion)>> {
+pub(crate) async fn read_floor_versioned(bank: &Bank) -> banklease::Result<Option<FloorRead>> {
     let path = floor_path(bank);
     // A HEAD first: almost always there is no floor, and then the pass's GETs are all lease reads.
     match bank.store().head(&path).await {
@@ -298,7 +391,123 @@ pub(crate) async fn read_floor_versioned(
             path: path.clone(),
             reason: format!("not a clock-floor record: {e}"),
         })?;
-    Ok(Some(((!record.spent).then_some(record.floor), version)))
+    Ok(Some(FloorRead {
+        floor: (!record.spent).then_some(record.floor),
+        step: record.step,
+        stored: record.floor,
+        spent: record.spent,
+        version,
+    }))
+}
+
+/// Replace the record read as `read` by `record`, only if it is still that version: a record
+/// another collector wrote since is kept (it knows at least as much). Where writes cannot be
+/// conditional, it is kept too (a candidate left there is undone or confirmed by a later
+/// pass; a floor costs one expire window).
+async fn replace_floor(
+    bank: &Bank,
+    read: &FloorRead,
+    record: &FloorRecord,
+) -> banklease::Result<()> {
+    let path = floor_path(bank);
+    let body = serde_json::to_vec(record).expect("a floor record");
+    match bank
+        .store()
+        .put_opts(
+            &path,
+            PutPayload::from(body),
+            PutOptions::from(PutMode::Update(read.version.clone())),
+        )
+        .await
+    {
+        Ok(_) | Err(object_store::Error::Precondition { .. }) => Ok(()),
+        Err(e) if banklease::store::is_refusal(&e) => Ok(()),
+        Err(e) => Err(banklease::Error::store("put", &path, e)),
+    }
+}
+
+/// Keep `at` (a reading this pass judged a forward step) as the bank's step candidate, beside
+/// whatever floor is there, unless an earlier candidate is kept already. Never a floor.
+pub(crate) async fn write_step_candidate(bank: &Bank, at: DateTime<Utc>) -> banklease::Result<()> {
+    let path = floor_path(bank);
+    for _ in 0..FLOOR_WRITE_ATTEMPTS {
+        let read = read_floor_versioned(bank).await?;
+        let (record, mode) = match &read {
+            Some(read) if read.step.is_some_and(|s| s <= at) => return Ok(()),
+            Some(read) => (
+                FloorRecord {
+                    floor: read.stored,
+                    spent: read.spent,
+                    step: Some(at),
+                },
+                PutMode::Update(read.version.clone()),
+            ),
+            None => (
+                FloorRecord {
+                    floor: at,
+                    spent: true,
+                    step: Some(at),
+                },
+                PutMode::Create,
+            ),
+        };
+        let body = serde_json::to_vec(&record).expect("a floor record");
+        match bank
+            .store()
+            .put_opts(&path, PutPayload::from(body), PutOptions::from(mode))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(
+                object_store::Error::Precondition { .. }
+                | object_store::Error::AlreadyExists { .. },
+            ) => continue,
+            // No conditional writes: the candidate is this collector's alone (in memory).
+            Err(e) if banklease::store::is_refusal(&e) => return Ok(()),
+            Err(e) => return Err(banklease::Error::store("put", &path, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Settle the bank's record after a reading: the step candidate cleared (confirmed into the
+/// floor, or undone), and a floor known wrong retired or brought down to `lowered`.
+pub(crate) async fn settle_floor(
+    bank: &Bank,
+    read: &FloorRead,
+    clear_step: bool,
+    floor: FloorChange,
+) -> banklease::Result<()> {
+    let (stored, spent) = match floor {
+        FloorChange::Keep => (read.stored, read.spent),
+        FloorChange::Retire => (read.stored, true),
+        FloorChange::Lower(to) => (to, false),
+    };
+    let step = if clear_step { None } else { read.step };
+    if (stored, spent, step) == (read.stored, read.spent, read.step) {
+        return Ok(());
+    }
+    replace_floor(
+        bank,
+        read,
+        &FloorRecord {
+            floor: stored,
+            spent,
+            step,
+        },
+    )
+    .await
+}
+
+/// What [`settle_floor`] does with the floor itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FloorChange {
+    Keep,
+    /// Known wrong (ahead of a compared reading), or spent.
+    Retire,
+    /// Ahead of a reading that could not be compared: brought down to it, the most
+    /// conservative floor there is, and no further hold than one expire window.
+    Lower(DateTime<Utc>),
 }
 
 /// Record `floor` in the bank, never over a newer one: each write is conditional on the
@@ -312,13 +521,16 @@ pub(crate) async fn write_floor(bank: &Bank, floor: DateTime<Utc>) -> banklease:
     let body = serde_json::to_vec(&FloorRecord {
         floor,
         spent: false,
+        step: None,
     })
     .expect("a floor record serialises");
     for _ in 0..FLOOR_WRITE_ATTEMPTS {
         let current = read_floor_versioned(bank).await?;
         let mode = match current {
-            Some((Some(there), _)) if there >= floor => return Ok(()),
-            Some((_, version)) => PutMode::Update(version),
+            Some(FloorRead {
+                floor: Some(there), ..
+            }) if there >= floor => return Ok(()),
+            Some(read) => PutMode::Update(read.version),
             None => PutMode::Create,
         };
         let sent = bank
@@ -362,31 +574,6 @@ pub(crate) async fn write_floor(bank: &Bank, floor: DateTime<Utc>) -> banklease:
     ))
 }
 
-/// Retire a spent floor in place, only if it is still the one read (at `version`): a
-/// floor another collector wrote since is kept. Where writes cannot be conditional, a spent
-/// floor is kept (it constrains nothing; it costs a pass one GET).
-pub(crate) async fn retire_floor(
-    bank: &Bank,
-    floor: DateTime<Utc>,
-    version: UpdateVersion,
-) -> banklease::Result<()> {
-    let path = floor_path(bank);
-    let body = serde_json::to_vec(&FloorRecord { floor, spent: true }).expect("a floor record");
-    match bank
-        .store()
-        .put_opts(
-            &path,
-            PutPayload::from(body),
-            PutOptions::from(PutMode::Update(version)),
-        )
-        .await
-    {
-        Ok(_) | Err(object_store::Error::Precondition { .. }) => Ok(()),
-        Err(e) if banklease::store::is_refusal(&e) => Ok(()),
-        Err(e) => Err(banklease::Error::store("put", &path, e)),
-    }
-}
-
 /// Refuse to collect with a skew margin below the store's timestamp resolution (1 s on S3 and
 /// Swift's Last-Modified): no judgement could then absorb the truncation of every stamp. The
 /// daemon checks before it starts, a one-shot pass (CLI, Python) before it runs.
@@ -419,7 +606,7 @@ mod tests {
         read_floor_versioned(bank)
             .await
             .unwrap()
-            .and_then(|(f, _)| f)
+            .and_then(|f| f.floor)
     }
 
     fn at(s: i64) -> DateTime<Utc> {
@@ -444,13 +631,17 @@ mod tests {
     async fn retiring_a_spent_floor_keeps_one_written_since() {
         let bank = Bank::open("memory://").unwrap();
         write_floor(&bank, at(10)).await.unwrap();
-        let (_, read) = read_floor_versioned(&bank).await.unwrap().unwrap();
+        let read = read_floor_versioned(&bank).await.unwrap().unwrap();
         write_floor(&bank, at(500)).await.unwrap();
-        retire_floor(&bank, at(10), read).await.unwrap();
+        settle_floor(&bank, &read, false, FloorChange::Retire)
+            .await
+            .unwrap();
         assert_eq!(floor_of(&bank).await, Some(at(500)));
         // Retired as read: no floor, and a later step writes one again.
-        let (_, read) = read_floor_versioned(&bank).await.unwrap().unwrap();
-        retire_floor(&bank, at(500), read).await.unwrap();
+        let read = read_floor_versioned(&bank).await.unwrap().unwrap();
+        settle_floor(&bank, &read, false, FloorChange::Retire)
+            .await
+            .unwrap();
         assert_eq!(floor_of(&bank).await, None);
         write_floor(&bank, at(600)).await.unwrap();
         assert_eq!(floor_of(&bank).await, Some(at(600)));
@@ -493,21 +684,83 @@ mod tests {
         );
     }
 
+    /// A reading judged a step is no floor: only a later reading that fits it (and still not
+    /// the reference) confirms the step, and the floor is then the step's stamp, kept.
     #[test]
-    fn the_watch_raises_its_floor_on_a_step_and_keeps_it() {
+    fn a_step_raises_the_floor_only_once_a_later_reading_confirms_it() {
         let base = Instant::now();
         let tol = Duration::from_millis(100);
         let watch = ClockWatch::default();
         assert!(watch
-            .start(&probe(base, 0, 10, 5), tol, GRACE, false)
+            .start(&probe(base, 0, 10, 5), tol, GRACE, false, None)
             .is_ok());
         assert_eq!(watch.floor(), None);
         let stepped = probe(base, 1_000, 1_010, 7_200_000);
-        assert!(watch.start(&stepped, tol, GRACE, false).is_err());
-        assert_eq!(watch.floor(), Some(stepped.at));
+        assert!(watch.start(&stepped, tol, GRACE, false, None).is_err());
+        assert_eq!(watch.floor(), None, "a step's own reading is never a floor");
+        assert_eq!(watch.stepped().map(|s| s.at), Some(stepped.at));
         let next = probe(base, 2_000, 2_010, 7_201_000);
-        assert!(watch.start(&next, tol, GRACE, false).is_ok());
+        let checked = watch.start(&next, tol, GRACE, false, None).unwrap();
+        assert_eq!(checked.confirmed, Some(stepped.at));
         assert_eq!(watch.floor(), Some(stepped.at));
+        let later = probe(base, 3_000, 3_010, 7_202_000);
+        let checked = watch.start(&later, tol, GRACE, false, None).unwrap();
+        assert!(checked.compared && checked.confirmed.is_none());
+        assert_eq!(watch.floor(), Some(stepped.at));
+    }
+
+    /// A reading an hour ahead (a host whose clock read wrong once), then readings that fit
+    /// the one before it again: no floor is left, nothing holds collection back.
+    #[test]
+    fn a_step_that_is_undone_leaves_no_floor() {
+        let base = Instant::now();
+        let tol = Duration::from_millis(100);
+        let watch = ClockWatch::default();
+        assert!(watch
+            .start(&probe(base, 0, 10, 5), tol, GRACE, false, None)
+            .is_ok());
+        assert!(watch
+            .start(
+                &probe(base, 1_000, 1_010, 3_601_000),
+                tol,
+                GRACE,
+                false,
+                None
+            )
+            .is_err());
+        let back = watch
+            .start(&probe(base, 2_000, 2_010, 2_005), tol, GRACE, false, None)
+            .unwrap();
+        assert!(back.compared && !back.floored && back.confirmed.is_none());
+        assert_eq!(watch.floor(), None);
+        assert!(watch.stepped().is_none());
+    }
+
+    /// A floor held in memory that is ahead of a reading compared with a clean reference is
+    /// known wrong and dropped; without a reference it is brought down to the reading.
+    #[test]
+    fn a_floor_ahead_of_a_compared_reading_is_dropped() {
+        let base = Instant::now();
+        let tol = Duration::from_millis(100);
+        let at = |ms: i64| probe(base, 0, 0, ms).at;
+        let watch = ClockWatch::default();
+        watch.raise_floor(at(3_600_000), at(3_600_000));
+        let first = watch
+            .start(&probe(base, 0, 10, 5), tol, GRACE, false, None)
+            .unwrap();
+        assert!(!first.compared);
+        assert_eq!(
+            watch.floor(),
+            Some(at(5)),
+            "no reference: brought down to now"
+        );
+        watch.raise_floor(at(3_600_000), at(3_600_000));
+        let second = watch
+            .start(&probe(base, 1_000, 1_010, 1_005), tol, GRACE, false, None)
+            .unwrap();
+        assert!(second.compared);
+        assert_eq!(second.dropped, Some(at(3_600_000)));
+        assert_eq!(watch.floor(), None);
     }
 
     #[test]
@@ -516,7 +769,7 @@ mod tests {
         let tol = Duration::from_millis(100);
         let watch = ClockWatch::default();
         let first = probe(base, 0, 10, 5);
-        assert!(watch.start(&first, tol, GRACE, false).is_ok());
+        assert!(watch.start(&first, tol, GRACE, false, None).is_ok());
         let fine = probe(base, 5_000, 5_010, 5_005);
         assert!(watch.recheck(&first, &fine, tol).is_ok());
         let Err(Refused::Step(back)) =
@@ -535,7 +788,8 @@ mod tests {
             panic!("a forward step is refused");
         };
         assert!(fwd.forward);
-        assert!(watch.floor().is_some());
+        assert_eq!(watch.floor(), None, "a step's own reading is never a floor");
+        assert!(watch.stepped().is_some());
     }
 
     #[test]
@@ -544,17 +798,17 @@ mod tests {
         let tol = Duration::from_millis(100);
         let watch = ClockWatch::default();
         assert!(watch
-            .start(&probe(base, 0, 10, 5), tol, GRACE, false)
+            .start(&probe(base, 0, 10, 5), tol, GRACE, false, None)
             .is_ok());
         assert_eq!(watch.floor(), None);
         // Two hours later, a 20-second step is still seen (the allowance is 0.1 % of the gap).
         let later = 7_200_000;
         let stepped = probe(base, later, later + 10, later as i64 + 20_000);
-        assert!(watch.start(&stepped, tol, GRACE, true).is_err());
+        assert!(watch.start(&stepped, tol, GRACE, true, None).is_err());
         // A daemon makes its very first reading its floor.
         let watch = ClockWatch::default();
         let first = probe(base, 0, 10, 5);
-        assert!(watch.start(&first, tol, GRACE, true).is_ok());
+        assert!(watch.start(&first, tol, GRACE, true, None).is_ok());
         assert_eq!(watch.floor(), Some(first.at));
     }
 
@@ -573,14 +827,14 @@ mod tests {
         let watch = ClockWatch::default();
         let first = unverified(probe(base, 0, 10, 5));
         assert!(matches!(
-            watch.start(&first, tol, GRACE, true),
+            watch.start(&first, tol, GRACE, true, None),
             Err(Refused::Unverified)
         ));
         assert_eq!(watch.floor(), None);
         // Nor is it a reference: a verified reading after a step is then compared with nothing
         // older (and becomes the daemon's floor), never with the unverified stamp.
         let after = probe(base, 1_000, 1_010, 3_600_000);
-        assert!(watch.start(&after, tol, GRACE, true).is_ok());
+        assert!(watch.start(&after, tol, GRACE, true, None).is_ok());
         assert_eq!(watch.floor(), Some(after.at));
         // Within a pass, either reading unverified: nothing may be deleted.
         let again = unverified(probe(base, 2_000, 2_010, 3_601_000));
@@ -607,13 +861,13 @@ mod tests {
         assert_eq!(max_reference_gap(grace), Duration::from_secs(1_000));
         let watch = ClockWatch::default();
         assert!(watch
-            .start(&probe(base, 0, 10, 5), tol, grace, false)
+            .start(&probe(base, 0, 10, 5), tol, grace, false, None)
             .is_ok());
         // 2,000 s later, with a 1.5 s step: inside the 2 s allowance of that gap, so a
         // comparison would pass it; the reference is too old to be one.
         let later = 2_000_000;
         let stepped = probe(base, later, later + 10, later as i64 + 1_500);
-        assert!(watch.start(&stepped, tol, grace, true).is_ok());
+        assert!(watch.start(&stepped, tol, grace, true, None).is_ok());
         // ... so the daemon takes this reading as its floor, as with no reference at all.
         assert_eq!(watch.floor(), Some(stepped.at));
     }
@@ -633,11 +887,11 @@ mod tests {
         let watch = ClockWatch::default();
         // Sent at 0, served after a 1.47 s pause (stamp 1,470), answered at 1,492.
         assert!(watch
-            .start(&probe(base, 0, 1_492, 1_470), tol, grace, false)
+            .start(&probe(base, 0, 1_492, 1_470), tol, grace, false, None)
             .is_ok());
         // 741 ms of real time later the store's clock is 1,083 ms further on than that.
         let stepped = probe(base, 2_233, 2_266, 1_470 + 741 + 1_083);
-        let judged = watch.start(&stepped, tol, grace, false);
+        let judged = watch.start(&stepped, tol, grace, false, None);
         assert!(
             judged.is_err() || watch.floor() == Some(stepped.at),
             "a possible step was judged on: {judged:?}, floor {:?}",

@@ -734,11 +734,19 @@ impl StagingDir {
     }
 }
 
-/// The store's own clock: like the file system it stands in for, the store stamps writes with
-/// this host's wall clock (it is the `file:` bank's store clock, not a client's clock).
-#[allow(clippy::disallowed_methods)]
+/// The store's own clock: the kernel's real-time clock, which stamps every write (the file
+/// system's own times, [`stamp`]). Read from the kernel itself (the vDSO or a system call,
+/// never the C library, which a process may have interposed: `faketime`), so that a process
+/// whose view of the time is wrong still reads the clock the stamps were made with; and at
+/// the granularity the kernel stamps files with (its coarse clock, one tick), so that a stamp
+/// made before a reading is never after it — a lease never looks older than it is.
 pub(crate) fn store_clock() -> SystemTime {
-    SystemTime::now()
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+    let since = Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or_default(),
+        u32::try_from(now.tv_nsec).unwrap_or_default(),
+    );
+    UNIX_EPOCH + since
 }
 
 /// Whether the stamps already in `root` (the bank's descriptor, the root and two of the bank's

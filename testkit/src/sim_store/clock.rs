@@ -53,11 +53,16 @@ impl StoreClock {
         *self.offset()
     }
 
-    /// Move the store's clock forward by `by` at once, as a clock correction would. A store
-    /// clock never moves backwards.
+    /// Move the store's clock forward by `by` at once, as a clock correction would.
     pub fn jump_forward(&self, by: Duration) {
         *self.offset() += TimeDelta::from_std(by).unwrap_or(TimeDelta::MAX);
         *self.inner.jumped.lock().expect("store clock poisoned") += by;
+    }
+
+    /// Move the store's clock back by `by` at once: the correction of a clock that read ahead
+    /// (a forward jump undone). Not counted in [`jumped`](Self::jumped).
+    pub fn step_back(&self, by: Duration) {
+        *self.offset() -= TimeDelta::from_std(by).unwrap_or(TimeDelta::MAX);
     }
 
     /// The sum of every forward jump so far.
