@@ -7,7 +7,9 @@ pub use crate::bank::CLOCK_PROBE_ATTEMPTS;
 pub use crate::checkpoint::decision::{
     create_tombstone, decide, finish_owner_decision, write_tombstone,
 };
-pub use crate::checkpoint::removal::{forget_failed, remove_finished, REMOVING_ENTRY};
+pub use crate::checkpoint::removal::{
+    ensure_entry, forget_failed, remove_finished, REMOVING_ENTRY,
+};
 pub use crate::checkpoint::repair::{
     check_replaceable, replace_decision, replace_index, set_aside, SetAside, MAX_SET_ASIDE_BYTES,
 };

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cli, command, command_via, output_text, text, wait_child, LIMIT};
+use common::{cli, command, command_via, output_text, wait_child, LIMIT};
 
 /// `faketime` with a wall clock `ahead` of this host's and the monotonic clocks untouched.
 fn stepped(ahead: &str, url: &str, args: &[&str]) -> Command {

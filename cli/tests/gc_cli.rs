@@ -283,8 +283,13 @@ fn a_reaped_lease_keeps_its_reason_for_30_days() {
 
     // Kept for 30 days on the store's clock (a `file:` bank's is this host's), then forgotten.
     let record = bank.join("gc/reaped").join(&owner);
+    // Another owner's record, as the gc wrote it a month ago (only what reads back as the
+    // reap record of the owner its name says is the gc's to forget).
     let old = bank.join("gc/reaped/an-owner-reaped-long-ago");
-    std::fs::copy(&record, &old).unwrap();
+    let mut body: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    body["owner_id"] = "an-owner-reaped-long-ago".into();
+    std::fs::write(&old, serde_json::to_vec(&body).unwrap()).unwrap();
     let month_ago = std::time::SystemTime::now() - Duration::from_secs(31 * 24 * 3600);
     std::fs::File::options()
         .write(true)

@@ -77,6 +77,8 @@ mod check;
 mod clock;
 #[path = "simulation/driver.rs"]
 mod driver;
+#[path = "simulation/operator.rs"]
+mod operator;
 #[path = "simulation/port.rs"]
 mod port;
 #[path = "simulation/report.rs"]
@@ -88,6 +90,7 @@ use actors::*;
 use check::*;
 use clock::*;
 use driver::*;
+use operator::*;
 use port::*;
 use report::*;
 use scenario::*;
@@ -184,6 +187,10 @@ enum GcKind {
     /// Broken on the owners' side: real collectors, but an owner's clock stops while its host
     /// is suspended (`CLOCK_MONOTONIC`), and suspends happen in every run.
     SuspendStopsOwnerClock,
+    /// Broken: real collectors that also repair owners' moves by rewriting `index.json` on a
+    /// version read a moment before, whatever is there by then; an operator deletes
+    /// checkpoints by hand in every run.
+    BrokenBlindRewrite,
 }
 
 impl GcKind {
@@ -324,6 +331,7 @@ fn env_kinds() -> Vec<GcKind> {
         GcKind::BrokenReaper,
         GcKind::BrokenNoTombstone,
         GcKind::SuspendStopsOwnerClock,
+        GcKind::BrokenBlindRewrite,
     ];
     match std::env::var("SIM_KIND") {
         Ok(name) => {
@@ -384,6 +392,13 @@ fn broken_collector_judging_a_read_at_its_receipt_is_caught() {
 #[test]
 fn broken_reaper_deleting_a_live_lease_is_caught() {
     broken_is_caught(GcKind::BrokenReaper, &["lease-deleted-while-valid"]);
+}
+
+/// An operator's deletion undone by a repair that rewrote `index.json` on a version read
+/// before the deletion landed: an `available` record over a checkpoint whose data is gone.
+#[test]
+fn broken_blind_rewrite_of_index_json_is_caught() {
+    broken_is_caught(GcKind::BrokenBlindRewrite, &["removal-undone"]);
 }
 
 /// A protecting index.json no pass will find (no tombstone), and late data never swept.
@@ -497,8 +512,8 @@ fn a_late_reference_reading_hides_no_step() {
 /// them failed on the code before its fix; none may fail now.
 #[test]
 fn collector_side_findings_are_fixed() {
-    use GcKind::{Collectors, Daemons};
-    let cases: [(GcKind, u64, Only, &str); 11] = [
+    use GcKind::{Collectors, Daemons, OneShot};
+    let cases: [(GcKind, u64, Only, &str); 13] = [
         (
             Daemons,
             1_000_615,
@@ -564,6 +579,20 @@ fn collector_side_findings_are_fixed() {
             1_000_024,
             Some(&["steps"]),
             "a store-clock step: collected while valid, a live lease reaped",
+        ),
+        (
+            OneShot,
+            17,
+            None,
+            "an operator's slow removal: its entry forgotten by a pass before its mark, then \
+             stopped part way: left deleting for ever",
+        ),
+        (
+            OneShot,
+            63,
+            None,
+            "a store without If-Match kept no step candidate: every one-shot pass after a real \
+             step refused, zombies left",
         ),
     ];
     let mut still = Vec::new();

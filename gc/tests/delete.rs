@@ -390,3 +390,70 @@ async fn a_deletion_between_a_moves_read_and_its_write_is_never_undone() {
         Err(object_store::Error::NotFound { .. })
     ));
 }
+
+/// A removal slow between entering the checkpoint in `index/failed/` and marking `index.json`:
+/// a pass past the grace takes the entry for one whose removal never began and forgets it; the
+/// mark lands after, and the remover stops before it is done. The entry is back for the mark,
+/// and the next pass finishes the removal instead of leaving it `deleting` for ever. (Found by
+/// the simulation's operator, seed 17, one-shot; a gate holds the removal's read.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_removal_whose_entry_a_pass_forgot_is_still_finished() {
+    let (bank, faults, _guard) = backends::faulty_bank(Backend::Memory, &MockClock::new()).await;
+    let clock: SharedClock = Arc::new(SystemClock);
+    let id = available_of_a_gone_owner(&bank, &clock, "slow-removal").await;
+    let options = GcOptions::builder()
+        .grace(Duration::from_millis(300))
+        .skew_margin(Duration::from_millis(50))
+        .build();
+    let pass = || async {
+        banklease_gc::Collector::new(bank.clone(), clock.clone(), options.clone())
+            .run_pass()
+            .await
+            .unwrap()
+    };
+
+    let gate = banklease_testkit::gate::GateStore::new(Arc::clone(bank.store()));
+    let gated = bank.with_store(Arc::new(gate.clone()));
+    // The removal's own read of index.json, after the deletion's first look at it.
+    let held = gate.hold_get(&format!("checkpoints/{id}/index.json"), 1);
+    faults.refuse_deletes_of(&format!("checkpoints/{id}/data/"));
+    let removing = tokio::spawn({
+        let (clock, options, id) = (clock.clone(), options.clone(), id.clone());
+        async move { delete(&gated, &clock, &options, &id, &request(true)).await }
+    });
+    held.served.await.unwrap();
+    let entry = Key::Failed(id.clone()).path(&bank);
+    assert!(bank.store().head(&entry).await.is_ok(), "entered first");
+
+    // Past the grace, a pass forgets the entry: its record has no removal yet.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(pass().await.errors, 0);
+    assert!(matches!(
+        bank.store().head(&entry).await,
+        Err(object_store::Error::NotFound { .. })
+    ));
+
+    // The mark lands now; the data cannot be deleted, and the remover gives up.
+    held.release.send(()).unwrap();
+    removing
+        .await
+        .unwrap()
+        .expect_err("its data could not be deleted");
+    faults.heal();
+
+    let report = pass().await;
+    assert_eq!(report.errors, 0, "{report:?}");
+    let record = checkpoint::read_checkpoint(&bank, &id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, Status::Deleted, "left {record:?}");
+    assert_eq!(record.removal.map(|r| r.name), Some("alice".to_owned()));
+    let data: Vec<_> = bank
+        .store()
+        .list(Some(&Prefix::Data(&id).path(&bank)))
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(data.is_empty(), "{data:?}");
+}

@@ -197,7 +197,7 @@ pub async fn finish_owner_decision(bank: &Bank, decision: &Decision) -> Result<(
             CheckpointRecord::new(id, &decision.owner_id, decision.outcome, created_at);
         // An operator's rebuilt record keeps saying so.
         record.rebuilt = existing.and_then(|r| r.rebuilt.clone());
-        Ok(Next::Write(record))
+        Ok(Next::Write(Box::new(record)))
     })
     .await?;
     let removed = rewritten
@@ -250,14 +250,14 @@ pub async fn write_tombstone(
                 let mut record =
                     CheckpointRecord::new(id, owner, Status::Deleted, created_at.unwrap_or(now));
                 record.removal = r.removal.clone();
-                Next::Write(record)
+                Next::Write(Box::new(record))
             }
-            None => Next::Write(CheckpointRecord::new(
+            None => Next::Write(Box::new(CheckpointRecord::new(
                 id,
                 owner,
                 Status::Deleted,
                 created_at.unwrap_or(now),
-            )),
+            ))),
         })
     })
     .await

@@ -78,9 +78,13 @@ pub async fn remove_finished(
         let mut marked = now.clone();
         marked.status = going;
         marked.removal = Some(now.removal.clone().unwrap_or_else(|| removal.clone()));
-        Ok(Next::Write(marked))
+        Ok(Next::Write(Box::new(marked)))
     })
     .await?;
+    // A pass forgets an entry whose removal had not marked `index.json` within the grace (one
+    // that never began); a slow removal's mark can land after that. Marked now, the entry is
+    // made sure of: a pass then finishes this removal should this process stop.
+    ensure_entry(bank, &record.id).await?;
     let deleted = delete_data(bank, &record.id).await?;
     rewrite_index(bank, &record.id, |now| {
         let now = same_checkpoint(&index, record, now)?;
@@ -89,12 +93,13 @@ pub async fn remove_finished(
             Status::Deleting | Status::ErrorDeleting if now.removal.is_some() => {
                 let mut tombstone = now.clone();
                 tombstone.status = Status::Deleted;
-                Ok(Next::Write(tombstone))
+                Ok(Next::Write(Box::new(tombstone)))
             }
             status => Err(Error::Corrupt {
                 path: index.clone(),
                 reason: format!(
-                    "status=`{status}` while its removal was under way: another writer moved                      it; left as it is, `banklease checkpoint explain` says what it holds"
+                    "status=`{status}` while its removal was under way: another writer moved \
+                     it; left as it is, `banklease checkpoint explain` says what it holds"
                 ),
             }),
         }
@@ -143,6 +148,22 @@ fn same_checkpoint<'a>(
             path: index.clone(),
             reason: "it is gone since its removal began".to_owned(),
         }),
+    }
+}
+
+/// Make sure `index/failed/<id>` is there for a removal that marked `index.json` (put back,
+/// as a removal writes it, when a pass forgot it meanwhile).
+pub async fn ensure_entry(bank: &Bank, id: &crate::id::CheckpointId) -> Result<()> {
+    let entry = Key::Failed(id.clone()).path(bank);
+    match bank.store().head(&entry).await {
+        Ok(_) => Ok(()),
+        Err(object_store::Error::NotFound { .. }) => bank
+            .store()
+            .put(&entry, object_store::PutPayload::from_static(REMOVING))
+            .await
+            .map(drop)
+            .map_err(|e| write_failed(bank.label(), "put", &entry, e)),
+        Err(e) => Err(Error::store("head", &entry, e)),
     }
 }
 

@@ -31,7 +31,7 @@ const REWRITE_ATTEMPTS: usize = 8;
 #[derive(Debug)]
 pub enum Next {
     /// Write this record in place of the one read.
-    Write(CheckpointRecord),
+    Write(Box<CheckpointRecord>),
     /// Leave the record as it is.
     Leave,
 }
@@ -100,7 +100,7 @@ pub async fn rewrite_index(
                     wrote: false,
                 })
             }
-            Next::Write(record) => record,
+            Next::Write(record) => *record,
         };
         let mode = match now.version {
             None => PutMode::Create,

@@ -47,6 +47,12 @@ pub(crate) enum Violation {
         remaining: Duration,
         how: &'static str,
     },
+    /// A checkpoint an operator deleted that is not a tombstone with its removal's trail (an
+    /// `available` record brought back over it, data gone), or a begun removal left unfinished.
+    RemovalUndone {
+        checkpoint: String,
+        what: String,
+    },
     /// Data left under a collected checkpoint long after any write in flight at the collection
     /// must have landed: no pass will ever find it.
     OrphanData {
@@ -71,6 +77,7 @@ impl Violation {
             Violation::ZombieLeft { marker: false, .. } => "zombie-unmarked",
             Violation::LeaseDeletedWhileValid { .. } => "lease-deleted-while-valid",
             Violation::OrphanData { .. } => "orphan-data",
+            Violation::RemovalUndone { .. } => "removal-undone",
         }
     }
 
@@ -131,6 +138,8 @@ pub(crate) struct Registry {
     /// finishing the owner's decision (a repair).
     pub(crate) index_written: BTreeMap<String, Duration>,
     pub(crate) violations: Vec<Violation>,
+    /// Checkpoints an operator's `checkpoint delete` removed, or may have begun to.
+    pub(crate) removed: BTreeMap<String, Removed>,
     pub(crate) trace: Vec<String>,
     pub(crate) created: u64,
     pub(crate) fenced: u64,
@@ -248,6 +257,20 @@ pub(crate) fn observe(world: &World, m: &Mutation<'_>, view: &StoreView<'_>) {
     let Some(id) = checkpoint_of(m.path) else {
         return;
     };
+    // An operator's removal (and a pass finishing one it began) is judged at the end
+    // (`check_removals`), not as a collection.
+    if caller().is_some_and(|c| c.starts_with("operator")) {
+        return;
+    }
+    let removing = view
+        .get(&Path::from(index_path_str(&id).as_str()))
+        .and_then(|b| serde_json::from_slice::<CheckpointRecord>(b).ok())
+        .is_some_and(|r| r.removal.is_some());
+    // A removed (or being removed) checkpoint is no longer the owner's completed one: what a
+    // pass does to it (finishing the removal, a stray marker's decision) is no collection.
+    if removing {
+        return;
+    }
     let is_decision = path.starts_with(&format!("{PREFIX}/decisions/"));
     if m.kind == MutationKind::Overwrite && path == index_path_str(&id) {
         let now = world.now();
@@ -544,9 +567,11 @@ pub(crate) fn finish(
             }
         }
     }
-    // Every completed checkpoint is intact: its outcome, its decision, its data.
+    // What an operator removed is a tombstone with its trail; every other completed
+    // checkpoint is intact: its outcome, its decision, its data.
+    let removed = check_removals(world);
     let completed = world.reg().completed.clone();
-    for (id, (status, data)) in &completed {
+    for (id, (status, data)) in completed.iter().filter(|(id, _)| !removed.contains(*id)) {
         let index = world
             .sim
             .peek(&Path::from(index_path_str(id)))

@@ -123,6 +123,18 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
                     .build();
                 tokio::spawn(one_shot_loop(world.clone(), name, bank, clock, options))
             }
+            GcKind::BrokenBlindRewrite => {
+                let options = gc_options(&mut rng, staleness);
+                let seed = orng_seed(seed, i);
+                tokio::spawn(blind_rewrite_loop(
+                    world.clone(),
+                    name,
+                    bank,
+                    clock,
+                    options,
+                    seed,
+                ))
+            }
             GcKind::Collectors | GcKind::SingleCollector | GcKind::SuspendStopsOwnerClock => {
                 let options = gc_options(&mut rng, staleness);
                 let collector = Collector::new(bank, Arc::new(clock.clone()), options);
@@ -138,6 +150,29 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
             }
         };
         gc_tasks.push(task);
+    }
+
+    // An operator deleting checkpoints by hand (`checkpoint delete`, with and without
+    // `--available`) in half the seeds of the real kinds, and in every seed of the broken
+    // blind-rewrite kind. From a generator of its own: every other draw of a seed stays what
+    // it was.
+    let mut orng = Rng::new(seed ^ 0x0000_09e7_a70e_0001);
+    let mut operator_clock = None;
+    let mut operator_task = None;
+    if kind == GcKind::BrokenBlindRewrite || (!kind.is_broken() && orng.chance(0.5)) {
+        let head_start = orng.ms(0..5_000);
+        let drifting = Drifting::new(&mut orng, head_start);
+        let clock = drifting.clock.clone();
+        operator_clock = Some(drifting);
+        let ctl = Ctl::new("operator", false, &world);
+        let bank = port_bank(&world, &ctl);
+        operator_task = Some(tokio::spawn(operator_loop(
+            world.clone(),
+            bank,
+            clock,
+            orng.next(),
+        )));
+        world.trace(format_args!("an operator deletes checkpoints by hand"));
     }
 
     // The scenario: events at world offsets.
@@ -371,6 +406,9 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
         for c in &mut gc_clocks {
             c.advance(dt, after);
         }
+        if let Some(c) = &mut operator_clock {
+            c.advance(dt, after);
+        }
         settle(&world).await;
         sample(&world, healthy, kind.liveness(), &mut outcome);
     }
@@ -382,10 +420,18 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
     for task in gc_tasks {
         task.abort();
     }
+    if let Some(task) = operator_task {
+        task.abort();
+    }
     for (_, task) in owner_tasks {
         task.abort();
     }
     outcome
+}
+
+/// The seed of broken collector `i`'s own draws (apart from the seed's other draws).
+fn orng_seed(seed: u64, i: usize) -> u64 {
+    seed ^ 0x0b11_d0e5_0000_0000 ^ i as u64
 }
 
 pub(crate) fn set_isolated(world: &World, name: &str, on: bool) {

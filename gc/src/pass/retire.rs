@@ -180,6 +180,19 @@ async fn one(
                 "a failed checkpoint's entry names no failed checkpoint: forgotten");
             if !options.dry_run {
                 forget_failed(bank, id).await?;
+                // A removal whose mark was on its way when the record was read: read again
+                // (past the staleness a replica may have) and, marked now, put the entry back,
+                // so that a pass finishes it should its remover stop. (The remover makes sure
+                // of the entry after its mark too: one of the two sees the other.)
+                if !options.read_staleness.is_zero() {
+                    ctx.clock.sleep(options.read_staleness).await;
+                }
+                if checkpoint::read_checkpoint(bank, id)
+                    .await?
+                    .is_some_and(|r| r.removal.is_some())
+                {
+                    banklease::collector::ensure_entry(bank, id).await?;
+                }
             }
             return Ok(Outcome::Stale);
         }

@@ -401,28 +401,49 @@ pub(crate) async fn read_floor_versioned(bank: &Bank) -> banklease::Result<Optio
 }
 
 /// Replace the record read as `read` by `record`, only if it is still that version: a record
-/// another collector wrote since is kept (it knows at least as much). Where writes cannot be
-/// conditional, it is kept too (a candidate left there is undone or confirmed by a later
-/// pass; a floor costs one expire window).
+/// another collector wrote since is kept (it knows at least as much). Where If-Match is
+/// refused (Swift), a HEAD compares the version just before an overwrite.
 async fn replace_floor(
     bank: &Bank,
     read: &FloorRead,
     record: &FloorRecord,
 ) -> banklease::Result<()> {
     let path = floor_path(bank);
-    let body = serde_json::to_vec(record).expect("a floor record");
+    let body = PutPayload::from(serde_json::to_vec(record).expect("a floor record"));
     match bank
         .store()
         .put_opts(
             &path,
-            PutPayload::from(body),
+            body.clone(),
             PutOptions::from(PutMode::Update(read.version.clone())),
         )
         .await
     {
         Ok(_) | Err(object_store::Error::Precondition { .. }) => Ok(()),
-        Err(e) if banklease::store::is_refusal(&e) => Ok(()),
+        Err(e) if banklease::store::is_refusal(&e) => {
+            overwrite_if_unchanged(bank, read, body).await
+        }
         Err(e) => Err(banklease::Error::store("put", &path, e)),
+    }
+}
+
+/// Overwrite `gc/clock-floor` with `body` if a HEAD still shows the version `read` saw (a
+/// store without If-Match: the window between the two is the one left).
+async fn overwrite_if_unchanged(
+    bank: &Bank,
+    read: &FloorRead,
+    body: PutPayload,
+) -> banklease::Result<()> {
+    let path = floor_path(bank);
+    match bank.store().head(&path).await {
+        Ok(meta) if meta.e_tag == read.version.e_tag => bank
+            .store()
+            .put(&path, body)
+            .await
+            .map(drop)
+            .map_err(|e| banklease::Error::store("put", &path, e)),
+        Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(banklease::Error::store("head", &path, e)),
     }
 }
 
@@ -462,8 +483,12 @@ pub(crate) async fn write_step_candidate(bank: &Bank, at: DateTime<Utc>) -> bank
                 object_store::Error::Precondition { .. }
                 | object_store::Error::AlreadyExists { .. },
             ) => continue,
-            // No conditional writes: the candidate is this collector's alone (in memory).
-            Err(e) if banklease::store::is_refusal(&e) => return Ok(()),
+            // No If-Match (Swift): compared by a HEAD just before the overwrite.
+            Err(e) if banklease::store::is_refusal(&e) => {
+                let Some(read) = &read else { return Ok(()) };
+                let body = serde_json::to_vec(&record).expect("a floor record");
+                return overwrite_if_unchanged(bank, read, PutPayload::from(body)).await;
+            }
             Err(e) => return Err(banklease::Error::store("put", &path, e)),
         }
     }

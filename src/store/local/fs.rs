@@ -133,7 +133,7 @@ pub(super) fn etag_of_stat(st: &rustix::fs::Stat) -> String {
 /// A `stat`'s modification time in µs since the epoch (0 before it).
 pub(super) fn stat_micros(st: &rustix::fs::Stat) -> u128 {
     u128::try_from(st.st_mtime).unwrap_or_default() * 1_000_000
-        + u128::try_from(st.st_mtime_nsec).unwrap_or_default() / 1_000
+        + u128::from(st.st_mtime_nsec) / 1_000
 }
 
 /// How a write ended when it did not succeed, before mapping to object_store's errors.
