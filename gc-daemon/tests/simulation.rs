@@ -85,6 +85,8 @@ mod port;
 mod report;
 #[path = "simulation/scenario.rs"]
 mod scenario;
+#[path = "simulation/wrong_clock.rs"]
+mod wrong_clock;
 
 use actors::*;
 use check::*;
@@ -94,6 +96,7 @@ use operator::*;
 use port::*;
 use report::*;
 use scenario::*;
+use wrong_clock::*;
 
 // ---- the model's numbers -----------------------------------------------------------------
 
@@ -191,6 +194,9 @@ enum GcKind {
     /// version read a moment before, whatever is there by then; an operator deletes
     /// checkpoints by hand in every run.
     BrokenBlindRewrite,
+    /// Broken: a collector that keeps the reading of a pass that saw a forward step as the
+    /// bank's floor; the store's clock reads far ahead once in every run.
+    BrokenFloorFromStep,
 }
 
 impl GcKind {
@@ -332,6 +338,7 @@ fn env_kinds() -> Vec<GcKind> {
         GcKind::BrokenNoTombstone,
         GcKind::SuspendStopsOwnerClock,
         GcKind::BrokenBlindRewrite,
+        GcKind::BrokenFloorFromStep,
     ];
     match std::env::var("SIM_KIND") {
         Ok(name) => {
@@ -399,6 +406,13 @@ fn broken_reaper_deleting_a_live_lease_is_caught() {
 #[test]
 fn broken_blind_rewrite_of_index_json_is_caught() {
     broken_is_caught(GcKind::BrokenBlindRewrite, &["removal-undone"]);
+}
+
+/// A reading from a store clock that was far ahead once, kept as a floor: every stamp older than
+/// it is held back, and the zombies of owners that died meanwhile are left.
+#[test]
+fn broken_floor_from_a_stepped_reading_is_caught() {
+    broken_is_caught(GcKind::BrokenFloorFromStep, &["zombie-left"]);
 }
 
 /// A protecting index.json no pass will find (no tombstone), and late data never swept.

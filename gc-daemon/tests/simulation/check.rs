@@ -167,6 +167,9 @@ pub(crate) struct World {
     /// Per probe key, the version before its latest write, while lagging probe reads are on.
     pub(crate) probe_before: Mutex<BTreeMap<Path, ObjectMeta>>,
     pub(crate) probe_lag_reads: AtomicU64,
+    /// While not zero, every collector's reading of the store's clock comes back this many ms
+    /// ahead (a reading that is wrong once; owners' stamps are the store's own).
+    pub(crate) probe_ahead: AtomicU64,
     /// Owners of different windows and declared retry budgets, on a bank whose create-if-absent
     /// the collectors' rules take as timing only (a `swift://` label): each owner is judged by
     /// its own rule (c). `None`: every owner has the model's windows, on `sim://`. The value

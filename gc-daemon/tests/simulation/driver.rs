@@ -73,6 +73,7 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
         probe_lag: AtomicBool::new(false),
         probe_before: Mutex::default(),
         probe_lag_reads: AtomicU64::new(0),
+        probe_ahead: AtomicU64::new(0),
         // Drawn from a generator of its own: the other draws of a seed stay what they were.
         varied: {
             let mut vrng = Rng::new(seed ^ 0x0000_0a7e_5b0d_9e75);
@@ -123,6 +124,11 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
                     .build();
                 tokio::spawn(one_shot_loop(world.clone(), name, bank, clock, options))
             }
+            GcKind::BrokenFloorFromStep => tokio::spawn(floor_from_step_loop(
+                world.clone(),
+                name,
+                FloorFromStep::new(bank, clock),
+            )),
             GcKind::BrokenBlindRewrite => {
                 let options = gc_options(&mut rng, staleness);
                 let seed = orng_seed(seed, i);
@@ -210,6 +216,7 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
         }
     }
     extra.schedule(&mut frng, &mut events);
+    schedule_ahead_once(seed, kind, healthy, &mut events);
     events.sort_by_key(|(t, _)| *t);
     let mut events = events.into_iter().peekable();
 
@@ -365,6 +372,18 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
                     {
                         outcome.suspends += 1;
                     }
+                }
+                Event::Ahead(by) => {
+                    world
+                        .probe_ahead
+                        .store(by.as_millis() as u64, Ordering::SeqCst);
+                    world.trace(format_args!(
+                        "collectors' clock readings {by:?} AHEAD (wrong)"
+                    ));
+                }
+                Event::Back(_) => {
+                    world.probe_ahead.store(0, Ordering::SeqCst);
+                    world.trace(format_args!("collectors' clock readings right again"));
                 }
                 Event::BigStep => {
                     let min = (MARGIN + GRACE).as_millis() as u64 + 50;

@@ -266,9 +266,17 @@ impl PortHooks for Ctl {
         };
     }
 
-    /// With lagging probe reads on, a clock probe's read-back answers its previous version.
+    /// With lagging probe reads on, a clock probe's read-back answers its previous version;
+    /// while a collector's reading is wrong (`probe_ahead`), its read-back carries a stamp that
+    /// far ahead.
     fn answer_get(&self, location: &Path, answer: &mut object_store::Result<GetResult>) {
         let world = &self.world;
+        let ahead = world.probe_ahead.load(Ordering::SeqCst);
+        if ahead > 0 && self.gc && clock_probe(location) {
+            if let Ok(got) = answer.as_mut() {
+                got.meta.last_modified += chrono::TimeDelta::milliseconds(ahead as i64);
+            }
+        }
         if !(clock_probe(location) && world.probe_lag.load(Ordering::SeqCst)) {
             return;
         }

@@ -274,6 +274,10 @@ pub(crate) enum Event {
     Restore,
     /// Lagging probe reads start (`true`) or end.
     ProbeLag(bool),
+    /// Every collector's reading of the store's clock comes back this much ahead ...
+    Ahead(Duration),
+    /// ... until it is right again.
+    Back(Duration),
 }
 
 /// Suspend a running owner's host for 0.3–3 expire windows (only if it resumes before the run
