@@ -31,6 +31,9 @@ pub struct Bank {
     /// nothing new in the bank, and a refused clock probe falls back to what the store says
     /// without a write. Never for a writer.
     reading_only: bool,
+    /// A collector's handle ([`Bank::for_collector`]): its store-clock probe key is the host's
+    /// collectors' own, which reading commands never write.
+    collector: bool,
 }
 
 struct BankInner {
@@ -204,6 +207,7 @@ impl Bank {
         inner.limits = self.inner.limits;
         inner.etag_form.clone_from(&self.inner.etag_form);
         bank.reading_only = self.reading_only;
+        bank.collector = self.collector;
         bank
     }
 
@@ -227,6 +231,7 @@ impl Bank {
                 etag_form: None,
             }),
             reading_only: false,
+            collector: false,
         }
     }
 
@@ -244,6 +249,19 @@ impl Bank {
         Self {
             inner: Arc::clone(&self.inner),
             reading_only: true,
+            collector: self.collector,
+        }
+    }
+
+    /// A handle for a collector (a pass, `checkpoint resolve`): the same bank, whose store-clock
+    /// probe is the host's collectors' key (`host-<16 hex digits>-gc`), so that reading
+    /// commands rewriting the host's shared key (`lease show` in a loop) never make a pass's
+    /// reading unverified. Collectors of one host share it, and take turns under the GC lease.
+    pub fn for_collector(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            reading_only: self.reading_only,
+            collector: true,
         }
     }
 

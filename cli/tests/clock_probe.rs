@@ -1,5 +1,6 @@
-//! The store-clock probe: one per host, rewritten in place by every command that reads the
-//! store's clock, writing or reading.
+//! The store-clock probes: one per host for its commands, rewritten in place by every command
+//! that reads the store's clock, writing or reading, and one for its collectors (a pass's
+//! reading is never made unverified by a command rewriting the commands' key).
 
 #![allow(clippy::disallowed_methods)] // real processes on real files
 
@@ -21,10 +22,12 @@ fn probes(dir: &Path) -> Vec<String> {
     }
 }
 
-/// A hundred writing commands on one host (locks run, GC passes, the owner leases of `run`) leave one store-clock probe, this host's, rewritten in place. Before, each
-/// bank handle wrote `_banklease/clock/<random>`: 12 after six `lock run` and six `gc`.
+/// A hundred writing commands on one host (locks run, GC passes, the owner leases of `run`)
+/// leave two store-clock probes, this host's commands' and its collectors', each rewritten in
+/// place. Before, each bank handle wrote `_banklease/clock/<random>`: 12 after six `lock run`
+/// and six `gc`.
 #[test]
-fn a_hundred_writing_commands_on_one_host_leave_one_clock_probe() {
+fn a_hundred_writing_commands_on_one_host_leave_two_clock_probes() {
     let dir = tempfile::tempdir().unwrap();
     let bank = dir.path().join("bank");
     let url = banklease_testkit::file_bank(&bank);
@@ -52,15 +55,18 @@ fn a_hundred_writing_commands_on_one_host_leave_one_clock_probe() {
             );
         }
     }
-    let probes = probes(&bank);
+    let mut probes = probes(&bank);
+    probes.sort();
     assert!(
-        probes.len() == 1 && probes[0].starts_with("host-"),
+        probes.len() == 2
+            && probes[0].starts_with("host-")
+            && probes[1] == format!("{}-gc", probes[0]),
         "100 writing commands left these clock probes: {probes:?}"
     );
 }
 
 /// A GC pass removes the probes of hosts that stopped using the bank (not rewritten for a day,
-/// by the store's clock) and keeps the others, its own among them.
+/// by the store's clock) and keeps the others, its host's two among them.
 #[test]
 fn a_gc_pass_removes_the_probes_of_hosts_gone_for_a_day() {
     let dir = tempfile::tempdir().unwrap();
@@ -90,7 +96,8 @@ fn a_gc_pass_removes_the_probes_of_hosts_gone_for_a_day() {
     assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
     let mut left = probes(&bank);
     left.sort();
-    assert_eq!(left.len(), 2, "{left:?}");
+    assert_eq!(left.len(), 3, "{left:?}");
     assert_eq!(left[0], "host-00000000000000bb", "{left:?}");
     assert!(left[1].starts_with("host-"), "{left:?}");
+    assert_eq!(left[2], format!("{}-gc", left[1]), "{left:?}");
 }

@@ -301,3 +301,77 @@ async fn a_kept_floor_ahead_of_the_store_clock_is_retired_within_one_pass() {
     );
     assert_eq!(floor(&w).await.unwrap()["spent"], true);
 }
+
+/// Every read-back of this host's shared clock-probe key shows another process's version, as
+/// when `lease show` loops on the host keep rewriting it between a pass's PUT and its HEAD.
+#[derive(Debug)]
+struct BusyReaders {
+    /// The host's shared probe key, as every reading command writes it.
+    readers_key: String,
+}
+
+impl banklease_testkit::port::PortHooks for BusyReaders {
+    fn name(&self) -> &str {
+        "gc"
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+    fn before(
+        &self,
+        _: &object_store::path::Path,
+    ) -> impl std::future::Future<Output = object_store::Result<u32>> + Send {
+        std::future::ready(Ok(0))
+    }
+    fn after(
+        &self,
+        _: u32,
+        _: &object_store::path::Path,
+    ) -> impl std::future::Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+    fn serve<R: Send>(
+        &self,
+        call: impl std::future::Future<Output = R> + Send,
+    ) -> impl std::future::Future<Output = R> + Send {
+        call
+    }
+    fn answer_get(
+        &self,
+        location: &object_store::path::Path,
+        answer: &mut object_store::Result<object_store::GetResult>,
+    ) {
+        if location.as_ref() == self.readers_key {
+            if let Ok(got) = answer {
+                got.meta.e_tag = Some("\"a reader's version\"".to_owned());
+            }
+        }
+    }
+    fn note(&self, _: &str, _: &object_store::path::Path, _: Duration, _: &dyn std::fmt::Display) {}
+    fn gone(&self, why: &str) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "test",
+            source: why.to_owned().into(),
+        }
+    }
+}
+
+/// Readers on the host (`lease show`, `validity-check`) rewrite the host's shared probe key all
+/// the time; a pass reads the clock on a key of its own, so its reading is verified and it
+/// never fails for an unverified clock.
+#[tokio::test]
+async fn busy_readers_on_the_host_never_fail_a_pass() {
+    let w = world();
+    let readers_key = w.bank.own_clock_probe().as_ref().to_owned();
+    let port =
+        banklease_testkit::port::Port::new(w.faults.clone(), Arc::new(BusyReaders { readers_key }));
+    let bank = banklease_testkit::made(Bank::from_store(Arc::new(port), "bank", "m"));
+    let clock: SharedClock = Arc::new(Host(w.mock.clone()));
+    for _ in 0..3 {
+        Collector::new(bank.clone(), clock.clone(), options())
+            .run_pass()
+            .await
+            .expect("a pass reads the clock on its own key");
+        w.mock.advance(Duration::from_secs(1));
+    }
+}

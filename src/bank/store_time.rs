@@ -233,8 +233,16 @@ impl Bank {
     /// This host's store-clock probe key, `host-<16 hex digits>` (a hash of its hostname and
     /// machine id), shared by every command, agent and collector on the host and rewritten in
     /// place; a collector's cleanup never removes its own.
+    /// A collector's handle ([`Bank::for_collector`]) has the host's collectors' key,
+    /// `host-<16 hex digits>-gc`.
     pub fn own_clock_probe(&self) -> Path {
-        Key::ClockProbe(crate::id::host_probe_name().to_owned()).path(self)
+        let host = crate::id::host_probe_name();
+        let name = if self.collector {
+            format!("{host}-gc")
+        } else {
+            host.to_owned()
+        };
+        Key::ClockProbe(name).path(self)
     }
 }
 

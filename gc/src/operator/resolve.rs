@@ -498,8 +498,9 @@ pub(crate) async fn dead(
     // The rules of a pass: a margin the store's stamps can honour, and the store's clock read
     // as a pass reads it (checked against this host's last reading and the bank's floor).
     crate::time::timing::check_skew_margin(bank, clock, options.skew_margin).await?;
-    let probe = crate::time::probe::ClockProbe::new(bank.clone(), clock.clone(), options);
-    let observer = LeaseObserver::new(bank.clone(), clock.clone(), options.skew_margin)
+    let collector = bank.for_collector();
+    let probe = crate::time::probe::ClockProbe::new(collector.clone(), clock.clone(), options);
+    let observer = LeaseObserver::new(collector, clock.clone(), options.skew_margin)
         .with_read_staleness(options.read_staleness);
     let now = probe.start(&observer).await?;
     let floor = probe.floor();

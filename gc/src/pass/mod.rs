@@ -89,6 +89,8 @@ pub struct Collector {
 impl Collector {
     /// A collector on `bank`.
     pub fn new(bank: Bank, clock: SharedClock, options: GcOptions) -> Self {
+        // The clock is read on the host's collectors' probe key, which readers never write.
+        let bank = bank.for_collector();
         Self {
             probe: ClockProbe::new(bank.clone(), Arc::clone(&clock), &options),
             bank,
