@@ -85,6 +85,9 @@ pub struct Read {
     /// The lease's `last_modified` as read, raised to the step floor; `None` when there was no
     /// lease (or it could not be read).
     pub stamp: Option<DateTime<Utc>>,
+    /// The lease's `last_modified` as read, not raised to the floor: when it is older than
+    /// `stamp`, the floor held the lease back.
+    pub raw_stamp: Option<DateTime<Utc>>,
     /// The store's time the read was judged at: the instant before it was sent, on the store's
     /// clock, less the read staleness.
     pub judged_at: DateTime<Utc>,
@@ -160,6 +163,7 @@ impl LeaseObserver {
                 LeaseView::Missing,
                 Read {
                     stamp: None,
+                    raw_stamp: None,
                     judged_at,
                 },
             ),
@@ -169,6 +173,7 @@ impl LeaseObserver {
                     judge(record, stamp, judged_at, self.margin),
                     Read {
                         stamp: Some(stamp),
+                        raw_stamp: Some(meta.last_modified),
                         judged_at,
                     },
                 )
@@ -179,6 +184,7 @@ impl LeaseObserver {
                 },
                 Read {
                     stamp: None,
+                    raw_stamp: None,
                     judged_at,
                 },
             ),

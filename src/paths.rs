@@ -133,6 +133,8 @@ pub enum Prefix<'a> {
     GcMissing,
     /// `gc/reaped/`
     GcReaped,
+    /// `gc/clock-hosts/`
+    GcClockHosts,
     /// `_banklease/clock/`
     ClockProbes,
     /// `_banklease/doctor/<run>/`: one `doctor` run's scratch objects.
@@ -366,6 +368,7 @@ impl Prefix<'_> {
             Prefix::Data(id) => join(bank, &["checkpoints", id.as_str(), "data"]),
             Prefix::GcMissing => join(bank, &["gc", "missing"]),
             Prefix::GcReaped => join(bank, &["gc", "reaped"]),
+            Prefix::GcClockHosts => join(bank, &["gc", "clock-hosts"]),
             Prefix::ClockProbes => join(bank, &["_banklease", "clock"]),
             Prefix::Doctor(run) => join(bank, &["_banklease", "doctor", run]),
             Prefix::Locks(namespace) => join(bank, &["locks", namespace]),
@@ -459,6 +462,7 @@ mod tests {
             prop_assert_eq!(inside(Key::GcMissing(owner.clone()), Prefix::GcMissing), Some(1));
             prop_assert_eq!(inside(Key::GcReaped(owner.clone()), Prefix::GcReaped), Some(1));
             prop_assert_eq!(inside(Key::ClockProbe(c.to_string()), Prefix::ClockProbes), Some(1));
+            prop_assert_eq!(inside(Key::GcClockHost(c.to_string()), Prefix::GcClockHosts), Some(1));
             let lock = Key::Lock { namespace: ns.clone(), key: k.clone() };
             prop_assert_eq!(inside(lock, Prefix::Locks(&ns)), Some(1));
             let ticket = Key::Ticket { namespace: ns.clone(), key: k.clone(), ticket: "0".repeat(20) };

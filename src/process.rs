@@ -184,12 +184,41 @@ fn boot_id() -> Option<String> {
     (!id.is_empty()).then(|| id.to_owned())
 }
 
-/// The name of this process's boot clock: its boot and time namespace (whose offsets move
-/// `CLOCK_BOOTTIME`), `<boot id without dashes>-<time namespace inode>` (`0` on kernels without
-/// time namespaces, where every process shares one).
+/// The name of this process's boot clock: what makes two readings of `CLOCK_BOOTTIME`
+/// comparable, its boot and the boot-time offset of its time namespace,
+/// `<boot id without dashes>-b<seconds>.<nanoseconds>` (`-b0.000000000` on kernels without time
+/// namespaces, where every process shares one clock). Not the namespace's inode: the kernel
+/// reuses it for a later namespace with other offsets, whose readings a record of the first
+/// would be compared with. `None` where the offsets cannot be told (a process that entered a
+/// new time namespace for its children only: `timens_offsets` shows the children's).
 pub(crate) fn boot_clock_name() -> Option<String> {
     let boot = boot_id()?.replace('-', "");
-    Some(format!("{boot}-{}", time_ns().unwrap_or(0)))
+    if time_ns() != ns_inode("time_for_children") {
+        return None;
+    }
+    let offsets = match std::fs::read_to_string("/proc/self/timens_offsets") {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(_) => return None,
+    };
+    let (secs, nanos) = boottime_offset(&offsets)?;
+    Some(format!("{boot}-b{secs}.{nanos:09}"))
+}
+
+/// The boot-time offset in `/proc/self/timens_offsets` (`boottime <secs> <nanos>`, or the
+/// clock's number, 7, on early kernels); zero when the file is empty or absent (no time
+/// namespaces). `None` when it cannot be read.
+fn boottime_offset(text: &str) -> Option<(i64, u32)> {
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let clock = fields.next()?;
+        if clock == "boottime" || clock == "7" {
+            let secs = fields.next()?.parse().ok()?;
+            let nanos = fields.next()?.parse().ok()?;
+            return Some((secs, nanos));
+        }
+    }
+    Some((0, 0))
 }
 
 fn pid_ns() -> Option<u64> {
@@ -376,6 +405,20 @@ pub(crate) fn group_gone(_group: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two time namespaces with other boot-time offsets are other clocks, whatever their
+    /// inodes; the same offsets are the same clock.
+    #[test]
+    fn a_boot_clock_is_named_by_its_boottime_offset() {
+        let host = "monotonic           0         0\nboottime            0         0\n";
+        let ahead = "monotonic           0         0\nboottime           50         0\n";
+        let early = "1 0 0\n7 -3600 500\n";
+        assert_eq!(boottime_offset(host), Some((0, 0)));
+        assert_eq!(boottime_offset(ahead), Some((50, 0)));
+        assert_eq!(boottime_offset(early), Some((-3600, 500)));
+        assert_eq!(boottime_offset(""), Some((0, 0)), "no time namespaces");
+        assert_eq!(boottime_offset("boottime x 0\n"), None);
+    }
 
     #[test]
     fn the_proc_mount_that_takes_effect_is_the_last_one_at_proc() {

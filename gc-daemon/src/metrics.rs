@@ -14,7 +14,8 @@
 //! | `banklease_gc_pass_duration_seconds` | histogram | wall time of passes, failed ones included |
 //! | `banklease_gc_active` | gauge | 1 while this daemon holds the bank's GC lease, else 0 |
 //! | `banklease_gc_last_success_timestamp_seconds` | gauge | when the last pass that was neither braked nor failed ended (Unix time; 0 before the first) |
-//! | `banklease_gc_protecting_checkpoints{owner_state}` | gauge | protecting checkpoints by their owner's state (`alive`, `in_grace`, `dead`, `unreadable`), as of the last completed pass |
+//! | `banklease_gc_protecting_checkpoints{owner_state}` | gauge | protecting checkpoints by their owner's state (`alive`, `in_grace`, `dead`, `unreadable`, `held_back`: expired by its stamp, held by the clock floor), as of the last completed pass |
+//! | `banklease_gc_held_back_until_timestamp_seconds` | gauge | while the clock floor holds owners that are dead by their stamps back: when the last of them is collectable (store clock, Unix time); 0 when none is |
 //! | `banklease_gc_oldest_zombie_age_seconds` | gauge | how long the longest-dead owner whose protecting checkpoints the last completed pass left behind has been dead; 0 when none is left |
 //! | `banklease_gc_leases{state}` | gauge | owner leases by state (`alive`, `expired`, `missing`, `unreadable`), as of the last completed pass |
 //! | `banklease_gc_requests_total{kind}` | counter | store requests made by passes, by kind (`get`, `put`, `list`, `delete`, ...) |
@@ -97,7 +98,7 @@ struct KindLabels {
 }
 
 /// The label values every pass reports, so that each series exists (at 0) from the start.
-const OWNER_STATES: [&str; 4] = ["alive", "in_grace", "dead", "unreadable"];
+const OWNER_STATES: [&str; 5] = ["alive", "in_grace", "dead", "unreadable", "held_back"];
 const LEASE_STATES: [&str; 4] = ["alive", "expired", "missing", "unreadable"];
 
 /// The daemon's metrics. Cheap to share behind an `Arc`; every update is a few atomic operations.
@@ -115,6 +116,7 @@ pub struct Metrics {
     last_success: Gauge,
     protecting: Family<OwnerStateLabels, Gauge>,
     oldest_zombie_age: Gauge,
+    held_back_until: Gauge,
     leases: Family<StateLabels, Gauge>,
     requests: Family<KindLabels, Counter>,
 }
@@ -225,6 +227,13 @@ impl Metrics {
             Unit::Seconds,
             oldest_zombie_age.clone(),
         );
+        let held_back_until = Gauge::default();
+        registry.register_with_unit(
+            "banklease_gc_held_back_until_timestamp",
+            "While the clock floor holds owners dead by their stamps back: when the last is collectable (store clock, Unix time)",
+            Unit::Seconds,
+            held_back_until.clone(),
+        );
         let leases = Family::<StateLabels, Gauge>::default();
         for state in LEASE_STATES {
             let _ = leases.get_or_create(&StateLabels {
@@ -246,6 +255,7 @@ impl Metrics {
             last_success,
             protecting,
             oldest_zombie_age,
+            held_back_until,
             leases,
             requests,
             registry,
@@ -292,6 +302,8 @@ impl Metrics {
         }
         self.oldest_zombie_age
             .set(saturating_i64(report.oldest_zombie_age_ms / 1000));
+        self.held_back_until
+            .set(report.held_back_until.map_or(0, |t| t.timestamp().max(0)));
         for (kind, n) in &report.requests {
             self.requests
                 .get_or_create(&KindLabels { kind: kind.clone() })

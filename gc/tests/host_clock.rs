@@ -132,7 +132,8 @@ async fn the_record_holds_the_probes_own_send_and_answer() {
 }
 
 /// A forward step between two one-shot passes is seen by the second, which collects nothing of
-/// the live owner and keeps a floor that the passes after it judge from.
+/// the live owner and keeps the step as a candidate; the pass after it confirms the step and
+/// judges from its floor.
 #[tokio::test]
 async fn a_one_shot_pass_sees_a_step_since_the_last_pass_on_its_host() {
     let w = world();
@@ -143,12 +144,22 @@ async fn a_one_shot_pass_sees_a_step_since_the_last_pass_on_its_host() {
     w.store_clock.jump_forward(Duration::from_secs(40));
     let err = one_shot(&w).await.expect_err("a step is refused");
     assert!(matches!(err, Error::ClockStep { .. }), "{err}");
-    assert!(floor(&w).await.is_some(), "the floor is kept in the bank");
+    let kept = floor(&w).await.expect("the step is kept in the bank");
+    assert!(
+        kept["step"].is_string(),
+        "as a candidate, not a floor: {kept}"
+    );
     assert_eq!(status(&w).await, Some(Status::Protecting));
-    // The next one-shot pass compares with the stepped reading, and judges from the floor.
+    // The next one-shot pass is still at or past the step's reading: the step is confirmed, and
+    // stamps older than it are judged from it. By its stamp the owner's lease expired; the
+    // floor holds it back (it is not said to be alive: that cannot be told).
     w.mock.advance(Duration::from_secs(1));
     let report = one_shot(&w).await.unwrap();
-    assert_eq!((report.collected, report.alive), (0, 1), "{report:?}");
+    assert_eq!(
+        (report.collected, report.alive, report.held_back),
+        (0, 0, 1),
+        "{report:?}"
+    );
     assert!(lease.check_validity());
 }
 
@@ -374,4 +385,38 @@ async fn busy_readers_on_the_host_never_fail_a_pass() {
             .expect("a pass reads the clock on its own key");
         w.mock.advance(Duration::from_secs(1));
     }
+}
+
+/// A real step of the store's clock, confirmed by the next reading: a dead owner whose last
+/// renewal was stamped before it is held back by the floor. The report says so — not "alive":
+/// the owner counts as held back, the oldest zombie's age is its age by its stamp, and the skip
+/// reason says until when — and once that passes, the zombie goes.
+#[tokio::test]
+async fn an_owner_held_back_by_the_floor_is_said_to_be_held_back_not_alive() {
+    let w = world();
+    one_shot(&w).await.unwrap();
+    dead_owner(&w).await;
+    w.mock.advance(Duration::from_secs(1));
+    w.store_clock.jump_forward(Duration::from_secs(40));
+    assert!(matches!(one_shot(&w).await, Err(Error::ClockStep { .. })));
+    w.mock.advance(Duration::from_secs(1));
+    let report = one_shot(&w).await.unwrap();
+    assert_eq!(
+        (report.alive, report.held_back, report.collected),
+        (0, 1, 0),
+        "{report:?}"
+    );
+    assert!(report.oldest_zombie_age_ms >= 25_000, "{report:?}");
+    assert!(report.held_back_until.is_some(), "{report:?}");
+    let skipped = &report.checkpoints[0].reason;
+    assert!(
+        skipped.contains("clock floor") && skipped.contains("held back until"),
+        "{skipped}"
+    );
+    assert_eq!(report.protecting.get("held_back"), Some(&1), "{report:?}");
+
+    // Past the floored lease's expiry and the grace: collected.
+    w.mock.advance(Duration::from_secs(15));
+    let report = one_shot(&w).await.unwrap();
+    assert_eq!((report.collected, report.held_back), (1, 0), "{report:?}");
 }

@@ -85,6 +85,14 @@ pub async fn remove_finished(
     // that never began); a slow removal's mark can land after that. Marked now, the entry is
     // made sure of: a pass then finishes this removal should this process stop.
     ensure_entry(bank, &record.id).await?;
+    // The data is listed to be deleted, and a listing may not show what was written just
+    // before it: a pass sweeps the data prefix once more, `gc.late_write_window` after this
+    // marker (as after a collection), whatever the listing missed.
+    let sweep = Key::SweepMarker(record.id.clone()).path(bank);
+    bank.store()
+        .put(&sweep, object_store::PutPayload::default())
+        .await
+        .map_err(|e| write_failed(bank.label(), "put", &sweep, e))?;
     let deleted = delete_data(bank, &record.id).await?;
     rewrite_index(bank, &record.id, |now| {
         let now = same_checkpoint(&index, record, now)?;

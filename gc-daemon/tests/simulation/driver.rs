@@ -381,7 +381,7 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
                         "collectors' clock readings {by:?} AHEAD (wrong)"
                     ));
                 }
-                Event::Back(_) => {
+                Event::Back => {
                     world.probe_ahead.store(0, Ordering::SeqCst);
                     world.trace(format_args!("collectors' clock readings right again"));
                 }

@@ -177,6 +177,13 @@ impl Faults {
                 f.suspends = rng.range(2..5);
                 f.suspend_time = SuspendTime::Stopped;
             }
+            // What exposes it is a step between two passes that a reading sees at once: in
+            // every run, and never hidden behind lagging probe reads (unverified readings judge
+            // nothing).
+            GcKind::BrokenOneShotNoBootClock if enabled(only, "steps") => {
+                f.big_steps = 1;
+                f.probe_lag = false;
+            }
             _ => {}
         }
         f
@@ -277,7 +284,7 @@ pub(crate) enum Event {
     /// Every collector's reading of the store's clock comes back this much ahead ...
     Ahead(Duration),
     /// ... until it is right again.
-    Back(Duration),
+    Back,
 }
 
 /// Suspend a running owner's host for 0.3–3 expire windows (only if it resumes before the run

@@ -27,7 +27,7 @@ pub(crate) fn schedule_ahead_once(
     let by = rng.ms(2_000..60_000);
     let length = rng.ms(200..1_500);
     events.push((at, Event::Ahead(by)));
-    events.push((at + length, Event::Back(by)));
+    events.push((at + length, Event::Back));
 }
 
 /// BROKEN (`BrokenFloorFromStep`): a collector as releases before the fix kept the clock: it

@@ -84,6 +84,8 @@ pub struct Collector {
     options: GcOptions,
     probe: ClockProbe,
     temporaries: TemporarySweep,
+    /// Passes run by this collector and its clones.
+    passes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Collector {
@@ -97,6 +99,7 @@ impl Collector {
             clock,
             options,
             temporaries: TemporarySweep::default(),
+            passes: Arc::default(),
         }
     }
 
@@ -123,6 +126,9 @@ impl Collector {
     /// to step forward ([`banklease::Error::ClockStep`]; nothing is deleted).
     pub async fn run_pass(&self) -> banklease::Result<PassReport> {
         let started = self.clock.now();
+        let number = self
+            .passes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Count this pass's requests on a view of the same store and prefix.
         let counting = CountingStore::new(Arc::clone(self.bank.store()));
         let counters = Arc::clone(counting.counters());
@@ -209,6 +215,14 @@ impl Collector {
                 let (problems, foreign) = crate::pass::reaped::forget(&ctx, sent).await;
                 report.failed_all(problems);
                 foreign.into_iter().for_each(|f| report.foreign(f));
+                // Host records age in days: a collector's first pass looks, then one in
+                // `CLOCK_HOSTS_EVERY` (one LIST).
+                if number.is_multiple_of(crate::pass::records::CLOCK_HOSTS_EVERY) {
+                    let (problems, foreign) =
+                        crate::pass::records::forget_clock_hosts(&ctx, sent).await;
+                    report.failed_all(problems);
+                    foreign.into_iter().for_each(|f| report.foreign(f));
+                }
             }
             let (swept, errors) = self.temporaries.sweep(&ctx).await;
             report.temporaries_swept += swept;

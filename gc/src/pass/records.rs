@@ -70,15 +70,18 @@ pub(crate) async fn missing_for(
 /// the clock; every process on a host rewrites the host's key at every reading.
 pub const CLOCK_PROBE_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
-/// Whether `name` is a store-clock probe's name as banklease writes it: `host-<16 hex>`, or an
-/// older release's per-process `<32 hex>`. Nothing else in the folder is banklease's.
+/// Whether `name` is a store-clock probe's name as banklease writes it: `host-<16 hex>` (a
+/// host's commands), `host-<16 hex>-gc` (its collectors), or an older release's per-process
+/// `<32 hex>`. Nothing else in the folder is banklease's.
 pub(crate) fn is_clock_probe_name(name: &str) -> bool {
     let hex = |s: &str, n: usize| {
         s.len() == n
             && s.bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     };
-    name.strip_prefix("host-").is_some_and(|h| hex(h, 16)) || hex(name, 32)
+    // `host-<16 hex>`, or its collectors' `host-<16 hex>-gc`.
+    let host = |h: &str| hex(h, 16) || h.strip_suffix("-gc").is_some_and(|h| hex(h, 16));
+    name.strip_prefix("host-").is_some_and(host) || hex(name, 32)
 }
 
 /// Remove store-clock probe keys (`_banklease/clock/host-<hex>`, and the per-process keys of
@@ -123,6 +126,77 @@ pub(crate) async fn forget_clock_probes(
     )
     .await;
     (problems, foreign.into_inner().expect("not poisoned"))
+}
+
+/// A collector looks for host records to remove in its first pass and one in this many after.
+pub(crate) const CLOCK_HOSTS_EVERY: u64 = 16;
+
+/// Remove the store-clock records of hosts (and boot clocks: a reboot, another time namespace)
+/// that no pass has written for `max(a day, max_reference_gap(grace))`: no pass compares with a
+/// record that old. Only what reads back as a host record is removed; anything else under
+/// `gc/clock-hosts/` is kept and named. Returns what failed, and what was kept.
+pub(crate) async fn forget_clock_hosts(
+    ctx: &PassContext,
+    sent: Instant,
+) -> (Vec<Problem>, Vec<String>) {
+    use futures::StreamExt;
+    let bank = &ctx.bank;
+    let prefix = Prefix::GcClockHosts.path(bank);
+    let own = crate::time::host_clock::own_key(bank, &ctx.clock);
+    let max_age =
+        CLOCK_PROBE_MAX_AGE.max(crate::time::timing::max_reference_gap(ctx.options.grace));
+    let now = ctx.store_time.at_send(sent, Duration::ZERO);
+    let (mut problems, mut foreign, mut due) = (Vec::new(), Vec::new(), Vec::new());
+    let mut listing = bank.store().list(Some(&prefix));
+    while let Some(item) = listing.next().await {
+        match item {
+            Ok(meta) => {
+                let old = past(
+                    StoreTime::between(meta.last_modified, now),
+                    max_age,
+                    Duration::ZERO,
+                );
+                if old && Some(&meta.location) != own.as_ref() {
+                    due.push(meta.location);
+                }
+            }
+            Err(e) => {
+                problems.push(Problem::new(
+                    format!("listing `{prefix}`"),
+                    banklease::error::error_chain(&e),
+                ));
+                break;
+            }
+        }
+    }
+    drop(listing);
+    for path in due {
+        let bytes = match bank.store().get(&path).await {
+            Ok(got) => match got.bytes().await {
+                Ok(b) => b,
+                Err(e) => {
+                    problems.push(Problem::new(format!("host record `{path}`"), e));
+                    continue;
+                }
+            },
+            Err(object_store::Error::NotFound { .. }) => continue,
+            Err(e) => {
+                problems.push(Problem::new(format!("host record `{path}`"), e));
+                continue;
+            }
+        };
+        if !crate::time::host_clock::is_record(&bytes) {
+            foreign.push(format!(
+                "`{path}` (not a host clock record banklease writes)"
+            ));
+            continue;
+        }
+        match bank.store().delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => problems.push(Problem::new(format!("host record `{path}`"), e)),
+        }
+    }
+    (problems, foreign)
 }
 
 /// Remove the missing-since records of owners that `keep` rejects; returns what failed.

@@ -58,6 +58,11 @@ pub struct PassReport {
     pub owners: u64,
     /// Owners whose lease is alive.
     pub alive: u64,
+    /// Owners whose lease expired past the grace by its stamp, held back only by the clock
+    /// floor (a store-clock step seen after the stamp): not alive, and not collected yet.
+    pub held_back: u64,
+    /// When the last of them is collectable, on the store's clock.
+    pub held_back_until: Option<chrono::DateTime<chrono::Utc>>,
     /// Owners whose lease expired, but less than `grace` ago.
     pub in_grace: u64,
     /// Owners whose lease is expired past grace, or missing.
@@ -127,7 +132,7 @@ pub struct PassReport {
     /// Wall time of the pass in milliseconds.
     pub duration_ms: u64,
     /// Protecting checkpoints seen, by their owner's state: `alive`, `in_grace`, `dead`,
-    /// `unreadable`.
+    /// `unreadable`, `held_back`.
     pub protecting: BTreeMap<String, u64>,
     /// Owner leases judged, by state (`alive`, `expired`, `missing`, `unreadable`): the owners
     /// of protecting checkpoints, and — when leases are reaped (not in a dry run) — every other

@@ -224,6 +224,12 @@ async fn sweep_one(bank: &Bank, id: &CheckpointId, marker: Path) -> banklease::R
     // Never delete on doubt: only the data of a checkpoint the GC decided to collect.
     match read_decision(bank, id).await? {
         Some(d) if d.by == Decider::Gc => {}
+        // An owner's decision, and a removal (`checkpoint delete`, a retirement) since: its
+        // data is swept as a collection's is.
+        Some(_)
+            if banklease::checkpoint::read_checkpoint(bank, id)
+                .await?
+                .is_some_and(|r| r.removal.is_some()) => {}
         Some(_) => {
             tracing::warn!(checkpoint_id = %id,
                 "sweep marker beside an owner's decision: data left alone, marker removed");

@@ -50,6 +50,20 @@ struct Judgement {
     state: &'static str,
     dead_for: Option<Duration>,
     evidence: Option<Evidence>,
+    /// Judged alive (or in grace) only because the clock floor raised its stamp: by the stamp
+    /// itself its lease expired this long ago, and the floor holds it until then.
+    held: Option<Held>,
+}
+
+/// A lease the clock floor holds back.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    /// How long ago it expired by its own stamp.
+    since: Duration,
+    /// The floor its stamp is judged from.
+    floor: chrono::DateTime<chrono::Utc>,
+    /// When the floored stamp's lease is past the grace (store clock): collected from then.
+    until: chrono::DateTime<chrono::Utc>,
 }
 
 /// List the protecting index (streamed: memory grows with owners, not checkpoints) and judge
@@ -132,6 +146,15 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
             }
             *report.leases.entry(j.state.to_owned()).or_default() += 1;
             let owner_state = match &j.verdict {
+                // By its stamp a zombie, held back only by the clock floor: not alive, and
+                // counted as the oldest zombie is (the alert on piling zombies sees it).
+                _ if j.held.is_some() => {
+                    let held = j.held.expect("held");
+                    report.held_back += 1;
+                    report.held_back_until = report.held_back_until.max(Some(held.until));
+                    dead_for.insert(j.owner.clone(), held.since);
+                    "held_back"
+                }
                 Verdict::Alive => {
                     report.alive += 1;
                     "alive"
@@ -199,6 +222,16 @@ pub(crate) async fn find(ctx: &PassContext, report: &mut PassReport) -> Judged {
 
 /// Why an owner's protecting checkpoints are left alone (it is not judged dead), in words.
 fn left_alone_because(j: &Judgement) -> String {
+    if let Some(held) = j.held {
+        return format!(
+            "its owner's lease expired {} ago by its stamp, but stamps older than the clock \
+             floor {} (a store-clock step seen there) are judged as written at it: held back \
+             until {} on the store's clock",
+            duration_words(held.since),
+            held.floor.format("%Y-%m-%d %H:%M:%S%.3f UTC"),
+            held.until.format("%Y-%m-%d %H:%M:%S%.3f UTC"),
+        );
+    }
     match &j.verdict {
         Verdict::Alive => "its owner's lease is alive".to_owned(),
         Verdict::InGrace => match (&j.waiting, j.dead_for) {
@@ -242,6 +275,7 @@ async fn judge(ctx: &PassContext, owner: OwnerId) -> Judgement {
         (verdict, dead_for) = Verdict::of_missing(seen, ctx.options.grace, ctx.options.skew_margin);
     }
     tracing::debug!(owner_id = %owner, view = view.name(), ?verdict, "judged owner");
+    let held = held_by_the_floor(ctx, &view, &read, &verdict, grace);
     let evidence = match (&verdict, dead_for) {
         (Verdict::Expired | Verdict::Missing, Some(dead_for)) => {
             Some(evidence(ctx, &view, &read, dead_for, grace))
@@ -257,7 +291,47 @@ async fn judge(ctx: &PassContext, owner: OwnerId) -> Judgement {
         owner,
         verdict,
         dead_for,
+        held,
     }
+}
+
+/// Whether the clock floor alone keeps this owner from being judged dead: its lease, judged by
+/// its own stamp at the same instant, is expired past the grace.
+fn held_by_the_floor(
+    ctx: &PassContext,
+    view: &LeaseView,
+    read: &banklease::observe::Read,
+    verdict: &Verdict,
+    grace: Duration,
+) -> Option<Held> {
+    if verdict.is_dead() {
+        return None;
+    }
+    let (Some(stamp), Some(raw)) = (read.stamp, read.raw_stamp) else {
+        return None;
+    };
+    if raw >= stamp {
+        return None;
+    }
+    let record = match view {
+        LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. } => record,
+        _ => return None,
+    };
+    let margin = ctx.options.skew_margin;
+    let by_stamp = banklease::observe::judge((**record).clone(), raw, read.judged_at, margin);
+    if !Verdict::of(&by_stamp, grace).is_dead() {
+        return None;
+    }
+    let LeaseView::Expired { since, .. } = by_stamp else {
+        return None;
+    };
+    let after = record.expire_window() + margin + grace;
+    let until = stamp + chrono::TimeDelta::from_std(after).unwrap_or(chrono::TimeDelta::MAX);
+    Some(Held {
+        since,
+        floor: stamp,
+        until,
+    })
 }
 
 /// The evidence an owner was judged dead on, as a decision (or a reap record) records it.

@@ -128,6 +128,26 @@ pub(crate) async fn read(
     }))
 }
 
+/// Whether `bytes` are a host record as banklease writes it (any format: a newer release's is
+/// still its own).
+pub(crate) fn is_record(bytes: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    #[allow(dead_code)] // read only to recognise the record
+    struct Shape {
+        format: u32,
+        at: DateTime<Utc>,
+        sent_boot_ns: u64,
+        observed_boot_ns: u64,
+    }
+    bytes.len() as u64 <= MAX_BYTES && serde_json::from_slice::<Shape>(bytes).is_ok()
+}
+
+/// This process's own record key (`None` without a boot clock).
+pub(crate) fn own_key(bank: &Bank, clock: &SharedClock) -> Option<object_store::path::Path> {
+    let boot = clock.boot_instant()?;
+    Some(Key::GcClockHost(boot.clock).path(bank))
+}
+
 /// Record `reading` as this host's. The caller writes only a verified reading that was
 /// compared with a reference, or whose floor the bank now keeps: an unchecked link would hide
 /// a step from every later pass. Conditional on the version read (create-if-absent where there

@@ -1,9 +1,9 @@
 //! How a pass reads and trusts the store's clock: the skew margin against the store's stamp
-//! resolution, step detection between readings ([`timing::ClockWatch`]), the floor a forward
-//! step leaves, and the per-host record that lets a one-shot pass see a step since the last
+//! resolution, step detection between readings ([`timing::ClockWatch`]), the floor a confirmed
+//! forward step leaves, and the per-host record that lets a one-shot pass see a step since the last
 //! pass on its host ([`host_clock`]). [`probe`] is the one reader a pass uses.
 
-mod host_clock;
+pub(crate) mod host_clock;
 pub(crate) mod probe;
 pub mod timing;
 

@@ -131,6 +131,14 @@ pub(crate) enum Refused {
     Unverified,
 }
 
+/// Whether `later` fits `earlier` (no step either way between them, and recent enough to
+/// compare): the store's clock kept the time `earlier` read.
+fn fits(earlier: &StoreTime, later: &StoreTime, tolerance: Duration, gap_limit: Duration) -> bool {
+    later.observed.saturating_duration_since(earlier.sent) <= gap_limit
+        && forward_step(earlier, later, tolerance).is_none()
+        && backward_step(earlier, later, tolerance).is_none()
+}
+
 /// The longest gap between two readings for which the rate allowance stays within `grace`:
 /// an older previous reading is no reference.
 pub(crate) fn max_reference_gap(grace: Duration) -> Duration {
@@ -176,8 +184,10 @@ impl ClockWatch {
         };
         // A reading some pass judged a step (this process's, or the bank's candidate): the
         // store's clock at or past it confirms the step; behind it, the step was undone or the
-        // reading was wrong.
-        let candidate = match (candidate, s.stepped.map(|c| c.at)) {
+        // reading was wrong. This process's own candidate has its instants, so a reading can be
+        // compared with it as with a reference; the bank's has only its stamp.
+        let own = s.stepped;
+        let candidate = match (candidate, own.map(|c| c.at)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -190,7 +200,15 @@ impl ClockWatch {
             // once, a step later undone), never a floor: it becomes a candidate, and only a
             // later reading at or past it confirms the step.
             if let Some(at) = candidate.filter(|c| reached(*c)) {
-                s.floor = Some(s.floor.map_or(at, |f| f.max(at)));
+                // Confirmed. Compared with this process's own candidate (no further step since
+                // it), the floor is the step's own stamp; otherwise another step may hide
+                // between the candidate and this reading, and the floor is this reading: every
+                // older stamp judged as written now, for one expire window.
+                let floor = match own.filter(|c| fits(c, probe, tolerance, gap_limit)) {
+                    Some(c) => c.at,
+                    None => probe.at,
+                };
+                s.floor = Some(s.floor.map_or(floor, |f| f.max(floor)));
                 s.last = Some(*probe);
                 s.stepped = None;
                 return Ok(Checked {
@@ -216,8 +234,12 @@ impl ClockWatch {
         let reference = recent.filter(|_| !uncertain);
         let (mut confirmed, mut undone) = (None, None);
         match candidate {
+            // At or past the candidate with no step from a clean reference: the step is behind
+            // a compared chain, its stamp the floor. Without a reference the candidate's
+            // relation to this reading is unknown: the floor is this reading.
             Some(at) if reached(at) => {
-                s.floor = Some(s.floor.map_or(at, |f| f.max(at)));
+                let floor = if reference.is_some() { at } else { probe.at };
+                s.floor = Some(s.floor.map_or(floor, |f| f.max(floor)));
                 confirmed = Some(at);
             }
             // Behind the candidate and fitting a clean reference: the clock kept the time it
