@@ -526,8 +526,8 @@ fn a_late_reference_reading_hides_no_step() {
 /// them failed on the code before its fix; none may fail now.
 #[test]
 fn collector_side_findings_are_fixed() {
-    use GcKind::{Collectors, Daemons, OneShot};
-    let cases: [(GcKind, u64, Only, &str); 13] = [
+    use GcKind::{Collectors, Daemons, OneShot, SingleCollector};
+    let cases: [(GcKind, u64, Only, &str); 16] = [
         (
             Daemons,
             1_000_615,
@@ -607,6 +607,27 @@ fn collector_side_findings_are_fixed() {
             None,
             "a store without If-Match kept no step candidate: every one-shot pass after a real \
              step refused, zombies left",
+        ),
+        (
+            Daemons,
+            62,
+            None,
+            "a real step hidden inside the confirmation of a wrong reading's candidate, floored \
+             at the candidate: collected while valid",
+        ),
+        (
+            SingleCollector,
+            1,
+            None,
+            "an operator's removal whose listing missed a data object: the object left under \
+             the tombstone",
+        ),
+        (
+            Daemons,
+            50,
+            None,
+            "an operator's removal whose listing missed a data object: the object left under \
+             the tombstone",
         ),
     ];
     let mut still = Vec::new();
