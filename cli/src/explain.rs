@@ -479,12 +479,20 @@ fn conclude(
                                 "the gc collects it from {from}, at its first pass since: \
                                  {waiting}"
                             ),
-                            None => format!(
-                                "the gc collects it from {from} (its owner dead for the grace \
-                                 of {} past the margin of {}), at its first pass since",
-                                human(ctx.config.gc.grace),
-                                human(ctx.config.lease.skew_margin)
-                            ),
+                            None => match a.held_by {
+                                Some(floor) => format!(
+                                    "held back: a store-clock step was seen at {floor} (the \
+                                     bank's clock floor), after its owner's last renewal, so the \
+                                     lease is timed from it; the gc collects it from {from}, at \
+                                     its first pass since"
+                                ),
+                                None => format!(
+                                    "the gc collects it from {from} (its owner dead for the \
+                                     grace of {} past the margin of {}), at its first pass since",
+                                    human(ctx.config.gc.grace),
+                                    human(ctx.config.lease.skew_margin)
+                                ),
+                            },
                         },
                         None => format!(
                             "the gc collects it once its owner has been dead for the grace ({}) \

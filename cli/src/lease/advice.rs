@@ -110,6 +110,9 @@ pub(crate) struct Advice {
     pub(crate) collectable_from_words: Option<String>,
     /// Why that is later than the grace: what the owner declared needs longer on this store.
     pub(crate) waiting: Option<String>,
+    /// The bank's clock floor, when it is later than the lease's stamp: the lease is timed from
+    /// it (a store-clock step was seen after the owner's last renewal).
+    pub(crate) held_by: Option<DateTime<Utc>>,
 }
 
 /// The owner's process and the clock time from which its checkpoints may be collected, from
@@ -126,9 +129,21 @@ pub(crate) async fn advise(
     let now = read.judged_at;
     let rules = banklease_gc::pass::declared::OwnerRules::of(&ctx.bank);
     let options = banklease_gc::GcOptions::from_config(&ctx.config);
+    // What the gc judges by: a floor later than the stamp holds the lease from the floor. (Read
+    // failing: said without it.)
+    let floor = banklease_gc::time::timing::read_floor(&ctx.bank)
+        .await
+        .ok()
+        .flatten();
+    let mut held_by = None;
     let (process, collectable_from, waiting) = match (view, read.stamp) {
         (LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. }, Some(stamp)) => {
-            let until = counts_until(record, stamp, ctx.config.lease.skew_margin);
+            held_by = floor.filter(|f| *f > stamp);
+            let until = counts_until(
+                record,
+                held_by.unwrap_or(stamp),
+                ctx.config.lease.skew_margin,
+            );
             let process = process(record, until, now);
             let gone = process_exited(record)
                 .then(|| format!("its process {} on this host has exited", record.pid));
@@ -155,5 +170,6 @@ pub(crate) async fn advise(
         collectable_from,
         collectable_from_words: collectable_from.map(|t| instant(t, now)),
         waiting,
+        held_by,
     })
 }

@@ -386,6 +386,12 @@ pub(crate) struct FloorRead {
 /// Attempts of a conditional floor write that another collector's keeps beating.
 const FLOOR_WRITE_ATTEMPTS: usize = 5;
 
+/// The bank's clock floor in force (not spent), for commands that say what holds a checkpoint
+/// back (`checkpoint explain`): every stamp older than it is judged as written at it. Reads only.
+pub async fn read_floor(bank: &Bank) -> banklease::Result<Option<DateTime<Utc>>> {
+    Ok(read_floor_versioned(bank).await?.and_then(|f| f.floor))
+}
+
 /// The floor in the bank and its version: `None` when there is no object.
 pub(crate) async fn read_floor_versioned(bank: &Bank) -> banklease::Result<Option<FloorRead>> {
     let path = floor_path(bank);
