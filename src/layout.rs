@@ -186,12 +186,25 @@ async fn top_level(bank: &Bank) -> Result<Option<String>> {
                 .list_with_delimiter(Some(prefix))
                 .await
                 .map_err(|e| Error::store("list", prefix, e))?;
+            // Each entry is one name below the prefix. An entry that is the prefix itself is a
+            // key beginning with `/` (`//` below a prefix: an OpenStack Karbor bank's
+            // `/checkpoints/…`), whose empty first part the listing folds away, or a
+            // pseudo-directory marker (`prefix/`): foreign either way, never an empty prefix.
             listed
                 .objects
                 .iter()
                 .map(|o| &o.location)
                 .chain(&listed.common_prefixes)
-                .filter_map(|p| p.filename().map(str::to_owned))
+                .map(|p| {
+                    let parts: Vec<String> = p
+                        .prefix_match(prefix)
+                        .map(|rest| rest.map(|part| part.as_ref().to_owned()).collect())
+                        .unwrap_or_default();
+                    match parts.as_slice() {
+                        [name] => name.clone(),
+                        _ => format!("{}/", prefix.as_ref()),
+                    }
+                })
                 .collect()
         }
     };

@@ -35,6 +35,8 @@ struct FakeState {
     refuse_writes: bool,
     /// Swift's answers carry no `Date` (Keystone's still do).
     undated_store: bool,
+    /// The container's listing (`?format=json`), answered to every GET of it.
+    listing: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -117,6 +119,12 @@ impl HttpService for Fake {
                 &[date],
                 "<html>403</html>".into(),
             ));
+        }
+        let query = parts.uri.query().unwrap_or_default();
+        if let (true, Some(listing)) = (parts.method == Method::GET, &s.listing) {
+            if query.contains("format=json") {
+                return Ok(respond(StatusCode::OK, &[date], listing.clone()));
+            }
         }
         Ok(match parts.method {
             Method::PUT => respond(
@@ -455,4 +463,32 @@ async fn a_reader_of_locks_on_swift_is_refused_as_the_probe_would_refuse_it_writ
         "a reader wrote: {:?}",
         s.seen_newest
     );
+}
+
+/// A container whose keys begin with `/` (an OpenStack Karbor bank: `/checkpoints/…`) lists, at
+/// its top, the common prefix `/`; `init` must take it for a foreign key and refuse, writing
+/// nothing, not for an empty container to make a bank in.
+#[tokio::test]
+async fn init_refuses_a_container_whose_keys_begin_with_a_slash_and_writes_nothing() {
+    let fake = Fake::default();
+    fake.state().listing = Some(
+        serde_json::json!([{"subdir": "/"}, {"name": "/", "bytes": 0, "hash": "d41d8cd98f00b204e9800998ecf8427e",
+            "last_modified": "2026-11-22T14:20:11.000000", "content_type": "application/directory"}])
+        .to_string(),
+    );
+    let store = keystone_store(&fake);
+    let bank = crate::Bank::from_swift(store, "", "swift://c");
+    let err = crate::layout::init(&bank).await.expect_err("not empty");
+    assert!(
+        matches!(&err, crate::Error::NotABank { found, .. } if found.starts_with('/')),
+        "{err:?}"
+    );
+    let puts: Vec<_> = fake
+        .state()
+        .seen_newest
+        .iter()
+        .filter(|(m, ..)| *m == Method::PUT)
+        .map(|(_, p, _)| p.clone())
+        .collect();
+    assert!(puts.is_empty(), "written: {puts:?}");
 }
