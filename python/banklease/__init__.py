@@ -160,6 +160,16 @@ class PassReport:
     #: ``checkpoints_omitted`` counts the rest).
     checkpoints: List[Dict[str, str]] = _dataclasses.field(default_factory=list)
     checkpoints_omitted: int = 0
+    #: Owners dead by their lease's stamp but held back by the store-clock floor (a step was
+    #: seen after their last renewal), and when the last of them is collectable (store clock).
+    held_back: int = 0
+    held_back_until: Optional[str] = None
+    #: What the pass's store-clock checks found (a floor dropped or holding stamps back, a step
+    #: confirmed), one line each.
+    clock: List[str] = _dataclasses.field(default_factory=list)
+    #: What the pass met in the bank that banklease did not write, kept (a symbolic link in a
+    #: ``file:`` bank, a name in one of its folders it does not write), one line each.
+    foreign: List[str] = _dataclasses.field(default_factory=list)
 
     @classmethod
     def _from_json(cls, text: str) -> "PassReport":
