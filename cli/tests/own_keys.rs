@@ -25,7 +25,7 @@ fn plant(bank: &Path, rel: &str, body: &str, days: u64) {
 }
 
 const NOTES: [(&str, &str, u64); 6] = [
-    ("gc/clock-hosts/README", "each host's clock readings", 3),
+    ("gc/clock-hosts/README", "each host's clock readings", 31),
     ("_banklease/clock/README-ops.txt", "probes live here", 3),
     (
         "index/failed/README",
@@ -45,13 +45,13 @@ fn a_users_files_in_banklease_folders_are_kept_named_and_fail_no_pass() {
     for (rel, body, days) in NOTES {
         plant(&bank, rel, body, days);
     }
-    // A record of a boot clock no pass has used for three days: banklease's, and removed.
+    // A record of a boot clock no pass has used for 31 days: banklease's, and removed.
     let gone = "gc/clock-hosts/0123456789abcdef0123456789abcdef-b0.000000000";
     plant(
         &bank,
         gone,
         r#"{"format":1,"host":"old","at":"2026-01-01T00:00:00Z","sent_boot_ns":1,"observed_boot_ns":2}"#,
-        3,
+        31,
     );
     for pass in 0..2 {
         let out = cli(&url, &["gc"]);

@@ -161,19 +161,32 @@ fn same_checkpoint<'a>(
 
 /// Make sure `index/failed/<id>` is there for a removal that marked `index.json` (put back,
 /// as a removal writes it, when a pass forgot it meanwhile).
+/// A few attempts (each already retried by the store client): the entry is what brings an
+/// interrupted removal back to a pass, so a transient failure is not left to the next run.
 pub async fn ensure_entry(bank: &Bank, id: &crate::id::CheckpointId) -> Result<()> {
     let entry = Key::Failed(id.clone()).path(bank);
-    match bank.store().head(&entry).await {
-        Ok(_) => Ok(()),
-        Err(object_store::Error::NotFound { .. }) => bank
-            .store()
-            .put(&entry, object_store::PutPayload::from_static(REMOVING))
-            .await
-            .map(drop)
-            .map_err(|e| write_failed(bank.label(), "put", &entry, e)),
-        Err(e) => Err(Error::store("head", &entry, e)),
+    let mut last = None;
+    for _ in 0..ENSURE_ATTEMPTS {
+        let attempt = match bank.store().head(&entry).await {
+            Ok(_) => return Ok(()),
+            Err(object_store::Error::NotFound { .. }) => bank
+                .store()
+                .put(&entry, object_store::PutPayload::from_static(REMOVING))
+                .await
+                .map(drop)
+                .map_err(|e| write_failed(bank.label(), "put", &entry, e)),
+            Err(e) => Err(Error::store("head", &entry, e)),
+        };
+        match attempt {
+            Ok(()) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
     }
+    Err(last.expect("at least one attempt"))
 }
+
+/// Attempts of [`ensure_entry`].
+const ENSURE_ATTEMPTS: usize = 3;
 
 /// Delete `index/failed/<id>` (gone already is fine).
 pub async fn forget_failed(bank: &Bank, id: &crate::id::CheckpointId) -> Result<()> {

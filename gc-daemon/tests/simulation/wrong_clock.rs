@@ -25,7 +25,9 @@ pub(crate) fn schedule_ahead_once(
     }
     let at = rng.ms(500..RUN.as_millis() as u64 - 2_500);
     let by = rng.ms(2_000..60_000);
-    let length = rng.ms(200..1_500);
+    // Shorter than the collectors' interval: a reading that is wrong once, not a timeline
+    // that stays wrong over passes (that is a step, and judged as one).
+    let length = rng.ms(50..INTERVAL.as_millis() as u64 - 50);
     events.push((at, Event::Ahead(by)));
     events.push((at + length, Event::Back));
 }

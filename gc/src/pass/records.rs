@@ -128,12 +128,14 @@ pub(crate) async fn forget_clock_probes(
     (problems, foreign.into_inner().expect("not poisoned"))
 }
 
+/// Host clock records no pass has written for this long are removed.
+pub const HOST_RECORD_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// A collector looks for host records to remove in its first pass and one in this many after.
 pub(crate) const CLOCK_HOSTS_EVERY: u64 = 16;
 
 /// Remove the store-clock records of hosts (and boot clocks: a reboot, another time namespace)
-/// that no pass has written for `max(a day, max_reference_gap(grace))`: no pass compares with a
-/// record that old. Only what reads back as a host record is removed; anything else under
+/// that no pass has written for `max(30 days, max_reference_gap(grace))`. Only what reads back as a host record is removed; anything else under
 /// `gc/clock-hosts/` is kept and named. Returns what failed, and what was kept.
 pub(crate) async fn forget_clock_hosts(
     ctx: &PassContext,
@@ -143,8 +145,11 @@ pub(crate) async fn forget_clock_hosts(
     let bank = &ctx.bank;
     let prefix = Prefix::GcClockHosts.path(bank);
     let own = crate::time::host_clock::own_key(bank, &ctx.clock);
+    // A removed record makes its boot's next pass start as a new boot's would (unchecked, the
+    // brake its only guard), where an old one would have floored it: only records no pass of a
+    // running boot is likely to come back to go.
     let max_age =
-        CLOCK_PROBE_MAX_AGE.max(crate::time::timing::max_reference_gap(ctx.options.grace));
+        HOST_RECORD_MAX_AGE.max(crate::time::timing::max_reference_gap(ctx.options.grace));
     let now = ctx.store_time.at_send(sent, Duration::ZERO);
     let (mut problems, mut foreign, mut due) = (Vec::new(), Vec::new(), Vec::new());
     let mut listing = bank.store().list(Some(&prefix));
@@ -156,7 +161,13 @@ pub(crate) async fn forget_clock_hosts(
                     max_age,
                     Duration::ZERO,
                 );
-                if old && Some(&meta.location) != own.as_ref() {
+                let ours = matches!(Key::parse(bank, &meta.location), Some(Key::GcClockHost(_)));
+                if !ours || meta.size > 4096 {
+                    foreign.push(format!(
+                        "`{}` (not a host clock record banklease writes)",
+                        meta.location
+                    ));
+                } else if old && Some(&meta.location) != own.as_ref() {
                     due.push(meta.location);
                 }
             }

@@ -221,15 +221,14 @@ enum Swept1 {
 /// Sweep one checkpoint's late data under its GC decision; `None` when there was nothing to
 /// sweep (an owner's decision: the marker was removed).
 async fn sweep_one(bank: &Bank, id: &CheckpointId, marker: Path) -> banklease::Result<Swept1> {
-    // Never delete on doubt: only the data of a checkpoint the GC decided to collect.
+    // Never delete on doubt: only the data of a checkpoint the GC decided to collect, or that a
+    // removal (`checkpoint delete`, a retirement) took, whatever its decision.
+    let removed = banklease::checkpoint::read_checkpoint(bank, id)
+        .await?
+        .is_some_and(|r| r.removal.is_some());
     match read_decision(bank, id).await? {
+        _ if removed => {}
         Some(d) if d.by == Decider::Gc => {}
-        // An owner's decision, and a removal (`checkpoint delete`, a retirement) since: its
-        // data is swept as a collection's is.
-        Some(_)
-            if banklease::checkpoint::read_checkpoint(bank, id)
-                .await?
-                .is_some_and(|r| r.removal.is_some()) => {}
         Some(_) => {
             tracing::warn!(checkpoint_id = %id,
                 "sweep marker beside an owner's decision: data left alone, marker removed");

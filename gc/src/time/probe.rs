@@ -116,7 +116,9 @@ impl ClockProbe {
                 ));
             }
             if let Some(at) = c.undone {
-                clear_step = true;
+                // Undone only where compared with a clean reference; otherwise the candidate
+                // stays for a pass that can tell (this one floors at its reading).
+                clear_step = c.compared;
                 self.note(if c.compared {
                     format!(
                         "a reading judged a step ({at}) is ahead of the store's clock ({}), \

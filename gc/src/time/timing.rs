@@ -228,9 +228,14 @@ impl ClockWatch {
                 at: probe.at,
             }));
         }
-        // No step from the reference (or nothing to compare with).
+        // No step from the reference (or nothing to compare with). A reading behind its
+        // reference proves nothing either: measured from a reference that was ahead (a reading
+        // that was wrong for a while), a forward step since can net out to nothing.
         s.stepped = None;
-        let uncertain = recent.as_ref().is_some_and(hides);
+        let behind = |prev: &StoreTime| backward_step(prev, probe, tolerance).is_some();
+        let uncertain = recent
+            .as_ref()
+            .is_some_and(|prev| hides(prev) || behind(prev));
         let reference = recent.filter(|_| !uncertain);
         let (mut confirmed, mut undone) = (None, None);
         match candidate {
@@ -571,14 +576,15 @@ pub(crate) enum FloorChange {
 /// again from its own readings).
 pub(crate) async fn write_floor(bank: &Bank, floor: DateTime<Utc>) -> banklease::Result<()> {
     let path = floor_path(bank);
-    let body = serde_json::to_vec(&FloorRecord {
-        floor,
-        spent: false,
-        step: None,
-    })
-    .expect("a floor record serialises");
     for _ in 0..FLOOR_WRITE_ATTEMPTS {
         let current = read_floor_versioned(bank).await?;
+        // A step candidate another collector kept is kept too.
+        let body = serde_json::to_vec(&FloorRecord {
+            floor,
+            spent: false,
+            step: current.as_ref().and_then(|c| c.step),
+        })
+        .expect("a floor record serialises");
         let mode = match current {
             Some(FloorRead {
                 floor: Some(there), ..

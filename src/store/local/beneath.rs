@@ -251,10 +251,12 @@ pub(super) fn split(rel: &FsPath) -> io::Result<(&FsPath, &OsStr)> {
 pub(super) fn open_file(root: &Root, rel: &FsPath) -> io::Result<File> {
     let (parent, name) = split(rel)?;
     let dirs = dirs(root, parent, false)?;
+    // Non-blocking: a FIFO planted at a key's name would hold the open (and the reader) for
+    // ever; a regular file ignores the flag.
     match rustix::fs::openat(
         dirs.fd(),
         name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
         Mode::empty(),
     ) {
         Ok(fd) => Ok(File::from(fd)),

@@ -87,7 +87,7 @@ pub(super) fn lock_keys(root: &Root, keys: &[&str]) -> io::Result<Vec<StripeGuar
                 rustix::fs::openat(
                     root.fd(),
                     name.as_str(),
-                    flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
                     Mode::from_raw_mode(0o666),
                 )
             };
@@ -720,7 +720,7 @@ impl StagingDir {
         match rustix::fs::openat(
             &self.fd,
             &name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
             Mode::empty(),
         ) {
             Ok(fd) => {
