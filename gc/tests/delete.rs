@@ -263,17 +263,19 @@ async fn an_interrupted_deletion_is_finished_by_the_next_pass() {
 }
 
 /// A deletion killed between entering the checkpoint in `index/failed/` and marking it (its
-/// first `index.json` write failed) began nothing: a pass within the grace leaves the entry (a
-/// slow deletion may still mark it), a pass after it forgets the entry, and the checkpoint
-/// stays whole and `available`.
+/// first `index.json` write failed) began nothing: a pass within `gc.late_write_window` (at least
+/// the store client's retry budget) leaves the entry (a slow deletion may still mark it), a pass
+/// after it forgets the entry, and the checkpoint stays whole and `available`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_entry_whose_deletion_never_began_is_forgotten_after_the_grace_and_nothing_goes() {
+async fn an_entry_whose_deletion_never_began_is_forgotten_after_the_late_write_window_and_nothing_goes(
+) {
     let (bank, faults, _guard) = backends::faulty_bank(Backend::Memory, &MockClock::new()).await;
     let clock: SharedClock = Arc::new(SystemClock);
     let id = available_of_a_gone_owner(&bank, &clock, "never-begun").await;
 
     let options = GcOptions::builder()
-        .grace(Duration::from_millis(600))
+        .grace(Duration::from_millis(200))
+        .late_write_window(Duration::from_millis(600))
         .skew_margin(Duration::from_millis(50))
         .build();
     let index = format!("{}/index.json", id.as_str());
@@ -294,7 +296,7 @@ async fn an_entry_whose_deletion_never_began_is_forgotten_after_the_grace_and_no
     assert_eq!((report.errors, report.retired), (0, 0), "{report:?}");
     assert!(
         bank.store().head(&entry).await.is_ok(),
-        "left within the grace"
+        "left within gc.late_write_window"
     );
 
     tokio::time::sleep(Duration::from_millis(1_200)).await;
@@ -392,7 +394,8 @@ async fn a_deletion_between_a_moves_read_and_its_write_is_never_undone() {
 }
 
 /// A removal slow between entering the checkpoint in `index/failed/` and marking `index.json`:
-/// a pass past the grace takes the entry for one whose removal never began and forgets it; the
+/// a pass past `gc.late_write_window` takes the entry for one whose removal never began and
+/// forgets it; the
 /// mark lands after, and the remover stops before it is done. The entry is back for the mark,
 /// and the next pass finishes the removal instead of leaving it `deleting` for ever. (Found by
 /// the simulation's operator, seed 17, one-shot; a gate holds the removal's read.)
@@ -402,7 +405,8 @@ async fn a_slow_removal_whose_entry_a_pass_forgot_is_still_finished() {
     let clock: SharedClock = Arc::new(SystemClock);
     let id = available_of_a_gone_owner(&bank, &clock, "slow-removal").await;
     let options = GcOptions::builder()
-        .grace(Duration::from_millis(300))
+        .grace(Duration::from_millis(200))
+        .late_write_window(Duration::from_millis(300))
         .skew_margin(Duration::from_millis(50))
         .build();
     let pass = || async {

@@ -160,11 +160,12 @@ async fn one(
             r
         }
         // Entered by a removal that has yet to mark it (`remove_finished` enters first): left
-        // alone for the grace, by which a removal going on has marked it; after, nothing was
-        // begun and the entry is forgotten.
+        // alone for `gc.late_write_window` (at least the store client's retry budget), by which
+        // a mark in flight has landed (a slow one, seen by the simulation's operator, outlived
+        // the grace); after, nothing was begun and the entry is forgotten.
         Some(r)
             if r.status == Status::Available
-                && !past(failed_for, options.grace, options.skew_margin) =>
+                && !past(failed_for, options.late_write_window, options.skew_margin) =>
         {
             return Ok(Outcome::Stale);
         }
