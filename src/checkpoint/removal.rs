@@ -10,8 +10,9 @@
 //! that keeps the [`Removal`] (the trail `checkpoint explain` reads), and last the entry goes. A
 //! crash anywhere leaves a status that says where it stopped, and the entry that brings the
 //! removal back to the next pass, which finishes a begun one at once (a crash between the entry
-//! and the first mark begins nothing: a pass forgets that entry once it is older than the
-//! grace).
+//! and the first mark begins nothing: a pass forgets that entry once it is older than
+//! `gc.late_write_window`, by which a mark in flight has landed; and a remover whose entry a pass
+//! forgot before its mark landed puts it back, as does the pass that sees the mark after it).
 //!
 //! Invariant: **only a finished checkpoint is removed this way, and never on doubt.** A
 //! `protecting` checkpoint is refused (it is the collector's, through the decision); the
@@ -81,7 +82,7 @@ pub async fn remove_finished(
         Ok(Next::Write(Box::new(marked)))
     })
     .await?;
-    // A pass forgets an entry whose removal had not marked `index.json` within the grace (one
+    // A pass forgets an entry whose removal had not marked `index.json` within the window (one
     // that never began); a slow removal's mark can land after that. Marked now, the entry is
     // made sure of: a pass then finishes this removal should this process stop.
     ensure_entry(bank, &record.id).await?;
