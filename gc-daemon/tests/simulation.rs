@@ -527,7 +527,7 @@ fn a_late_reference_reading_hides_no_step() {
 #[test]
 fn collector_side_findings_are_fixed() {
     use GcKind::{Collectors, Daemons, OneShot, SingleCollector};
-    let cases: [(GcKind, u64, Only, &str); 16] = [
+    let cases: [(GcKind, u64, Only, &str); 17] = [
         (
             Daemons,
             1_000_615,
@@ -621,6 +621,13 @@ fn collector_side_findings_are_fixed() {
             None,
             "an operator's removal whose listing missed a data object: the object left under \
              the tombstone",
+        ),
+        (
+            OneShot,
+            1_002_741,
+            None,
+            "a removal's entry forgotten on a stale read while its remover's own check read it \
+             stale too: left deleting (the late sweep now finishes a removal)",
         ),
         (
             Daemons,

@@ -188,10 +188,12 @@ async fn one(
                 if !options.read_staleness.is_zero() {
                     ctx.clock.sleep(options.read_staleness).await;
                 }
-                if checkpoint::read_checkpoint(bank, id)
-                    .await?
-                    .is_some_and(|r| r.removal.is_some())
-                {
+                // A read that fails proves nothing: the entry is put back (a pass forgets it
+                // again if its removal never began).
+                let marked = checkpoint::read_checkpoint(bank, id)
+                    .await
+                    .map_or(true, |r| r.is_some_and(|r| r.removal.is_some()));
+                if marked {
                     banklease::collector::ensure_entry(bank, id).await?;
                 }
             }

@@ -265,8 +265,35 @@ async fn sweep_one(bank: &Bank, id: &CheckpointId, marker: Path) -> banklease::R
         tracing::warn!(checkpoint_id = %id, found,
             "late data under a collected checkpoint: deleted");
     }
+    // A removal's marker also finishes the removal, should its remover have stopped and its
+    // `index/failed/` entry be lost: the record becomes the tombstone it was going to be.
+    if removed {
+        finish_removal(bank, id).await?;
+    }
     // The marker goes in bulk with the others', after every sweep of the batch.
     Ok(Swept1::Done(found, marker))
+}
+
+/// Make a removed checkpoint's record the `deleted` tombstone that keeps its removal (on the
+/// version read; one already a tombstone, or no longer a removal's, is left), and forget its
+/// `index/failed/` entry.
+async fn finish_removal(bank: &Bank, id: &CheckpointId) -> banklease::Result<()> {
+    use banklease::checkpoint::{rewrite_index, Next, Status};
+    rewrite_index(bank, id, |now| {
+        Ok(match now {
+            Some(r)
+                if r.removal.is_some()
+                    && matches!(r.status, Status::Deleting | Status::ErrorDeleting) =>
+            {
+                let mut tombstone = r.clone();
+                tombstone.status = Status::Deleted;
+                Next::Write(Box::new(tombstone))
+            }
+            _ => Next::Leave,
+        })
+    })
+    .await?;
+    banklease::collector::forget_failed(bank, id).await
 }
 
 /// End the sweep of every checkpoint in `markers` by deleting its sweep marker.
