@@ -527,7 +527,7 @@ fn a_late_reference_reading_hides_no_step() {
 #[test]
 fn collector_side_findings_are_fixed() {
     use GcKind::{Collectors, Daemons, OneShot, SingleCollector};
-    let cases: [(GcKind, u64, Only, &str); 17] = [
+    let cases: [(GcKind, u64, Only, &str); 18] = [
         (
             Daemons,
             1_000_615,
@@ -628,6 +628,13 @@ fn collector_side_findings_are_fixed() {
             None,
             "a removal's entry forgotten on a stale read while its remover's own check read it \
              stale too: left deleting (the late sweep now finishes a removal)",
+        ),
+        (
+            Daemons,
+            1_001_169,
+            None,
+            "a removal's entry, written again just now, judged by a listing's older stamp and \
+             forgotten; its mark landed after: left deleting",
         ),
         (
             Daemons,

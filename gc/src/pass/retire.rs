@@ -45,23 +45,27 @@ enum Outcome {
 
 /// Whether the entry at `entry` holds exactly what a removal writes (gone: as good as empty,
 /// the caller reads the record next).
+/// Also the entry's stamp as read (a listing may show an older version's: a removal that wrote
+/// its entry again just now must not be judged by its first one).
 async fn holds_removing(
     bank: &banklease::Bank,
     entry: &object_store::path::Path,
-) -> banklease::Result<bool> {
+) -> banklease::Result<(bool, Option<chrono::DateTime<chrono::Utc>>)> {
     let got = match bank.store().get(entry).await {
         Ok(got) => got,
-        Err(object_store::Error::NotFound { .. }) => return Ok(true),
+        Err(object_store::Error::NotFound { .. }) => return Ok((true, None)),
         Err(e) => return Err(banklease::Error::store("get", entry, e)),
     };
+    let stamp = got.meta.last_modified;
     if got.meta.size > 64 {
-        return Ok(false);
+        return Ok((false, Some(stamp)));
     }
     let bytes = got
         .bytes()
         .await
         .map_err(|e| banklease::Error::store("get", entry, e))?;
-    Ok(bytes.is_empty() || &bytes[..] == banklease::collector::REMOVING_ENTRY)
+    let ours = bytes.is_empty() || &bytes[..] == banklease::collector::REMOVING_ENTRY;
+    Ok((ours, Some(stamp)))
 }
 
 /// Retire the failed checkpoints past `gc.keep_failed_for`; count the others.
@@ -146,10 +150,19 @@ async fn one(
     let entry = Key::Failed(id.clone()).path(bank);
     let foreign = |why: &str| Outcome::Foreign(format!("`{entry}` ({why})"));
     // A removal's entry holds `removing`, a failure's nothing: anything else is not ours.
-    if removing && !holds_removing(bank, &entry).await? {
-        return Ok(foreign(
-            "not an entry banklease writes: its body is not `removing`",
-        ));
+    let mut failed_for = failed_for;
+    if removing {
+        let sent = ctx.clock.now();
+        let (ours, stamp) = holds_removing(bank, &entry).await?;
+        if !ours {
+            return Ok(foreign(
+                "not an entry banklease writes: its body is not `removing`",
+            ));
+        }
+        if let Some(stamp) = stamp {
+            let now = ctx.store_time.at_send(sent, options.read_staleness);
+            failed_for = StoreTime::between(stamp, now);
+        }
     }
     let record = match checkpoint::read_checkpoint(bank, id).await? {
         Some(r)
