@@ -199,11 +199,7 @@ pub(super) fn dirs<'r>(root: &'r Root, rel: &FsPath, create: bool) -> io::Result
                 match rustix::fs::mkdirat(dirs.fd(), name, Mode::from_raw_mode(0o777)) {
                     Ok(()) | Err(rustix::io::Errno::EXIST) => {}
                     Err(e) => {
-                        return Err(super::fs::context(
-                            e.into(),
-                            "create directory",
-                            &root.display(&at),
-                        ))
+                        return Err(context(e.into(), "create directory", &root.display(&at)))
                     }
                 }
                 open_dir_at(dirs.fd(), name)
@@ -232,7 +228,7 @@ fn not_a_dir(dirs: &Dirs<'_>, name: &OsStr, at: &FsPath, e: rustix::io::Errno) -
             format!("`{}` does not exist", dirs.root.display(at).display()),
         );
     }
-    super::fs::context(e.into(), "open directory", &dirs.root.display(at))
+    context(e.into(), "open directory", &dirs.root.display(at))
 }
 
 /// `rel` split into its directory and its last name.
@@ -265,7 +261,7 @@ pub(super) fn open_file(root: &Root, rel: &FsPath) -> io::Result<File> {
             ErrorKind::NotFound,
             format!("`{}` does not exist", root.display(rel).display()),
         )),
-        Err(e) => Err(super::fs::context(e.into(), "open", &root.display(rel))),
+        Err(e) => Err(context(e.into(), "open", &root.display(rel))),
     }
 }
 
@@ -286,10 +282,40 @@ pub(super) fn remove_file(root: &Root, rel: &FsPath, prune: bool) -> io::Result<
                 format!("`{}` does not exist", root.display(rel).display()),
             ))
         }
-        Err(e) => return Err(super::fs::context(e.into(), "remove", &root.display(rel))),
+        Err(e) => return Err(context(e.into(), "remove", &root.display(rel))),
     }
     if prune {
         dirs.prune();
     }
     Ok(())
+}
+
+pub(super) fn context(e: io::Error, what: &str, path: &FsPath) -> io::Error {
+    // The bank's directory gone is kept as it is: the store answers it as a missing object.
+    if root_gone(&e) {
+        return e;
+    }
+    io::Error::new(e.kind(), format!("cannot {what} `{}`: {e}", path.display()))
+}
+
+/// The bank's directory is gone, or another is in its place (`fs::still_root`).
+#[derive(Debug)]
+pub(super) struct RootGone(pub(super) PathBuf);
+
+impl std::fmt::Display for RootGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the bank's directory `{}` is gone, or another directory is in its place, since the \
+             bank was opened (moved, or its disk unmounted); only `banklease init` makes a bank",
+            self.0.display()
+        )
+    }
+}
+
+impl std::error::Error for RootGone {}
+
+/// Whether `e` says the bank's directory is gone.
+pub(super) fn root_gone(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<RootGone>())
 }

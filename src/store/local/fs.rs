@@ -13,7 +13,8 @@ use object_store::{PutMode, PutPayload, PutResult, UpdateVersion};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps};
 use sha2::{Digest, Sha256};
 
-use super::beneath::{self, kind_at, Root};
+use super::beneath::{self, kind_at, Root, RootGone};
+pub(super) use super::beneath::{context, root_gone};
 
 /// Lock files sit in the store's root as `.banklease-lock#<k>`: object_store's local store
 /// hides every name ending in `#<digits>` from listings (its own temporaries look like that), so
@@ -759,36 +760,6 @@ pub(super) fn existing_stamps_are_exact(root: &Root) -> bool {
         .iter()
         .filter_map(|p| rustix::fs::statat(root.fd(), *p, AtFlags::SYMLINK_NOFOLLOW).ok())
         .any(|st| st.st_mtime_nsec % 1_000_000 != 0)
-}
-
-pub(super) fn context(e: io::Error, what: &str, path: &FsPath) -> io::Error {
-    // The bank's directory gone is kept as it is: the store answers it as a missing object.
-    if root_gone(&e) {
-        return e;
-    }
-    io::Error::new(e.kind(), format!("cannot {what} `{}`: {e}", path.display()))
-}
-
-/// The bank's directory is gone, or another is in its place ([`still_root`]).
-#[derive(Debug)]
-pub(super) struct RootGone(PathBuf);
-
-impl std::fmt::Display for RootGone {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the bank's directory `{}` is gone, or another directory is in its place, since the \
-             bank was opened (moved, or its disk unmounted); only `banklease init` makes a bank",
-            self.0.display()
-        )
-    }
-}
-
-impl std::error::Error for RootGone {}
-
-/// Whether `e` says the bank's directory is gone.
-pub(super) fn root_gone(e: &io::Error) -> bool {
-    e.get_ref().is_some_and(|inner| inner.is::<RootGone>())
 }
 
 #[cfg(test)]
