@@ -354,6 +354,36 @@ pub(crate) fn daemon_config(concurrency: usize, read_staleness: Duration) -> Con
 /// rule it breaks: an answer served at `t` and received at `t + D` is judged as if the lease
 /// were `D` older), and every kind but `BrokenJudgeAtReceipt` deletes `index.json` instead of
 /// leaving a tombstone and never sweeps late data.
+/// A broken collector's decision on checkpoint `id` of `owner`: `true` when the GC holds it
+/// (won now or before); `false` when the owner decided, whose move is then finished.
+pub(crate) async fn gc_decides(
+    bank: &Bank,
+    clock: &SimClock,
+    owner: &OwnerId,
+    id: &banklease::CheckpointId,
+    token: &str,
+) -> banklease::Result<bool> {
+    let decision = Decision {
+        format: CHECKPOINT_FORMAT,
+        rebuilt: None,
+        checkpoint_id: id.clone(),
+        owner_id: owner.clone(),
+        by: Decider::Gc,
+        outcome: Status::Deleted,
+        token: format!("{token}-{id}"),
+        decided_at: clock.system_now().into(),
+        evidence: None,
+    };
+    match decide(bank, decision).await? {
+        Decided::Won(_) => Ok(true),
+        Decided::Lost(d) if d.by == Decider::Gc => Ok(true),
+        Decided::Lost(d) => {
+            finish_owner_decision(bank, &d).await?;
+            Ok(false)
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Broken {
     pub(crate) bank: Bank,
@@ -407,26 +437,10 @@ impl Broken {
                 continue;
             }
             for id in ids {
-                if self.kind != GcKind::BrokenNoDecision {
-                    let decision = Decision {
-                        format: CHECKPOINT_FORMAT,
-                        rebuilt: None,
-                        checkpoint_id: cid(&id),
-                        owner_id: owner.clone(),
-                        by: Decider::Gc,
-                        outcome: Status::Deleted,
-                        token: format!("broken-{id}"),
-                        decided_at: self.clock.system_now().into(),
-                        evidence: None,
-                    };
-                    match decide(&self.bank, decision).await? {
-                        Decided::Won(_) => {}
-                        Decided::Lost(d) if d.by == Decider::Gc => {}
-                        Decided::Lost(d) => {
-                            finish_owner_decision(&self.bank, &d).await?;
-                            continue;
-                        }
-                    }
+                if self.kind != GcKind::BrokenNoDecision
+                    && !gc_decides(&self.bank, &self.clock, &owner, &cid(&id), "broken").await?
+                {
+                    continue;
                 }
                 // BROKEN (NoDecision): straight to the deletions.
                 let data: Vec<ObjectMeta> = self

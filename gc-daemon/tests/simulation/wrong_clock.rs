@@ -111,24 +111,8 @@ impl FloorFromStep {
             {
                 continue;
             }
-            let decision = Decision {
-                format: CHECKPOINT_FORMAT,
-                rebuilt: None,
-                checkpoint_id: id.clone(),
-                owner_id: owner.clone(),
-                by: Decider::Gc,
-                outcome: Status::Deleted,
-                token: format!("broken-floor-{id}"),
-                decided_at: self.clock.system_now().into(),
-                evidence: None,
-            };
-            match decide(&self.bank, decision).await? {
-                Decided::Won(_) => {}
-                Decided::Lost(d) if d.by == Decider::Gc => {}
-                Decided::Lost(d) => {
-                    finish_owner_decision(&self.bank, &d).await?;
-                    continue;
-                }
+            if !gc_decides(&self.bank, &self.clock, &owner, &id, "broken-floor").await? {
+                continue;
             }
             let data: Vec<ObjectMeta> = self
                 .bank
