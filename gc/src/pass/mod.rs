@@ -91,8 +91,14 @@ pub struct Collector {
 impl Collector {
     /// A collector on `bank`.
     pub fn new(bank: Bank, clock: SharedClock, options: GcOptions) -> Self {
-        // The clock is read on the host's collectors' probe key, which readers never write.
-        let bank = bank.for_collector();
+        // The clock is read on the host's collectors' probe key, which readers never write. A
+        // dry run deletes nothing and holds no GC lease: it reads as readers do, on their key,
+        // so that looking never leaves a second probe in the bank.
+        let bank = if options.dry_run {
+            bank
+        } else {
+            bank.for_collector()
+        };
         Self {
             probe: ClockProbe::new(bank.clone(), Arc::clone(&clock), &options),
             bank,
