@@ -22,6 +22,9 @@ use crate::error::{Error, Result};
 /// Unanswered writes remembered; older ones are forgotten (each is a renewal that timed out).
 const MAX_PENDING: usize = 16;
 
+/// Tokens of our own earlier writes remembered, to recognise a lagging replica's answer.
+const MAX_EARLIER: usize = 16;
+
 /// The holder-side state of a holding, as published to watchers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseState {
@@ -103,11 +106,16 @@ pub(crate) enum Reconciled<X> {
     Unchanged(Held<X>),
     /// A pending write of ours landed; the holding is valid until the instant given.
     Adopted(Instant),
+    /// An earlier write of ours, which a later one of ours replaced: a replica that lags
+    /// answered. Nothing is known of the object now; nothing may be written on it this time.
+    Lagging,
 }
 
 struct Inner<X> {
     phase: Phase<X>,
     pending: Vec<Pending>,
+    /// Tokens of our committed writes that a later one replaced (newest last).
+    earlier: Vec<String>,
 }
 
 /// One holding's state. Never held across an await.
@@ -150,6 +158,7 @@ impl<X: Clone> Holding<X> {
             inner: Mutex::new(Inner {
                 phase: Phase::Lost(why_not.to_owned()),
                 pending: Vec::new(),
+                earlier: Vec::new(),
             }),
             state_tx,
         }
@@ -346,15 +355,25 @@ impl<X: Clone> Holding<X> {
         let valid_until = held.valid_until;
         let mut inner = self.lock();
         inner.pending.clear();
+        if let Phase::Held(before) = &inner.phase {
+            if before.token != held.token {
+                let token = before.token.clone();
+                if inner.earlier.len() >= MAX_EARLIER {
+                    inner.earlier.remove(0);
+                }
+                inner.earlier.push(token);
+            }
+        }
         inner.phase = Phase::Held(held);
         self.publish(&inner.phase);
         Ok(valid_until)
     }
 
     /// After a conflict or an ambiguous answer, decide from a read-back of the object: our last
-    /// write under a new ETag (`Unchanged`), one of our pending writes (adopted), or anything
-    /// else — no object, a replaced or unreadable one — which makes the holding Lost with the
-    /// reason `replaced` gives.
+    /// write under a new ETag (`Unchanged`), one of our pending writes (adopted), an earlier
+    /// write of ours that a later one replaced (`Lagging`: a replica behind answered, which says
+    /// nothing of the object now), or anything else — no object, a replaced or unreadable one —
+    /// which makes the holding Lost with the reason `replaced` gives.
     pub(crate) fn reconcile(
         &self,
         held: &Held<X>,
@@ -382,12 +401,23 @@ impl<X: Clone> Holding<X> {
             }
             return Ok(Reconciled::Unchanged(now_held));
         }
-        let pending = self
-            .lock()
-            .pending
-            .iter()
-            .find(|p| p.token == found.token)
-            .cloned();
+        let (pending, earlier) = {
+            let inner = self.lock();
+            let pending = inner
+                .pending
+                .iter()
+                .find(|p| p.token == found.token)
+                .cloned();
+            (pending, inner.earlier.contains(&found.token))
+        };
+        if pending.is_none() && earlier {
+            // Only we write our tokens, and a later write of ours landed: this answer is a
+            // lagging replica's. Not a loss (that would stop a live holder on a store that
+            // lags), and not a renewal either: the caller writes nothing on it.
+            tracing::debug!(subject = %self.subject,
+                "a read-back showed an earlier write of ours (a replica lags); not renewed this time");
+            return Ok(Reconciled::Lagging);
+        }
         match pending {
             Some(p) => {
                 tracing::info!(subject = %self.subject, generation = p.generation,

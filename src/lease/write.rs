@@ -310,6 +310,21 @@ impl<'a> CondWrite<'a> {
     }
 }
 
+/// A renewal not made because a read-back showed an earlier write of ours
+/// ([`Reconciled::Lagging`]): transient, tried again while the holding lasts.
+pub(crate) fn lagging(path: &Path) -> Error {
+    Error::store(
+        "get",
+        path,
+        object_store::Error::Generic {
+            store: "banklease",
+            source: "a replica answered with an earlier write of this holder (the store lags); \
+                     not renewed this time and nothing written, tried again"
+                .into(),
+        },
+    )
+}
+
 /// What a renewal of a holding came to.
 #[derive(Debug)]
 pub(crate) enum Renewed<X> {
@@ -342,6 +357,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<Found<R>>>>,
 {
+    let path = write.path.clone();
     let written = write.send_from(t_send, body, &token, how, read).await;
     let found = match written {
         Ok(Written::Ours(landed)) => {
@@ -372,5 +388,6 @@ where
     match holding.reconcile(held, read, || why.unwrap_or_default())? {
         Reconciled::Adopted(valid_until) => Ok(Renewed::Until(valid_until)),
         Reconciled::Unchanged(now_held) => Ok(Renewed::Unchanged(now_held)),
+        Reconciled::Lagging => Err(lagging(&path)),
     }
 }

@@ -187,8 +187,10 @@ impl OwnerLease {
                 };
                 if meta.e_tag != held.e_tag {
                     // Changed since our last write: ours only if it carries one of our tokens.
-                    if let Reconciled::Adopted(valid_until) = self.reconcile(&held).await? {
-                        return Ok(valid_until);
+                    match self.reconcile(&held).await? {
+                        Reconciled::Adopted(valid_until) => return Ok(valid_until),
+                        Reconciled::Lagging => return Err(crate::lease::write::lagging(path)),
+                        Reconciled::Unchanged(_) => {}
                     }
                 }
                 // As on Swift: a HEAD that hung past the validity must not be followed by
@@ -332,8 +334,10 @@ impl OwnerLease {
         };
         if head.meta.e_tag != held.e_tag {
             // Changed since our last write: ours only if it carries one of our tokens.
-            if let Reconciled::Adopted(valid_until) = self.reconcile(held).await? {
-                return Ok(valid_until);
+            match self.reconcile(held).await? {
+                Reconciled::Adopted(valid_until) => return Ok(valid_until),
+                Reconciled::Lagging => return Err(crate::lease::write::lagging(path)),
+                Reconciled::Unchanged(_) => {}
             }
         }
         // The HEAD may have hung or been retried past the validity: a lease that ran out
