@@ -316,6 +316,19 @@ impl Bank {
         Key::Lease(owner.clone()).path(self)
     }
 
+    /// Whether this bank's store is known to refuse If-Match without asking it: native Swift,
+    /// or a capability probe this process already made. A rewrite then compares versions by a
+    /// HEAD at once instead of sending a write the store refuses (a request, and on a store whose
+    /// answers are counted by a test, a write).
+    pub fn refuses_if_match(&self) -> bool {
+        self.swift().is_some()
+            || self
+                .inner
+                .capabilities
+                .get()
+                .is_some_and(|c| c.conditional_overwrite == crate::capability::Condition::Refused)
+    }
+
     /// What the store really enforces, probed once per bank and cached.
     pub async fn capabilities(&self) -> Result<&Capabilities> {
         self.inner

@@ -90,7 +90,7 @@ pub async fn rewrite_index(
     let path = Key::Index(id.clone()).path(bank);
     // Whether the store refused If-Match (native Swift): the version is then compared by a
     // HEAD just before an overwrite.
-    let mut no_if_match = false;
+    let mut no_if_match = bank.refuses_if_match();
     for _ in 0..REWRITE_ATTEMPTS {
         let now = read(bank, id).await?;
         let record = match decide(now.record.as_ref())? {
