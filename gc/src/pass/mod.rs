@@ -80,6 +80,8 @@ const NAMED_IN_LOG: usize = 5;
 #[derive(Debug, Clone)]
 pub struct Collector {
     bank: Bank,
+    /// The bank as given: a standby's clock watch reads on the host's readers' key with it.
+    watching: Bank,
     clock: SharedClock,
     options: GcOptions,
     probe: ClockProbe,
@@ -94,12 +96,14 @@ impl Collector {
         // The clock is read on the host's collectors' probe key, which readers never write. A
         // dry run deletes nothing and holds no GC lease: it reads as readers do, on their key,
         // so that looking never leaves a second probe in the bank.
+        let watching = bank.clone();
         let bank = if options.dry_run {
             bank
         } else {
             bank.for_collector()
         };
         Self {
+            watching,
             probe: ClockProbe::new(bank.clone(), Arc::clone(&clock), &options),
             bank,
             clock,
@@ -111,10 +115,12 @@ impl Collector {
 
     /// Read the store clock between passes (a standby daemon does, every lease renew window),
     /// so that the next pass has a recent reading to compare with. A step is remembered (the
-    /// floor, in memory and in the bank) and reported as an error.
+    /// floor, in memory and in the bank) and reported as an error. Read on the host's readers'
+    /// key: the collectors' key is the active collector's, whose pass a standby rewriting it
+    /// every renew window would leave unverified on a store whose reads lag.
     pub async fn watch_clock(&self) -> banklease::Result<()> {
         let observer = LeaseObserver::new(
-            self.bank.clone(),
+            self.watching.clone(),
             Arc::clone(&self.clock),
             self.options.skew_margin,
         )
@@ -161,6 +167,7 @@ impl Collector {
             clock: Arc::clone(&self.clock),
             options: self.options.clone(),
             store_time,
+            compared: self.probe.compared(),
             probe: self.probe.clone(),
             pass: uuid::Uuid::new_v4().simple().to_string(),
             rules: OwnerRules::of(&self.bank),
