@@ -373,6 +373,12 @@ impl Collecting<'_> {
                     return Ok(Outcome::Skipped(CREATED_MEANWHILE));
                 }
                 existing = checkpoint::read_checkpoint(bank, id).await?;
+                if existing.is_none() && !ctx.options.read_staleness.is_zero() {
+                    // Our create landed (it said so): a replica that lags answered. Read once
+                    // more past its lag rather than give the checkpoint up for this pass.
+                    ctx.clock.sleep(ctx.options.read_staleness).await;
+                    existing = checkpoint::read_checkpoint(bank, id).await?;
+                }
                 // On a store whose create-if-absent is not atomic (Swift) a create racing ours
                 // may have won too: go on only over our own tombstone.
                 if !matches!(&existing, Some(r) if r.status == Status::Deleted && r.owner_id == *owner)
