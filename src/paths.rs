@@ -79,6 +79,10 @@ pub enum Key {
     GcActive,
     /// `gc/clock-floor`: the highest store time a collector has seen.
     GcClockFloor,
+    /// `gc/clock-steps`: the store-clock steps forward collectors confirmed, with their sizes,
+    /// so that a retention measured on the store's clock (`gc.keep_failed_for`) does not count
+    /// them.
+    GcClockSteps,
     /// `gc/clock-hosts/<host>`: a collector's last store-clock reading on one host's boot clock
     /// (`<host>` names the boot and the time namespace), so that a one-shot pass there can tell
     /// a step since.
@@ -184,6 +188,7 @@ impl Key {
             Key::Decision(id) => join(bank, &["decisions", id.as_str()]),
             Key::GcActive => join(bank, &["gc", "active"]),
             Key::GcClockFloor => join(bank, &["gc", "clock-floor"]),
+            Key::GcClockSteps => join(bank, &["gc", "clock-steps"]),
             Key::GcClockHost(host) => join(bank, &["gc", "clock-hosts", host]),
             Key::GcMissing(owner) => join(bank, &["gc", "missing", owner.as_str()]),
             Key::GcReaped(owner) => join(bank, &["gc", "reaped", owner.as_str()]),
@@ -231,6 +236,7 @@ impl Key {
             ["decisions", c] => Key::Decision(id(c)?),
             ["gc", "active"] => Key::GcActive,
             ["gc", "clock-floor"] => Key::GcClockFloor,
+            ["gc", "clock-steps"] => Key::GcClockSteps,
             ["gc", "clock-hosts", h] => Key::GcClockHost(h.to_string()),
             ["gc", "missing", o] => Key::GcMissing(owner(o)?),
             ["gc", "reaped", o] => Key::GcReaped(owner(o)?),
@@ -414,6 +420,7 @@ mod tests {
             checkpoint().prop_map(Key::Decision),
             Just(Key::GcActive),
             Just(Key::GcClockFloor),
+            Just(Key::GcClockSteps),
             id().prop_map(Key::GcClockHost),
             owner().prop_map(Key::GcMissing),
             owner().prop_map(Key::GcReaped),

@@ -25,6 +25,9 @@ pub(crate) struct PassContext {
     pub(crate) observer: LeaseObserver,
     /// The pass's first (checked) reading of the store clock.
     pub(crate) store_time: StoreTime,
+    /// Whether that reading was compared with a clean earlier one (not the first of a process
+    /// or a boot, not after doubt): retentions are judged only on such a reading.
+    pub(crate) compared: bool,
     pub(crate) probe: ClockProbe,
     /// This pass's id, recorded in the evidence of what it collects.
     pub(crate) pass: String,

@@ -1,7 +1,9 @@
 //! Retiring failed checkpoints: a checkpoint its owner completed as `error` is indexed under
 //! `index/failed/<id>` when that move finishes; once the entry's stamp (the store's clock) is
 //! older than `gc.keep_failed_for` plus the skew margin, judged at the instant the listing was
-//! sent (not raised to a step floor: see `retire_failed`), the pass removes the checkpoint — data first, then its records
+//! sent (not raised to a step floor: see `retire_failed`; less the confirmed steps since, and
+//! only on a reading compared with an earlier one), the pass removes the checkpoint — data
+//! first, then its records
 //! ([`banklease::collector::remove_finished`]). A removal begun and interrupted (a pass's, or an
 //! operator's `checkpoint delete`, which indexes what it removes here first) is finished at
 //! once, whatever its age. The others are counted, with their bytes, so that an operator sees
@@ -27,6 +29,7 @@ use object_store::ObjectStoreExt;
 use crate::pass::context::PassContext;
 use crate::pass::plan::past;
 use crate::pass::report::{duration_words, Action, PassReport, Problem};
+use crate::time::steps::{not_counting, read_steps};
 
 /// What became of one failed checkpoint's entry.
 enum Outcome {
@@ -78,6 +81,18 @@ pub(crate) async fn retire_failed(ctx: &PassContext, report: &mut PassReport) {
     // way), then each retirement as it is decided.
     let limit = (ctx.options.max_deletions > 0).then_some(ctx.options.max_deletions as u64);
     let taken = &AtomicU64::new(report.collected + report.errors);
+    // Without the confirmed steps a retention could end early: no retirement on that doubt.
+    let steps = match read_steps(bank).await {
+        Ok(steps) => steps,
+        Err(e) => {
+            tracing::warn!(target: crate::pass::report::PROBLEM_TARGET, error = %error_chain(&e),
+                "reading the confirmed clock steps failed: no failed checkpoint retired this pass");
+            report.failed(Problem::of("gc/clock-steps".to_owned(), &e));
+            return;
+        }
+    };
+    let steps = &steps[..];
+    let unvouched = &AtomicU64::new(0);
     let mut results = bank
         .store()
         .list(Some(prefix))
@@ -92,9 +107,24 @@ pub(crate) async fn retire_failed(ctx: &PassContext, report: &mut PassReport) {
             };
             // Unfloored: the step floor holds back what could still be alive; a failed
             // checkpoint is garbage either way, and a floor would restart every retention
-            // at each daemon start. A step only moves a retirement.
+            // at each daemon start. The confirmed steps since its stamp are not counted.
             let now = ctx.store_time.at_send(sent, ctx.options.read_staleness);
-            let failed_for = StoreTime::between(meta.last_modified, now);
+            let failed_for = not_counting(steps, meta.last_modified, now);
+            // A reading no earlier one vouches for may be a clock that reads wrong (a host
+            // booted with a wrong RTC, on a `file:` bank) or a step unseen: no retention ends
+            // on it, whatever it says.
+            let failed_for = if ctx.compared {
+                failed_for
+            } else {
+                let due = ctx
+                    .options
+                    .keep_failed_for
+                    .is_some_and(|keep| past(failed_for, keep, ctx.options.skew_margin));
+                if due {
+                    unvouched.fetch_add(1, Ordering::Relaxed);
+                }
+                Duration::ZERO
+            };
             let outcome = one(ctx, &id, failed_for, meta.size > 0, taken, limit)
                 .await
                 .map_err(|e| (format!("checkpoint `{id}`"), e))?;
@@ -126,6 +156,15 @@ pub(crate) async fn retire_failed(ctx: &PassContext, report: &mut PassReport) {
                 report.failed(Problem::of(object, &e));
             }
         }
+    }
+    let unvouched = unvouched.load(Ordering::Relaxed);
+    if unvouched > 0 {
+        report.clock.push(format!(
+            "{unvouched} failed checkpoint(s) due for retirement kept: this pass's reading of the \
+             store's clock had no earlier one to be compared with (the first pass of a process \
+             or a boot, or after doubt), and no retention ends on such a reading; the next pass \
+             retires them"
+        ));
     }
 }
 
@@ -159,7 +198,7 @@ async fn one(
                 "not an entry banklease writes: its body is not `removing`",
             ));
         }
-        if let Some(stamp) = stamp {
+        if let Some(stamp) = stamp.filter(|_| ctx.compared) {
             let now = ctx.store_time.at_send(sent, options.read_staleness);
             failed_for = StoreTime::between(stamp, now);
         }

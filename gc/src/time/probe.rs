@@ -16,9 +16,10 @@ use banklease::clock::SharedClock;
 
 use crate::pass::options::GcOptions;
 use crate::time::host_clock;
+use crate::time::steps::{record_step, ClockStep};
 use crate::time::timing::{
     read_floor_versioned, settle_floor, write_floor, write_step_candidate, ClockWatch, FloorChange,
-    Refused,
+    Refused, Step,
 };
 
 /// `d` to the millisecond, for words.
@@ -40,6 +41,13 @@ pub(crate) struct ClockProbe {
     read_staleness: Duration,
     dry_run: bool,
     floor_at_first_reading: bool,
+    /// `gc.keep_failed_for`: how long a confirmed step is kept in `gc/clock-steps`.
+    keep_failed_for: Option<Duration>,
+    /// The last forward step this collector judged, with its size (for `gc/clock-steps` once a
+    /// later reading confirms it).
+    last_step: Arc<std::sync::Mutex<Option<Step>>>,
+    /// Whether the last first reading was compared with a clean earlier one.
+    compared: Arc<std::sync::atomic::AtomicBool>,
     /// What the clock checks found that an operator should know (a floor dropped or holding
     /// collection back, a step confirmed), since the pass last took them.
     notes: Arc<std::sync::Mutex<Vec<String>>>,
@@ -56,6 +64,9 @@ impl ClockProbe {
             read_staleness: options.read_staleness,
             dry_run: options.dry_run,
             floor_at_first_reading: options.floor_at_first_reading,
+            keep_failed_for: options.keep_failed_for,
+            last_step: Arc::default(),
+            compared: Arc::default(),
             notes: Arc::default(),
         }
     }
@@ -101,6 +112,10 @@ impl ClockProbe {
             Err(Refused::Step(_)) => true,
             Err(Refused::Unverified) => false,
         };
+        self.compared.store(
+            checked.as_ref().is_ok_and(|c| c.compared),
+            std::sync::atomic::Ordering::SeqCst,
+        );
         // What becomes of the bank's record: a candidate confirmed or undone is cleared; a floor
         // spent, or ahead of a reading compared with a clean reference (known wrong: a floor
         // is only ever a reading), is retired; one ahead of a reading that could not be
@@ -114,6 +129,15 @@ impl ClockProbe {
                     "the store's clock stepped forward at {at} and stayed there (a later reading \
                      is at or past it): stamps older than the step are judged as written at it"
                 ));
+                let by = floor
+                    .as_ref()
+                    .filter(|f| f.step == Some(at))
+                    .and_then(|f| f.step_by)
+                    .or_else(|| {
+                        let own = *self.last_step.lock().expect("last step poisoned");
+                        own.filter(|s| s.at == at).map(|s| s.by)
+                    });
+                self.keep_step(at, by, store_time.at).await;
             }
             if let Some(at) = c.undone {
                 // Undone only where compared with a clean reference; otherwise the candidate
@@ -231,6 +255,48 @@ impl ClockProbe {
         Ok(store_time)
     }
 
+    /// Record a confirmed step in `gc/clock-steps`, so that no retention counts it. Only where
+    /// something is retained on the store's clock (`gc.keep_failed_for`) and this pass acts.
+    async fn keep_step(&self, at: DateTime<Utc>, by: Option<Duration>, now: DateTime<Utc>) {
+        let Some(keep) = self.keep_failed_for.filter(|_| !self.dry_run) else {
+            return;
+        };
+        let Some(by) = by else {
+            self.note(format!(
+                "the size of the step confirmed at {at} was not recorded (the pass that saw it \
+                 could not write it): failed checkpoints stamped before it may be retired up to \
+                 that much early"
+            ));
+            return;
+        };
+        let step = ClockStep {
+            at,
+            by_ms: u64::try_from(by.as_millis()).unwrap_or(u64::MAX),
+        };
+        match record_step(&self.bank, step, keep, now).await {
+            Ok(()) => self.note(format!(
+                "failed checkpoints stamped before it keep their retention without the step's {} \
+                 (`gc/clock-steps`)",
+                humantime::format_duration(whole_ms(by))
+            )),
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "recording the confirmed step failed");
+                self.note(format!(
+                    "recording the step confirmed at {at} in `gc/clock-steps` failed ({}): \
+                     failed checkpoints stamped before it may be retired up to {} early",
+                    error_chain(&e),
+                    humantime::format_duration(whole_ms(by))
+                ));
+            }
+        }
+    }
+
+    /// Whether the last first reading ([`start`](Self::start)) was compared with a clean
+    /// earlier one: only then is its time known not to be a wrong reading or a step unseen.
+    pub(crate) fn compared(&self) -> bool {
+        self.compared.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// A later reading in the same pass, before anything is deleted on the strength of what was
     /// judged against `first`.
     pub(crate) async fn again(
@@ -276,8 +342,11 @@ impl ClockProbe {
         // clock read wrong once would stall every later pass): the bank keeps it as the step
         // candidate, which a later reading confirms or undoes. The host's record keeps its
         // last good reading. A backward step keeps nothing.
+        if step.forward {
+            *self.last_step.lock().expect("last step poisoned") = Some(step);
+        }
         if step.forward && !self.dry_run {
-            if let Err(e) = write_step_candidate(&self.bank, step.at).await {
+            if let Err(e) = write_step_candidate(&self.bank, step.at, step.by).await {
                 tracing::warn!(error = %error_chain(&e), "recording the step candidate failed");
             }
         }

@@ -37,7 +37,10 @@ const WRITE_ATTEMPTS: usize = 5;
 /// The steps recorded in `bank` (none when there is no record). An unreadable record is an
 /// error: a retention judged without it could end early.
 pub async fn read_steps(bank: &Bank) -> banklease::Result<Vec<ClockStep>> {
-    Ok(read_versioned(bank).await?.map(|(r, _)| r.steps).unwrap_or_default())
+    Ok(read_versioned(bank)
+        .await?
+        .map(|(r, _)| r.steps)
+        .unwrap_or_default())
 }
 
 async fn read_versioned(bank: &Bank) -> banklease::Result<Option<(StepsRecord, UpdateVersion)>> {
@@ -171,7 +174,11 @@ mod tests {
             },
         ];
         // Stamped before both: both taken out (saturating at zero).
-        assert_eq!(not_counting(&steps, t(0), t(4_000)), Duration::ZERO);
+        assert_eq!(not_counting(&steps, t(0), t(3_000)), Duration::ZERO);
+        assert_eq!(
+            not_counting(&steps, t(0), t(4_000)),
+            Duration::from_secs(4_000 - 30 - 3_600)
+        );
         assert_eq!(
             not_counting(&steps, t(0), t(10_000)),
             Duration::from_secs(10_000 - 30 - 3_600)
@@ -205,14 +212,18 @@ mod tests {
             at: t(3_600 + 30),
             by_ms: 1_000,
         };
-        record_step(&bank, second, keep, t(3_600 + 30)).await.unwrap();
+        record_step(&bank, second, keep, t(3_600 + 30))
+            .await
+            .unwrap();
         assert_eq!(read_steps(&bank).await.unwrap(), vec![first, second]);
         // Past it (3,600 s + the two steps' 61 s), no entry stamped before it is still kept.
         let third = ClockStep {
             at: t(3_600 + 62),
             by_ms: 1_000,
         };
-        record_step(&bank, third, keep, t(3_600 + 62)).await.unwrap();
+        record_step(&bank, third, keep, t(3_600 + 62))
+            .await
+            .unwrap();
         assert_eq!(read_steps(&bank).await.unwrap(), vec![second, third]);
     }
 }

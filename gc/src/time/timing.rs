@@ -375,6 +375,9 @@ struct FloorRecord {
     spent: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     step: Option<DateTime<Utc>>,
+    /// How far the candidate stepped (ms), for `gc/clock-steps` once it is confirmed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    step_by_ms: Option<u64>,
 }
 
 /// `gc/clock-floor` as read: the floor (unless spent), the step candidate, and the version.
@@ -382,6 +385,8 @@ struct FloorRecord {
 pub(crate) struct FloorRead {
     pub(crate) floor: Option<DateTime<Utc>>,
     pub(crate) step: Option<DateTime<Utc>>,
+    /// How far the candidate stepped, where the pass that judged it said.
+    pub(crate) step_by: Option<Duration>,
     /// The floor as stored, spent or not (kept when only the candidate changes).
     stored: DateTime<Utc>,
     spent: bool,
@@ -427,6 +432,7 @@ pub(crate) async fn read_floor_versioned(bank: &Bank) -> banklease::Result<Optio
     Ok(Some(FloorRead {
         floor: (!record.spent).then_some(record.floor),
         step: record.step,
+        step_by: record.step_by_ms.map(Duration::from_millis),
         stored: record.floor,
         spent: record.spent,
         version,
@@ -482,7 +488,12 @@ async fn overwrite_if_unchanged(
 
 /// Keep `at` (a reading this pass judged a forward step) as the bank's step candidate, beside
 /// whatever floor is there, unless an earlier candidate is kept already. Never a floor.
-pub(crate) async fn write_step_candidate(bank: &Bank, at: DateTime<Utc>) -> banklease::Result<()> {
+pub(crate) async fn write_step_candidate(
+    bank: &Bank,
+    at: DateTime<Utc>,
+    by: Duration,
+) -> banklease::Result<()> {
+    let by_ms = Some(u64::try_from(by.as_millis()).unwrap_or(u64::MAX));
     let path = floor_path(bank);
     for _ in 0..FLOOR_WRITE_ATTEMPTS {
         let read = read_floor_versioned(bank).await?;
@@ -493,6 +504,7 @@ pub(crate) async fn write_step_candidate(bank: &Bank, at: DateTime<Utc>) -> bank
                     floor: read.stored,
                     spent: read.spent,
                     step: Some(at),
+                    step_by_ms: by_ms,
                 },
                 PutMode::Update(read.version.clone()),
             ),
@@ -501,6 +513,7 @@ pub(crate) async fn write_step_candidate(bank: &Bank, at: DateTime<Utc>) -> bank
                     floor: at,
                     spent: true,
                     step: Some(at),
+                    step_by_ms: by_ms,
                 },
                 PutMode::Create,
             ),
@@ -541,7 +554,11 @@ pub(crate) async fn settle_floor(
         FloorChange::Retire => (read.stored, true),
         FloorChange::Lower(to) => (to, false),
     };
-    let step = if clear_step { None } else { read.step };
+    let (step, step_by) = if clear_step {
+        (None, None)
+    } else {
+        (read.step, read.step_by)
+    };
     if (stored, spent, step) == (read.stored, read.spent, read.step) {
         return Ok(());
     }
@@ -552,6 +569,7 @@ pub(crate) async fn settle_floor(
             floor: stored,
             spent,
             step,
+            step_by_ms: step_by.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         },
     )
     .await
@@ -583,6 +601,10 @@ pub(crate) async fn write_floor(bank: &Bank, floor: DateTime<Utc>) -> banklease:
             floor,
             spent: false,
             step: current.as_ref().and_then(|c| c.step),
+            step_by_ms: current
+                .as_ref()
+                .and_then(|c| c.step_by)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         })
         .expect("a floor record serialises");
         let mode = match current {
