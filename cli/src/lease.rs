@@ -102,6 +102,10 @@ pub(crate) struct LeaseDetail {
     /// From when the gc may collect the owner's protecting checkpoints if the lease is not
     /// renewed: `counts_until` plus the grace (store clock).
     collectable_from: Option<String>,
+    /// The bank's clock floor, when it is later than the lease's stamp: a store-clock step was
+    /// seen after the last renewal, and the gc times the lease from the floor (`counts_until`
+    /// and `collectable_from` are from it).
+    held_back_by: Option<String>,
 }
 
 impl JudgedLease {
@@ -127,8 +131,8 @@ impl JudgedLease {
         }
     }
 
-    fn detail(&self, ctx: &Ctx) -> LeaseDetail {
-        let advice = self.advice(ctx);
+    fn detail(&self, ctx: &Ctx, floor: Option<DateTime<Utc>>) -> LeaseDetail {
+        let advice = self.advice(ctx, floor);
         let record = match &self.view {
             LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. } => Some(record),
             _ => None,
@@ -158,20 +162,28 @@ impl JudgedLease {
             format: record.map(|r| r.format),
             counts_until: advice.as_ref().map(|a| a.counts_until.to_rfc3339()),
             collectable_from: advice.as_ref().map(|a| a.collectable_from.to_rfc3339()),
+            held_back_by: advice
+                .as_ref()
+                .and_then(|a| a.held_by.map(|f| f.to_rfc3339())),
             process: advice.map(|a| a.process),
         }
     }
 
     /// Until when the lease counts, from when its owner's checkpoints may be collected, and
-    /// its process as this host sees it: for a lease that was read.
-    fn advice(&self, ctx: &Ctx) -> Option<Advice> {
+    /// its process as this host sees it: for a lease that was read. As the gc judges it: a
+    /// clock `floor` later than the lease's stamp times the lease from the floor.
+    fn advice(&self, ctx: &Ctx, floor: Option<DateTime<Utc>>) -> Option<Advice> {
         let record = match &self.view {
             LeaseView::Alive { record, .. } | LeaseView::Expired { record, .. } => record,
             _ => return None,
         };
         let meta = self.meta.as_ref()?;
-        let counts_until =
-            advice::counts_until(record, meta.last_modified, ctx.config.lease.skew_margin);
+        let held_by = floor.filter(|f| *f > meta.last_modified);
+        let counts_until = advice::counts_until(
+            record,
+            held_by.unwrap_or(meta.last_modified),
+            ctx.config.lease.skew_margin,
+        );
         Some(Advice {
             process: advice::process(record, counts_until, self.judged_at),
             counts_until,
@@ -179,6 +191,7 @@ impl JudgedLease {
                 counts_until,
                 self.grace(ctx, record).0,
             ),
+            held_by,
         })
     }
 
@@ -285,6 +298,8 @@ struct Advice {
     process: String,
     counts_until: DateTime<Utc>,
     collectable_from: DateTime<Utc>,
+    /// The floor the lease is timed from, when it is later than the lease's stamp.
+    held_by: Option<DateTime<Utc>>,
 }
 
 /// `banklease lease list`
@@ -382,7 +397,20 @@ pub(crate) async fn lease_show(ctx: &Ctx, owner: &str) -> Result<Outcome> {
     let owner = resolve_prefix(ctx, OwnerId::parse(owner)?).await?;
     let t = ctx.store_time().await?;
     let lease = judge_lease(ctx, &owner, &t).await;
-    let detail = lease.detail(ctx);
+    // What the gc judges by: the bank's clock floor (said without it, and warned, when it
+    // cannot be read).
+    let floor = match banklease_gc::time::timing::read_floor(&ctx.bank).await {
+        Ok(floor) => floor,
+        Err(e) => {
+            eprintln!(
+                "warning: cannot read the bank's clock floor `gc/clock-floor`: {}; the times \
+                 below do not count a store-clock step it may hold",
+                error_chain(&e)
+            );
+            None
+        }
+    };
+    let detail = lease.detail(ctx, floor);
     // A lease that is gone may have been reaped: the collector's reason is kept beside it.
     // A record that cannot be read only leaves the reason unsaid: the lease is still missing.
     let reaped = match lease.view {
@@ -415,8 +443,17 @@ pub(crate) async fn lease_show(ctx: &Ctx, owner: &str) -> Result<Outcome> {
         };
         push("host", detail.row.host.clone());
         push("pid", detail.row.pid.map(|p| p.to_string()));
-        if let Some(a) = lease.advice(ctx) {
+        if let Some(a) = lease.advice(ctx, floor) {
             push("process", Some(a.process));
+            push(
+                "held_back",
+                a.held_by.map(|f| {
+                    format!(
+                        "a store-clock step was seen at {f}, after its last renewal: the gc \
+                         times the lease from then, not from its stamp"
+                    )
+                }),
+            );
             let from = advice::instant(a.collectable_from, lease.judged_at);
             push(
                 "collectable",

@@ -52,6 +52,24 @@ fn a_zombie_the_floor_holds_back_is_said_to_be_held_back_and_until_when() {
         "{explained}"
     );
 
+    // `lease show` times the lease as the gc does, and says why.
+    let out = cli(&url, &["--json", "lease", "list"]);
+    let row: serde_json::Value =
+        serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    let owner = row["owner_id"].as_str().unwrap().to_owned();
+    let out = cli(&url, &["lease", "show", &owner]);
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("held_back") && shown.contains("a store-clock step was seen at"),
+        "{shown}"
+    );
+    let out = cli(&url, &["--json", "lease", "show", &owner]);
+    let detail: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let held = detail["held_back_by"].as_str().expect("held_back_by");
+    let from = detail["collectable_from"].as_str().unwrap();
+    let parse = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap();
+    assert!(parse(from) > parse(held), "{detail}");
+
     // Past the floored lease's expiry, margin and grace: collected.
     std::thread::sleep(Duration::from_millis(2_000));
     let out = cli(&url, &["--json", "gc"]);
