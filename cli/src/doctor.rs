@@ -34,6 +34,78 @@ struct Report<'a> {
     owners: &'a [OwnerLine],
     /// Leases beyond the first [`MAX_OWNERS`], not read.
     owners_omitted: u64,
+    /// A `file:` bank's file system, and what it means for the store's clock (`null` elsewhere).
+    file_system: Option<&'a FileSystemLine>,
+    /// Entries of a `file:` bank that are not the bank's own (symbolic links), each named:
+    /// kept, never followed.
+    links: &'a [String],
+}
+
+/// A `file:` bank's file system as `doctor` judges it.
+#[derive(Debug, Serialize)]
+struct FileSystemLine {
+    #[serde(flatten)]
+    kind: banklease::store::FileSystem,
+    /// What it means for the store's clock and for hosts sharing the bank.
+    means: String,
+    /// How far this host's clock is ahead of the file server's (negative: behind), read with
+    /// the clock probe; only on a network file system. Never part of a judgement.
+    host_clock_ahead_ms: Option<i64>,
+}
+
+/// The `file:` bank's file system and the links in it (nothing elsewhere).
+async fn file_bank(ctx: &Ctx) -> Result<(Option<FileSystemLine>, Vec<String>)> {
+    use futures::TryStreamExt;
+    let Some(local) = ctx.bank.local() else {
+        return Ok((None, Vec::new()));
+    };
+    let kind = local.file_system();
+    // A whole listing: what it meets that is not the bank's own is kept by the store.
+    let _: Vec<_> = ctx
+        .bank
+        .store()
+        .list(Some(ctx.bank.prefix()))
+        .try_collect()
+        .await
+        .with_context(|| format!("cannot list bank=`{}`", ctx.bank.label()))?;
+    let links = local.take_met();
+    let (means, host_clock_ahead_ms) = if kind.network {
+        let reading = ctx
+            .bank
+            .store_time(&ctx.clock)
+            .await
+            .context("cannot read the file server's clock (the clock probe)")?;
+        let host: chrono::DateTime<chrono::Utc> = ctx.clock.system_now().into();
+        let ahead = (host - reading.at).num_milliseconds();
+        (
+            format!(
+                "a network file system: its server stamps every write, and every host sharing \
+                 the bank reads the server's clock with the clock probe (this host's clock is \
+                 {} {} it, which enters no judgement); every host must mount the same export \
+                 with working locks (NFSv4, or NFSv3 with lockd) and keep the server's \
+                 modification times to the microsecond",
+                human(Duration::from_millis(ahead.unsigned_abs())),
+                if ahead >= 0 { "ahead of" } else { "behind" }
+            ),
+            Some(ahead),
+        )
+    } else {
+        (
+            "a local file system: the kernel stamps every write with this host's clock, which \
+             is the store's clock; hosts that share the bank must share this file system's \
+             kernel (one host, or containers on it)"
+                .to_owned(),
+            None,
+        )
+    };
+    Ok((
+        Some(FileSystemLine {
+            kind,
+            means,
+            host_clock_ahead_ms,
+        }),
+        links,
+    ))
 }
 
 /// Most owners' leases `doctor` reads.
@@ -183,6 +255,7 @@ pub(super) async fn run(ctx: &Ctx, race_rounds: u32) -> Result<Outcome> {
     // given on the command line (applied after loading) has not been through.
     let checked = ctx.config.check()?;
     let (owners, owners_omitted) = owners(ctx).await?;
+    let (file_system, links) = file_bank(ctx).await?;
     if ctx.json {
         out_json(&Report {
             diagnosis: &diagnosis,
@@ -193,6 +266,8 @@ pub(super) async fn run(ctx: &Ctx, race_rounds: u32) -> Result<Outcome> {
             budget: Budget::of(ctx),
             owners: &owners,
             owners_omitted,
+            file_system: file_system.as_ref(),
+            links: &links,
         })?;
     } else {
         print_human(&diagnosis, &verdicts, supported)?;
@@ -204,6 +279,16 @@ pub(super) async fn run(ctx: &Ctx, race_rounds: u32) -> Result<Outcome> {
             out_line(&format!(
                 "and {owners_omitted} more owners' leases, not read (`banklease lease show` \
                  names each one's)"
+            ))?;
+        }
+        if let Some(fs) = &file_system {
+            out_line(&format!("file system: {} — {}", fs.kind.kind, fs.means))?;
+        }
+        if !links.is_empty() {
+            out_line(&format!(
+                "not the bank's own, kept and never followed ({}): {}",
+                links.len(),
+                links.join(", ")
             ))?;
         }
         for warning in &checked.warnings {
@@ -459,6 +544,11 @@ pub(super) async fn read_only(ctx: &Ctx) -> Result<Outcome> {
     let protecting = count(banklease::paths::Prefix::Protecting.path(bank)).await?;
     // Nothing is written, the clock probe included: say where judging takes the time from.
     let store_time = match bank.local() {
+        Some(local) if local.file_system().network => format!(
+            "a network file system ({}), whose server stamps every write: judging needs the \
+             clock probe (write access to `_banklease/clock/`)",
+            local.file_system().kind
+        ),
         Some(local) if local.keeps_exact_mtime() => {
             "this host's clock, which is a file: bank's clock: judging works read-only".to_owned()
         }

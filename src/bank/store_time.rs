@@ -9,8 +9,8 @@
 //! comparison saw, so the GC judges nothing on it.
 //!
 //! Invariant: **a read command leaves nothing new in the bank.** A reading-only handle reads
-//! the store's time without adding an object: on a `file:` bank the host's clock (which stamps
-//! every write there), elsewhere one probe per host rewritten in place; where the store refuses
+//! the store's time without adding an object: on a `file:` bank on a local file system the
+//! host's clock (which stamps every write there), elsewhere one probe per host rewritten in place; where the store refuses
 //! that write, the `Date` of its answer (widened by a second), and without one the command is
 //! refused as [`Error::ReadOnly`], naming the write to allow.
 
@@ -125,9 +125,11 @@ impl Bank {
     /// The store's time read without a write, where that is exact: a `file:` bank's clock is
     /// this host's (every write there is stamped with it), so a reading is the host's clock
     /// taken between two instants, as a probe's stamp would be. Not where the file system
-    /// rounds stamps, which a probe's stamp would share with the leases it is compared with.
+    /// rounds stamps, which a probe's stamp would share with the leases it is compared with,
+    /// and not on a network file system, whose server stamps every write with its own clock.
     fn store_time_without_probe(&self, clock: &SharedClock) -> Option<StoreTime> {
-        if !self.local()?.keeps_exact_mtime() {
+        let local = self.local()?;
+        if !local.keeps_exact_mtime() || local.file_system().network {
             return None;
         }
         let sent = clock.now();
@@ -145,9 +147,9 @@ impl Bank {
     /// An object store stamps every answer with its `Date`, to the second
     /// ([`store_time_from_date`](Self::store_time_from_date)): the judgement goes on, saying
     /// once where the time came from. Without a `Date`, and on a `file:` bank (reached only
-    /// where its file system rounds stamps: elsewhere the host's clock served without a probe,
-    /// [`store_time_without_probe`](Self::store_time_without_probe)), the refusal is labelled
-    /// as a permission to ask for.
+    /// where its file system rounds stamps or is a network one: elsewhere the host's clock
+    /// served without a probe, [`store_time_without_probe`](Self::store_time_without_probe)),
+    /// the refusal is labelled as a permission to ask for.
     async fn store_time_read_only(
         &self,
         clock: &SharedClock,
@@ -158,11 +160,18 @@ impl Bank {
             why,
             source,
         };
-        if self.local().is_some() {
-            // The host's exact clock would make stamps the file system rounded look older.
+        if let Some(local) = self.local() {
+            // A network file system's stamps are its server's; elsewhere the host's exact
+            // clock would make stamps the file system rounded look older.
+            let fs = local.file_system();
             return Err(read_only(
-                "this file system rounds modification times, so this host's clock cannot stand \
-                 for its stamps",
+                if fs.network {
+                    "this is a network file system, whose server stamps every write: this \
+                     host's clock cannot stand for its stamps"
+                } else {
+                    "this file system rounds modification times, so this host's clock cannot \
+                     stand for its stamps"
+                },
                 refused,
             ));
         }

@@ -19,7 +19,7 @@ pub use cause::{classify, StoreCause};
 pub use counting::{Counters, CountingStore};
 pub(crate) use etag::unquoted;
 pub use etag::{EtagAdapter, EtagForm};
-pub use local::{LocalStore, StagedWrite, SweepWalk, TemporarySweep};
+pub use local::{FileSystem, LocalStore, StagedWrite, SweepWalk, TemporarySweep};
 pub use swift::{
     SwiftBuilder, SwiftConfigKey, SwiftHead, SwiftStore, SwiftWrite, DEFAULT_LIST_LIMIT,
 };

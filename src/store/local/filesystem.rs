@@ -80,10 +80,7 @@ mod tests {
             }
         );
         // As a signed 32-bit f_type sign-extends it.
-        assert_eq!(
-            FileSystem::from_magic(0xFFFF_FFFF_FF53_4D42).kind,
-            "cifs"
-        );
+        assert_eq!(FileSystem::from_magic(0xFFFF_FFFF_FF53_4D42).kind, "cifs");
         assert!(!FileSystem::from_magic(0xEF53).network, "ext4");
         assert!(!FileSystem::from_magic(0x0102_1994).network, "tmpfs");
     }

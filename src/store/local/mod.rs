@@ -72,6 +72,7 @@
 //! ```
 
 mod beneath;
+mod filesystem;
 mod fs;
 mod read;
 mod staged;
@@ -96,6 +97,7 @@ use object_store::{
 
 use beneath::Root;
 
+pub use filesystem::FileSystem;
 pub(crate) use fs::store_clock;
 pub use fs::{SweepWalk, TemporarySweep};
 use fs::{WriteError, STORE};
@@ -114,6 +116,8 @@ pub struct LocalStore {
     /// Whether the file system keeps mtimes to the µs, measured at the first conditional
     /// overwrite; without it conditional overwrites are refused.
     exact_mtime: Arc<OnceLock<bool>>,
+    /// The file system the bank's directory is on.
+    file_system: FileSystem,
     before_publish: fs::BeforePublish,
 }
 
@@ -141,11 +145,13 @@ impl LocalStore {
         let inner = Arc::new(LocalFileSystem::new_with_prefix(&root)?);
         let root = Root::open(root.clone())
             .map_err(|e| generic(fs::context(e, "open the store root", &root)))?;
+        let file_system = FileSystem::of(root.fd());
         Ok(Self {
             inner,
             root: Arc::new(root),
             met: read::Met::default(),
             exact_mtime: Arc::default(),
+            file_system,
             before_publish: None,
         })
     }
@@ -202,6 +208,11 @@ impl LocalStore {
     /// The directory the store is rooted at.
     pub fn root(&self) -> &std::path::Path {
         self.root.path()
+    }
+
+    /// The file system the bank's directory is on (see [`FileSystem`]).
+    pub fn file_system(&self) -> FileSystem {
+        self.file_system
     }
 
     /// What listings of this store (and its clones) met since the last call that is not the
