@@ -317,57 +317,91 @@ fn guard_of(supervisor: u32) -> u32 {
 /// Supervisor and guard killed together (`pkill -9 banklease`): what is left of the tree is
 /// out of their reach, so a waiter on this host does not take the lock — even past its expiry —
 /// while any of it runs, and takes it once it is gone. Needs the tree in a cgroup.
+///
+/// The tree must still run when both are killed: on a loaded machine a supervisor can miss its
+/// renewals, and the guard then stops the tree at the lock's deadline, as it should, before the
+/// kill. That run proves nothing about a dead pair, so it is said and made again (at most
+/// three times per shape); the waiter's assertions are only ever made on a tree that outlived
+/// its pair.
 #[test]
 fn a_waiter_never_takes_the_lock_beside_a_dead_holders_tree() {
     let env = Env::new();
     for shape in [Shape::Timeout, Shape::Daemon] {
-        let name = format!("both-{shape:?}");
-        let key = format!("both/{shape:?}");
-        let args = supervisor("lock-run", &key, 2, shape.argv(&worker(&env, &name)));
-        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
-        args.splice(2..2, ["--verbose"]);
-        let mut sup = env.spawn(&args, &name);
-        wait_for("the worker's first ticks", || env.ticks(&name).len() >= 3);
-        let err = env.read(&format!("{name}.err"));
-        if err.contains("child subreaper") && !err.contains("cgroup") {
-            eprintln!("skipped: this host delegates no cgroup ({err})");
-            kill_workers(&env, &name);
-            let _ = sup.kill();
-            sup.wait().unwrap();
-            return;
+        for attempt in 1..=3 {
+            match dead_pair_beside_a_live_tree(&env, shape, attempt) {
+                Attempt::Proved => break,
+                Attempt::NoCgroup => return,
+                Attempt::EndedBeforeTheKill if attempt < 3 => continue,
+                Attempt::EndedBeforeTheKill => panic!(
+                    "{shape:?}: in each of 3 attempts the tree had ended before supervisor and \
+                     guard were killed (missed renewals on a loaded machine?)"
+                ),
+            }
         }
-        kill_both(&mut sup);
-        // Past the lock's expiry (2 s): the worker still runs, the lock is not taken.
-        let out = env.run(&["lock", "run", "-w", "6", "--verbose", &key, "--", "true"]);
-        let running = running_workers(&env, &name);
-        assert_eq!(
-            out.status.code(),
-            Some(1),
-            "{name}: taken beside the dead holder's tree ({running:?} running): {}",
-            text(&out)
-        );
-        assert!(!running.is_empty(), "{name}: the worker was left running");
-        let said = text(&out);
-        assert!(
-            running.iter().any(|p| said.contains(&p.to_string())),
-            "{name}: the waiter names the pid it waits for ({running:?}): {said}"
-        );
-        let mut waiter = env.spawn(&["lock", "run", "-w", "20", &key, "--", "true"], "waiter");
-        std::thread::sleep(Duration::from_millis(500));
-        assert!(
-            waiter.try_wait().unwrap().is_none(),
-            "{name}: the waiter waits"
-        );
-        let killed = Instant::now();
-        kill_workers(&env, &name);
-        let status = wait_child(&mut waiter);
-        assert_eq!(status.code(), Some(0), "{}", env.read("waiter.err"));
-        assert!(
-            killed.elapsed() < Duration::from_secs(3),
-            "{name}: taken {:?} after the tree was gone",
-            killed.elapsed()
-        );
     }
+}
+
+enum Attempt {
+    Proved,
+    NoCgroup,
+    EndedBeforeTheKill,
+}
+
+fn dead_pair_beside_a_live_tree(env: &Env, shape: Shape, attempt: u32) -> Attempt {
+    let name = format!("both-{shape:?}-{attempt}");
+    let key = format!("both/{shape:?}/{attempt}");
+    let args = supervisor("lock-run", &key, 2, shape.argv(&worker(env, &name)));
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    args.splice(2..2, ["--verbose"]);
+    let mut sup = env.spawn(&args, &name);
+    wait_for("the worker's first ticks", || env.ticks(&name).len() >= 3);
+    let err = env.read(&format!("{name}.err"));
+    if err.contains("child subreaper") && !err.contains("cgroup") {
+        eprintln!("skipped: this host delegates no cgroup ({err})");
+        kill_workers(env, &name);
+        let _ = sup.kill();
+        sup.wait().unwrap();
+        return Attempt::NoCgroup;
+    }
+    kill_both(&mut sup);
+    if running_workers(env, &name).is_empty() {
+        eprintln!(
+            "{name}: the tree had ended before the kill: {}",
+            env.read(&format!("{name}.err"))
+        );
+        return Attempt::EndedBeforeTheKill;
+    }
+    // Past the lock's expiry (2 s): the worker still runs, the lock is not taken.
+    let out = env.run(&["lock", "run", "-w", "6", "--verbose", &key, "--", "true"]);
+    let running = running_workers(env, &name);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{name}: taken beside the dead holder's tree ({running:?} running): {}",
+        text(&out)
+    );
+    assert!(!running.is_empty(), "{name}: the worker was left running");
+    let said = text(&out);
+    assert!(
+        running.iter().any(|p| said.contains(&p.to_string())),
+        "{name}: the waiter names the pid it waits for ({running:?}): {said}"
+    );
+    let mut waiter = env.spawn(&["lock", "run", "-w", "20", &key, "--", "true"], "waiter");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        waiter.try_wait().unwrap().is_none(),
+        "{name}: the waiter waits"
+    );
+    let killed = Instant::now();
+    kill_workers(env, &name);
+    let status = wait_child(&mut waiter);
+    assert_eq!(status.code(), Some(0), "{}", env.read("waiter.err"));
+    assert!(
+        killed.elapsed() < Duration::from_secs(3),
+        "{name}: taken {:?} after the tree was gone",
+        killed.elapsed()
+    );
+    Attempt::Proved
 }
 
 /// Without a cgroup, supervisor and guard killed together leave what COMMAND started outside
