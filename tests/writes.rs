@@ -136,21 +136,13 @@ const WRITES: &[(&str, usize, &str)] = &[
         4,
         "the Swift store: its implementation and doc example",
     ),
-    (
-        "src/store/swift/tests.rs",
-        7,
-        "the Swift store's tests",
-    ),
+    ("src/store/swift/tests.rs", 7, "the Swift store's tests"),
     (
         "src/store/counting.rs",
         4,
         "a wrapper forwarding every write, and its doc example",
     ),
-    (
-        "src/store/etag.rs",
-        3,
-        "a wrapper forwarding every write",
-    ),
+    ("src/store/etag.rs", 3, "a wrapper forwarding every write"),
 ];
 
 const WRITE_CALLS: [&str; 3] = [".put(", ".put_opts(", "put_multipart"];
@@ -183,7 +175,11 @@ fn every_write_is_listed_with_what_it_writes_and_how() {
             .map(|l| WRITE_CALLS.iter().filter(|c| l.contains(*c)).count())
             .sum();
         if calls > 0 {
-            let rel = file.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let rel = file
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
             found.insert(rel, calls);
         }
     }
