@@ -323,10 +323,19 @@ pub(crate) fn gc_options(rng: &mut Rng, read_staleness: Duration) -> GcOptions {
         .build()
 }
 
-/// A daemon's configuration; `read_staleness` is the run's replica-lag bound.
-pub(crate) fn daemon_config(concurrency: usize, read_staleness: Duration) -> Config {
+/// A daemon's configuration; `read_staleness` is the run's replica-lag bound, `keep_failed`
+/// its `gc.keep_failed_for`.
+pub(crate) fn daemon_config(
+    concurrency: usize,
+    read_staleness: Duration,
+    keep_failed: Option<Duration>,
+) -> Config {
     let ms = |d: Duration| format!("{}ms", d.as_millis());
     let env = [
+        (
+            "BANKLEASE_GC__KEEP_FAILED_FOR",
+            keep_failed.map_or_else(|| "never".to_owned(), ms),
+        ),
         ("BANKLEASE_GC__READ_STALENESS", ms(read_staleness)),
         ("BANKLEASE_GC__LATE_WRITE_WINDOW", ms(LATE_WRITE_WINDOW)),
         ("BANKLEASE_GC__LEASE_RENEW_WINDOW", ms(GC_RENEW)),
@@ -521,6 +530,16 @@ pub(crate) async fn collector_loop(
     loop {
         match collector.run_pass().await {
             Ok(r) => {
+                for n in r
+                    .checkpoints
+                    .iter()
+                    .filter(|n| n.action == banklease_gc::Action::Skip)
+                {
+                    world.trace(format_args!(
+                        "{name} skipped {}: {}",
+                        n.checkpoint_id, n.reason
+                    ));
+                }
                 if r.collected + r.repaired + r.leases_reaped > 0 {
                     world.trace(format_args!(
                         "{name} pass: collected={} repaired={} reaped={} errors={}",
@@ -547,6 +566,16 @@ pub(crate) async fn one_shot_loop(
         let collector = Collector::new(bank.clone(), Arc::new(clock.clone()), options.clone());
         match collector.run_pass().await {
             Ok(r) => {
+                for n in r
+                    .checkpoints
+                    .iter()
+                    .filter(|n| n.action == banklease_gc::Action::Skip)
+                {
+                    world.trace(format_args!(
+                        "{name} skipped {}: {}",
+                        n.checkpoint_id, n.reason
+                    ));
+                }
                 if r.collected + r.repaired + r.leases_reaped > 0 {
                     world.trace(format_args!(
                         "{name} one-shot pass: collected={} repaired={} reaped={} errors={}",

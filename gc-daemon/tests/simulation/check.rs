@@ -53,6 +53,18 @@ pub(crate) enum Violation {
         checkpoint: String,
         what: String,
     },
+    /// A failed checkpoint retired before `gc.keep_failed_for` had passed since it failed, by
+    /// more than any step forward of the store's clock in between could explain.
+    RetiredEarly {
+        checkpoint: String,
+        failed_for: Duration,
+        stepped: Duration,
+    },
+    /// A retirement begun long before the end and not finished: no tombstone, or data left.
+    RetirementUnfinished {
+        checkpoint: String,
+        what: String,
+    },
     /// Data left under a collected checkpoint long after any write in flight at the collection
     /// must have landed: no pass will ever find it.
     OrphanData {
@@ -78,6 +90,8 @@ impl Violation {
             Violation::LeaseDeletedWhileValid { .. } => "lease-deleted-while-valid",
             Violation::OrphanData { .. } => "orphan-data",
             Violation::RemovalUndone { .. } => "removal-undone",
+            Violation::RetiredEarly { .. } => "retired-early",
+            Violation::RetirementUnfinished { .. } => "retirement-unfinished",
         }
     }
 
@@ -87,6 +101,7 @@ impl Violation {
             Violation::ZombieLate { .. }
                 | Violation::ZombieLeft { .. }
                 | Violation::OrphanData { .. }
+                | Violation::RetirementUnfinished { .. }
         )
     }
 }
@@ -140,6 +155,11 @@ pub(crate) struct Registry {
     pub(crate) violations: Vec<Violation>,
     /// Checkpoints an operator's `checkpoint delete` removed, or may have begun to.
     pub(crate) removed: BTreeMap<String, Removed>,
+    /// When each failed checkpoint's `index/failed/` entry was created (world time), with the
+    /// store clock's forward jumps so far.
+    pub(crate) failed_at: BTreeMap<String, (Duration, Duration)>,
+    /// Failed checkpoints a pass began to retire, and when (world time).
+    pub(crate) retiring: BTreeMap<String, Duration>,
     pub(crate) trace: Vec<String>,
     pub(crate) created: u64,
     pub(crate) fenced: u64,
@@ -175,6 +195,10 @@ pub(crate) struct World {
     /// its own rule (c). `None`: every owner has the model's windows, on `sim://`. The value
     /// seeds each owner's draw.
     pub(crate) varied: Option<u64>,
+    /// `gc.keep_failed_for` of every collector of the run (`None`: failed checkpoints are kept).
+    pub(crate) keep_failed: Option<Duration>,
+    /// The store's clock, for the size of its forward jumps.
+    pub(crate) store_clock: StoreClock,
 }
 
 impl World {
@@ -257,9 +281,17 @@ pub(crate) fn observe(world: &World, m: &Mutation<'_>, view: &StoreView<'_>) {
         observe_lease(world, m, owner);
         return;
     }
+    if let Some(id) = path.strip_prefix(&format!("{PREFIX}/index/failed/")) {
+        if m.kind == MutationKind::Create {
+            let at = (world.now(), world.store_clock.jumped());
+            world.reg().failed_at.entry(id.to_owned()).or_insert(at);
+        }
+        return;
+    }
     let Some(id) = checkpoint_of(m.path) else {
         return;
     };
+    observe_retirement(world, m, &id);
     // An operator's removal (and a pass finishing one it began) is judged at the end
     // (`check_removals`), not as a collection.
     if caller().is_some_and(|c| c.starts_with("operator")) {
@@ -275,7 +307,9 @@ pub(crate) fn observe(world: &World, m: &Mutation<'_>, view: &StoreView<'_>) {
         return;
     }
     let is_decision = path.starts_with(&format!("{PREFIX}/decisions/"));
-    if m.kind == MutationKind::Overwrite && path == index_path_str(&id) {
+    if matches!(m.kind, MutationKind::Overwrite | MutationKind::Update)
+        && path == index_path_str(&id)
+    {
         let now = world.now();
         let mut reg = world.reg();
         reg.index_written.insert(id.clone(), now);
@@ -370,6 +404,61 @@ pub(crate) fn observe(world: &World, m: &Mutation<'_>, view: &StoreView<'_>) {
         "collect {id} ({how} {}) owner={owner} remaining={remaining:?} state={state}",
         m.path
     ));
+}
+
+/// How long after a retirement began the end may find it unfinished: its pass may have been
+/// stopped (a store error, a stale read), and the next ones finish it.
+const RETIREMENT_FINISHED: Duration = Duration::from_millis(3_000);
+
+/// A pass marking a failed checkpoint for retirement (its `index.json` given a removal by the
+/// GC): not before `keep_failed_for` has passed since the checkpoint failed, less the steps
+/// forward of the store's clock in between (a retention is measured on the store's clock; a
+/// step no pass could confirm before the retirement shortens it, and is counted, not failed).
+fn observe_retirement(world: &World, m: &Mutation<'_>, id: &str) {
+    let Some(keep) = world.keep_failed else {
+        return;
+    };
+    // A rewrite on the version read: If-Match, or an overwrite after a HEAD compare.
+    if !matches!(m.kind, MutationKind::Overwrite | MutationKind::Update) {
+        return;
+    }
+    if m.path.as_ref() != index_path_str(id) || !caller().is_some_and(|c| c.starts_with("gc")) {
+        return;
+    }
+    let record = |b: Option<&bytes_alias::Bytes>| {
+        b.and_then(|b| serde_json::from_slice::<CheckpointRecord>(b).ok())
+    };
+    let (Some(now), before) = (record(m.data), record(m.previous)) else {
+        return;
+    };
+    let marks = now.removal.as_ref().is_some_and(|r| r.by == "gc")
+        && before.is_none_or(|b| b.removal.is_none());
+    if !marks {
+        return;
+    }
+    let mut reg = world.reg();
+    let now_world = world.now();
+    reg.retiring.entry(id.to_owned()).or_insert(now_world);
+    let Some((failed_at, jumped_then)) = reg.failed_at.get(id).copied() else {
+        return;
+    };
+    let failed_for = world.now().saturating_sub(failed_at);
+    let stepped = world.store_clock.jumped().saturating_sub(jumped_then);
+    drop(reg);
+    if failed_for + stepped < keep {
+        world.violate(Violation::RetiredEarly {
+            checkpoint: id.to_owned(),
+            failed_for,
+            stepped,
+        });
+    } else if failed_for < keep {
+        world.trace(format_args!(
+            "KNOWN retired-by-a-step: {id} retired {failed_for:?} after it failed (kept for \
+             {keep:?}); the store's clock stepped {stepped:?} meanwhile"
+        ));
+    } else {
+        world.trace(format_args!("retire {id} {failed_for:?} after it failed"));
+    }
 }
 
 /// A mutation of `leases/<owner>`: only the owner itself may delete or replace its lease
@@ -579,6 +668,40 @@ pub(crate) fn finish(
             .sim
             .peek(&Path::from(index_path_str(id)))
             .and_then(|b| serde_json::from_slice::<CheckpointRecord>(&b).ok());
+        // Retired: only a failed checkpoint (its age checked when it was marked); a retirement
+        // begun is finished by the next passes (a tombstone, no data) unless it began too close
+        // to the end for one.
+        if let Some((r, removal)) = index
+            .as_ref()
+            .and_then(|r| r.removal.as_ref().filter(|x| x.by == "gc").map(|x| (r, x)))
+        {
+            if *status != Status::Error || removal.was != Status::Error {
+                world.violate(Violation::CompletedDamaged {
+                    checkpoint: id.clone(),
+                    what: format!(
+                        "retired by the gc as a failed checkpoint: it completed as {status:?}, \
+                         the removal says it was {:?}",
+                        removal.was
+                    ),
+                });
+            }
+            let data_left = world
+                .sim
+                .objects(Some(&Path::from(format!("{PREFIX}/checkpoints/{id}/data"))))
+                .len();
+            let begun = world.reg().retiring.get(id.as_str()).copied();
+            let finished = r.status == Status::Deleted && data_left == 0;
+            if !finished && begun.is_none_or(|at| at + RETIREMENT_FINISHED < world.now()) {
+                world.violate(Violation::RetirementUnfinished {
+                    checkpoint: id.clone(),
+                    what: format!(
+                        "index.json says {:?} with {data_left} data object(s), begun at {begun:?}",
+                        r.status
+                    ),
+                });
+            }
+            continue;
+        }
         if index.as_ref().map(|r| r.status) != Some(*status) {
             world.violate(Violation::CompletedDamaged {
                 checkpoint: id.clone(),

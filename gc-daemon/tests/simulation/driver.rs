@@ -79,6 +79,13 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
             let mut vrng = Rng::new(seed ^ 0x0000_0a7e_5b0d_9e75);
             vrng.chance(0.5).then(|| vrng.range(0..u64::MAX / 2))
         },
+        // Retirement of failed checkpoints in half the runs, racing the passes' collections
+        // and the operator's deletions (a generator of its own, as above).
+        keep_failed: {
+            let mut krng = Rng::new(seed ^ 0x0000_4ee9_fa11_ed00);
+            krng.chance(0.5).then(|| krng.ms(500..4_000))
+        },
+        store_clock: store_clock.clone(),
     });
     {
         let w = world.clone();
@@ -110,7 +117,7 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
         let task = match kind {
             GcKind::Daemons | GcKind::SingleDaemon => {
                 let concurrency = rng.range(1..5) as usize;
-                let config = daemon_config(concurrency, staleness);
+                let config = daemon_config(concurrency, staleness, world.keep_failed);
                 tokio::spawn(daemon_loop(world.clone(), name, bank, clock, config))
             }
             GcKind::OneShot | GcKind::BrokenOneShotNoBootClock => {
@@ -121,6 +128,7 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
                 let options = gc_options(&mut rng, staleness)
                     .to_builder()
                     .floor_at_first_reading(false)
+                    .keep_failed_for(world.keep_failed)
                     .build();
                 tokio::spawn(one_shot_loop(world.clone(), name, bank, clock, options))
             }
@@ -130,7 +138,10 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
                 FloorFromStep::new(bank, clock),
             )),
             GcKind::BrokenBlindRewrite => {
-                let options = gc_options(&mut rng, staleness);
+                let options = gc_options(&mut rng, staleness)
+                    .to_builder()
+                    .keep_failed_for(world.keep_failed)
+                    .build();
                 let seed = orng_seed(seed, i);
                 tokio::spawn(blind_rewrite_loop(
                     world.clone(),
@@ -142,7 +153,10 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
                 ))
             }
             GcKind::Collectors | GcKind::SingleCollector | GcKind::SuspendStopsOwnerClock => {
-                let options = gc_options(&mut rng, staleness);
+                let options = gc_options(&mut rng, staleness)
+                    .to_builder()
+                    .keep_failed_for(world.keep_failed)
+                    .build();
                 let collector = Collector::new(bank, Arc::new(clock.clone()), options);
                 tokio::spawn(collector_loop(world.clone(), name, collector, clock))
             }
