@@ -135,6 +135,11 @@ pub(crate) enum Known {
     /// the GC had collected the checkpoint: a `protecting` index.json with no marker, which no
     /// GC pass ever finds.
     IndexAfterCollection,
+    /// A restore brought a completed checkpoint's marker back and pruned its decision while a
+    /// collector was between its read of the checkpoint (then protecting) and its decision:
+    /// the decision is the fence, and a restore that removes it is outside what the protocol
+    /// guards (RELIABILITY.md, "Not covered"). Counted, not failed on.
+    RestoredDecision,
 }
 
 #[derive(Debug, Default)]
@@ -158,6 +163,8 @@ pub(crate) struct Registry {
     /// When each failed checkpoint's `index/failed/` entry was created (world time), with the
     /// store clock's forward jumps so far.
     pub(crate) failed_at: BTreeMap<String, (Duration, Duration)>,
+    /// Completed checkpoints a restore gave their marker back and took their decision from.
+    pub(crate) restored: BTreeSet<String>,
     /// Failed checkpoints a pass began to retire, and when (world time).
     pub(crate) retiring: BTreeMap<String, Duration>,
     pub(crate) trace: Vec<String>,
@@ -377,7 +384,17 @@ pub(crate) fn observe(world: &World, m: &Mutation<'_>, view: &StoreView<'_>) {
             .get(&Path::from(format!("{PREFIX}/decisions/{id}")))
             .and_then(|b| serde_json::from_slice::<Decision>(b).ok())
             .is_some_and(|d| d.by == Decider::Owner);
-        if matches!(status, Some(Status::Available | Status::Error)) || owner_decided {
+        let restored = world.reg().restored.contains(&id);
+        if restored && matches!(status, Some(Status::Available | Status::Error)) {
+            world.trace(format_args!(
+                "KNOWN restored-decision: {id} ({status:?}) decided by a collector after a \
+                 restore pruned its decision ({how})"
+            ));
+            world
+                .reg()
+                .known
+                .insert((Known::RestoredDecision, id.clone()));
+        } else if matches!(status, Some(Status::Available | Status::Error)) || owner_decided {
             world.violate(Violation::AvailableCollected {
                 checkpoint: id.clone(),
                 status: format!("{status:?} owner_decided={owner_decided} ({how})"),
@@ -393,7 +410,7 @@ pub(crate) fn observe(world: &World, m: &Mutation<'_>, view: &StoreView<'_>) {
             let now = world.now();
             reg.collected.insert(id.clone(), now);
         }
-        first && reg.completed.contains_key(&id)
+        first && reg.completed.contains_key(&id) && !reg.restored.contains(&id)
     };
     if first {
         world.violate(Violation::CompletedAndCollected {
@@ -663,7 +680,18 @@ pub(crate) fn finish(
     // checkpoint is intact: its outcome, its decision, its data.
     let removed = check_removals(world);
     let completed = world.reg().completed.clone();
-    for (id, (status, data)) in completed.iter().filter(|(id, _)| !removed.contains(*id)) {
+    // A restored checkpoint a collector decided is a known finding (`Known::RestoredDecision`).
+    let known_restored: BTreeSet<String> = world
+        .reg()
+        .known
+        .iter()
+        .filter(|(k, _)| *k == Known::RestoredDecision)
+        .map(|(_, id)| id.clone())
+        .collect();
+    for (id, (status, data)) in completed
+        .iter()
+        .filter(|(id, _)| !removed.contains(*id) && !known_restored.contains(*id))
+    {
         let index = world
             .sim
             .peek(&Path::from(index_path_str(id)))

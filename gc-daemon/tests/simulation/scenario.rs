@@ -331,5 +331,6 @@ pub(crate) async fn restore_marker(world: &World, rng: &mut Rng) -> Option<Strin
     world.trace(format_args!(
         "RESTORE: {id} (completed) has its marker back and no decision"
     ));
+    world.reg().restored.insert(id.clone());
     Some(id)
 }
