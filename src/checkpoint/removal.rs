@@ -47,7 +47,7 @@ pub async fn remove_finished(
     let index = Key::Index(record.id.clone()).path(bank);
     going_of(&index, record)?;
     if record.removal.is_none() {
-        removal.was = record.status;
+        removal.was = finished_status(record.status);
     }
     // The owner's move may have stopped before its marker went: it goes first, so that no
     // repair of that move comes back to this checkpoint.
@@ -72,13 +72,21 @@ pub async fn remove_finished(
     // Mark it going, on the record as it is now: the first removal's trail is kept.
     rewrite_index(bank, &record.id, |now| {
         let now = same_checkpoint(&index, record, now)?;
+        if record.removal.is_some() && now.removal.is_none() {
+            // A removal is never taken back: this is the record before the one read when the
+            // removal began (a replica that lags), and nothing is decided on it.
+            return Err(lagging(&index));
+        }
         let going = going_of(&index, now)?;
         if now.status == going && now.removal.is_some() {
             return Ok(Next::Leave);
         }
         let mut marked = now.clone();
         marked.status = going;
-        marked.removal = Some(now.removal.clone().unwrap_or_else(|| removal.clone()));
+        marked.removal = Some(now.removal.clone().unwrap_or_else(|| Removal {
+            was: finished_status(now.status),
+            ..removal.clone()
+        }));
         Ok(Next::Write(Box::new(marked)))
     })
     .await?;
@@ -104,6 +112,10 @@ pub async fn remove_finished(
                 tombstone.status = Status::Deleted;
                 Ok(Next::Write(Box::new(tombstone)))
             }
+            // The record before this removal's own mark: a replica that lags answered (or,
+            // on a store without If-Match, another writer's older version landed). Nothing
+            // is decided on it; the removal's entry brings it back to the next pass.
+            Status::Available | Status::Error if now.removal.is_none() => Err(lagging(&index)),
             status => Err(Error::Corrupt {
                 path: index.clone(),
                 reason: format!(
@@ -116,6 +128,33 @@ pub async fn remove_finished(
     .await?;
     forget_failed(bank, &record.id).await?;
     Ok(deleted)
+}
+
+/// A removal that read back `index.json` as it was before the removal's mark (a replica that
+/// lags; on a store without If-Match, a write of an older version): transient, the removal's
+/// entry brings it back to the next pass.
+fn lagging(index: &object_store::path::Path) -> Error {
+    Error::store(
+        "get",
+        index,
+        object_store::Error::Generic {
+            store: "banklease",
+            source: "read back the record as it was before this removal marked it (a replica \
+                     lags): not finished now, the next gc pass finishes it"
+                .into(),
+        },
+    )
+}
+
+/// The finished status a record had before any removal marked it: what a trail says it `was`,
+/// even when the record a remover reads is already marked but carries no trail (on a store
+/// without If-Match, a read that lags can show a mark whose trail another remover wrote later).
+fn finished_status(status: Status) -> Status {
+    match status {
+        Status::Deleting => Status::Available,
+        Status::ErrorDeleting => Status::Error,
+        other => other,
+    }
 }
 
 /// What a removal marks a record of this status: `deleting` from `available`,
