@@ -436,6 +436,7 @@ async fn a_confirmed_step_does_not_shorten_a_retention() {
             .brake_ratio(1.0)
             .brake_min(1_000_000)
             .keep_failed_for(Some(keep))
+            .late_write_window(Duration::from_secs(1))
             .build();
         let bank = w.bank.clone();
         async move { Collector::new(bank, clock, options).run_pass().await }
@@ -483,6 +484,7 @@ async fn a_first_reading_a_year_ahead_ends_no_retention() {
             .brake_ratio(1.0)
             .brake_min(1_000_000)
             .keep_failed_for(Some(Duration::from_secs(60)))
+            .late_write_window(Duration::from_secs(1))
             .build();
         let bank = w.bank.clone();
         async move { Collector::new(bank, clock, options).run_pass().await }

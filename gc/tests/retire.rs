@@ -28,6 +28,8 @@ fn options(margin: Duration, keep: Option<Duration>, dry_run: bool) -> GcOptions
         .brake_min(1_000_000)
         .dry_run(dry_run)
         .keep_failed_for(keep)
+        // A retirement also waits this long after the failure (an owner's late write).
+        .late_write_window(Duration::from_millis(500))
         .collector("test-gc".to_owned())
         .build()
 }

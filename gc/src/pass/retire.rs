@@ -116,10 +116,10 @@ pub(crate) async fn retire_failed(ctx: &PassContext, report: &mut PassReport) {
             let failed_for = if ctx.compared {
                 failed_for
             } else {
-                let due = ctx
-                    .options
-                    .keep_failed_for
-                    .is_some_and(|keep| past(failed_for, keep, ctx.options.skew_margin));
+                let due = ctx.options.keep_failed_for.is_some_and(|keep| {
+                    let keep = keep.max(ctx.options.late_write_window);
+                    past(failed_for, keep, ctx.options.skew_margin)
+                });
                 if due {
                     unvouched.fetch_add(1, Ordering::Relaxed);
                 }
@@ -179,8 +179,12 @@ async fn one(
 ) -> banklease::Result<Outcome> {
     let bank = &ctx.bank;
     let options = &ctx.options;
+    // Never sooner than the late-write window after the failure: the owner's own write of its
+    // move (`index.json` as `error`) may still be in flight that long, and landing on a
+    // retirement begun it would undo the mark (simulation, Collectors seed 1,009,196).
     let due = options
         .keep_failed_for
+        .map(|keep| keep.max(options.late_write_window))
         .filter(|keep| past(failed_for, *keep, options.skew_margin));
     // A failure's (empty) entry not yet due: counted without reading its record.
     if !removing && due.is_none() {
@@ -271,8 +275,13 @@ async fn one(
             let Some(keep) = due else {
                 return Ok(Outcome::Kept(data_bytes(ctx, id).await?));
             };
+            let setting = if Some(keep) == options.keep_failed_for {
+                "gc.keep_failed_for"
+            } else {
+                "gc.late_write_window, longer than gc.keep_failed_for"
+            };
             format!(
-                "failed {} ago, past gc.keep_failed_for ({})",
+                "failed {} ago, past {setting} ({})",
                 duration_words(failed_for),
                 duration_words(keep)
             )
