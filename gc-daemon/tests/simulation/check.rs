@@ -140,6 +140,11 @@ pub(crate) enum Known {
     /// the decision is the fence, and a restore that removes it is outside what the protocol
     /// guards (RELIABILITY.md, "Not covered"). Counted, not failed on.
     RestoredDecision,
+    /// A collector whose first readings after a start were wrong (ahead) for a moment compared
+    /// a second wrong reading with the first, found them consistent, and retired a failed
+    /// checkpoint early by as much: two readings that agree are the store's time (RELIABILITY.md,
+    /// "Not covered"). Collection is held by the first reading's floor; a retention is not.
+    RetiredOnWrongReadings,
 }
 
 #[derive(Debug, Default)]
@@ -163,6 +168,8 @@ pub(crate) struct Registry {
     /// When each failed checkpoint's `index/failed/` entry was created (world time), with the
     /// store clock's forward jumps so far.
     pub(crate) failed_at: BTreeMap<String, (Duration, Duration)>,
+    /// When collectors' readings came back wrong (ahead), and by how much.
+    pub(crate) ahead_at: Vec<(Duration, Duration)>,
     /// Completed checkpoints a restore gave their marker back and took their decision from.
     pub(crate) restored: BTreeSet<String>,
     /// Failed checkpoints a pass began to retire, and when (world time).
@@ -461,8 +468,30 @@ fn observe_retirement(world: &World, m: &Mutation<'_>, id: &str) {
     };
     let failed_for = world.now().saturating_sub(failed_at);
     let stepped = world.store_clock.jumped().saturating_sub(jumped_then);
+    let ahead = reg
+        .ahead_at
+        .iter()
+        .filter(|(at, _)| *at + INTERVAL >= failed_at)
+        .map(|(_, by)| *by)
+        .max()
+        .unwrap_or_default();
     drop(reg);
-    if failed_for + stepped < keep {
+    let why = now
+        .removal
+        .as_ref()
+        .map(|r| r.reason.clone())
+        .unwrap_or_default();
+    world.trace(format_args!("retiring {id}: {why}"));
+    if failed_for + stepped < keep && failed_for + stepped + ahead >= keep {
+        world.trace(format_args!(
+            "KNOWN retired-on-wrong-readings: {id} retired {failed_for:?} after it failed (kept \
+             for {keep:?}); collectors' readings were {ahead:?} ahead meanwhile"
+        ));
+        world
+            .reg()
+            .known
+            .insert((Known::RetiredOnWrongReadings, id.to_owned()));
+    } else if failed_for + stepped < keep {
         world.violate(Violation::RetiredEarly {
             checkpoint: id.to_owned(),
             failed_for,

@@ -83,7 +83,11 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
         // and the operator's deletions (a generator of its own, as above).
         keep_failed: {
             let mut krng = Rng::new(seed ^ 0x0000_4ee9_fa11_ed00);
-            krng.chance(0.5).then(|| krng.ms(500..4_000))
+            let keep = krng.chance(0.5).then(|| krng.ms(500..4_000));
+            match kind {
+                GcKind::BrokenRetiresEarly => Some(krng.ms(1_000..4_000)),
+                _ => keep,
+            }
         },
         store_clock: store_clock.clone(),
     });
@@ -95,8 +99,9 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
     }
     world.trace(format_args!(
         "seed={seed} kind={kind:?} healthy={healthy} conditional_update={conditional} \
-         store_skew={skew} {extra} varied_owners={}",
-        world.varied.is_some()
+         store_skew={skew} {extra} varied_owners={} keep_failed={:?}",
+        world.varied.is_some(),
+        world.keep_failed
     ));
 
     // The collectors.
@@ -152,10 +157,18 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
                     seed,
                 ))
             }
-            GcKind::Collectors | GcKind::SingleCollector | GcKind::SuspendStopsOwnerClock => {
+            GcKind::Collectors
+            | GcKind::SingleCollector
+            | GcKind::SuspendStopsOwnerClock
+            | GcKind::BrokenRetiresEarly => {
+                // The broken kind retires what it lists: the bank's retention is not its own.
+                let keep = match kind {
+                    GcKind::BrokenRetiresEarly => Some(Duration::ZERO),
+                    _ => world.keep_failed,
+                };
                 let options = gc_options(&mut rng, staleness)
                     .to_builder()
-                    .keep_failed_for(world.keep_failed)
+                    .keep_failed_for(keep)
                     .build();
                 let collector = Collector::new(bank, Arc::new(clock.clone()), options);
                 tokio::spawn(collector_loop(world.clone(), name, collector, clock))
@@ -392,6 +405,7 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
                     world
                         .probe_ahead
                         .store(by.as_millis() as u64, Ordering::SeqCst);
+                    world.reg().ahead_at.push((now, by));
                     world.trace(format_args!(
                         "collectors' clock readings {by:?} AHEAD (wrong)"
                     ));
@@ -455,7 +469,13 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
             c.advance(dt, after);
         }
         settle(&world).await;
-        sample(&world, healthy, kind.liveness(), &mut outcome);
+        // A pass that also retires failed checkpoints is longer by their requests, and the
+        // next pass starts `interval` after it ended.
+        let liveness = match world.keep_failed {
+            Some(_) => kind.liveness() + RETIRE_ALLOWANCE,
+            None => kind.liveness(),
+        };
+        sample(&world, healthy, liveness, &mut outcome);
     }
 
     finish(&world, &sentinels, &mut outcome);

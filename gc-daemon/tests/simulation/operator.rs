@@ -88,7 +88,10 @@ pub(crate) fn check_removals(world: &World) -> BTreeSet<String> {
         let tombstone = index
             .as_ref()
             .is_some_and(|r| r.status == Status::Deleted && r.removal.is_some());
-        let begun = index.as_ref().is_some_and(|r| r.removal.is_some());
+        // Begun by the operator (a retirement's mark is the gc's, judged with the retirements).
+        let begun = index
+            .as_ref()
+            .is_some_and(|r| r.removal.as_ref().is_some_and(|x| x.by != "gc"));
         match how {
             Removed::Done if !tombstone || data > 0 => world.violate(Violation::RemovalUndone {
                 checkpoint: id.clone(),
