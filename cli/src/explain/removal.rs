@@ -67,11 +67,18 @@ pub(crate) async fn retire_next(ctx: &Ctx, record: &CheckpointRecord) -> Option<
     Some(match ctx.bank.store().head(&entry).await {
         Ok(meta) => match keep {
             Some(keep) => {
-                let from: DateTime<Utc> = meta.last_modified + keep + ctx.config.lease.skew_margin;
+                // As the gc judges it: never sooner than the late-write window.
+                let late = ctx.config.gc.late_write_window;
+                let (wait, setting) = if late > keep {
+                    (late, "gc.late_write_window, longer than gc.keep_failed_for")
+                } else {
+                    (keep, "gc.keep_failed_for")
+                };
+                let from: DateTime<Utc> = meta.last_modified + wait + ctx.config.lease.skew_margin;
                 format!(
-                    "the gc retires it, data first, once it has been failed for \
-                     gc.keep_failed_for ({}): at the first pass from {} (store clock)",
-                    human(keep),
+                    "the gc retires it, data first, once it has been failed for {setting} ({}): \
+                     at the first pass from {} (store clock)",
+                    human(wait),
                     to_second(&from.to_rfc3339())
                 )
             }
