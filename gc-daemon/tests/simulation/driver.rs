@@ -208,6 +208,28 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
         world.trace(format_args!("an operator deletes checkpoints by hand"));
     }
 
+    // An operator resolving a torn index.json (`checkpoint resolve`) in half the faulty seeds
+    // of the real kinds, from a generator of its own.
+    let mut rrng = Rng::new(seed ^ 0x0000_4e50_1ed0_0001);
+    let mut resolver_clock = None;
+    let mut resolver_task = None;
+    if !kind.is_broken() && !healthy && rrng.chance(0.5) {
+        let head_start = rrng.ms(0..5_000);
+        let drifting = Drifting::new(&mut rrng, head_start);
+        let clock = drifting.clock.clone();
+        resolver_clock = Some(drifting);
+        let ctl = Ctl::new("resolver", false, &world);
+        let bank = port_bank(&world, &ctl);
+        resolver_task = Some(tokio::spawn(resolver_loop(
+            world.clone(),
+            bank,
+            clock,
+            extra.read_staleness(),
+            rrng.next(),
+        )));
+        world.trace(format_args!("an operator resolves a torn index.json"));
+    }
+
     // The scenario: events at world offsets.
     let mut events: Vec<(Duration, Event)> = Vec::new();
     for _ in 0..rng.range(3..6) {
@@ -468,6 +490,9 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
         if let Some(c) = &mut operator_clock {
             c.advance(dt, after);
         }
+        if let Some(c) = &mut resolver_clock {
+            c.advance(dt, after);
+        }
         settle(&world).await;
         // A pass that also retires failed checkpoints is longer by their requests, and the
         // next pass starts `interval` after it ended.
@@ -486,6 +511,9 @@ pub(crate) async fn simulate(seed: u64, kind: GcKind, only: Only) -> Outcome {
         task.abort();
     }
     if let Some(task) = operator_task {
+        task.abort();
+    }
+    if let Some(task) = resolver_task {
         task.abort();
     }
     for (_, task) in owner_tasks {

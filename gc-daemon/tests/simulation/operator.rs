@@ -177,3 +177,97 @@ pub(crate) async fn blind_rewrite_loop(
         clock.sleep(INTERVAL).await;
     }
 }
+
+/// `banklease checkpoint resolve` from a shell: once in the run, a crashed owner's protecting
+/// checkpoint gets an unreadable `index.json` (a torn write, a disk's error), which no pass
+/// touches; the operator resolves it every 150–400 ms until resolve says what it did. Its
+/// decision is judged as a collection's (the caller is `resolver`): never while the owner's
+/// lease is valid.
+pub(crate) async fn resolver_loop(
+    world: Arc<World>,
+    bank: Bank,
+    clock: SimClock,
+    read_staleness: Duration,
+    seed: u64,
+) {
+    use banklease_gc::operator::resolve::{resolve, Assertion, Resolution};
+    let mut rng = Rng::new(seed);
+    let shared: SharedClock = Arc::new(clock.clone());
+    // As the command runs: a process of its own, no floor at its first reading (which would
+    // judge every owner alive), its host's last reading compared with (a boot clock).
+    let options = gc_options(&mut rng, read_staleness)
+        .to_builder()
+        .floor_at_first_reading(false)
+        .build();
+    clock.boot_as("sim-host-resolver");
+    clock
+        .sleep(rng.ms(1_000..RUN.as_millis() as u64 - 2_000))
+        .await;
+    // A crashed owner's protecting checkpoint with an index.json: never one that completed (a
+    // restore can bring its marker back): with its decision pruned and its index.json torn, no
+    // record would say it completed, and no command could tell.
+    let target = loop {
+        if world.now() >= RUN - Duration::from_millis(1_500) {
+            return;
+        }
+        let crashed: Vec<String> = world
+            .reg()
+            .owners
+            .iter()
+            .filter(|(_, o)| o.crashed_at.is_some())
+            .map(|(n, _)| n.clone())
+            .collect();
+        let found = crashed.iter().find_map(|owner| {
+            let markers = world.sim.objects(Some(&Path::from(format!(
+                "{PREFIX}/index/protecting/{owner}"
+            ))));
+            markers.into_iter().find_map(|(m, _)| {
+                let id = m.location.filename()?.to_owned();
+                let completed = world.reg().completed.contains_key(&id);
+                (!completed && world.sim.peek(&Path::from(index_path_str(&id))).is_some())
+                    .then_some(id)
+            })
+        });
+        match found {
+            Some(id) => break id,
+            None => clock.sleep(rng.ms(100..300)).await,
+        }
+    };
+    world
+        .sim
+        .put(
+            &Path::from(index_path_str(&target)),
+            PutPayload::from_static(b"{\"torn"),
+        )
+        .await
+        .unwrap();
+    world.trace(format_args!("CORRUPT: {target}'s index.json is torn"));
+    let Ok(cid) = banklease::CheckpointId::parse(&target) else {
+        return;
+    };
+    while world.now() < RUN + TAIL - Duration::from_millis(500) {
+        clock.sleep(rng.ms(150..400)).await;
+        match resolve(
+            &bank,
+            &shared,
+            &options,
+            &cid,
+            "sim-operator",
+            Assertion::None,
+        )
+        .await
+        {
+            Ok(Resolution::Refused(why)) => {
+                world.trace(format_args!("resolver: {target} refused: {why}"));
+            }
+            Ok(done) => {
+                // Its kind only: the set-aside copy's name is random.
+                let what = format!("{done:?}");
+                let what = what.split([' ', '(', '{']).next().unwrap_or_default();
+                world.trace(format_args!("resolver: {target} resolved: {what}"));
+                return;
+            }
+            Err(e) => world.trace(format_args!("resolver: {target} failed ({})", classify(&e))),
+        }
+    }
+}
