@@ -154,25 +154,19 @@ fn an_unreadable_decision_no_record_explains_is_collected_only_as_deleted_under_
     let explained = text(&cli(&url, &["checkpoint", "explain", "cp-x"]).stdout);
     assert!(explained.contains("--as deleted"), "{explained}");
 
-    // The operator says it is garbage. This host's first reading of the store's clock has
-    // nothing earlier to be compared with: the owner cannot be judged dead on it yet (a step
-    // just before it would make a live owner look dead), and nothing is replaced.
-    let as_deleted = [
-        "checkpoint",
-        "resolve",
-        "cp-x",
-        "--as",
-        "deleted",
-        "--operator",
-        "alice",
-    ];
-    let out = cli(&url, &as_deleted);
-    assert_refused(&out, &["cannot be judged dead yet", "first reading"]);
-    assert!(kept(&bank).is_empty());
-    // An expire window (1 s) and the grace (500 ms) later, collected with the gc's fencing,
-    // the bytes kept.
-    std::thread::sleep(std::time::Duration::from_millis(2_000));
-    let out = cli(&url, &as_deleted);
+    // The operator says it is garbage: collected with the gc's fencing, the bytes kept.
+    let out = cli(
+        &url,
+        &[
+            "checkpoint",
+            "resolve",
+            "cp-x",
+            "--as",
+            "deleted",
+            "--operator",
+            "alice",
+        ],
+    );
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     assert!(

@@ -499,11 +499,6 @@ pub(crate) async fn dead(
     // as a pass reads it (checked against this host's last reading and the bank's floor).
     crate::time::timing::check_skew_margin(bank, clock, options.skew_margin).await?;
     let collector = bank.for_collector();
-    // As the daemon does: a reading this host has nothing earlier to compare with (the first
-    // of a boot here) is a floor, so that a store-clock step just before it cannot make a live
-    // owner look dead to an operator's deletion (simulation, seed 34, single collector). With
-    // this host's last reading recorded (any pass or resolve on it), the reading is compared.
-    let options = &options.to_builder().floor_at_first_reading(true).build();
     let probe = crate::time::probe::ClockProbe::new(collector.clone(), clock.clone(), options);
     let observer = LeaseObserver::new(collector, clock.clone(), options.skew_margin)
         .with_read_staleness(options.read_staleness);
@@ -554,27 +549,6 @@ pub(crate) async fn dead(
                 )));
             }
             ("missing", missing_for, None)
-        }
-        // Alive only as timed from the floor (expired by its own stamp): held back, not alive.
-        LeaseView::Alive { record, .. }
-            if floor.is_some_and(|f| {
-                read.raw_stamp.is_some_and(|stamp| {
-                    stamp < f
-                        && banklease::clock::add_saturating(
-                            stamp,
-                            record.expire_window() + options.skew_margin,
-                        ) <= read.judged_at
-                })
-            }) =>
-        {
-            return Ok(Err(format!(
-                "its owner `{owner}` cannot be judged dead yet: its lease is timed from {} \
-                 (this host's first reading of the store's clock, which nothing earlier \
-                 vouches for, or a step a collector saw), not from its stamp; run {command} \
-                 again once that is an expire window and the grace behind (`banklease checkpoint \
-                 explain` says when)",
-                floor.map(|f| f.to_rfc3339()).unwrap_or_default()
-            )));
         }
         other => {
             return Ok(Err(format!(
