@@ -98,6 +98,9 @@ impl ClockProbe {
         if let Some(reference) = host.as_ref().and_then(|h| h.reference()) {
             self.watch.offer(reference);
         }
+        if let Some(f) = floor.as_ref().and_then(|f| f.floor) {
+            self.watch.behind_floor(f);
+        }
         let store_time = observer.store_time().await?;
         let floor_before = self.watch.floor();
         let checked = self.watch.start(

@@ -94,6 +94,9 @@ struct WatchState {
     /// A reading judged a forward step from `last`: evidence about that reading, never a
     /// reference or a floor. A later reading that fits it (and not `last`) confirms the step.
     stepped: Option<StoreTime>,
+    /// `last` was dropped for being behind a step the bank's floor records: the next reading
+    /// has no clean reference (see [`ClockWatch::behind_floor`]).
+    doubt: bool,
 }
 
 /// A step seen by [`ClockWatch`].
@@ -240,6 +243,10 @@ impl ClockWatch {
         let uncertain = recent
             .as_ref()
             .is_some_and(|prev| hides(prev) || behind(prev));
+        // A reference behind a step the bank's floor records (one another collector confirmed)
+        // was dropped: what this reading would be compared with is on the other side of a
+        // step, so it is uncertain, as after a reading behind its reference.
+        let uncertain = uncertain || std::mem::take(&mut s.doubt);
         let reference = recent.filter(|_| !uncertain);
         let (mut confirmed, mut undone) = (None, None);
         match candidate {
@@ -322,6 +329,20 @@ impl ClockWatch {
                 at: probe.at,
             })),
             None => Ok(()),
+        }
+    }
+
+    /// The bank's floor in force is `floor`: a previous reading older than it is from before a
+    /// step some collector confirmed, and no reference for this one (compared with it, this
+    /// reading would be refused as a step every time, and the floor raised again by the
+    /// confirmations of each refusal's candidate: a one-shot process whose host record predates
+    /// a step stalled collection so, simulation seed 130). It is dropped, and the next reading
+    /// is uncertain: it floors at itself, once, and becomes the reference.
+    pub(crate) fn behind_floor(&self, floor: DateTime<Utc>) {
+        let mut s = self.inner.lock().expect("clock watch poisoned");
+        if s.last.is_some_and(|last| last.at < floor) {
+            s.last = None;
+            s.doubt = true;
         }
     }
 
@@ -792,6 +813,28 @@ mod tests {
         let checked = watch.start(&later, tol, GRACE, false, None).unwrap();
         assert!(checked.compared && checked.confirmed.is_none());
         assert_eq!(watch.floor(), Some(stepped.at));
+    }
+
+    /// A previous reading from before a step another collector confirmed (the bank's floor is
+    /// after it) is no reference: the next reading is not refused as that step again, it floors
+    /// at itself and becomes the reference.
+    #[test]
+    fn a_reference_behind_the_banks_floor_is_dropped() {
+        let base = Instant::now();
+        let tol = Duration::from_millis(100);
+        let watch = ClockWatch::default();
+        assert!(watch
+            .start(&probe(base, 0, 10, 5), tol, GRACE, false, None)
+            .is_ok());
+        // A step of 3 s, confirmed elsewhere: the floor is at its stamp.
+        let after = probe(base, 1_000, 1_010, 4_005);
+        watch.behind_floor(after.at - chrono::TimeDelta::milliseconds(500));
+        let checked = watch.start(&after, tol, GRACE, false, None).unwrap();
+        assert!(checked.floored && !checked.compared, "{checked:?}");
+        assert_eq!(watch.floor(), Some(after.at));
+        let next = probe(base, 2_000, 2_010, 5_005);
+        let checked = watch.start(&next, tol, GRACE, false, None).unwrap();
+        assert!(checked.compared && !checked.floored, "{checked:?}");
     }
 
     /// A reading a minute ahead once, then a real step of 2.5 s (behind that reading): the real
