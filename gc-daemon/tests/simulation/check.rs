@@ -145,6 +145,11 @@ pub(crate) enum Known {
     /// checkpoint early by as much: two readings that agree are the store's time (RELIABILITY.md,
     /// "Not covered"). Collection is held by the first reading's floor; a retention is not.
     RetiredOnWrongReadings,
+    /// A torn `index.json` the operator's `checkpoint resolve` had not resolved by the end: it
+    /// waits as a pass would (an owner missing for the store's longest retry budget where its
+    /// declarations cannot be read). Its zombie is counted, not failed on: the GC never acts on
+    /// a record it cannot read.
+    TornUnresolved,
 }
 
 #[derive(Debug, Default)]
@@ -168,6 +173,8 @@ pub(crate) struct Registry {
     /// When each failed checkpoint's `index/failed/` entry was created (world time), with the
     /// store clock's forward jumps so far.
     pub(crate) failed_at: BTreeMap<String, (Duration, Duration)>,
+    /// Checkpoints whose `index.json` the resolver tore and has not resolved yet.
+    pub(crate) torn: BTreeSet<String>,
     /// When collectors' readings came back wrong (ahead), and by how much.
     pub(crate) ahead_at: Vec<(Duration, Duration)>,
     /// Completed checkpoints a restore gave their marker back and took their decision from.
@@ -660,7 +667,15 @@ pub(crate) fn finish(
         let path = meta.location.as_ref();
         if let Some(rest) = path.strip_prefix(&format!("{PREFIX}/index/protecting/")) {
             let (owner, id) = rest.split_once('/').unwrap_or((rest, ""));
-            if !live.contains(owner) {
+            if !live.contains(owner) && world.reg().torn.contains(id) {
+                world.trace(format_args!(
+                    "KNOWN torn-unresolved: {id}'s index.json is torn and not resolved yet"
+                ));
+                world
+                    .reg()
+                    .known
+                    .insert((Known::TornUnresolved, id.to_owned()));
+            } else if !live.contains(owner) {
                 world.violate(Violation::ZombieLeft {
                     checkpoint: id.to_owned(),
                     owner: owner.to_owned(),
