@@ -94,9 +94,8 @@ struct WatchState {
     /// A reading judged a forward step from `last`: evidence about that reading, never a
     /// reference or a floor. A later reading that fits it (and not `last`) confirms the step.
     stepped: Option<StoreTime>,
-    /// `last` was dropped for being behind a step the bank's floor records: the next reading
-    /// has no clean reference (see [`ClockWatch::behind_floor`]).
-    doubt: bool,
+    /// The bank's floor in force, offered before a reading (see [`ClockWatch::behind_floor`]).
+    bank_floor: Option<DateTime<Utc>>,
 }
 
 /// A step seen by [`ClockWatch`].
@@ -172,6 +171,20 @@ impl ClockWatch {
             // Another version's stamp, maybe from after a step no comparison saw: no reading.
             return Err(Refused::Unverified);
         }
+        // A previous reading from before a step the bank's floor records (at or before this
+        // reading): no reference (see `behind_floor`).
+        let before_floor = match (s.bank_floor.take(), s.last) {
+            (Some(floor), Some(last)) => {
+                let reached = probe.at
+                    + chrono::TimeDelta::from_std(tolerance).unwrap_or(chrono::TimeDelta::MAX)
+                    >= floor;
+                last.at < floor && reached
+            }
+            _ => false,
+        };
+        if before_floor {
+            s.last = None;
+        }
         let gap_limit = max_reference_gap(grace);
         let recent = s
             .last
@@ -246,7 +259,7 @@ impl ClockWatch {
         // A reference behind a step the bank's floor records (one another collector confirmed)
         // was dropped: what this reading would be compared with is on the other side of a
         // step, so it is uncertain, as after a reading behind its reference.
-        let uncertain = uncertain || std::mem::take(&mut s.doubt);
+        let uncertain = uncertain || before_floor;
         let reference = recent.filter(|_| !uncertain);
         let (mut confirmed, mut undone) = (None, None);
         match candidate {
@@ -338,12 +351,10 @@ impl ClockWatch {
     /// confirmations of each refusal's candidate: a one-shot process whose host record predates
     /// a step stalled collection so, simulation seed 130). It is dropped, and the next reading
     /// is uncertain: it floors at itself, once, and becomes the reference.
+    /// A floor ahead of the reading is not such a step: it is a wrong floor, which a clean
+    /// comparison with the previous reading retires.
     pub(crate) fn behind_floor(&self, floor: DateTime<Utc>) {
-        let mut s = self.inner.lock().expect("clock watch poisoned");
-        if s.last.is_some_and(|last| last.at < floor) {
-            s.last = None;
-            s.doubt = true;
-        }
+        self.inner.lock().expect("clock watch poisoned").bank_floor = Some(floor);
     }
 
     /// Take `reference` (a reading another process on this host recorded,
