@@ -204,7 +204,13 @@ pub(crate) async fn resolver_loop(
     // The operator's host has read the store's clock before (a `banklease gc` there, which
     // records its reading): a step before a host's first reading is not covered
     // (RELIABILITY.md).
-    let looked = Collector::new(bank.clone(), Arc::clone(&shared), options.clone());
+    // That first pass floors at its own reading (a step just before it cannot be seen, so it
+    // judges nothing older than it: as the daemon's first).
+    let looked = Collector::new(
+        bank.clone(),
+        Arc::clone(&shared),
+        options.to_builder().floor_at_first_reading(true).build(),
+    );
     while looked.run_pass().await.is_err() {
         if world.now() >= RUN {
             return;
