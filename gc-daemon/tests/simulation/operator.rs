@@ -211,10 +211,13 @@ pub(crate) async fn resolver_loop(
         Arc::clone(&shared),
         options.to_builder().floor_at_first_reading(true).build(),
     );
-    while looked.run_pass().await.is_err() {
+    // Until its reading is recorded (a pass can succeed without: its floor's write failed).
+    let record = Path::from(format!("{PREFIX}/gc/clock-hosts/sim-host-resolver"));
+    while world.sim.peek(&record).is_none() {
         if world.now() >= RUN {
             return;
         }
+        let _ = looked.run_pass().await;
         clock.sleep(rng.ms(50..150)).await;
     }
     clock
