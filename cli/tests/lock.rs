@@ -417,9 +417,15 @@ fn a_waiter_stopped_by_a_signal_leaves_the_queue_at_once() {
                 name,
             );
             wait_for("the waiter's ticket", || {
-                env.show("k")["waiters"]
-                    .as_array()
-                    .is_some_and(|w| w.len() == 1)
+                if let Some(status) = waiter.try_wait().unwrap() {
+                    panic!(
+                        "{backend:?} {name}: the waiter ended ({status}) before its ticket showed: {}",
+                        env.read(&format!("{name}.err"))
+                    );
+                }
+                let shown = env.show("k");
+                eprintln!("{backend:?} {name}: waiters={}", shown["waiters"]);
+                shown["waiters"].as_array().is_some_and(|w| w.len() == 1)
             });
             signal(&waiter, sig);
             let status = wait_child(&mut waiter);
