@@ -3,10 +3,15 @@
 //!
 //! **One probe per host, each reading its own.** Every command, agent and collector on a host
 //! rewrites the host's one key in place (so a hundred commands leave one object, not a
-//! hundred), and takes a read-back as its own only when the ETag is that of its own write: a
-//! concurrent prober's version is never read as ours, it only costs a fresh attempt. A reading
-//! that never saw its own write is *unverified*: its stamp may come from after a step no
-//! comparison saw, so the GC judges nothing on it.
+//! hundred), and takes a read-back as its own when the ETag is that of its own write. Every
+//! probe's body names the host's boot clock and its reading when the write was sent: a
+//! read-back showing a version another prober on the same boot clock sent at or after this
+//! one was stamped between this write's send and the read-back's answer, exactly as this
+//! write was, and serves as well (so probers on one host that keep overwriting each other,
+//! on a store whose replicas lag, still read the clock). Any other version (older, or of
+//! another boot or time namespace) costs a fresh attempt. A reading that never saw such a
+//! version is *unverified*: its stamp may come from after a step no comparison saw, so the
+//! GC judges nothing on it.
 //!
 //! Invariant: **a read command leaves nothing new in the bank.** A reading-only handle reads
 //! the store's time without adding an object: on a `file:` bank on a local file system the
@@ -21,7 +26,7 @@ use object_store::{ObjectStoreExt, PutPayload};
 
 use crate::bank::Bank;
 use crate::clock::store::StoreTime;
-use crate::clock::SharedClock;
+use crate::clock::{BootInstant, SharedClock};
 use crate::error::{Error, Result};
 use crate::paths::{Key, Prefix};
 
@@ -58,8 +63,10 @@ impl Bank {
         // step detection. Bounded: a few fresh attempts, then an error.
         let mut last = None;
         for attempt in 1..=CLOCK_PROBE_ATTEMPTS {
-            let body = uuid::Uuid::new_v4().to_string();
             let sent = clock.now();
+            // Read after `sent`: never earlier than the write's send on the boot clock.
+            let boot = clock.boot_instant();
+            let body = probe_body(boot.as_ref());
             let put = match self
                 .store()
                 .put(&path, PutPayload::from(body.into_bytes()))
@@ -102,8 +109,27 @@ impl Bank {
                     head().await.map_err(|e| Error::store("head", &path, e))?
                 }
             };
+            let (meta, verified) = if ours(&meta) {
+                (meta, true)
+            } else if let Some(boot) = &boot {
+                // Another version: whose, and sent when, is in its body.
+                match self.store().get(&path).await {
+                    Ok(got) => {
+                        let meta = got.meta.clone();
+                        let body = got
+                            .bytes()
+                            .await
+                            .map_err(|e| Error::store("get", &path, e))?;
+                        let later = ours(&meta) || sent_at_or_after(&body, boot);
+                        (meta, later)
+                    }
+                    Err(object_store::Error::NotFound { .. }) => (meta, false),
+                    Err(e) => return Err(Error::store("get", &path, e)),
+                }
+            } else {
+                (meta, false)
+            };
             let observed = clock.now();
-            let verified = ours(&meta);
             let reading = StoreTime {
                 at: meta.last_modified,
                 sent,
@@ -227,6 +253,33 @@ impl Bank {
             crate::clock::store::stamp_resolution_ms(stamps.into_iter()),
         ))
     }
+}
+
+/// A clock probe's body: the boot clock's name and its reading (in nanoseconds) when the write
+/// was sent, where the host has one, then a random tag, so that every write differs.
+fn probe_body(boot: Option<&BootInstant>) -> String {
+    let tag = uuid::Uuid::new_v4();
+    match boot {
+        Some(b) => format!("{}\n{}\n{tag}", b.clock, b.since_boot.as_nanos()),
+        None => tag.to_string(),
+    }
+}
+
+/// Whether `body` is a probe written on `ours`'s boot clock and sent no earlier than `ours`
+/// was read (which was after our own write's send): its stamp then bounds the store's time
+/// exactly as our own write's would. Anything unparsable is not.
+fn sent_at_or_after(body: &[u8], ours: &BootInstant) -> bool {
+    let Ok(text) = std::str::from_utf8(body) else {
+        return false;
+    };
+    let mut lines = text.lines();
+    let (Some(clock), Some(ns)) = (lines.next(), lines.next()) else {
+        return false;
+    };
+    clock == ours.clock
+        && ns
+            .parse::<u128>()
+            .is_ok_and(|ns| ns >= ours.since_boot.as_nanos())
 }
 
 /// Fresh attempts of the store-clock probe whose read-back shows another version (see

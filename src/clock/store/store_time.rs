@@ -25,8 +25,9 @@ pub struct StoreTime {
     pub sent: Instant,
     /// This host's monotonic instant when the probe's answer arrived.
     pub observed: Instant,
-    /// Whether the read-back showed the probe's own write. Another version (a concurrent
-    /// prober's, or an older one from a lagging replica) still bounds the store's time from
+    /// Whether the read-back showed the probe's own write, or a version another prober on the
+    /// same boot clock sent no earlier (stamped within the same bounds). Any other version (an
+    /// older one from a lagging replica, or another boot's) still bounds the store's time from
     /// below, but bounds nothing from above and is not compared for clock steps.
     pub verified: bool,
 }
