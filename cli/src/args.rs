@@ -136,9 +136,9 @@ pub(crate) enum Command {
         /// Time between SIGTERM and SIGKILL when the deadline passes.
         #[arg(long, value_parser = humantime::parse_duration)]
         kill_after: Duration,
-        /// The supervisor's abstract Unix socket.
+        /// The supervisor's Unix socket (in a directory only its user may enter).
         #[arg(long)]
-        socket: String,
+        socket: PathBuf,
         /// COMMAND's cgroup.
         #[arg(long)]
         cgroup: Option<PathBuf>,

@@ -5,7 +5,10 @@
 //! (through `__exec`, which dies with it) and is the child subreaper of COMMAND's tree, so
 //! every process of the tree stays its descendant whatever group or session it moves to
 //! ([`super::tree`]). The supervisor sends it each new deadline as the holds are renewed, over
-//! a socket of their own: the guard's stdin, stdout and stderr are COMMAND's. The guard stops
+//! a socket of their own: the guard's stdin, stdout and stderr are COMMAND's. The socket lies
+//! in a new directory only the supervisor's user may enter, and its peer must be the guard
+//! (`SO_PEERCRED`): another user can neither connect first nor see it (an abstract socket was
+//! anyone's to take, and one taken refused `lock run`). The guard stops
 //! the whole tree — SIGTERM, then SIGKILL after `--kill-after` — when the deadline passes,
 //! whatever the supervisor is doing (stopped, frozen, held by a debugger), and SIGKILLs it at
 //! once when the supervisor dies. It tells the supervisor that it fired, and when COMMAND
@@ -147,8 +150,8 @@ pub struct Spawn<'a> {
 impl Guard {
     /// Start the guard leading a new process group, armed with the proved time `left()` gives;
     /// it starts COMMAND (`spawn.argv`, with `spawn.env` added) as its child once armed. Talks
-    /// to it over an abstract Unix socket whose peer must be the guard (its pid, by
-    /// `SO_PEERCRED`): the guard's stdin, stdout and stderr are COMMAND's.
+    /// to it over a Unix socket in a private directory, whose peer must be the guard (its pid,
+    /// by `SO_PEERCRED`): the guard's stdin, stdout and stderr are COMMAND's.
     pub async fn spawn(left: impl FnOnce() -> Duration, spawn: Spawn<'_>) -> Result<Self> {
         // The program this process runs, even if its file was replaced or removed since (an
         // upgrade while `lock run` waited): `/proc/self/exe`, resolved in the forked child.
@@ -158,13 +161,7 @@ impl Guard {
         } else {
             std::env::current_exe().context("cannot find this binary to start its guard")?
         };
-        let name = format!(
-            "banklease-guard-{}-{:016x}",
-            std::process::id(),
-            super::tree::nonce()
-        );
-        let listener =
-            listen(&name).with_context(|| format!("cannot open the guard's socket=`@{name}`"))?;
+        let (dir, socket, listener) = listen()?;
         let first = deadline(left);
         let mut command = tokio::process::Command::new(me);
         command
@@ -175,7 +172,7 @@ impl Guard {
             .arg("--kill-after")
             .arg(humantime::format_duration(spawn.kill_after).to_string())
             .arg("--socket")
-            .arg(&name);
+            .arg(&socket);
         if let Some(cgroup) = spawn.cgroup {
             command.arg("--cgroup").arg(cgroup.dir());
         }
@@ -193,6 +190,11 @@ impl Guard {
             .context("cannot start the guard of COMMAND's tree")?;
         let pid = child.id().and_then(|p| i32::try_from(p).ok());
         let accepted = tokio::time::timeout(ARMING, listener.accept()).await;
+        // Connected or not, the name has served: nothing is left behind.
+        drop(listener);
+        if let Err(e) = dir.close() {
+            tracing::debug!(error = %e, "cannot remove the guard's socket directory");
+        }
         let stream = match accepted {
             Ok(Ok((stream, _))) => stream,
             Ok(Err(e)) => {
@@ -210,7 +212,11 @@ impl Guard {
         let peer = stream.peer_cred().ok().and_then(|c| c.pid());
         if peer.is_none() || peer != pid {
             let _ = child.start_kill();
-            anyhow::bail!("a process other than the guard (pid {peer:?}) connected to its socket");
+            let peer = peer.map_or_else(|| "unknown".to_owned(), |p| p.to_string());
+            anyhow::bail!(
+                "a process other than the guard connected to its socket: pid={peer}; another \
+                 process of this user is interfering with `lock run`"
+            );
         }
         let (read, mut write) = stream.into_split();
         // The peer proved to be the guard: it may start COMMAND.
@@ -348,20 +354,33 @@ impl Guard {
     }
 }
 
-/// The supervisor's end of the guard's socket, in the abstract namespace (nothing on disk to
-/// leave behind).
-fn listen(name: &str) -> std::io::Result<tokio::net::UnixListener> {
-    use std::os::linux::net::SocketAddrExt as _;
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
-    let listener = std::os::unix::net::UnixListener::bind_addr(&addr)?;
-    listener.set_nonblocking(true)?;
-    tokio::net::UnixListener::from_std(listener)
+/// The supervisor's end of the guard's socket: `s` in a new directory of the temporary
+/// directory (`/tmp` where that path is too long for a socket), mode 0700, so no other user
+/// can reach it; removed once the guard connected.
+fn listen() -> Result<(tempfile::TempDir, PathBuf, tokio::net::UnixListener)> {
+    // A socket's path must fit in `sun_path` (108 bytes with its NUL).
+    let base = Some(std::env::temp_dir())
+        .filter(|t| t.as_os_str().len() < 60)
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    let dir = tempfile::Builder::new()
+        .prefix("banklease-guard-")
+        .tempdir_in(&base)
+        .with_context(|| {
+            format!(
+                "cannot make the guard's socket directory in dir=`{}`",
+                base.display()
+            )
+        })?;
+    let socket = dir.path().join("s");
+    let listener = std::os::unix::net::UnixListener::bind(&socket)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .and_then(tokio::net::UnixListener::from_std)
+        .with_context(|| format!("cannot open the guard's socket=`{}`", socket.display()))?;
+    Ok((dir, socket, listener))
 }
 
-fn connect(name: &str) -> std::io::Result<tokio::net::UnixStream> {
-    use std::os::linux::net::SocketAddrExt as _;
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
-    let stream = std::os::unix::net::UnixStream::connect_addr(&addr)?;
+fn connect(socket: &std::path::Path) -> std::io::Result<tokio::net::UnixStream> {
+    let stream = std::os::unix::net::UnixStream::connect(socket)?;
     stream.set_nonblocking(true)?;
     tokio::net::UnixStream::from_std(stream)
 }
@@ -374,8 +393,8 @@ pub struct Args {
     /// The first deadline, in ns on [`boottime`].
     pub deadline_ns: u64,
     pub kill_after: Duration,
-    /// The abstract socket's name.
-    pub socket: String,
+    /// The supervisor's socket.
+    pub socket: PathBuf,
     /// COMMAND's cgroup, if it has one.
     pub cgroup: Option<PathBuf>,
     /// Without one, where to say the tree was proved gone after the supervisor died.

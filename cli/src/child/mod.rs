@@ -182,12 +182,19 @@ impl Running {
     }
 
     /// After COMMAND's hold was released (or left to run out): stop the guard and remove the
-    /// tree's cgroup. Until then the guard has kept its last deadline.
+    /// tree's cgroup, or its marker's directory. Until then the guard has kept its last
+    /// deadline.
     pub async fn finish(self) {
-        if let Inner::Guarded { guard, tree, .. } = self.inner {
+        if let Inner::Guarded {
+            guard, tree, done, ..
+        } = self.inner
+        {
             guard.stop().await;
             if let Some(cgroup) = tree.cgroup() {
                 cgroup.remove();
+            }
+            if let Some(done) = &done {
+                tree::remove_marker(done);
             }
         }
     }
@@ -309,7 +316,7 @@ pub async fn spawn(
     let cgroup = Cgroup::for_command().map_err(failed)?;
     // Without a cgroup, nothing names the tree once the guard is gone but the guard's own word
     // that it proved it empty (a waiter on this host reads it).
-    let done = cgroup.is_none().then(tree::done_marker);
+    let done = cgroup.is_none().then(tree::done_marker).flatten();
     // Should the guard die, the tree's orphans come here, where they can still be killed.
     let me = rustix::process::getpid();
     if let Err(e) = rustix::process::set_child_subreaper(Some(me)) {
@@ -332,6 +339,9 @@ pub async fn spawn(
         Err(e) => {
             if let Some(c) = &cgroup {
                 c.remove();
+            }
+            if let Some(done) = &done {
+                tree::remove_marker(done);
             }
             return Err(failed(e));
         }
@@ -358,6 +368,9 @@ pub async fn spawn(
             let gone = end(&tree, TREE_GONE);
             if let Some(c) = tree.cgroup() {
                 c.remove();
+            }
+            if let Some(done) = &done {
+                tree::remove_marker(done);
             }
             if !gone {
                 return Err(failed(e.context(format!(

@@ -209,44 +209,84 @@ fn sweep(parent: &Path) {
     }
 }
 
-/// Where a guard without a cgroup says it proved its tree gone after its supervisor died: a
-/// new name in `/dev/shm` (else the temporary directory), read by a waiter on this host. Old
-/// ones are swept here.
-pub fn done_marker() -> PathBuf {
+/// Where a guard without a cgroup says it proved its tree gone after its supervisor died:
+/// `done` in a new directory of `/dev/shm` (else the temporary directory) that only this user
+/// may enter, read by a waiter on this host. Another user cannot create the file first (in a
+/// shared directory, a name shown on the guard's command line could be taken, and the guard's
+/// word then never came). `None` when no such directory can be made: a waiter then waits for
+/// the lock's expiry. The supervisor removes it as it ends ([`remove_marker`]); old ones left
+/// by a supervisor that was killed are swept here.
+pub fn done_marker() -> Option<PathBuf> {
     let shm = Path::new("/dev/shm");
-    let dir = if shm.is_dir() {
+    let base = if shm.is_dir() {
         shm.to_owned()
     } else {
         std::env::temp_dir()
     };
-    sweep_markers(&dir);
-    dir.join(format!(
-        "{PREFIX}tree-{}-{:016x}.done",
-        std::process::id(),
-        nonce()
-    ))
+    sweep_markers(&base);
+    match tempfile::Builder::new()
+        .prefix(&format!("{PREFIX}tree-{}-", std::process::id()))
+        .tempdir_in(&base)
+    {
+        Ok(dir) => Some(dir.keep().join("done")),
+        Err(e) => {
+            tracing::warn!(dir = %base.display(), error = %e,
+                "cannot make a private directory for the guard's word; a waiter on this host \
+                 waits for the lock's expiry should this supervisor be killed");
+            None
+        }
+    }
+}
+
+/// Remove a marker [`done_marker`] made, and its directory (never through a link).
+pub fn remove_marker(done: &Path) {
+    let Some(dir) = done.parent() else {
+        return;
+    };
+    let ours = dir
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{PREFIX}tree-")));
+    if !ours {
+        return;
+    }
+    let _ = std::fs::remove_file(done);
+    if let Err(e) = std::fs::remove_dir(dir) {
+        tracing::debug!(dir = %dir.display(), error = %e, "cannot remove the guard's marker directory");
+    }
 }
 
 /// How long a guard's word that its tree is gone is kept: a waiter reads it within moments.
 const MARKER_KEPT: Duration = Duration::from_secs(3600);
 
-fn sweep_markers(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+/// Remove this user's markers older than [`MARKER_KEPT`]: directories of [`done_marker`]
+/// (what is in them first, one by one: nothing is followed), and files of an older version.
+fn sweep_markers(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };
+    let me = rustix::process::geteuid().as_raw();
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if !(name.starts_with(&format!("{PREFIX}tree-")) && name.ends_with(".done")) {
+        if !name
+            .to_string_lossy()
+            .starts_with(&format!("{PREFIX}tree-"))
+        {
             continue;
         }
-        let old = entry
-            .metadata()
-            .and_then(|m| m.modified())
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        let old = meta
+            .modified()
             .ok()
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age > MARKER_KEPT);
-        if old {
+        if !old || std::os::unix::fs::MetadataExt::uid(&meta) != me {
+            continue;
+        }
+        if meta.is_dir() {
+            remove_marker(&entry.path().join("done"));
+        } else if meta.is_file() {
             let _ = std::fs::remove_file(entry.path());
         }
     }
