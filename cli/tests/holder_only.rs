@@ -118,20 +118,28 @@ fn a_release_by_name_is_refused_and_the_token_releases_it_from_under_lock_run() 
         "k",
     ]);
     assert_eq!(out.status.code(), Some(1), "another token: {}", text(&out));
+    let out = env.run(&["lock", "release", "--token", &wrong, "k"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "another token alone: {}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("its token is another"),
+        "{}",
+        text(&out)
+    );
 
+    // The token alone names the holding (before, the holder's name was also needed).
     let released = Instant::now();
-    let out = env.run(&[
-        "lock",
-        "release",
-        "--owner",
-        "o",
-        "--session",
-        "s",
-        "--token",
-        &token,
-        "k",
-    ]);
+    let out = env.run(&["lock", "release", "--token", &token, "k"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("released: key=`default/k` token={token}")),
+        "{}",
+        text(&out)
+    );
     let status = wait_child(&mut first);
     assert_eq!(status.code(), Some(75), "{}", env.read("holder.err"));
     // It watches the record (every 2 s for a 20 s lock), not only its heartbeat (every 10 s).

@@ -75,7 +75,7 @@ impl Locks {
     /// `lock run` holds it under that name and its processes are not proved gone
     /// ([`LockHolder::Running`]): see [`Locks::release_token`].
     pub async fn release(&self, key: &str, owner: &str) -> Result<Release> {
-        self.release_as(key, owner, None).await
+        self.release_as(key, Some(owner), None).await
     }
 
     /// [`Locks::release`] of the holding whose fencing token is `token`, even one a running
@@ -83,11 +83,27 @@ impl Locks {
     /// COMMAND's own (`BANKLEASE_LOCK_TOKEN`). [`Error::Unavailable`] when `owner` holds it
     /// with another token.
     pub async fn release_token(&self, key: &str, owner: &str, token: u64) -> Result<Release> {
-        self.release_as(key, owner, Some(token)).await
+        self.release_as(key, Some(owner), Some(token)).await
     }
 
-    async fn release_as(&self, key: &str, owner: &str, token: Option<u64>) -> Result<Release> {
-        crate::id::validate_id("owner", owner)?;
+    /// [`Locks::release_token`] by the token alone, whoever holds it: a fencing token names one
+    /// holding of one key (every acquisition takes a new one). [`Error::Unavailable`] when the
+    /// key is held with another token.
+    pub async fn release_holding(&self, key: &str, token: u64) -> Result<Release> {
+        self.release_as(key, None, Some(token)).await
+    }
+
+    async fn release_as(
+        &self,
+        key: &str,
+        owner: Option<&str>,
+        token: Option<u64>,
+    ) -> Result<Release> {
+        if let Some(owner) = owner {
+            crate::id::validate_id("owner", owner)?;
+        }
+        // Without a name, the token alone says whose holding this is.
+        let named = |h: &str| owner.is_none_or(|o| o == h);
         let path = self.checked_path(key).await?;
         let mut sc = LazyStoreTime::new();
         for _ in 0..CONTENTION_ROUNDS {
@@ -97,10 +113,10 @@ impl Locks {
             };
             match rec.holder.as_deref() {
                 None => return Ok(Release::Free),
-                Some(h) if h == owner && token.is_some_and(|t| t != rec.fence) => {
+                Some(h) if named(h) && token.is_some_and(|t| t != rec.fence) => {
                     return Err(unavailable(self, key, h, Duration::ZERO));
                 }
-                Some(h) if h == owner => {
+                Some(h) if named(h) => {
                     // Bound to processes of a `lock run` not proved gone — held and not all
                     // gone, or expired and its tree still running here: by name, never.
                     if let (None, Some(p)) = (token, rec.bound()) {

@@ -88,15 +88,16 @@ pub(crate) enum LockCommand {
         #[command(flatten)]
         ns: Namespace,
     },
-    /// Release KEY if OWNER (in SESSION) holds it: exit 0 released or already free, 1 held by
-    /// someone else — or by a `lock run` that still runs (only its fencing token, --token,
+    /// Release KEY if OWNER (in SESSION) holds it, or, with --token alone, the holding whose
+    /// fencing token that is: exit 0 released or already free, 1 held by someone else (or with
+    /// another token) — or by a `lock run` that still runs (only its fencing token, --token,
     /// releases that one, and its COMMAND is then stopped), 2 error.
     Release {
         /// The lock key.
         key: String,
         /// The holding's fencing token (`lock show`, or BANKLEASE_LOCK_TOKEN inside `lock
-        /// run`): needed to release a lock a running `lock run` holds, whose COMMAND is then
-        /// stopped.
+        /// run`): names the holding on its own (without --owner and --session), and is needed
+        /// to release a lock a running `lock run` holds, whose COMMAND is then stopped.
         #[arg(long, value_name = "TOKEN")]
         token: Option<u64>,
         /// The owner that holds it: the owner and `--session` printed by `lock acquire`, or the
@@ -280,12 +281,16 @@ pub(crate) async fn run(ctx: &Ctx, command: LockCommand) -> Result<Outcome> {
             session,
             ns,
         } => {
-            let owner = owner.unwrap_or_else(default_owner);
-            let holder = match session {
-                Some(session) => session_holder(&owner, &session)?,
-                None => owner,
+            // A token alone names the holding: no owner to guess.
+            let holder = match (owner, session, token) {
+                (None, None, Some(_)) => None,
+                (owner, Some(session), _) => Some(session_holder(
+                    &owner.unwrap_or_else(default_owner),
+                    &session,
+                )?),
+                (owner, None, _) => Some(owner.unwrap_or_else(default_owner)),
             };
-            release(ctx, &ns, &key, &holder, token).await
+            release(ctx, &ns, &key, holder.as_deref(), token).await
         }
         LockCommand::Show { key, ns } => view::show(ctx, &ns, &key).await,
         LockCommand::List { ns, all } => view::list(ctx, &ns, all).await,
@@ -442,7 +447,10 @@ async fn acquire(
 struct ReleaseReport<'a> {
     key: &'a str,
     namespace: &'a str,
-    owner: &'a str,
+    /// Who asked to release (null when by `--token` alone).
+    owner: Option<&'a str>,
+    /// The fencing token it was asked by, if any.
+    token: Option<u64>,
     /// `released`, `free` or `held`.
     outcome: &'static str,
     holder: Option<String>,
@@ -453,14 +461,22 @@ async fn release(
     ctx: &Ctx,
     ns: &Namespace,
     key: &str,
-    owner: &str,
+    owner: Option<&str>,
     token: Option<u64>,
 ) -> Result<Outcome> {
     let locks = writer_locks_in(ctx, &ns.namespace).await?;
     let full = locks.full_key(key)?;
-    let released = match token {
-        Some(token) => locks.release_token(key, owner, token).await,
-        None => locks.release(key, owner).await,
+    let released = match (owner, token) {
+        (Some(owner), Some(token)) => locks.release_token(key, owner, token).await,
+        (None, Some(token)) => locks.release_holding(key, token).await,
+        (Some(owner), None) => locks.release(key, owner).await,
+        (None, None) => locks.release(key, &default_owner()).await,
+    };
+    // How the release named the holding, for the lines below.
+    let asked = match (owner, token) {
+        (Some(owner), _) => format!("owner=`{owner}`"),
+        (None, Some(token)) => format!("token={token}"),
+        (None, None) => String::new(),
     };
     let mut running = false;
     let (outcome, holder, remaining, exit) = match released {
@@ -479,13 +495,14 @@ async fn release(
             key,
             namespace: locks.namespace(),
             owner,
+            token,
             outcome,
             holder,
             remaining_ms: ms(remaining),
         })?;
     } else {
         match (outcome, holder) {
-            ("released", _) => out_line(&format!("released: key=`{full}` owner=`{owner}`"))?,
+            ("released", _) => out_line(&format!("released: key=`{full}` {asked}"))?,
             ("free", _) => out_line(&format!(
                 "free: key=`{full}` was not held; nothing to release"
             ))?,
@@ -497,14 +514,13 @@ async fn release(
                 human(remaining)
             ),
             (_, holder) => eprintln!(
-                "error: not released: key=`{full}` is held by `{}` ({} left), not by \
-                 `{owner}`{}",
+                "error: not released: key=`{full}` is held by `{}` ({} left), not by {asked}{}",
                 holder.unwrap_or_default(),
                 human(remaining),
-                if token.is_some() {
-                    " with that --token"
-                } else {
-                    "; pass --owner and --session as `lock acquire` printed them"
+                match (owner, token) {
+                    (Some(_), Some(_)) => " with that --token",
+                    (None, Some(_)) => " (its token is another: `lock show` gives it)",
+                    _ => "; pass --owner and --session as `lock acquire` printed them",
                 }
             ),
         }
