@@ -19,6 +19,28 @@ use object_store::ObjectStoreExt;
 #[derive(Debug, Clone)]
 struct Host(MockClock);
 
+/// Another host on the same mock time: its own boot clock, `test-boot-1`.
+#[derive(Debug, Clone)]
+struct OtherHost(MockClock);
+
+impl Clock for OtherHost {
+    fn now(&self) -> Instant {
+        self.0.now()
+    }
+    fn system_now(&self) -> SystemTime {
+        self.0.system_now()
+    }
+    fn sleep(&self, d: Duration) -> Sleep {
+        self.0.sleep(d)
+    }
+    fn boot_instant(&self) -> Option<BootInstant> {
+        Some(BootInstant {
+            clock: "test-boot-1".to_owned(),
+            since_boot: Duration::from_secs(500) + self.0.elapsed(),
+        })
+    }
+}
+
 impl Clock for Host {
     fn now(&self) -> Instant {
         self.0.now()
@@ -283,6 +305,45 @@ async fn a_clock_ahead_for_one_pass_never_stalls_collection() {
         w.mock.advance(Duration::from_secs(1));
         assert_eq!(one_shot(&w).await.unwrap().clock, Vec::<String>::new());
     }
+}
+
+/// One-shot passes from two hosts, after a step one of them confirmed. The other host's record
+/// predates the step: its next pass drops it and floors at its reading, as it must. Before,
+/// that floor (raised for doubt, not for a step) also dropped the first host's record, whose
+/// pass floored in turn, and so on: each pass held every stamp back to itself, and a dead
+/// owner's zombie was never collected while both hosts ran passes (simulation, OneShot seed
+/// 1,004,760: the `gc` and `checkpoint resolve` of one operator). A floor only drops a record
+/// older than a step some collector confirmed.
+#[tokio::test]
+async fn one_shot_passes_on_two_hosts_do_not_hold_each_other_back_for_ever() {
+    let w = world();
+    let a: SharedClock = Arc::new(Host(w.mock.clone()));
+    let b: SharedClock = Arc::new(OtherHost(w.mock.clone()));
+    let pass = |clock: &SharedClock| Collector::new(w.bank.clone(), clock.clone(), options());
+    pass(&a).run_pass().await.unwrap();
+    pass(&b).run_pass().await.unwrap();
+    dead_owner(&w).await;
+    w.mock.advance(Duration::from_secs(1));
+    w.store_clock.jump_forward(Duration::from_secs(40));
+    let err = pass(&a).run_pass().await.expect_err("a step");
+    assert!(matches!(err, Error::ClockStep { .. }), "{err}");
+    w.mock.advance(Duration::from_secs(1));
+    pass(&a).run_pass().await.expect("the step confirmed");
+    // The lease's stamp is judged as written at the step: 10 s expiry, 2 s grace, and margins.
+    let mut rounds = 0;
+    while dead_status(&w).await == Some(Status::Protecting) {
+        rounds += 1;
+        assert!(
+            rounds <= 30,
+            "the dead owner's zombie is still there 60 s after the step: {:?}",
+            floor(&w).await
+        );
+        for host in [&b, &a] {
+            w.mock.advance(Duration::from_secs(1));
+            pass(host).run_pass().await.unwrap();
+        }
+    }
+    assert!(rounds <= 8, "collected only after {rounds} rounds of 2 s");
 }
 
 /// A floor an older release kept from a reading that was an hour ahead: the first pass whose

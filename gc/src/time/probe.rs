@@ -98,7 +98,9 @@ impl ClockProbe {
         if let Some(reference) = host.as_ref().and_then(|h| h.reference()) {
             self.watch.offer(reference);
         }
-        if let Some(f) = floor.as_ref().and_then(|f| f.floor) {
+        // Only a step's floor: one raised for doubt records no step, and dropping the
+        // references older than it had each host's pass floor for the other's, for ever.
+        if let Some(f) = floor.as_ref().and_then(|f| f.confirmed) {
             self.watch.behind_floor(f);
         }
         let store_time = observer.store_time().await?;
@@ -236,8 +238,8 @@ impl ClockProbe {
         let kept = match (&checked, raised, self.dry_run) {
             (_, _, true) => false,
             _ if host.is_none() && !confirmed => false,
-            (Ok(()), true, false) => match self.watch.floor() {
-                Some(floor) => match write_floor(&self.bank, floor).await {
+            (Ok(()), _, false) if raised || confirmed => match self.watch.floor() {
+                Some(floor) => match write_floor(&self.bank, floor, confirmed).await {
                     Ok(()) => true,
                     Err(e) => {
                         tracing::warn!(error = %error_chain(&e), "recording the clock floor failed");
@@ -246,7 +248,7 @@ impl ClockProbe {
                 },
                 None => false,
             },
-            (Ok(()), false, false) => compared || !had_record,
+            (Ok(()), _, false) => compared || !had_record,
             (Err(_), _, false) => step_kept,
         };
         if kept {

@@ -345,8 +345,8 @@ impl ClockWatch {
         }
     }
 
-    /// The bank's floor in force is `floor`: a previous reading older than it is from before a
-    /// step some collector confirmed, and no reference for this one (compared with it, this
+    /// The bank's floor in force that a confirmed step raised is `floor`: a previous reading
+    /// older than it is from before that step, and no reference for this one (compared with it, this
     /// reading would be refused as a step every time, and the floor raised again by the
     /// confirmations of each refusal's candidate: a one-shot process whose host record predates
     /// a step stalled collection so, simulation seed 130). It is dropped, and the next reading
@@ -414,6 +414,11 @@ struct FloorRecord {
     /// How far the candidate stepped (ms), for `gc/clock-steps` once it is confirmed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     step_by_ms: Option<u64>,
+    /// The floor the newest confirmed step raised (at or below `floor`): a reading older than
+    /// it is from before a step. A floor raised for doubt alone records no step, and leaves
+    /// other hosts' readings their references.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    confirmed: Option<DateTime<Utc>>,
 }
 
 /// `gc/clock-floor` as read: the floor (unless spent), the step candidate, and the version.
@@ -423,6 +428,8 @@ pub(crate) struct FloorRead {
     pub(crate) step: Option<DateTime<Utc>>,
     /// How far the candidate stepped, where the pass that judged it said.
     pub(crate) step_by: Option<Duration>,
+    /// The floor the newest confirmed step raised, unless spent (see [`ClockWatch::behind_floor`]).
+    pub(crate) confirmed: Option<DateTime<Utc>>,
     /// The floor as stored, spent or not (kept when only the candidate changes).
     stored: DateTime<Utc>,
     spent: bool,
@@ -469,6 +476,7 @@ pub(crate) async fn read_floor_versioned(bank: &Bank) -> banklease::Result<Optio
         floor: (!record.spent).then_some(record.floor),
         step: record.step,
         step_by: record.step_by_ms.map(Duration::from_millis),
+        confirmed: record.confirmed.filter(|_| !record.spent),
         stored: record.floor,
         spent: record.spent,
         version,
@@ -541,6 +549,7 @@ pub(crate) async fn write_step_candidate(
                     spent: read.spent,
                     step: Some(at),
                     step_by_ms: by_ms,
+                    confirmed: read.confirmed,
                 },
                 PutMode::Update(read.version.clone()),
             ),
@@ -550,6 +559,7 @@ pub(crate) async fn write_step_candidate(
                     spent: true,
                     step: Some(at),
                     step_by_ms: by_ms,
+                    confirmed: None,
                 },
                 PutMode::Create,
             ),
@@ -606,6 +616,8 @@ pub(crate) async fn settle_floor(
             spent,
             step,
             step_by_ms: step_by.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            // Never above the floor it is part of.
+            confirmed: read.confirmed.map(|c| c.min(stored)),
         },
     )
     .await
@@ -628,10 +640,21 @@ pub(crate) enum FloorChange {
 /// the write are two requests: a newer floor landing between them can be replaced by this
 /// older one, which holds stamps back less far (the next collector to see the clock raises it
 /// again from its own readings).
-pub(crate) async fn write_floor(bank: &Bank, floor: DateTime<Utc>) -> banklease::Result<()> {
+///
+/// `confirmed` says the floor is a confirmed step's (the newest one is kept beside it).
+pub(crate) async fn write_floor(
+    bank: &Bank,
+    floor: DateTime<Utc>,
+    confirmed: bool,
+) -> banklease::Result<()> {
     let path = floor_path(bank);
     for _ in 0..FLOOR_WRITE_ATTEMPTS {
         let current = read_floor_versioned(bank).await?;
+        let kept = current.as_ref().and_then(|c| c.confirmed);
+        let confirmed = match (kept, confirmed.then_some(floor)) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
         // A step candidate another collector kept is kept too.
         let body = serde_json::to_vec(&FloorRecord {
             floor,
@@ -641,12 +664,15 @@ pub(crate) async fn write_floor(bank: &Bank, floor: DateTime<Utc>) -> banklease:
                 .as_ref()
                 .and_then(|c| c.step_by)
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            confirmed,
         })
         .expect("a floor record serialises");
         let mode = match current {
             Some(FloorRead {
-                floor: Some(there), ..
-            }) if there >= floor => return Ok(()),
+                floor: Some(there),
+                confirmed: there_confirmed,
+                ..
+            }) if there >= floor && (there_confirmed >= confirmed) => return Ok(()),
             Some(read) => PutMode::Update(read.version),
             None => PutMode::Create,
         };
@@ -735,10 +761,10 @@ mod tests {
     #[tokio::test]
     async fn a_floor_is_never_replaced_by_an_older_one() {
         let bank = Bank::open("memory://").unwrap();
-        write_floor(&bank, at(100)).await.unwrap();
-        write_floor(&bank, at(50)).await.unwrap();
+        write_floor(&bank, at(100), false).await.unwrap();
+        write_floor(&bank, at(50), false).await.unwrap();
         assert_eq!(floor_of(&bank).await, Some(at(100)));
-        write_floor(&bank, at(200)).await.unwrap();
+        write_floor(&bank, at(200), false).await.unwrap();
         assert_eq!(floor_of(&bank).await, Some(at(200)));
     }
 
@@ -747,9 +773,9 @@ mod tests {
     #[tokio::test]
     async fn retiring_a_spent_floor_keeps_one_written_since() {
         let bank = Bank::open("memory://").unwrap();
-        write_floor(&bank, at(10)).await.unwrap();
+        write_floor(&bank, at(10), false).await.unwrap();
         let read = read_floor_versioned(&bank).await.unwrap().unwrap();
-        write_floor(&bank, at(500)).await.unwrap();
+        write_floor(&bank, at(500), false).await.unwrap();
         settle_floor(&bank, &read, false, FloorChange::Retire)
             .await
             .unwrap();
@@ -760,7 +786,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(floor_of(&bank).await, None);
-        write_floor(&bank, at(600)).await.unwrap();
+        write_floor(&bank, at(600), false).await.unwrap();
         assert_eq!(floor_of(&bank).await, Some(at(600)));
     }
     use std::time::Instant;
