@@ -507,6 +507,48 @@ fn a_waiter_takes_a_released_lock_promptly() {
     }
 }
 
+/// A duration `lock run` cannot keep is refused before anything is taken, with the reason and
+/// what to ask for. Before, `--duration 100ms` was accepted and every run exited 75 asking
+/// whether the supervisor was stopped (and 500 ms most runs).
+#[test]
+fn a_duration_too_short_to_keep_is_refused_with_the_reason() {
+    let env = Env::new(Backend::File);
+    for (short, said) in [
+        ("100ms", "100ms"),
+        ("500ms", "500ms"),
+        ("1999ms", "1s 999ms"),
+    ] {
+        let out = env.run(&[
+            "lock",
+            "run",
+            "--duration",
+            short,
+            "k",
+            "--",
+            "sh",
+            "-c",
+            r#": > "$WORK/ran""#,
+        ]);
+        assert_eq!(out.status.code(), Some(125), "{short}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(
+            stderr.contains(&format!("--duration={said} "))
+                && stderr.contains("2s")
+                && stderr.contains("quarter"),
+            "{stderr}"
+        );
+        assert!(!env.work.path().join("ran").exists(), "COMMAND ran");
+        assert_eq!(
+            env.show("k")["state"],
+            "missing",
+            "{short}: nothing was taken"
+        );
+    }
+    let out = env.run(&["lock", "run", "--duration", "2s", "k", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
 #[test]
 fn keys_are_paths_and_bad_keys_are_refused_with_the_rule() {
     for backend in backends() {

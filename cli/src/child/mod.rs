@@ -427,7 +427,7 @@ fn spawn_command(
 }
 
 /// How often the supervisor hands the guard the deadline its holds now prove.
-const PROVE_EVERY: Duration = Duration::from_millis(200);
+pub(crate) const PROVE_EVERY: Duration = Duration::from_millis(200);
 /// How often the supervisor looks whether what COMMAND left of its tree is gone.
 const TREE_POLL: Duration = Duration::from_millis(20);
 

@@ -107,7 +107,23 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Outcome {
     child::reported(supervise(ctx, args).await)
 }
 
+/// The shortest `--duration` a supervisor can keep: its heartbeat renews at half the duration,
+/// and each renewal must be answered and proved to the guard (every [`child::PROVE_EVERY`])
+/// before only a quarter is left, when the guard stops COMMAND. A quarter of 2 s leaves
+/// 300 ms for the store's answer.
+pub(crate) const MIN_DURATION: Duration = Duration::from_secs(2);
+
 async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
+    if args.duration < MIN_DURATION {
+        anyhow::bail!(
+            "--duration={} is shorter than the {} a `lock run` can keep: it renews at half the \
+             duration and must prove each renewal to COMMAND's guard before a quarter is left, \
+             or the guard stops COMMAND; ask for --duration {} or more",
+            human(args.duration),
+            human(MIN_DURATION),
+            human(MIN_DURATION)
+        );
+    }
     let margin = validity_margin(args.duration);
     let kill_after = args.kill_after.unwrap_or(margin / 2);
     if args.kill_after.is_some() && kill_after >= margin {
