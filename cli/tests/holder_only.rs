@@ -102,6 +102,11 @@ fn a_release_by_name_is_refused_and_the_token_releases_it_from_under_lock_run() 
         said.contains("--token") && said.contains(&format!("pid {}", first.id())),
         "{said}"
     );
+    // One level of backticks: the holder's name quoted, not `lock run` inside it.
+    assert!(
+        said.contains("` (its lock run, pid") && !said.contains("`lock run`, pid"),
+        "{said}"
+    );
     assert!(first.try_wait().unwrap().is_none(), "the holder runs on");
 
     let token = env.read("token").trim().to_owned();

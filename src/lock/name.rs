@@ -232,9 +232,43 @@ impl fmt::Display for LockHolder {
     }
 }
 
+impl LockHolder {
+    /// As [`Display`](fmt::Display), with the holder's name in backticks (and nothing else:
+    /// one level of quotes in a message's `key=\`value\`` style).
+    pub fn quoted(&self) -> String {
+        match self {
+            LockHolder::Held(o) => format!("`{o}`"),
+            LockHolder::Promised(o) => format!("`{o}` (first in the wait queue)"),
+            LockHolder::Running { holder, pid, host } => {
+                format!("`{holder}` (its lock run, pid {pid} on host {host}, still runs)")
+            }
+            LockHolder::Lingering { holder, pid } => {
+                format!("`{holder}` (expired; its process {pid} still runs on this host)")
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_holder_is_quoted_once() {
+        let o = OwnerId::parse("o.s").unwrap();
+        let running = LockHolder::Running {
+            holder: o.clone(),
+            pid: 7,
+            host: "h".into(),
+        };
+        assert_eq!(
+            running.quoted(),
+            "`o.s` (its lock run, pid 7 on host h, still runs)"
+        );
+        assert_eq!(LockHolder::Held(o).quoted(), "`o.s`");
+        assert_eq!(LockHolder::Contended.quoted(), "(contended)");
+    }
 
     #[test]
     fn a_lock_name_prints_parses_and_serialises_as_namespace_slash_key() {

@@ -194,7 +194,7 @@ impl Lock {
             }) => {
                 let now = self.now();
                 self.holding()
-                    .lose_if_held(format!("the key is held by `{holder}`"));
+                    .lose_if_held(format!("the key is held by {}", holder.quoted()));
                 *self.seen() = Some(Seen {
                     holder: holder.to_string(),
                     payload: None,

@@ -127,8 +127,9 @@ impl Outcome {
                 holder,
                 remaining,
             } => Some(format!(
-                "not acquired: key=`{key}` is held by `{holder}` ({} left); wait longer or \
-                 try again later",
+                "not acquired: key=`{key}` is held by {} ({} left); wait longer or try again \
+                 later",
+                holder.quoted(),
                 human(*remaining)
             )),
             Outcome::Interrupted(signal) => Some(format!(

@@ -479,6 +479,8 @@ async fn release(
         (None, None) => String::new(),
     };
     let mut running = false;
+    // The holder for a sentence: its name quoted once.
+    let mut quoted = String::new();
     let (outcome, holder, remaining, exit) = match released {
         Ok(Release::Released) => ("released", None, Duration::ZERO, Outcome::Yes),
         Ok(Release::Free) => ("free", None, Duration::ZERO, Outcome::Yes),
@@ -486,6 +488,7 @@ async fn release(
             holder, remaining, ..
         }) => {
             running = matches!(holder, LockHolder::Running { .. });
+            quoted = holder.quoted();
             ("held", Some(holder.to_string()), remaining, Outcome::No)
         }
         Err(e) => return Err(e.into()),
@@ -506,16 +509,15 @@ async fn release(
             ("free", _) => out_line(&format!(
                 "free: key=`{full}` was not held; nothing to release"
             ))?,
-            (_, holder) if running => eprintln!(
-                "error: not released: key=`{full}` is held by {} ({} left); stop that \
+            _ if running => eprintln!(
+                "error: not released: key=`{full}` is held by {quoted} ({} left); stop that \
                  process, or pass --token with its fencing token (`lock show`) to release it \
                  from under it (its COMMAND is then stopped)",
-                holder.unwrap_or_default(),
                 human(remaining)
             ),
-            (_, holder) => eprintln!(
-                "error: not released: key=`{full}` is held by `{}` ({} left), not by {asked}{}",
-                holder.unwrap_or_default(),
+            _ => eprintln!(
+                "error: not released: key=`{full}` is held by {quoted} ({} left), not by \
+                 {asked}{}",
                 human(remaining),
                 match (owner, token) {
                     (Some(_), Some(_)) => " with that --token",
