@@ -364,6 +364,7 @@ fn listen() -> Result<(tempfile::TempDir, PathBuf, tokio::net::UnixListener)> {
         .unwrap_or_else(|| PathBuf::from("/tmp"));
     let dir = tempfile::Builder::new()
         .prefix("banklease-guard-")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .tempdir_in(&base)
         .with_context(|| {
             format!(

@@ -17,6 +17,7 @@
 
 mod exec;
 mod guard;
+mod marker;
 mod proof;
 mod tree;
 
@@ -194,7 +195,7 @@ impl Running {
                 cgroup.remove();
             }
             if let Some(done) = &done {
-                tree::remove_marker(done);
+                marker::remove_marker(done);
             }
         }
     }
@@ -316,7 +317,7 @@ pub async fn spawn(
     let cgroup = Cgroup::for_command().map_err(failed)?;
     // Without a cgroup, nothing names the tree once the guard is gone but the guard's own word
     // that it proved it empty (a waiter on this host reads it).
-    let done = cgroup.is_none().then(tree::done_marker).flatten();
+    let done = cgroup.is_none().then(marker::done_marker).flatten();
     // Should the guard die, the tree's orphans come here, where they can still be killed.
     let me = rustix::process::getpid();
     if let Err(e) = rustix::process::set_child_subreaper(Some(me)) {
@@ -341,7 +342,7 @@ pub async fn spawn(
                 c.remove();
             }
             if let Some(done) = &done {
-                tree::remove_marker(done);
+                marker::remove_marker(done);
             }
             return Err(failed(e));
         }
@@ -370,7 +371,7 @@ pub async fn spawn(
                 c.remove();
             }
             if let Some(done) = &done {
-                tree::remove_marker(done);
+                marker::remove_marker(done);
             }
             if !gone {
                 return Err(failed(e.context(format!(

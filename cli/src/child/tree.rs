@@ -47,8 +47,16 @@ const FREEZE_ROUNDS: usize = 200;
 /// How long a freeze of the cgroup is waited for (a process in an uninterruptible sleep
 /// freezes when it wakes).
 const FREEZE_WAIT: Duration = Duration::from_millis(200);
-/// What banklease names its cgroups (`banklease-<pid>-<nonce>`).
-const PREFIX: &str = "banklease-";
+/// What banklease names its cgroups (`banklease-<pid namespace>.<pid>-<nonce>`) and its
+/// markers.
+pub(super) const PREFIX: &str = "banklease-";
+/// How long an empty cgroup whose supervisor its name cannot judge (another pid namespace's, or
+/// an older version's) is left: a live supervisor's is empty only from its creation until its
+/// COMMAND joins it, moments.
+const UNJUDGED_IDLE: Duration = Duration::from_secs(60);
+/// How deep the sweep looks into leftovers (a nested `lock run` makes its cgroup in its outer
+/// COMMAND's).
+const SWEEP_DEPTH: usize = 8;
 
 /// A cgroup v2 that holds COMMAND's tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,8 +91,11 @@ impl Cgroup {
     fn create() -> Result<Cgroup> {
         let parent = own_cgroup_dir().context("no cgroup v2 of this process is mounted")?;
         sweep(&parent);
+        // The pid namespace in the name: a sweeper elsewhere cannot judge the pid (pid 1 of a
+        // container is not the host's).
         let dir = parent.join(format!(
-            "{PREFIX}{}-{:08x}",
+            "{PREFIX}{}.{}-{:08x}",
+            own_pid_namespace(),
             std::process::id(),
             nonce() as u32
         ));
@@ -185,111 +196,72 @@ impl Cgroup {
 }
 
 /// Remove the empty cgroups that earlier supervisors, killed before they could, left in
-/// `parent`: only those whose supervisor (the pid in the name) is gone, as a live one's cgroup
-/// is empty until its COMMAND joins it.
+/// `parent`, and in them (a nested `lock run`'s, which kept its outer one from being removed):
+/// each is judged by what is in it (`populated 0` in `cgroup.events`), and by its supervisor,
+/// as a live one's cgroup is empty until its COMMAND joins it: gone (the pid in the name, in
+/// this pid namespace), or, where the name cannot say, empty for [`UNJUDGED_IDLE`].
 fn sweep(parent: &Path) {
-    let Ok(entries) = std::fs::read_dir(parent) else {
+    sweep_in(parent, SWEEP_DEPTH, own_pid_namespace());
+}
+
+fn sweep_in(dir: &Path, depth: usize, namespace: u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(PREFIX))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<i32>().ok())
-            .and_then(Pid::from_raw)
-        else {
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
             continue;
         };
-        if rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH) {
-            // Fails, harmlessly, while processes are in it.
-            let _ = std::fs::remove_dir(entry.path());
-        }
-    }
-}
-
-/// Where a guard without a cgroup says it proved its tree gone after its supervisor died:
-/// `done` in a new directory of `/dev/shm` (else the temporary directory) that only this user
-/// may enter, read by a waiter on this host. Another user cannot create the file first (in a
-/// shared directory, a name shown on the guard's command line could be taken, and the guard's
-/// word then never came). `None` when no such directory can be made: a waiter then waits for
-/// the lock's expiry. The supervisor removes it as it ends ([`remove_marker`]); old ones left
-/// by a supervisor that was killed are swept here.
-pub fn done_marker() -> Option<PathBuf> {
-    let shm = Path::new("/dev/shm");
-    let base = if shm.is_dir() {
-        shm.to_owned()
-    } else {
-        std::env::temp_dir()
-    };
-    sweep_markers(&base);
-    match tempfile::Builder::new()
-        .prefix(&format!("{PREFIX}tree-{}-", std::process::id()))
-        .tempdir_in(&base)
-    {
-        Ok(dir) => Some(dir.keep().join("done")),
-        Err(e) => {
-            tracing::warn!(dir = %base.display(), error = %e,
-                "cannot make a private directory for the guard's word; a waiter on this host \
-                 waits for the lock's expiry should this supervisor be killed");
-            None
-        }
-    }
-}
-
-/// Remove a marker [`done_marker`] made, and its directory (never through a link).
-pub fn remove_marker(done: &Path) {
-    let Some(dir) = done.parent() else {
-        return;
-    };
-    let ours = dir
-        .file_name()
-        .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{PREFIX}tree-")));
-    if !ours {
-        return;
-    }
-    let _ = std::fs::remove_file(done);
-    if let Err(e) = std::fs::remove_dir(dir) {
-        tracing::debug!(dir = %dir.display(), error = %e, "cannot remove the guard's marker directory");
-    }
-}
-
-/// How long a guard's word that its tree is gone is kept: a waiter reads it within moments.
-const MARKER_KEPT: Duration = Duration::from_secs(3600);
-
-/// Remove this user's markers older than [`MARKER_KEPT`]: directories of [`done_marker`]
-/// (what is in them first, one by one: nothing is followed), and files of an older version.
-fn sweep_markers(base: &Path) {
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return;
-    };
-    let me = rustix::process::geteuid().as_raw();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if !name
-            .to_string_lossy()
-            .starts_with(&format!("{PREFIX}tree-"))
-        {
+        let path = entry.path();
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
-        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
-            continue;
-        };
-        let old = meta
-            .modified()
+        // Read before its children go (which touches it).
+        let idle = std::fs::metadata(&path)
+            .and_then(|m| m.modified())
             .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age > MARKER_KEPT);
-        if !old || std::os::unix::fs::MetadataExt::uid(&meta) != me {
+            .and_then(|t| t.elapsed().ok());
+        // Children first: a cgroup with one cannot be removed.
+        if depth > 0 {
+            sweep_in(&path, depth - 1, namespace);
+        }
+        let events = std::fs::read_to_string(path.join("cgroup.events")).unwrap_or_default();
+        if !events.lines().any(|l| l.trim() == "populated 0") {
             continue;
         }
-        if meta.is_dir() {
-            remove_marker(&entry.path().join("done"));
-        } else if meta.is_file() {
-            let _ = std::fs::remove_file(entry.path());
+        let pid_gone =
+            |pid| rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH);
+        let supervisor_gone = match supervisor_of(rest) {
+            Some((Some(ns), pid)) if ns == namespace => pid_gone(pid),
+            // An older version's name: a pid gone here is gone (as that version judged); one
+            // that lives may be another namespace's (pid 1 of a container).
+            Some((None, pid)) if pid_gone(pid) => true,
+            _ => idle.is_some_and(|idle| idle > UNJUDGED_IDLE),
+        };
+        if supervisor_gone {
+            // Fails, harmlessly, if a process joined it since.
+            if let Err(e) = std::fs::remove_dir(&path) {
+                tracing::debug!(cgroup = %path.display(), error = %e, "leftover cgroup not removed");
+            }
         }
     }
+}
+
+/// The supervisor a cgroup's name (after [`PREFIX`]) gives: its pid namespace (`None` in an
+/// older version's name, `<pid>-<nonce>`) and pid.
+fn supervisor_of(rest: &str) -> Option<(Option<u64>, Pid)> {
+    let first = rest.split('-').next()?;
+    let (ns, pid) = match first.split_once('.') {
+        Some((ns, pid)) => (Some(ns.parse().ok()?), pid),
+        None => (None, first),
+    };
+    Some((ns, Pid::from_raw(pid.parse().ok()?)?))
+}
+
+/// This process's pid namespace (the inode of `/proc/self/ns/pid`; 0 where it cannot be read).
+fn own_pid_namespace() -> u64 {
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| std::os::unix::fs::MetadataExt::ino(&m))
 }
 
 /// A random number, without a generator of our own: std's per-process random hash keys.
