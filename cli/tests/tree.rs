@@ -434,3 +434,49 @@ fn without_a_cgroup_a_dead_pair_is_not_taken_over_early() {
         text(&out)
     );
 }
+
+/// A COMMAND that leaves a hopping chain: each generation appends its number to a file, forks
+/// the next and exits at once (a new pid every iteration, as daemons that re-daemonize do),
+/// for 4,000 generations; COMMAND exits as soon as it started it. Before, without a cgroup, a
+/// walk of `/proc` often missed the chain (one process at a time, each alive for a moment),
+/// `lock run` released the lock beside it with no note, and it ran on after `lock run` exited.
+/// Now the guard, the subreaper every orphan of the chain comes back to, answers for the tree:
+/// it is empty only when the guard has no child at all, which the kernel says atomically.
+#[test]
+fn a_hopping_chain_is_stopped_before_the_lock_is_released() {
+    let chain = r#"f() { [ "$1" -gt 4000 ] && exit 0; echo "$1" >> "$WORK/chain.ticks"; f $(($1 + 1)) & exit 0; }; f 0 & exit 0"#;
+    for env in modes() {
+        for which in SUPERVISORS {
+            let name = format!("chain-{which}-{}", mode(&env));
+            let _ = std::fs::remove_file(env.work().join("chain.ticks"));
+            let key = format!("chain/{which}");
+            let argv = vec!["sh".into(), "-c".into(), chain.to_owned()];
+            let args = supervisor(which, &key, 10, argv);
+            let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+            if which == "lock-run" {
+                args.splice(2..2, ["--kill-after", "300ms"]);
+            }
+            let mut sup = env.spawn(&args, &name);
+            let status = wait_child(&mut sup);
+            let at_exit = env.read("chain.ticks").lines().count();
+            std::thread::sleep(Duration::from_millis(500));
+            let later = env.read("chain.ticks").lines().count();
+            let err = env.read(&format!("{name}.err"));
+            assert_eq!(
+                status.code(),
+                Some(0),
+                "{name}: COMMAND's own status: {err}"
+            );
+            assert!(
+                at_exit > 0 && at_exit < 4000,
+                "{name}: the chain did not run while held ({at_exit} generations): {err}"
+            );
+            assert_eq!(
+                later,
+                at_exit,
+                "{name}: the chain went on for {} generations after the lock was released: {err}",
+                later - at_exit
+            );
+        }
+    }
+}

@@ -283,8 +283,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     // The lock goes with the lease, once COMMAND's writes in flight are done: a second
     // `run --lock` job must not start while they may still land. Until it is released, the
     // guard keeps what COMMAND left in the background from outliving it.
-    let stuck = child.still_running();
-    if !stuck.is_empty() {
+    if let Some(stuck) = child.left() {
         // Released, the lock would go to the next holder beside them (see `lock run`).
         if let Some(kept) = lock.take() {
             kept.abandon().await;

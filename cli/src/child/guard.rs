@@ -51,6 +51,8 @@ const ARMED: &str = "armed";
 const STARTED: &str = "started";
 /// What the supervisor says once it checked that its peer is the guard: start COMMAND.
 const GO: &str = "go";
+/// What the guard says once COMMAND exited and it has no child at all: the whole tree is gone.
+const EMPTY: &str = "empty";
 /// What the guard says when it could not start COMMAND: `failed WHY`.
 const FAILED: &str = "failed";
 /// What the guard says when COMMAND exited: `exited RAW_WAIT_STATUS`.
@@ -117,7 +119,12 @@ pub struct Guard {
     /// must never block the supervisor; only the newest word matters).
     told: watch::Sender<Told>,
     feeder: tokio::task::JoinHandle<()>,
-    said: Lines<BufReader<OwnedReadHalf>>,
+    /// What the guard says, until it started COMMAND; then read by a task of its own, which
+    /// passes on the events and keeps `empty`.
+    said: Option<Lines<BufReader<OwnedReadHalf>>>,
+    events: Option<tokio::sync::mpsc::UnboundedReceiver<Heard>>,
+    /// The guard said COMMAND's whole tree is gone ([`EMPTY`]).
+    empty: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Once the guard is heard gone: nothing more will be said.
     gone: bool,
 }
@@ -238,7 +245,9 @@ impl Guard {
             child,
             told,
             feeder,
-            said: BufReader::new(read).lines(),
+            said: Some(BufReader::new(read).lines()),
+            events: None,
+            empty: std::sync::Arc::default(),
             gone: false,
         })
     }
@@ -276,8 +285,11 @@ impl Guard {
     /// handlers are installed, its deadline running. COMMAND's pid, and its start time (clock
     /// ticks after boot) as the guard read it before COMMAND could be reaped.
     pub async fn started(&mut self) -> Result<(u32, Option<u64>)> {
+        let Some(lines) = self.said.as_mut() else {
+            anyhow::bail!("the guard already started COMMAND");
+        };
         for expected in [ARMED, STARTED] {
-            let said = tokio::time::timeout(ARMING, self.said.next_line()).await;
+            let said = tokio::time::timeout(ARMING, lines.next_line()).await;
             let line = match said {
                 Ok(Ok(Some(line))) => line,
                 Ok(_) => anyhow::bail!("the guard exited before it started COMMAND"),
@@ -297,6 +309,7 @@ impl Guard {
                     .and_then(|p| p.parse().ok())
                     .with_context(|| format!("the guard said `{line}`"))?;
                 let ticks = words.next().and_then(|t| t.parse().ok());
+                self.listen();
                 return Ok((pid, ticks));
             }
             match line.strip_prefix(FAILED) {
@@ -307,26 +320,78 @@ impl Guard {
         unreachable!("the loop returns at `started`")
     }
 
+    /// From COMMAND's start on, a task reads what the guard says: `empty` is kept (the tree's
+    /// end is asked for, not waited for), the rest passed on to [`heard`](Self::heard).
+    fn listen(&mut self) {
+        let Some(mut lines) = self.said.take() else {
+            return;
+        };
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let empty = std::sync::Arc::clone(&self.empty);
+        tokio::spawn(async move {
+            loop {
+                let heard = match lines.next_line().await {
+                    Ok(Some(line)) => {
+                        let line = line.trim();
+                        let mut words = line.split_whitespace();
+                        match words.next() {
+                            Some(FIRED) => Heard::Fired,
+                            Some(EMPTY) => {
+                                empty.store(true, std::sync::atomic::Ordering::SeqCst);
+                                continue;
+                            }
+                            Some(EXITED) => {
+                                let Some(raw) = words.next().and_then(|r| r.parse::<i32>().ok())
+                                else {
+                                    continue;
+                                };
+                                // `exited RAW empty`: nothing of the tree was left either.
+                                if words.next() == Some(EMPTY) {
+                                    empty.store(true, std::sync::atomic::Ordering::SeqCst);
+                                }
+                                Heard::Exited(ExitStatus::from_raw(raw))
+                            }
+                            _ => continue,
+                        }
+                    }
+                    Ok(None) | Err(_) => Heard::Gone,
+                };
+                let gone = heard == Heard::Gone;
+                if tx.send(heard).is_err() || gone {
+                    return;
+                }
+            }
+        });
+        self.events = Some(rx);
+    }
+
     /// The next thing the guard says (cancel-safe). Once it is gone, pending forever.
     pub async fn heard(&mut self) -> Heard {
         if self.gone {
             return std::future::pending().await;
         }
-        loop {
-            match self.said.next_line().await {
-                Ok(Some(line)) if line.trim() == FIRED => return Heard::Fired,
-                Ok(Some(line)) => {
-                    let raw = line.trim().strip_prefix(EXITED).map(str::trim);
-                    if let Some(raw) = raw.and_then(|r| r.parse::<i32>().ok()) {
-                        return Heard::Exited(ExitStatus::from_raw(raw));
-                    }
-                }
-                Ok(None) | Err(_) => {
-                    self.gone = true;
-                    return Heard::Gone;
-                }
+        let next = match self.events.as_mut() {
+            Some(events) => events.recv().await,
+            None => None,
+        };
+        match next {
+            Some(Heard::Gone) | None => {
+                self.gone = true;
+                Heard::Gone
             }
+            Some(heard) => heard,
         }
+    }
+
+    /// Whether the guard said COMMAND's whole tree is gone: COMMAND exited and the guard, the
+    /// subreaper every orphan of the tree comes back to, has no child at all.
+    pub fn said_empty(&self) -> bool {
+        self.empty.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Whether the guard is heard gone (exited or killed).
+    pub fn is_gone(&self) -> bool {
+        self.gone
     }
 
     /// SIGCONT the guard if it is stopped: a dead-man's switch that does not run is none.
@@ -468,11 +533,21 @@ pub async fn run(args: Args, clock: &SharedClock) -> crate::Outcome {
             return crate::Outcome::Exit(EXIT_HOLD_LOST);
         }
     }
+    let mut said_empty = false;
     loop {
         for said in guard.reap() {
             if say(&mut write, &said).await.is_err() {
                 return guard.supervisor_gone(clock).await;
             }
+            said_empty |= said.ends_with(EMPTY);
+        }
+        // Once COMMAND exited, the moment the tree is all gone (said once: nothing can join an
+        // empty tree).
+        if !said_empty && guard.command.is_none() && childless() {
+            if say(&mut write, EMPTY).await.is_err() {
+                return guard.supervisor_gone(clock).await;
+            }
+            said_empty = true;
         }
         let parent_now = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
         if parent_now != args.parent {
@@ -567,21 +642,22 @@ impl Guarding {
         }
         // Killed again at every look until none of it lives: a process in an uninterruptible
         // sleep, or one that forked as a walk passed, is not let go.
-        if self.kill_at.is_some_and(|at| now >= at) && !self.tree.members().is_empty() {
+        if self.kill_at.is_some_and(|at| now >= at) && !childless() {
             self.tree.kill();
         }
         fired_now
     }
 
     /// Reap every child that exited (the tree's orphans come to the guard); what to say of
-    /// COMMAND's exit.
+    /// COMMAND's exit (`exited RAW`, and `empty` after it when nothing of the tree is left).
     fn reap(&mut self) -> Vec<String> {
         let mut said = Vec::new();
         while let Ok(Some((pid, status))) = rustix::process::wait(WaitOptions::NOHANG) {
             let pid = pid.as_raw_nonzero().get().unsigned_abs();
             if Some(pid) == self.command {
                 self.command = None;
-                said.push(format!("{EXITED} {}", status.as_raw()));
+                let empty = if childless() { " empty" } else { "" };
+                said.push(format!("{EXITED} {}{empty}", status.as_raw()));
             }
         }
         said
@@ -594,7 +670,9 @@ impl Guarding {
         for _ in 0..GONE_ROUNDS {
             self.tree.kill();
             self.reap();
-            if self.tree.members().is_empty() {
+            // A walk can miss a process that forks and exits as it passes; the kernel's answer
+            // to "any child?" cannot (and a process that left the cgroup is still a child).
+            if childless() && self.tree.members().is_empty() {
                 gone = true;
                 break;
             }
@@ -622,6 +700,24 @@ impl Guarding {
         }
         crate::Outcome::Exit(EXIT_HOLD_LOST)
     }
+}
+
+/// Whether this process has no child at all, live or unreaped: for the guard, the child
+/// subreaper of COMMAND's tree, that every process of the tree is gone — whatever group,
+/// session or cgroup it moved to, however fast it forks and exits (the kernel re-parents a
+/// dying process's children to the subreaper before the process itself is reaped). One
+/// question to the kernel, atomic, where a walk of `/proc` is not.
+fn childless() -> bool {
+    use rustix::process::{WaitId, WaitIdOptions};
+    let any = WaitIdOptions::NOHANG
+        | WaitIdOptions::NOWAIT
+        | WaitIdOptions::EXITED
+        | WaitIdOptions::STOPPED
+        | WaitIdOptions::CONTINUED;
+    matches!(
+        rustix::process::waitid(WaitId::All, any),
+        Err(rustix::io::Errno::CHILD)
+    )
 }
 
 /// `O_NOFOLLOW`, from the kernel's own definition.

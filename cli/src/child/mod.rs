@@ -173,12 +173,24 @@ impl Running {
         }
     }
 
-    /// The live processes left of COMMAND's tree (none tracked when unguarded). After
-    /// [`watch`], any left could not be stopped: the hold must not be released.
-    pub fn still_running(&self) -> Vec<u32> {
+    /// What is left of COMMAND's tree: `None` once it is proved gone, else the live processes a
+    /// walk of `/proc` found — maybe none: a process that forks and exits as fast as it is
+    /// looked at is not in any walk, and the tree is not gone until the guard says so (it has
+    /// no child at all: [`guard::Guard::said_empty`]). Once the guard is gone, its orphans are
+    /// this process's, and a walk is all there is. Nothing is tracked unguarded. After
+    /// [`watch`], anything left could not be stopped: the hold must not be released.
+    pub fn left(&self) -> Option<Vec<u32>> {
         match &self.inner {
-            Inner::Guarded { tree, .. } => tree.members(),
-            Inner::Plain { .. } => Vec::new(),
+            Inner::Guarded { tree, guard, .. } => {
+                let members = tree.members();
+                let gone = if guard.is_gone() {
+                    members.is_empty()
+                } else {
+                    guard.said_empty()
+                };
+                (!gone).then_some(members)
+            }
+            Inner::Plain { .. } => None,
         }
     }
 
@@ -619,33 +631,48 @@ impl Watched<'_> {
             // Unguarded, the group is all that is known of the tree: killed unlooked.
             running.kill();
         }
-        let left = running.still_running();
-        if left.is_empty() {
-            return;
-        }
         let clock = self.clock;
+        // The guard's word that the tree is gone follows COMMAND's exit at once when nothing
+        // else ran: a moment for it before anything is said to be left.
+        let said_by = clock.now() + TREE_WORD;
+        let mut left = running.left();
+        while left.as_ref().is_some_and(Vec::is_empty) && clock.now() < said_by {
+            clock.sleep(TREE_POLL).await;
+            left = running.left();
+        }
+        let Some(left) = left else {
+            return;
+        };
         if !now {
             let shown: Vec<String> = left.iter().take(5).map(u32::to_string).collect();
             let more = if left.len() > 5 { ", …" } else { "" };
+            let which = if shown.is_empty() {
+                // Seen by the guard, not by a walk: forking and exiting as fast as it is looked
+                // at.
+                "processes of its tree running (none stays long enough to be named)".to_owned()
+            } else {
+                format!(
+                    "{} process(es) of its tree running (pid {}{more})",
+                    left.len(),
+                    shown.join(", ")
+                )
+            };
             eprintln!(
-                "note: COMMAND exited, leaving {} process(es) of its tree running (pid {}{more}): \
-                 stopping them (SIGTERM, then SIGKILL after {}) before the lock is released",
-                left.len(),
-                shown.join(", "),
+                "note: COMMAND exited, leaving {which}: stopping them (SIGTERM, then SIGKILL \
+                 after {}) before the lock is released",
                 human(self.kill_after)
             );
             running.signal(Signal::TERM);
             let until = clock.now() + self.kill_after;
-            while clock.now() < until && !running.still_running().is_empty() {
+            while clock.now() < until && running.left().is_some() {
                 clock.sleep(TREE_POLL).await;
             }
         }
         let until = clock.now() + TREE_GONE;
         loop {
-            let left = running.still_running();
-            if left.is_empty() {
+            let Some(left) = running.left() else {
                 return;
-            }
+            };
             if clock.now() >= until {
                 tracing::warn!(pids = ?left, "processes of COMMAND's tree did not die after SIGKILL");
                 return;
@@ -696,6 +723,9 @@ const SILENT_LOOKS: u32 = 10;
 
 /// How long what is left of COMMAND's tree is waited for after its SIGKILL.
 const TREE_GONE: Duration = Duration::from_secs(5);
+/// How long after COMMAND's exit the guard's word that nothing of its tree is left is waited
+/// for, when no walk finds anything, before the tree is said to be left running.
+const TREE_WORD: Duration = Duration::from_millis(200);
 
 /// Completes, with the reason, when a hold (an owner lease, a named lock) can no longer be
 /// proved: Lost, released, or less than `margin` of it left on the holder's clock (send-time
@@ -744,10 +774,14 @@ fn send(group: Pid, signal: Signal) {
 /// the lock `key` is left to run out instead of being released beside them.
 pub fn left_to_run_out(stuck: &[u32], key: &str) -> String {
     let pids: Vec<String> = stuck.iter().map(u32::to_string).collect();
+    let which = if pids.is_empty() {
+        "none stays long enough to be named".to_owned()
+    } else {
+        format!("pid {}", pids.join(", "))
+    };
     format!(
-        "error: processes of COMMAND's tree could not be stopped (pid {}); the lock key=`{key}` \
-         is left to run out instead of being released beside them",
-        pids.join(", ")
+        "error: processes of COMMAND's tree could not be stopped ({which}); the lock \
+         key=`{key}` is left to run out instead of being released beside them"
     )
 }
 

@@ -26,7 +26,9 @@
 //! next holder: every stop (the guard's deadline, a lost lock, forwarded signals, ^Z, the
 //! supervisor's death, COMMAND's exit) goes through [`Tree`], and a tree that cannot be made to
 //! die (a process this user may not signal, an uninterruptible sleep) is not released beside:
-//! the lock is left to run out, its record still naming the tree. What remains: without a
+//! the lock is left to run out, its record still naming the tree. Absence is never a walk's: a
+//! process that forks and exits as fast as it is looked at is in no walk of `/proc`; while the
+//! guard lives, the tree is gone when the guard has no child at all (it says so). What remains: without a
 //! cgroup, supervisor and guard killed together leave what COMMAND started outside its process
 //! group out of reach (COMMAND itself dies with the guard, unless it exec'd a setuid program);
 //! work outside the host (a container under a daemon, `ssh`'s remote side) is in no tree; a

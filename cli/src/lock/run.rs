@@ -213,8 +213,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         kill_after,
     )
     .await;
-    let stuck = child.still_running();
-    if !stuck.is_empty() {
+    if let Some(stuck) = child.left() {
         // Released, the lock would go to the next holder beside them; its record names them,
         // so a waiter on this host waits for them, and one elsewhere for its expiry.
         kept.abandon().await;
