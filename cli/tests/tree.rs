@@ -480,3 +480,56 @@ fn a_hopping_chain_is_stopped_before_the_lock_is_released() {
         }
     }
 }
+
+/// Supervisor and guard stopped together (SIGSTOP to both, which only their user or root can
+/// send): nothing on the host acts for the lock, and COMMAND runs on past its expiry — the
+/// narrowed promise README states. A waiter on this host still does not take the lock while
+/// COMMAND's tree runs (it names the pid it waits for); one on another host would, at the
+/// expiry (fenced writes are the protection there). Continued, the guard finds its deadline
+/// past and stops the tree, `lock run` exits 75, and the waiter takes the lock.
+#[test]
+fn a_stopped_supervisor_and_guard_keep_the_lock_on_this_host_while_the_tree_runs() {
+    for env in modes() {
+        let name = format!("frozen-pair-{}", mode(&env));
+        let key = format!("frozen/{}", mode(&env));
+        let args = supervisor(
+            "lock-run",
+            &key,
+            2,
+            Shape::Timeout.argv(&worker(&env, &name)),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut sup = env.spawn(&args, &name);
+        wait_for("the worker's first ticks", || env.ticks(&name).len() >= 3);
+        let guard = Pid::from_raw(guard_of(sup.id()) as i32).unwrap();
+        signal(&sup, Signal::STOP);
+        kill_process(guard, Signal::STOP).unwrap();
+        // Past the lock's expiry (2 s): the worker still runs, the lock is not taken.
+        let out = env.run(&["lock", "run", "-w", "4", &key, "--", "true"]);
+        let running = running_workers(&env, &name);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{name}: taken beside the stopped holder's tree ({running:?} running): {}",
+            text(&out)
+        );
+        assert!(
+            !running.is_empty(),
+            "{name}: the worker runs on, as README says"
+        );
+        let mut waiter = env.spawn(&["lock", "run", "-w", "20", &key, "--", "true"], "waiter");
+        kill_process(guard, Signal::CONT).unwrap();
+        signal(&sup, Signal::CONT);
+        let status = wait_child(&mut sup);
+        let err = env.read(&format!("{name}.err"));
+        assert_eq!(status.code(), Some(75), "{name}: {err}");
+        let waited = wait_child(&mut waiter);
+        assert_eq!(waited.code(), Some(0), "{name}: {}", env.read("waiter.err"));
+        let left = running_workers(&env, &name);
+        kill_workers(&env, &name);
+        assert!(
+            left.is_empty(),
+            "{name}: the tree outlived `lock run`: {left:?}"
+        );
+    }
+}
