@@ -142,7 +142,7 @@ pub(crate) enum Command {
         /// COMMAND's cgroup.
         #[arg(long)]
         cgroup: Option<PathBuf>,
-        /// Without a cgroup: where to say the tree was proved gone after the supervisor died.
+        /// Where to say the tree was proved gone after the supervisor died.
         #[arg(long)]
         done: Option<PathBuf>,
         /// COMMAND and its arguments.

@@ -75,7 +75,7 @@ pub struct Processes {
     pub command: u32,
     /// The cgroup that holds COMMAND's tree, if any.
     pub cgroup: Option<PathBuf>,
-    /// Without a cgroup, the file the guard writes once the tree is proved gone.
+    /// The file the guard writes once the tree is proved gone (after the supervisor died).
     pub done: Option<PathBuf>,
     /// COMMAND's start time (clock ticks after boot), when its starter read it: COMMAND may
     /// have exited by the time the binding is made (`sh -c 'daemon &'`).
@@ -257,16 +257,24 @@ impl ProcessBinding {
             && (self.group_reused() || group_gone(self.group))
     }
 
-    /// The whole tree proved gone: its cgroup has no live process (or was removed), or,
-    /// without one, the guard said it proved it empty. A record of an older version names
-    /// neither: its group and COMMAND are all it knows of.
+    /// The whole tree proved gone: the guard said it proved it empty (it had no child left),
+    /// and its cgroup, if it has one, has no live process (or was removed). An empty cgroup
+    /// alone proves nothing: a process of the tree can move itself into its parent's (a
+    /// user's processes can write that `cgroup.procs`), where only the guard, its subreaper,
+    /// still sees it; with the guard killed too, nothing does, and the lock runs to its expiry.
+    /// A record of an older version names no word: its cgroup, or else its group and COMMAND,
+    /// are all it knows of.
     fn tree_gone(&self) -> bool {
+        // Made by the guard (create-new, no symlink followed) as the supervisor's user: a file
+        // anyone could have put there proves nothing.
+        let said = |done: &std::path::Path| {
+            std::fs::symlink_metadata(done)
+                .is_ok_and(|m| m.file_type().is_file() && Some(m.uid()) == self.uid)
+        };
         match (&self.cgroup, &self.done) {
-            (Some(cgroup), _) => cgroup.judge() == Tree::Gone,
-            // Made by the guard (create-new, no symlink followed) as the supervisor's user:
-            // a file anyone could have put there proves nothing.
-            (None, Some(done)) => std::fs::symlink_metadata(done)
-                .is_ok_and(|m| m.file_type().is_file() && Some(m.uid()) == self.uid),
+            (Some(cgroup), Some(done)) => said(done) && cgroup.judge() == Tree::Gone,
+            (Some(cgroup), None) => cgroup.judge() == Tree::Gone,
+            (None, Some(done)) => said(done),
             (None, None) => true,
         }
     }

@@ -148,7 +148,7 @@ pub struct Spawn<'a> {
     pub argv: &'a [OsString],
     pub env: &'a [(&'a str, OsString)],
     pub cgroup: Option<&'a Cgroup>,
-    /// Without a cgroup, where the guard says it proved the tree gone after the supervisor
+    /// Where the guard says it proved the tree gone after the supervisor
     /// died.
     pub done: Option<&'a std::path::Path>,
     pub kill_after: Duration,
@@ -463,7 +463,7 @@ pub struct Args {
     pub socket: PathBuf,
     /// COMMAND's cgroup, if it has one.
     pub cgroup: Option<PathBuf>,
-    /// Without one, where to say the tree was proved gone after the supervisor died.
+    /// Where to say the tree was proved gone after the supervisor died.
     pub done: Option<PathBuf>,
     pub argv: Vec<OsString>,
 }

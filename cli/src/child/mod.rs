@@ -125,7 +125,7 @@ enum Inner {
         command: u32,
         /// COMMAND's start time, as the guard read it.
         command_start_ticks: Option<u64>,
-        /// Without a cgroup, the file the guard writes once it proved the tree gone.
+        /// The file the guard writes once it proved the tree gone.
         done: Option<PathBuf>,
     },
 }
@@ -327,9 +327,9 @@ pub async fn spawn(
     }
     let failed = |e: anyhow::Error| (EXIT_RUN_FAILED, e);
     let cgroup = Cgroup::for_command().map_err(failed)?;
-    // Without a cgroup, nothing names the tree once the guard is gone but the guard's own word
-    // that it proved it empty (a waiter on this host reads it).
-    let done = cgroup.is_none().then(marker::done_marker).flatten();
+    // Once the supervisor is gone, only the guard's own word that it proved the tree empty
+    // hands the lock over early (a waiter on this host reads it): a cgroup can be left.
+    let done = marker::done_marker();
     // Should the guard die, the tree's orphans come here, where they can still be killed.
     let me = rustix::process::getpid();
     if let Err(e) = rustix::process::set_child_subreaper(Some(me)) {
