@@ -211,3 +211,41 @@ fn a_lock_released_by_its_token_is_not_taken_beside_what_is_left_of_its_tree() {
     let status = wait_child(&mut first);
     assert_eq!(status.code(), Some(75), "{}", env.read("first.err"));
 }
+
+/// From COMMAND's first instant, the lock is bound to the running `lock run`: a release by its
+/// name, sent by COMMAND itself as the first thing it does, is refused. (Before, the binding was
+/// written only after COMMAND started, and a release by name in that window succeeded — 4 of 6
+/// in a review — after which `lock run` exited 75.)
+#[test]
+fn a_release_by_name_is_refused_from_commands_first_instant() {
+    let env = Env::new();
+    let bin = env!("CARGO_BIN_EXE_banklease");
+    for round in 0..5 {
+        let job = format!(
+            r#""{bin}" lock release --owner o --session s k >/dev/null 2>&1; echo $? > "$WORK/released.{round}""#
+        );
+        let out = env.run(&[
+            "lock",
+            "run",
+            "--owner",
+            "o",
+            "--session",
+            "s",
+            "--duration",
+            "20s",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            &job,
+        ]);
+        let rc = env.read(&format!("released.{round}"));
+        assert_eq!(
+            rc.trim(),
+            "1",
+            "round {round}: COMMAND's release by name: {}",
+            text(&out)
+        );
+        assert_eq!(out.status.code(), Some(0), "round {round}: {}", text(&out));
+    }
+}

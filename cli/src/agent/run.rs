@@ -224,7 +224,8 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     if let Some(kept) = &lock {
         proof = proof.lock(kept.lock(), lock_margin);
     }
-    let guarded = lock.is_some().then_some((&proof, kill_after));
+    // No early handoff for `run --lock` (see `Proof::bind_locks`).
+    let guarded = lock.is_some().then_some((&proof, kill_after, false));
     let started = start(ctx, &args, &lease, lock_env, guarded).await;
     if let Ok((.., child)) = &started {
         // No handoff: the agent's writes, sent from this process, may land after it died.
@@ -396,7 +397,7 @@ async fn start(
     args: &RunArgs,
     lease: &OwnerLease,
     lock_env: Vec<(&'static str, OsString)>,
-    guarded: Option<(&Proof, Duration)>,
+    guarded: Option<(&Proof, Duration, bool)>,
 ) -> Result<Started, (u8, anyhow::Error)> {
     let failed = |e: anyhow::Error| (EXIT_RUN_FAILED, e);
     let dir = super::dir::socket_dir().map_err(failed)?;

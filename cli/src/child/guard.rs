@@ -119,6 +119,8 @@ pub struct Guard {
     /// must never block the supervisor; only the newest word matters).
     told: watch::Sender<Told>,
     feeder: tokio::task::JoinHandle<()>,
+    /// Tells the feeder to say `go`: the guard starts COMMAND.
+    go: Option<tokio::sync::oneshot::Sender<()>>,
     /// What the guard says, until it started COMMAND; then read by a task of its own, which
     /// passes on the events and keeps `empty`.
     said: Option<Lines<BufReader<OwnedReadHalf>>>,
@@ -226,13 +228,20 @@ impl Guard {
             );
         }
         let (read, mut write) = stream.into_split();
-        // The peer proved to be the guard: it may start COMMAND.
-        if let Err(e) = write.write_all(format!("{GO}\n").as_bytes()).await {
-            let _ = child.start_kill();
-            return Err(anyhow::Error::new(e).context("cannot tell the guard to start COMMAND"));
-        }
         let (told, mut latest) = watch::channel(Told::Deadline(first));
+        // The peer proved to be the guard: it starts COMMAND once told to (`started`), after
+        // the caller bound the holds to the guard (`Proof::bind_before_start`). Nothing is
+        // written before: the guard reads `go` first.
+        let (go, went) = tokio::sync::oneshot::channel::<()>();
         let feeder = tokio::spawn(async move {
+            if went.await.is_err() || write.write_all(format!("{GO}\n").as_bytes()).await.is_err() {
+                return;
+            }
+            // The deadline proved while the guard waited for `go`.
+            let line = latest.borrow_and_update().line();
+            if write.write_all(line.as_bytes()).await.is_err() {
+                return;
+            }
             while latest.changed().await.is_ok() {
                 let line = latest.borrow_and_update().line();
                 if write.write_all(line.as_bytes()).await.is_err() {
@@ -245,6 +254,7 @@ impl Guard {
             child,
             told,
             feeder,
+            go: Some(go),
             said: Some(BufReader::new(read).lines()),
             events: None,
             empty: std::sync::Arc::default(),
@@ -285,6 +295,11 @@ impl Guard {
     /// handlers are installed, its deadline running. COMMAND's pid, and its start time (clock
     /// ticks after boot) as the guard read it before COMMAND could be reaped.
     pub async fn started(&mut self) -> Result<(u32, Option<u64>)> {
+        if let Some(go) = self.go.take() {
+            if go.send(()).is_err() {
+                anyhow::bail!("cannot tell the guard to start COMMAND: its channel is closed");
+            }
+        }
         let Some(lines) = self.said.as_mut() else {
             anyhow::bail!("the guard already started COMMAND");
         };

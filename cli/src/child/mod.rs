@@ -301,9 +301,9 @@ const REAP_ROUNDS: usize = 100;
 pub async fn spawn(
     argv: &[OsString],
     env: &[(&str, OsString)],
-    guarded: Option<(&Proof, Duration)>,
+    guarded: Option<(&Proof, Duration, bool)>,
 ) -> Result<Running, (u8, anyhow::Error)> {
-    let Some((proof, kill_after)) = guarded else {
+    let Some((proof, kill_after, handoff)) = guarded else {
         let child = spawn_command(argv, env)?;
         let group = child
             .id()
@@ -360,6 +360,18 @@ pub async fn spawn(
         }
     };
     let guard_pid = guard.pid();
+    // Bound before COMMAND starts, the guard standing in for it (COMMAND's group leader, and
+    // its parent): a release by name is refused from COMMAND's first instant, not only once
+    // the binding after its start landed.
+    let before = banklease::lock::process::Processes {
+        group: guard_pid,
+        command: guard_pid,
+        cgroup: cgroup.as_ref().map(|c| c.dir().to_owned()),
+        done: done.clone(),
+        command_start_ticks: banklease::process::proc_stat(guard_pid).map(|s| s.start_ticks),
+        handoff,
+    };
+    proof.bind_before_start(&before, BIND_WITHIN).await;
     let tree = Tree::new(me, cgroup).outside(guard_pid);
     match guard.started().await {
         Ok((command, command_start_ticks)) => {
@@ -721,6 +733,9 @@ impl Watched<'_> {
 /// supervisor stops waiting for its word.
 const SILENT_LOOKS: u32 = 10;
 
+/// How long the binding of the holds is waited for before COMMAND starts (the guard waits
+/// twice as long for its word to start).
+const BIND_WITHIN: Duration = Duration::from_secs(5);
 /// How long what is left of COMMAND's tree is waited for after its SIGKILL.
 const TREE_GONE: Duration = Duration::from_secs(5);
 /// How long after COMMAND's exit the guard's word that nothing of its tree is left is waited

@@ -101,6 +101,33 @@ impl Proof {
         }
     }
 
+    /// Before COMMAND starts: bind every lock to this supervisor and to `to` (which names the
+    /// guard in COMMAND's place), and wait (at most `within`) until the renewal that says so
+    /// has landed, so that no release by name finds a lock of a started COMMAND unbound.
+    /// Bound again with COMMAND once it runs ([`bind_locks`](Self::bind_locks)). A renewal that
+    /// fails or takes longer is the heartbeat's to retry (the start is not held up for it).
+    pub async fn bind_before_start(
+        &self,
+        to: &banklease::lock::process::Processes,
+        within: std::time::Duration,
+    ) {
+        for hold in &self.holds {
+            let Hold::Lock { lock, .. } = hold else {
+                continue;
+            };
+            if !lock.bind_to_processes(to) {
+                continue;
+            }
+            match tokio::time::timeout(within, lock.heartbeat()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::debug!(key = %lock.full_key(), error = %error_chain(&e),
+                    "the renewal that binds the lock before COMMAND starts failed"),
+                Err(_) => tracing::debug!(key = %lock.full_key(),
+                    "the renewal that binds the lock before COMMAND starts is late"),
+            }
+        }
+    }
+
     /// Proved time left before COMMAND must be stopped: the least over the holds of the time
     /// left (send-time expiry on the holder's clock) less its margin. Sends no request.
     pub fn left(&self) -> Duration {

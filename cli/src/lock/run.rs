@@ -182,7 +182,13 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     let proof = Proof::default().lock(held.lock(), margin);
     let mut kept = held.keep(ctx);
 
-    let mut child = match child::spawn(&args.argv(), &env, Some((&proof, kill_after))).await {
+    let mut child = match child::spawn(
+        &args.argv(),
+        &env,
+        Some((&proof, kill_after, !args.no_same_host_handoff)),
+    )
+    .await
+    {
         Ok(child) => {
             if args.say_why {
                 eprintln!(
