@@ -96,10 +96,21 @@ fn killed_holder_hands_over(env: &Env) {
     );
 
     let killed = Instant::now();
+    let supervisor = holder.id();
     signal(&holder, Signal::KILL);
     let status = wait_child(&mut waiter);
     let took = killed.elapsed();
     holder.wait().unwrap();
+    // The guard's word served its one reader: the next holder removed it.
+    let words: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&format!("banklease-tree-{supervisor}-")))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(words.is_empty(), "{store:?}: left in /dev/shm: {words:?}");
     assert_eq!(
         status.code(),
         Some(0),

@@ -279,6 +279,41 @@ impl ProcessBinding {
         }
     }
 
+    /// Remove the guard's word that the tree is gone (the file and its directory) once the
+    /// holding it vouched for was replaced: nobody reads it again. Only what a guard of this
+    /// user made: a regular file in a directory named `banklease-tree-…`, both this user's;
+    /// nothing is followed through a link. Best effort: one left is swept after an hour.
+    pub(crate) fn forget_word(&self) {
+        let Some(done) = &self.done else {
+            return;
+        };
+        let Some(dir) = done.parent() else {
+            return;
+        };
+        let me = rustix::process::geteuid().as_raw();
+        let ours = |path: &std::path::Path, dir: bool| {
+            std::fs::symlink_metadata(path).is_ok_and(|m| {
+                m.uid() == me
+                    && if dir {
+                        m.is_dir()
+                    } else {
+                        m.file_type().is_file()
+                    }
+            })
+        };
+        let named = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("banklease-tree-"));
+        if !named || self.uid != Some(me) || !ours(dir, true) || !ours(done, false) {
+            return;
+        }
+        let _ = std::fs::remove_file(done);
+        if let Err(e) = std::fs::remove_dir(dir) {
+            tracing::debug!(dir = %dir.display(), error = %e, "cannot remove the guard's word");
+        }
+    }
+
     /// A process of the holding's tree that still runs on this kernel — COMMAND, or one of its
     /// cgroup — for a holding past its expiry: the lock is not taken beside it. `None` when none
     /// does, or this kernel cannot judge (another host or namespace, a cgroup hierarchy seen

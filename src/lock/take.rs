@@ -229,6 +229,11 @@ pub(crate) async fn take_seeing(
                 (update_of(meta), rec.fence.saturating_add(1), replacing_own)
             }
         };
+        // The holding this replaces, whose guard's word (if any) nobody needs once it is ours.
+        let replaced = current
+            .as_ref()
+            .and_then(|(rec, _)| rec.bound().cloned())
+            .filter(|_| !replacing_own);
         if !replacing_own {
             // Fairness: a free key goes to the first live waiter, if any.
             if let Some(waiter) = tickets::first_live(locks, key, spec.ticket, &mut sc).await? {
@@ -253,6 +258,9 @@ pub(crate) async fn take_seeing(
         match write_record(&locks.bank, &locks.clock, &path, &record, mode).await? {
             Written::Ours(landed) => {
                 tracing::debug!(key = %record.key, owner = spec.owner, fence, "lock taken");
+                if let Some(p) = &replaced {
+                    p.forget_word();
+                }
                 return Ok(Granted { record, landed });
             }
             Written::Conflict(_) => continue,
