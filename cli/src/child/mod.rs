@@ -120,7 +120,7 @@ enum Inner {
     /// cgroup's processes); seen from here, this process's descendants but the guard (orphans
     /// come here should the guard die).
     Guarded {
-        guard: guard::Guard,
+        guard: Box<guard::Guard>,
         tree: Tree,
         command: u32,
         /// COMMAND's start time, as the guard read it.
@@ -378,7 +378,7 @@ pub async fn spawn(
             tracing::info!(held_by = %tree.describe(), command, "COMMAND started");
             Ok(Running {
                 inner: Inner::Guarded {
-                    guard,
+                    guard: Box::new(guard),
                     tree: tree.with_group(guard_pid),
                     command,
                     command_start_ticks,
