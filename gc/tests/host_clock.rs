@@ -346,6 +346,41 @@ async fn one_shot_passes_on_two_hosts_do_not_hold_each_other_back_for_ever() {
     assert!(rounds <= 8, "collected only after {rounds} rounds of 2 s");
 }
 
+/// The store's clock stepped back, one host's pass saw it (its reading behind its reference:
+/// it floors), an owner renewed in the meantime, and the clock was put right. The other host's
+/// record predates the step back: compared with it, the correction nets out to nothing, and
+/// the live owner's renewal, stamped 30 s low, looked expired. A floor raised on evidence of a
+/// step (a reading behind its reference, or one a step could hide in) drops older records as
+/// a confirmed step's does; only one raised for want of a reference does not. (The review of
+/// the change that kept records behind doubt floors found it.)
+#[tokio::test]
+async fn a_step_back_one_host_saw_drops_the_other_hosts_older_record() {
+    let w = world();
+    let a: SharedClock = Arc::new(Host(w.mock.clone()));
+    let b: SharedClock = Arc::new(OtherHost(w.mock.clone()));
+    let pass = |clock: &SharedClock| Collector::new(w.bank.clone(), clock.clone(), options());
+    pass(&a).run_pass().await.unwrap();
+    pass(&b).run_pass().await.unwrap();
+    let lease = live_owner(&w).await;
+    w.mock.advance(Duration::from_secs(1));
+    w.store_clock.step_back(Duration::from_secs(30));
+    lease.renew().await.unwrap();
+    w.mock.advance(Duration::from_millis(500));
+    let seen = pass(&b).run_pass().await;
+    assert!(seen.is_ok(), "{seen:?}");
+    w.mock.advance(Duration::from_secs(1));
+    w.store_clock.jump_forward(Duration::from_secs(30));
+    w.mock.advance(Duration::from_millis(500));
+    let _ = pass(&a).run_pass().await;
+    assert_eq!(
+        status(&w).await,
+        Some(Status::Protecting),
+        "a live owner's checkpoint was collected: {:?}",
+        floor(&w).await
+    );
+    drop(lease);
+}
+
 /// A floor an older release kept from a reading that was an hour ahead: the first pass whose
 /// reading compares cleanly with this host's last retires it, says so, and collects.
 #[tokio::test]

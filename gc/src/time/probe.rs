@@ -98,9 +98,10 @@ impl ClockProbe {
         if let Some(reference) = host.as_ref().and_then(|h| h.reference()) {
             self.watch.offer(reference);
         }
-        // Only a step's floor: one raised for doubt records no step, and dropping the
-        // references older than it had each host's pass floor for the other's, for ever.
-        if let Some(f) = floor.as_ref().and_then(|f| f.confirmed) {
+        // Only a floor raised on evidence of a step: one raised for want of a reference records
+        // none, and dropping the references older than it had each host's pass floor for the
+        // other's, for ever.
+        if let Some(f) = floor.as_ref().and_then(|f| f.evidence) {
             self.watch.behind_floor(f);
         }
         let store_time = observer.store_time().await?;
@@ -230,6 +231,7 @@ impl ClockProbe {
         }
         let raised = self.watch.floor() > floor_before;
         let confirmed = checked.as_ref().is_ok_and(|c| c.confirmed.is_some());
+        let evidence = checked.as_ref().ok().and_then(|c| c.evidence);
         let (checked, step_kept) = self.on_step(checked.map(|_| ())).await;
         // A floor this reading raised without a step is kept in the bank too, so that a pass
         // comparing with this reading later still judges from it; a confirmed step's floor is
@@ -238,8 +240,8 @@ impl ClockProbe {
         let kept = match (&checked, raised, self.dry_run) {
             (_, _, true) => false,
             _ if host.is_none() && !confirmed => false,
-            (Ok(()), _, false) if raised || confirmed => match self.watch.floor() {
-                Some(floor) => match write_floor(&self.bank, floor, confirmed).await {
+            (Ok(()), _, false) if raised || evidence.is_some() => match self.watch.floor() {
+                Some(floor) => match write_floor(&self.bank, floor, evidence).await {
                     Ok(()) => true,
                     Err(e) => {
                         tracing::warn!(error = %error_chain(&e), "recording the clock floor failed");

@@ -117,6 +117,12 @@ pub(crate) struct Checked {
     /// It confirmed a forward step an earlier reading was judged to be (the store's clock is
     /// at or past that reading): the floor is now at that reading's stamp.
     pub(crate) confirmed: Option<DateTime<Utc>>,
+    /// Evidence of a step: the higher stamp of a comparison that could not rule one out (a
+    /// reading behind its reference: the reference's; a store advance a step could hide in:
+    /// the reading's), or a confirmed step's floor. A reading at or below it may be from before
+    /// the step (see `FloorRecord::evidence`). `None` for a floor raised for want of a
+    /// reference alone.
+    pub(crate) evidence: Option<DateTime<Utc>>,
     /// It is behind the step candidate: that reading was wrong, or the step undone since.
     pub(crate) undone: Option<DateTime<Utc>>,
     /// A floor this process held that was ahead of this reading, compared with a clean
@@ -231,6 +237,7 @@ impl ClockWatch {
                     compared: true,
                     floored: true,
                     confirmed: Some(at),
+                    evidence: Some(floor),
                     undone: None,
                     dropped: None,
                 });
@@ -253,9 +260,17 @@ impl ClockWatch {
         // that was wrong for a while), a forward step since can net out to nothing.
         s.stepped = None;
         let behind = |prev: &StoreTime| backward_step(prev, probe, tolerance).is_some();
-        let uncertain = recent
-            .as_ref()
-            .is_some_and(|prev| hides(prev) || behind(prev));
+        // Behind its reference, the step (back) is between the two, and every stamp up to the
+        // reference's, that one included, may be from before its correction (evidence drops
+        // readings strictly below it); a step hiding in an advance is before this reading.
+        let evidence = recent.as_ref().and_then(|prev| {
+            if behind(prev) {
+                Some((prev.at + chrono::TimeDelta::nanoseconds(1)).max(probe.at))
+            } else {
+                hides(prev).then_some(probe.at)
+            }
+        });
+        let uncertain = evidence.is_some();
         // A reference behind a step the bank's floor records (one another collector confirmed)
         // was dropped: what this reading would be compared with is on the other side of a
         // step, so it is uncertain, as after a reading behind its reference.
@@ -304,6 +319,7 @@ impl ClockWatch {
         Ok(Checked {
             compared: reference.is_some(),
             floored,
+            evidence: evidence.or(s.floor.filter(|_| confirmed.is_some())),
             confirmed,
             undone,
             dropped,
@@ -414,11 +430,15 @@ struct FloorRecord {
     /// How far the candidate stepped (ms), for `gc/clock-steps` once it is confirmed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     step_by_ms: Option<u64>,
-    /// The floor the newest confirmed step raised (at or below `floor`): a reading older than
-    /// it is from before a step. A floor raised for doubt alone records no step, and leaves
-    /// other hosts' readings their references.
+    /// The newest evidence of a step some collector had (`Checked::evidence`): a confirmed
+    /// step's floor, or the higher stamp of a comparison that could not rule one out (a
+    /// reading behind its reference — a step back, whose correction no later comparison across
+    /// it sees — or a store advance a step could hide in). A host's reading older than it may be
+    /// from before the step: it is no reference. A floor raised for want of a reference alone
+    /// (a first reading, a record dropped) is no such evidence, and leaves other hosts'
+    /// readings their references.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    confirmed: Option<DateTime<Utc>>,
+    evidence: Option<DateTime<Utc>>,
 }
 
 /// `gc/clock-floor` as read: the floor (unless spent), the step candidate, and the version.
@@ -428,8 +448,9 @@ pub(crate) struct FloorRead {
     pub(crate) step: Option<DateTime<Utc>>,
     /// How far the candidate stepped, where the pass that judged it said.
     pub(crate) step_by: Option<Duration>,
-    /// The floor the newest confirmed step raised, unless spent (see [`ClockWatch::behind_floor`]).
-    pub(crate) confirmed: Option<DateTime<Utc>>,
+    /// The newest floor raised on evidence of a step, unless spent (see
+    /// [`ClockWatch::behind_floor`]).
+    pub(crate) evidence: Option<DateTime<Utc>>,
     /// The floor as stored, spent or not (kept when only the candidate changes).
     stored: DateTime<Utc>,
     spent: bool,
@@ -476,7 +497,7 @@ pub(crate) async fn read_floor_versioned(bank: &Bank) -> banklease::Result<Optio
         floor: (!record.spent).then_some(record.floor),
         step: record.step,
         step_by: record.step_by_ms.map(Duration::from_millis),
-        confirmed: record.confirmed.filter(|_| !record.spent),
+        evidence: record.evidence.filter(|_| !record.spent),
         stored: record.floor,
         spent: record.spent,
         version,
@@ -549,7 +570,7 @@ pub(crate) async fn write_step_candidate(
                     spent: read.spent,
                     step: Some(at),
                     step_by_ms: by_ms,
-                    confirmed: read.confirmed,
+                    evidence: read.evidence,
                 },
                 PutMode::Update(read.version.clone()),
             ),
@@ -559,7 +580,7 @@ pub(crate) async fn write_step_candidate(
                     spent: true,
                     step: Some(at),
                     step_by_ms: by_ms,
-                    confirmed: None,
+                    evidence: None,
                 },
                 PutMode::Create,
             ),
@@ -617,7 +638,7 @@ pub(crate) async fn settle_floor(
             step,
             step_by_ms: step_by.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             // Never above the floor it is part of.
-            confirmed: read.confirmed.map(|c| c.min(stored)),
+            evidence: read.evidence,
         },
     )
     .await
@@ -641,38 +662,40 @@ pub(crate) enum FloorChange {
 /// older one, which holds stamps back less far (the next collector to see the clock raises it
 /// again from its own readings).
 ///
-/// `confirmed` says the floor is a confirmed step's (the newest one is kept beside it).
+/// `evidence`, if any, is kept beside it (the newest: see `FloorRecord::evidence`). A floor is
+/// never lowered: one already higher stays, with the evidence recorded beside it.
 pub(crate) async fn write_floor(
     bank: &Bank,
     floor: DateTime<Utc>,
-    confirmed: bool,
+    evidence: Option<DateTime<Utc>>,
 ) -> banklease::Result<()> {
     let path = floor_path(bank);
     for _ in 0..FLOOR_WRITE_ATTEMPTS {
         let current = read_floor_versioned(bank).await?;
-        let kept = current.as_ref().and_then(|c| c.confirmed);
-        let confirmed = match (kept, confirmed.then_some(floor)) {
+        let there = current.as_ref().and_then(|c| c.floor);
+        let kept = current.as_ref().and_then(|c| c.evidence);
+        let new_evidence = evidence;
+        if there.is_some_and(|t| t >= floor) && kept >= new_evidence {
+            return Ok(());
+        }
+        let target = there.map_or(floor, |t| t.max(floor));
+        let evidence = match (kept, new_evidence) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
         // A step candidate another collector kept is kept too.
         let body = serde_json::to_vec(&FloorRecord {
-            floor,
+            floor: target,
             spent: false,
             step: current.as_ref().and_then(|c| c.step),
             step_by_ms: current
                 .as_ref()
                 .and_then(|c| c.step_by)
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            confirmed,
+            evidence,
         })
         .expect("a floor record serialises");
         let mode = match current {
-            Some(FloorRead {
-                floor: Some(there),
-                confirmed: there_confirmed,
-                ..
-            }) if there >= floor && (there_confirmed >= confirmed) => return Ok(()),
             Some(read) => PutMode::Update(read.version),
             None => PutMode::Create,
         };
@@ -761,11 +784,16 @@ mod tests {
     #[tokio::test]
     async fn a_floor_is_never_replaced_by_an_older_one() {
         let bank = Bank::open("memory://").unwrap();
-        write_floor(&bank, at(100), false).await.unwrap();
-        write_floor(&bank, at(50), false).await.unwrap();
+        write_floor(&bank, at(100), None).await.unwrap();
+        write_floor(&bank, at(50), None).await.unwrap();
         assert_eq!(floor_of(&bank).await, Some(at(100)));
-        write_floor(&bank, at(200), false).await.unwrap();
+        write_floor(&bank, at(200), None).await.unwrap();
         assert_eq!(floor_of(&bank).await, Some(at(200)));
+        // Nor by an older one raised on evidence of a step: the floor stays, the evidence is
+        // kept beside it (never above it).
+        write_floor(&bank, at(150), Some(at(150))).await.unwrap();
+        let read = read_floor_versioned(&bank).await.unwrap().unwrap();
+        assert_eq!((read.floor, read.evidence), (Some(at(200)), Some(at(150))));
     }
 
     /// A spent floor is retired only as it was read: one another collector wrote after the
@@ -773,9 +801,9 @@ mod tests {
     #[tokio::test]
     async fn retiring_a_spent_floor_keeps_one_written_since() {
         let bank = Bank::open("memory://").unwrap();
-        write_floor(&bank, at(10), false).await.unwrap();
+        write_floor(&bank, at(10), None).await.unwrap();
         let read = read_floor_versioned(&bank).await.unwrap().unwrap();
-        write_floor(&bank, at(500), false).await.unwrap();
+        write_floor(&bank, at(500), None).await.unwrap();
         settle_floor(&bank, &read, false, FloorChange::Retire)
             .await
             .unwrap();
@@ -786,7 +814,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(floor_of(&bank).await, None);
-        write_floor(&bank, at(600), false).await.unwrap();
+        write_floor(&bank, at(600), None).await.unwrap();
         assert_eq!(floor_of(&bank).await, Some(at(600)));
     }
     use std::time::Instant;
