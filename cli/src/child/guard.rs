@@ -234,12 +234,17 @@ impl Guard {
         // written before: the guard reads `go` first.
         let (go, went) = tokio::sync::oneshot::channel::<()>();
         let feeder = tokio::spawn(async move {
-            if went.await.is_err() || write.write_all(format!("{GO}\n").as_bytes()).await.is_err() {
+            if went.await.is_err() {
                 return;
             }
-            // The deadline proved while the guard waited for `go`.
-            let line = latest.borrow_and_update().line();
-            if write.write_all(line.as_bytes()).await.is_err() {
+            // `go`, with the deadline proved while the guard waited for it: the guard starts
+            // COMMAND under that one, not the one on its command line.
+            let proved = latest.borrow_and_update().line();
+            if write
+                .write_all(format!("{GO} {proved}").as_bytes())
+                .await
+                .is_err()
+            {
                 return;
             }
             while latest.changed().await.is_ok() {
@@ -526,8 +531,13 @@ pub async fn run(args: Args, clock: &SharedClock) -> crate::Outcome {
     }
     // Not before the supervisor checked that this is its guard (its socket could be anyone's).
     let go = tokio::time::timeout(ARMING, lines.next_line()).await;
-    if !matches!(&go, Ok(Ok(Some(line))) if line.trim() == GO) {
+    let Ok(Ok(Some(go))) = go else {
         return crate::Outcome::Exit(EXIT_HOLD_LOST);
+    };
+    // `go DEADLINE`: the deadline proved as the supervisor said it.
+    match go.trim().strip_prefix(GO) {
+        Some(proved) => guard.heard(proved.trim()),
+        None => return crate::Outcome::Exit(EXIT_HOLD_LOST),
     }
     match start_command(&args) {
         Ok(pid) => {

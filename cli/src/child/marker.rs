@@ -81,7 +81,18 @@ fn sweep_markers(base: &Path) {
             .ok()
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age > MARKER_KEPT);
-        if !old || std::os::unix::fs::MetadataExt::uid(&meta) != me {
+        // A live supervisor's stays, however long its run (its guard writes the word only
+        // when that supervisor dies).
+        let supervisor_lives = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&format!("{PREFIX}tree-")))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+            .and_then(rustix::process::Pid::from_raw)
+            .is_some_and(|pid| {
+                rustix::process::test_kill_process(pid) != Err(rustix::io::Errno::SRCH)
+            });
+        if !old || supervisor_lives || std::os::unix::fs::MetadataExt::uid(&meta) != me {
             continue;
         }
         if meta.is_dir() {

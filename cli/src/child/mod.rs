@@ -160,7 +160,9 @@ impl Running {
                 cgroup: tree.cgroup().map(|c| c.dir().to_owned()),
                 done: done.clone(),
                 command_start_ticks: *command_start_ticks,
-                handoff,
+                // Without the guard's word, nothing proves the tree gone once supervisor and
+                // guard are: no early handoff then.
+                handoff: handoff && done.is_some(),
             }),
         }
     }
@@ -369,9 +371,11 @@ pub async fn spawn(
         cgroup: cgroup.as_ref().map(|c| c.dir().to_owned()),
         done: done.clone(),
         command_start_ticks: banklease::process::proc_stat(guard_pid).map(|s| s.start_ticks),
-        handoff,
+        handoff: handoff && done.is_some(),
     };
     proof.bind_before_start(&before, BIND_WITHIN).await;
+    // The binding took time: the guard starts COMMAND on the deadline proved now.
+    guard.prove(|| proof.left());
     let tree = Tree::new(me, cgroup).outside(guard_pid);
     match guard.started().await {
         Ok((command, command_start_ticks)) => {
@@ -740,7 +744,7 @@ const BIND_WITHIN: Duration = Duration::from_secs(5);
 const TREE_GONE: Duration = Duration::from_secs(5);
 /// How long after COMMAND's exit the guard's word that nothing of its tree is left is waited
 /// for, when no walk finds anything, before the tree is said to be left running.
-const TREE_WORD: Duration = Duration::from_millis(200);
+const TREE_WORD: Duration = Duration::from_secs(1);
 
 /// Completes, with the reason, when a hold (an owner lease, a named lock) can no longer be
 /// proved: Lost, released, or less than `margin` of it left on the holder's clock (send-time

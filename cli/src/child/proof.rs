@@ -118,12 +118,20 @@ impl Proof {
             if !lock.bind_to_processes(to) {
                 continue;
             }
-            match tokio::time::timeout(within, lock.heartbeat()).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::debug!(key = %lock.full_key(), error = %error_chain(&e),
+            // Its own task: a renewal cut off mid-write would leave a version the lock does
+            // not know, and the next heartbeat would take it for another writer's.
+            let renewing = {
+                let lock = lock.clone();
+                tokio::spawn(async move { lock.heartbeat().await.map(drop) })
+            };
+            match tokio::time::timeout(within, renewing).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => tracing::debug!(key = %lock.full_key(), error = %error_chain(&e),
                     "the renewal that binds the lock before COMMAND starts failed"),
+                Ok(Err(e)) => tracing::debug!(key = %lock.full_key(), error = %e,
+                    "the renewal that binds the lock before COMMAND starts did not finish"),
                 Err(_) => tracing::debug!(key = %lock.full_key(),
-                    "the renewal that binds the lock before COMMAND starts is late"),
+                    "the renewal that binds the lock before COMMAND starts is late; it goes on"),
             }
         }
     }
