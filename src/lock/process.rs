@@ -190,6 +190,13 @@ fn live_in(dir: &Path) -> Option<u32> {
     None
 }
 
+/// Whether `dir` is named as the directory of a guard's word (`banklease-tree-…`).
+fn is_word_dir(dir: &std::path::Path) -> bool {
+    dir.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("banklease-tree-"))
+}
+
 impl ProcessBinding {
     /// This process as the supervisor of `to`'s COMMAND; `None` where the kernel cannot name
     /// them (not Linux, no `/proc` of our own, COMMAND already gone, a cgroup that cannot be
@@ -266,10 +273,19 @@ impl ProcessBinding {
     /// are all it knows of.
     fn tree_gone(&self) -> bool {
         // Made by the guard (create-new, no symlink followed) as the supervisor's user: a file
-        // anyone could have put there proves nothing.
+        // anyone could have put there proves nothing. In its own directory (since the word
+        // moved into one), that directory is the user's too, and no one else may write in it:
+        // a name freed there cannot be taken by another user.
         let said = |done: &std::path::Path| {
-            std::fs::symlink_metadata(done)
-                .is_ok_and(|m| m.file_type().is_file() && Some(m.uid()) == self.uid)
+            let file = std::fs::symlink_metadata(done)
+                .is_ok_and(|m| m.file_type().is_file() && Some(m.uid()) == self.uid);
+            let dir_ok = match done.parent().filter(|d| is_word_dir(d)) {
+                Some(dir) => std::fs::symlink_metadata(dir).is_ok_and(|m| {
+                    m.is_dir() && Some(m.uid()) == self.uid && m.mode() & 0o022 == 0
+                }),
+                None => true,
+            };
+            file && dir_ok
         };
         match (&self.cgroup, &self.done) {
             (Some(cgroup), Some(done)) => said(done) && cgroup.judge() == Tree::Gone,
@@ -281,15 +297,22 @@ impl ProcessBinding {
 
     /// Remove the guard's word that the tree is gone (the file and its directory) once the
     /// holding it vouched for was replaced: nobody reads it again. Only what a guard of this
-    /// user made: a regular file in a directory named `banklease-tree-…`, both this user's;
-    /// nothing is followed through a link. Best effort: one left is swept after an hour.
+    /// user made: a regular file `done` in a directory named `banklease-tree-…` of `/dev/shm`
+    /// or the temporary directory, both this user's; nothing is followed through a link (the
+    /// record's path is the bank's, whoever wrote it). Best effort: one left is swept later.
     pub(crate) fn forget_word(&self) {
         let Some(done) = &self.done else {
             return;
         };
-        let Some(dir) = done.parent() else {
+        let Some(dir) = done.parent().filter(|d| is_word_dir(d)) else {
             return;
         };
+        let base = dir.parent();
+        let known = base == Some(std::path::Path::new("/dev/shm"))
+            || base == Some(std::env::temp_dir().as_path());
+        if !known || done.file_name() != Some(std::ffi::OsStr::new("done")) {
+            return;
+        }
         let me = rustix::process::geteuid().as_raw();
         let ours = |path: &std::path::Path, dir: bool| {
             std::fs::symlink_metadata(path).is_ok_and(|m| {
@@ -301,11 +324,7 @@ impl ProcessBinding {
                     }
             })
         };
-        let named = dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("banklease-tree-"));
-        if !named || self.uid != Some(me) || !ours(dir, true) || !ours(done, false) {
+        if self.uid != Some(me) || !ours(dir, true) || !ours(done, false) {
             return;
         }
         let _ = std::fs::remove_file(done);
