@@ -240,7 +240,14 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
             if let Err(e) = keeper.release().await {
                 tracing::warn!(error = %error_chain(&e), "releasing the lease failed; it expires on its own");
             }
-            release_lock(&mut lock).await;
+            // 75: what COMMAND started may live on; the lock runs out (see `lock run`).
+            if code == EXIT_LEASE_LOST {
+                if let Some(kept) = lock.take() {
+                    kept.abandon().await;
+                }
+            } else {
+                release_lock(&mut lock).await;
+            }
             return Ok(code);
         }
     };

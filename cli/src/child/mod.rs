@@ -402,10 +402,16 @@ pub async fn spawn(
                 marker::remove_marker(done);
             }
             if !gone {
-                return Err(failed(e.context(format!(
-                    "processes COMMAND started could not be stopped (pid {:?})",
-                    tree.members()
-                ))));
+                // The hold must not be released beside them: 75 says so to the caller.
+                let pids: Vec<String> = tree.members().iter().map(u32::to_string).collect();
+                return Err((
+                    EXIT_HOLD_LOST,
+                    e.context(format!(
+                        "processes COMMAND started could not be stopped (pid {}); the lock is \
+                         left to run out instead of being released beside them",
+                        pids.join(", ")
+                    )),
+                ));
             }
             Err(failed(e))
         }

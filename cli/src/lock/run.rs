@@ -206,7 +206,13 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         }
         Err((code, e)) => {
             eprintln!("error: {}", banklease_gc_daemon::logging::error_line(&e));
-            kept.release().await;
+            // 75: what COMMAND started may live on (or nothing was left of the hold): the lock
+            // runs out, its record naming the tree, rather than go to the next holder beside it.
+            if code == EXIT_HOLD_LOST {
+                kept.abandon().await;
+            } else {
+                kept.release().await;
+            }
             return Ok(code);
         }
     };
