@@ -84,7 +84,17 @@ async fn the_collector_reauthenticates_through_token_expiries_and_collects() {
         assert_eq!(report.errors, 0, "pass {passes}: {report:?}");
         collected += report.collected;
         passes += 1;
-        assert!(live.check_validity(), "the live owner kept its lease");
+        // The live owner keeps its lease. Its own renewals go through the same expiring and
+        // revoked tokens, on a 3 s lease: one re-authentication slowed by a loaded Keystone can
+        // leave it under its 200 ms validity window for a moment (CI saw it once), which its
+        // next renewal ends; losing the lease is what must not happen.
+        match live.ensure_valid() {
+            Ok(()) => {}
+            Err(banklease::Error::ValidityTooShort { remaining, .. }) => {
+                eprintln!("pass {passes}: the live owner's validity ran short ({remaining:?} left)")
+            }
+            Err(e) => panic!("the live owner lost its lease: {e}"),
+        }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     assert_eq!(collected, 1, "the zombie, once");
@@ -111,6 +121,11 @@ async fn the_collector_reauthenticates_through_token_expiries_and_collects() {
         (3..=most).contains(&auths),
         "{auths} authentications in {passes} passes over {run:?} with {:?} tokens",
         ks.short_token_lifetime()
+    );
+    assert!(
+        matches!(live.state(), banklease::LeaseState::Held { .. }),
+        "the live owner kept its lease: {:?}",
+        live.state()
     );
     working.complete(Status::Available).await.unwrap();
     keeper.release().await.unwrap();
