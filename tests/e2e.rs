@@ -273,7 +273,12 @@ impl Bench {
             }
         };
         // Whole-second stamps: the expire window must dwarf them for "time left" to mean much.
-        let expire = if matches!(store, Store::S3 | Store::Azure | Store::Rgw) {
+        // Through Keystone, a renewal waits for the proxy to validate the service's token
+        // (cached 2 s): a loaded Keystone answering slowly lapsed B's 2 s lease in CI, twice.
+        let expire = if matches!(
+            store,
+            Store::S3 | Store::Azure | Store::Rgw | Store::Keystone
+        ) {
             Duration::from_secs(5)
         } else {
             EXPIRE_WINDOW
@@ -654,7 +659,12 @@ fn killed_owner_scenario(bench: Bench) {
     );
     assert_eq!(u64_field(&second, "errors"), 0, "{second}");
     assert_eq!(u64_field(&second, "dead"), 1, "{second}");
-    assert_eq!(u64_field(&second, "alive"), 1, "{second}");
+    assert_eq!(
+        u64_field(&second, "alive"),
+        1,
+        "B is alive: {second}\nB's log: {}",
+        b.log()
+    );
 
     for id in &a.protecting {
         let (code, v) = bench.checkpoint(id);
@@ -728,7 +738,8 @@ fn killed_owner_scenario(bench: Bench) {
     assert_eq!(
         states.get(&b.owner_id).map(String::as_str),
         Some("alive"),
-        "{states:?}"
+        "{states:?}\nB's log: {}",
+        b.log()
     );
     assert_ne!(
         states.get(&a.owner_id).map(String::as_str),
