@@ -12,7 +12,7 @@ use rustix::process::{kill_process, Pid, Signal};
 
 mod common;
 
-use common::work::{signal, state, Env};
+use common::work::{guard_of, signal, state, Env};
 use common::{wait_child, wait_for};
 
 /// COMMAND: starts a daemon (its own session) that moves itself into the parent of its cgroup,
@@ -36,31 +36,6 @@ fn alive(pid: u32) -> bool {
 
 fn kill(pid: u32) {
     let _ = kill_process(Pid::from_raw(pid as i32).unwrap(), Signal::KILL);
-}
-
-/// The guard's pid: the supervisor's child running `__guard`.
-fn guard_of(supervisor: u32) -> u32 {
-    let mut found = None;
-    wait_for("the guard", || {
-        found = std::fs::read_dir("/proc").ok().and_then(|d| {
-            d.flatten().find_map(|e| {
-                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-                let ppid: u32 = stat
-                    .rsplit_once(')')?
-                    .1
-                    .split_whitespace()
-                    .nth(1)?
-                    .parse()
-                    .ok()?;
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-                (ppid == supervisor && String::from_utf8_lossy(&cmdline).contains("__guard"))
-                    .then_some(pid)
-            })
-        });
-        found.is_some()
-    });
-    found.unwrap()
 }
 
 /// Starts the escaper under `lock run --duration 10s`; `None` where the host delegates no

@@ -18,7 +18,7 @@ use rustix::process::{kill_process, Pid, Signal};
 
 mod common;
 
-use common::work::{now_ns, signal, state, Env};
+use common::work::{guard_of, now_ns, signal, state, Env};
 use common::{output_text as text, wait_child, wait_for};
 
 /// The worker: records its pid and the lock's holder name, ignores SIGTERM, ticks for a minute.
@@ -289,29 +289,6 @@ fn commands_exit_ends_its_tree_before_the_lock_is_released() {
             assert!(notes[0].contains("COMMAND exited"), "{name}: {err}");
         }
     }
-}
-
-/// The guard's pid: the supervisor's child running `__guard`.
-fn guard_of(supervisor: u32) -> u32 {
-    let mut found = None;
-    wait_for("the guard", || {
-        found = std::fs::read_dir("/proc").unwrap().find_map(|e| {
-            let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let ppid: u32 = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            (ppid == supervisor && String::from_utf8_lossy(&cmdline).contains("__guard"))
-                .then_some(pid)
-        });
-        found.is_some()
-    });
-    found.unwrap()
 }
 
 /// Supervisor and guard killed together (`pkill -9 banklease`): what is left of the tree is

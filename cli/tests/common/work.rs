@@ -200,3 +200,26 @@ pub fn state(pid: u32) -> Option<char> {
     // `pid (comm) S ...`: comm may hold spaces and parentheses; the state follows the last ')'.
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
+
+/// The guard's pid: the supervisor's child running `__guard`.
+pub fn guard_of(supervisor: u32) -> u32 {
+    let mut found = None;
+    super::wait_for("the guard", || {
+        found = std::fs::read_dir("/proc").unwrap().find_map(|e| {
+            let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let ppid: u32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            (ppid == supervisor && String::from_utf8_lossy(&cmdline).contains("__guard"))
+                .then_some(pid)
+        });
+        found.is_some()
+    });
+    found.unwrap()
+}
