@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -444,6 +444,7 @@ impl SwiftBuilder {
                 client_options,
                 session: tokio::sync::Mutex::new(preauth),
                 authentications: AtomicU64::new(0),
+                in_flight: AtomicUsize::new(0),
                 one_cutoff: self.one_cutoff,
             }),
         })

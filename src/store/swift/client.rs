@@ -20,7 +20,7 @@
 //! for an object it wrote itself. Read back to resolve.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -125,6 +125,8 @@ pub(crate) struct SwiftClient {
     pub(crate) session: tokio::sync::Mutex<Option<Arc<Session>>>,
     /// How many authentications this client has made.
     pub(crate) authentications: AtomicU64,
+    /// Requests sent and not yet answered (or given up on), authentication included.
+    pub(crate) in_flight: AtomicUsize,
     /// A re-authentication and the resend count against the request's own retry budget
     /// ([`super::SwiftBuilder::with_one_retry_cutoff`]).
     pub(crate) one_cutoff: bool,
@@ -225,6 +227,7 @@ impl SwiftClient {
     /// (`[bank] retry_timeout`), no attempt of the request, the re-authentication or the resend
     /// starts past it: the retry budget the timing rules use covers all three.
     pub(crate) async fn send(&self, req: &Request<'_>) -> Result<HttpResponse, Error> {
+        let _flying = InFlight::enter(&self.in_flight);
         let mut session = self.session().await?;
         let cutoff = self
             .one_cutoff
@@ -479,5 +482,21 @@ impl SwiftClient {
             (_, StatusCode::UNAUTHORIZED) => "; swift did not accept a fresh token",
             _ => "",
         }
+    }
+}
+
+/// Counts a request in flight until it is answered or dropped (a caller that gives up).
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn enter(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(count)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }

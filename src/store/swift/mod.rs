@@ -181,6 +181,13 @@ impl SwiftStore {
         self.client.authentications.load(Ordering::SeqCst)
     }
 
+    /// Requests this store has sent and not yet heard back from (or given up on), its
+    /// authentications included: a caller driving a mock clock waits for none before moving
+    /// it, so that a real server's latency does not pass as mock time.
+    pub fn in_flight(&self) -> usize {
+        self.client.in_flight.load(Ordering::SeqCst)
+    }
+
     /// The storage URL (`.../v1/AUTH_account`), authenticating if needed. Holds no secret.
     pub async fn storage_url(&self) -> Result<String> {
         Ok(self.client.session().await?.storage_url.to_string())

@@ -37,6 +37,8 @@ struct FakeState {
     undated_store: bool,
     /// The container's listing (`?format=json`), answered to every GET of it.
     listing: Option<String>,
+    /// Every request waits for a permit here first (a paused server).
+    hold: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -60,6 +62,10 @@ fn respond(status: StatusCode, headers: &[(&str, String)], body: String) -> Http
 impl HttpService for Fake {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
         let (parts, body) = req.into_parts();
+        let hold = self.state().hold.clone();
+        if let Some(hold) = hold {
+            hold.acquire().await.unwrap().forget();
+        }
         let mut s = self.state();
         s.seen_urls.push(parts.uri.to_string());
         if parts.uri.path() == "/v3/auth/tokens" && parts.method == Method::POST {
@@ -491,4 +497,43 @@ async fn init_refuses_a_container_whose_keys_begin_with_a_slash_and_writes_nothi
         .map(|(_, p, _)| p.clone())
         .collect();
     assert!(puts.is_empty(), "written: {puts:?}");
+}
+
+#[tokio::test]
+async fn requests_in_flight_are_counted_until_answered_or_given_up() {
+    let fake = Fake::default();
+    let hold = Arc::new(tokio::sync::Semaphore::new(0));
+    fake.state().hold = Some(Arc::clone(&hold));
+    let store = Arc::new(keystone_store(&fake));
+    let in_flight = |n| {
+        let store = Arc::clone(&store);
+        async move {
+            for _ in 0..1000 {
+                if store.in_flight() == n {
+                    return;
+                }
+                tokio::task::yield_now().await;
+            }
+            panic!("in_flight stayed {} (wanted {n})", store.in_flight());
+        }
+    };
+    assert_eq!(store.in_flight(), 0);
+    let put = tokio::spawn({
+        let store = Arc::clone(&store);
+        async move { store.put(&Path::from("a"), "x".into()).await }
+    });
+    // Held at the server: its authentication is in flight as part of the request.
+    in_flight(1).await;
+    hold.add_permits(2);
+    put.await.unwrap().unwrap();
+    assert_eq!(store.in_flight(), 0);
+    // A caller that gives up (a timeout, an abandoned renewal) is no longer counted.
+    let put = tokio::spawn({
+        let store = Arc::clone(&store);
+        async move { store.put(&Path::from("b"), "x".into()).await }
+    });
+    in_flight(1).await;
+    put.abort();
+    assert!(put.await.unwrap_err().is_cancelled());
+    assert_eq!(store.in_flight(), 0);
 }

@@ -56,6 +56,8 @@ pub(super) struct Script {
     partitioned: bool,
     pub(super) ignore_conditions: bool,
     calls: HashMap<Op, u64>,
+    /// Calls started and not yet answered (or given up on).
+    in_flight: usize,
     pub(super) rng: StdRng,
     /// A second generator for late answers and ambiguous creates, so that turning them on
     /// leaves every other draw of a seed as it was.
@@ -85,6 +87,7 @@ impl Default for Script {
             partitioned: false,
             ignore_conditions: false,
             calls: HashMap::new(),
+            in_flight: 0,
             rng: StdRng::seed_from_u64(0),
             rng_late: StdRng::seed_from_u64(LATE_SEED),
             counts: FaultCounts::default(),
@@ -306,6 +309,13 @@ impl<T: ObjectStore> FailingStore<T> {
         self.script().ignore_conditions = ignore;
     }
 
+    /// Puts, gets, heads, copies and renames started and not yet answered (or given up on);
+    /// deletes and listings are not counted. A test driving a mock clock waits for none before
+    /// moving it, so that a real server's latency does not pass as mock time.
+    pub fn in_flight(&self) -> usize {
+        self.script().in_flight
+    }
+
     /// How many `op` requests were made (including failed ones).
     pub fn calls(&self, op: Op) -> u64 {
         self.script().calls.get(&op).copied().unwrap_or(0)
@@ -427,6 +437,7 @@ impl<T: ObjectStore> FailingStore<T> {
         create: bool,
         call: impl std::future::Future<Output = Result<R>>,
     ) -> Result<R> {
+        let _flying = InFlight::enter(self);
         let fate = self.enter(op, create).await?;
         if let Some((timeout, landed)) = fate.timeout {
             // The caller gives up after `timeout`; the request may still have reached the store
@@ -465,6 +476,28 @@ impl<T: ObjectStore> FailingStore<T> {
         if !late.is_zero() {
             self.script().counts.late_answers += 1;
             self.spend(late).await;
+        }
+    }
+}
+
+/// Counts a call in flight until it is answered or dropped (a caller that gives up).
+struct InFlight<'a, T>(&'a FailingStore<T>);
+
+impl<'a, T> InFlight<'a, T> {
+    fn enter(store: &'a FailingStore<T>) -> Self {
+        store
+            .script
+            .lock()
+            .expect("fault script poisoned")
+            .in_flight += 1;
+        Self(store)
+    }
+}
+
+impl<T> Drop for InFlight<'_, T> {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.0.script.lock() {
+            s.in_flight -= 1;
         }
     }
 }
