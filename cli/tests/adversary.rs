@@ -1,15 +1,17 @@
 //! A process-level adversary for `lock run` and `run --lock`: several supervisors over one key,
 //! real processes on real time, while a nemesis pauses (SIGSTOP, SIGTSTP), resumes and kills
-//! supervisors and their guards (and, where the host delegates a cgroup, both together),
-//! re-enters or releases a holder's session by name, and (on S3) holds the store's traffic.
-//! COMMAND takes shapes whose worker leaves the guard's process group or outlives COMMAND
-//! (`timeout`, `setsid`, a double-forking daemon, `nohup … &`, a multi-threaded COMMAND, one
-//! that exits early leaving a daemon), and some supervisors run in a time namespace of their
-//! own or behind a `hidepid` `/proc` (see `adversary/shapes.rs`). Every worker appends its
-//! start, its ticks and its end, with its fencing token, to a witness file (see
-//! `adversary/witness.rs`); the checker fails the test if two holders ever ran at once, or if a
-//! fenced write (`lock put --token`) of a superseded holder landed. On S3 (moto, RGW), whose
-//! ETag is the content's hash, every fenced write must be refused: one that lands fails the run.
+//! supervisors and their guards (and, where the host delegates a cgroup, kills or stops both
+//! together), re-enters or releases a holder's session by name, and (on S3) holds the store's
+//! traffic. COMMAND takes shapes whose worker leaves the guard's process group or outlives
+//! COMMAND (`timeout`, `setsid`, a double-forking daemon, `nohup … &`, a multi-threaded
+//! COMMAND, one that exits early leaving a daemon, a hopping chain that forks and exits every
+//! tick, a worker that moves itself out of the tree's cgroup), and some supervisors run in a
+//! time namespace of their own or behind a `hidepid` `/proc` (see `adversary/shapes.rs`).
+//! Every worker appends its start, its ticks and its end, with its fencing token, to a witness
+//! file (see `adversary/witness.rs`); the checker fails the test if two holders ever ran at
+//! once, or if a fenced write (`lock put --token`) of a superseded holder landed. On S3 (moto,
+//! RGW), whose ETag is the content's hash, every fenced write must be refused: one that lands
+//! fails the run.
 //!
 //! Bounded (`ADVERSARY_SECS` per store, default 40; it stops at the first violation), loopback
 //! only, every process of the run killed at the end. Seeded: `ADVERSARY_SEED` (else random),
@@ -101,13 +103,14 @@ impl Launch {
 
 /// The nemesis's moves: what it logs, its name in `ADVERSARY_MOVES`, its weight. Store delays
 /// are on S3 only (through the proxy).
-const MOVES: [(&str, &str, u32); 10] = [
+const MOVES: [(&str, &str, u32); 11] = [
     ("SIGSTOP supervisor", "stop", 4),
     ("SIGTSTP supervisor", "tstp", 3),
     ("SIGKILL supervisor", "kill", 1),
     ("SIGSTOP guard", "stop-guard", 2),
     ("SIGKILL guard", "kill-guard", 1),
     ("SIGKILL supervisor and guard", "kill-both", 1),
+    ("SIGSTOP supervisor and guard", "stop-both", 1),
     ("re-enter the holder's session", "reenter", 1),
     ("release the holder by name", "release-name", 1),
     ("hold its store traffic", "hold", 3),
@@ -213,6 +216,7 @@ struct Sup {
     proxy: Option<Proxy>,
     /// Where it runs: in a time namespace, `unshare --fork` is its parent.
     wrap: Wrap,
+    shape: Shape,
     /// Paused (SIGSTOP or SIGTSTP) until then, when it gets SIGCONT.
     resumes_at: Option<Instant>,
     /// Its guard, paused until then.
@@ -388,7 +392,7 @@ impl Run {
         self.cgroup = said.contains("cgroup `");
         if !self.cgroup {
             eprintln!(
-                "adversary: `kill-both` skipped: no cgroup holds a tree here ({})",
+                "adversary: `kill-both` and `stop-both` skipped: no cgroup holds a tree here ({})",
                 said.trim()
             );
         }
@@ -564,6 +568,7 @@ impl Run {
             child,
             proxy,
             wrap,
+            shape,
             resumes_at: None,
             guard_paused: None,
             guard_dead: false,
@@ -646,11 +651,12 @@ impl Run {
         }
     }
 
-    /// One move of the nemesis. Never takes out both a supervisor and its guard by pausing
-    /// one (a paused or dead guard under a paused or dead supervisor): nothing would be left to
-    /// stop COMMAND, as in a whole-host freeze, which is out of scope (fenced writes protect
-    /// there). Killing both together is a move of its own, where trees get a cgroup: COMMAND
-    /// dies with its guard, and waiters on this host wait for what it started.
+    /// One move of the nemesis. Never takes out both a supervisor and its guard one after the
+    /// other (a paused or dead guard under a paused or dead supervisor). Killing or stopping
+    /// both together are moves of their own, where trees get a cgroup and COMMAND did not
+    /// leave it: nothing on the host acts for the lock then (killed, COMMAND dies with its
+    /// guard; stopped, it runs on past the lock's expiry), and waiters on this host wait for
+    /// COMMAND's tree itself.
     fn act(&mut self) {
         if self.sups.is_empty() {
             return;
@@ -673,11 +679,15 @@ impl Run {
         } else {
             self.rng.gen_range(0..self.sups.len())
         };
+        // With supervisor and guard both out, a same-host waiter waits for COMMAND's tree as
+        // the kernel shows it (its pid, process group and cgroup): only where a cgroup holds
+        // the tree, and not a process that left it (README: out of reach, fencing holds there).
+        let both_reachable = self.cgroup && self.sups[i].shape != Shape::Escaper;
         let moves: Vec<(&'static str, u32)> = MOVES
             .iter()
             .filter(|(_, short, _)| self.moves.iter().any(|m| m == short))
             .filter(|(name, _, _)| self.store != Store::File || !name.contains("store"))
-            .filter(|(name, _, _)| self.cgroup || *name != "SIGKILL supervisor and guard")
+            .filter(|(name, _, _)| both_reachable || !name.ends_with("supervisor and guard"))
             .map(|&(name, _, weight)| (name, weight))
             .collect();
         let total: u32 = moves.iter().map(|m| m.1).sum();
@@ -777,6 +787,17 @@ impl Run {
                     format!("{chosen} pids {pid} and {g}")
                 })
             }),
+            "SIGSTOP supervisor and guard" if !supervisor_out && !guard_out => {
+                guard.and_then(|g| {
+                    let both = procs::signal(&mark, pid, Signal::STOP)
+                        & procs::signal(&mark, g, Signal::STOP);
+                    both.then(|| {
+                        sup.resumes_at = Some(now + pause);
+                        sup.guard_paused = Some((g, now + pause));
+                        format!("{chosen} pids {pid} and {g} for {pause:.2?}")
+                    })
+                })
+            }
             "SIGSTOP guard" if !supervisor_out && !guard_out => guard.and_then(|g| {
                 procs::signal(&mark, g, Signal::STOP).then(|| {
                     sup.guard_paused = Some((g, now + pause));

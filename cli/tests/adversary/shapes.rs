@@ -23,9 +23,16 @@ pub enum Shape {
     Threads,
     /// A daemon left behind: COMMAND exits 0.3 s after starting it.
     Early,
+    /// A chain left behind whose every generation ticks once, forks the next and exits (a new
+    /// pid each time, as a re-daemonizing daemon): COMMAND exits 0.3 s after starting it.
+    Hopping,
+    /// A worker that writes its pid into the parent of its cgroup's `cgroup.procs` (as any
+    /// process of the user may) and then runs the script: out of the tree's cgroup, still the
+    /// guard's descendant and in COMMAND's process group.
+    Escaper,
 }
 
-pub const SHAPES: [Shape; 7] = [
+pub const SHAPES: [Shape; 9] = [
     Shape::Plain,
     Shape::Timeout,
     Shape::Setsid,
@@ -33,6 +40,8 @@ pub const SHAPES: [Shape; 7] = [
     Shape::Nohup,
     Shape::Threads,
     Shape::Early,
+    Shape::Hopping,
+    Shape::Escaper,
 ];
 
 /// The shapes whose worker a stop of COMMAND's process group alone would miss; the first, which
@@ -43,6 +52,34 @@ pub const ESCAPING: [Shape; 4] = [Shape::Early, Shape::Daemon, Shape::Timeout, S
 /// Waits (bounded: 10 minutes of 50 ms) for the script's `$ADV_DONE`.
 const WAIT_DONE: &str =
     r#"i=0; while [ ! -e "$ADV_DONE" ] && [ $i -lt 12000 ]; do sleep 0.05; i=$((i+1)); done"#;
+
+/// The hopping chain: the witness's start, then one tick per generation until `ADV_RUN_MS` ran
+/// out, then its end (no fenced puts).
+const HOP: &str = r#"T=$BANKLEASE_LOCK_TOKEN; L=$ADV_LAUNCH; W=$ADV_WITNESS
+echo "$BANKLEASE_LOCK_OWNER $BANKLEASE_LOCK_SESSION" > "$ADV_HOLDER"
+echo "start $T $(date +%s%N) $L" >> "$W"
+E=$(( $(date +%s%N) + ADV_RUN_MS * 1000000 ))
+hop() {
+  t=$(date +%s%N)
+  if [ "$t" -ge "$E" ]; then echo "end $T $t $L" >> "$W"; : > "$ADV_DONE"; exit 0; fi
+  echo "tick $T $t $L" >> "$W"
+  sleep 0.04
+  hop &
+  exit 0
+}
+hop &
+sleep 0.3
+"#;
+
+/// The escaper: its cgroup's parent from `/proc/self/cgroup` and the cgroup2 mount from
+/// `/proc/self/mountinfo`; where there is none, it runs the script where it is.
+const ESCAPE: &str = r#"cg=$(sed -n 's/^0:://p' /proc/self/cgroup)
+mnt=$(awk '{ for (i = 7; i < NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2") { print $5; exit } break } }' /proc/self/mountinfo)
+if [ -n "$cg" ] && [ "$cg" != / ] && [ -n "$mnt" ]; then
+  echo $$ > "$mnt${cg%/*}/cgroup.procs" 2>/dev/null || true
+fi
+eval "$ADV_SCRIPT"
+"#;
 
 const THREADS: &str = "import os, subprocess, threading\n\
 t = threading.Thread(target=subprocess.run, args=(['sh', '-c', os.environ['ADV_SCRIPT']],))\n\
@@ -59,6 +96,8 @@ impl Shape {
             Shape::Nohup => "nohup &",
             Shape::Threads => "threads",
             Shape::Early => "exits early",
+            Shape::Hopping => "hopping chain",
+            Shape::Escaper => "leaves its cgroup",
         }
     }
 
@@ -84,6 +123,8 @@ impl Shape {
             Shape::Early => sh(format!(
                 "(setsid sh -c {script} </dev/null >/dev/null 2>&1 &); sleep 0.3"
             )),
+            Shape::Hopping => sh(HOP.to_owned()),
+            Shape::Escaper => sh(ESCAPE.to_owned()),
         }
     }
 
