@@ -510,3 +510,53 @@ fn a_stopped_supervisor_and_guard_keep_the_lock_on_this_host_while_the_tree_runs
         );
     }
 }
+
+/// `kill -9` of the guard alone, under a COMMAND that leaves a hopping chain (each generation
+/// appends its number, forks the next and exits): COMMAND dies with its guard, the chain's
+/// orphans come to the supervisor (a subreaper too), and the supervisor must not release the
+/// lock — nor exit — while any of the chain runs. A walk of `/proc` can miss a process that
+/// forks and exits as fast as it is looked at; only "no child at all" proves the tree gone.
+#[test]
+fn a_killed_guards_hopping_chain_is_stopped_before_the_lock_is_released() {
+    // Bounded: 200,000 generations, and a stop file the test leaves behind in any case.
+    let chain = r#"f() { [ "$1" -gt 200000 ] || [ -e "$WORK/hop.stop" ] && exit 0; echo "$1" >> "$WORK/hop.ticks"; f $(($1 + 1)) & exit 0; }; f 0 & exec sleep 600"#;
+    for env in modes() {
+        for which in SUPERVISORS {
+            for attempt in 0..2 {
+                let name = format!("hop-guard-{which}-{}-{attempt}", mode(&env));
+                let _ = std::fs::remove_file(env.work().join("hop.ticks"));
+                let _ = std::fs::remove_file(env.work().join("hop.stop"));
+                let key = format!("hop-guard/{which}/{}/{attempt}", mode(&env));
+                let argv = vec!["sh".into(), "-c".into(), chain.to_owned()];
+                let args = supervisor(which, &key, 10, argv);
+                let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+                if which == "lock-run" {
+                    args.splice(2..2, ["--kill-after", "300ms"]);
+                }
+                let mut sup = env.spawn(&args, &name);
+                wait_for("the chain's first generations", || {
+                    env.read("hop.ticks").lines().count() >= 50
+                });
+                let guard = Pid::from_raw(guard_of(sup.id()) as i32).unwrap();
+                kill_process(guard, Signal::KILL).unwrap();
+                let status = wait_child(&mut sup);
+                let at_exit = env.read("hop.ticks").lines().count();
+                std::thread::sleep(Duration::from_millis(500));
+                let later = env.read("hop.ticks").lines().count();
+                std::fs::write(env.work().join("hop.stop"), "").unwrap();
+                let err = env.read(&format!("{name}.err"));
+                assert_eq!(status.code(), Some(75), "{name}: {err}");
+                assert_eq!(
+                    later,
+                    at_exit,
+                    "{name}: the chain went on for {} generations after the supervisor exited: \
+                     {err}",
+                    later - at_exit
+                );
+                // The lock is free for the next holder on this host once the supervisor exited.
+                let out = env.run(&["lock", "acquire", &key, "-n", "--duration", "2s"]);
+                assert_eq!(out.status.code(), Some(0), "{name}: {}", text(&out));
+            }
+        }
+    }
+}
