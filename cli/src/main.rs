@@ -107,7 +107,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(run(cli)) {
+    let outcome = runtime.block_on(run(cli));
+    // What the command cost, for an operator weighing it (BENCHMARKS.md's request table).
+    if std::env::var_os("BANKLEASE_COUNT_REQUESTS").is_some_and(|v| v == "1") {
+        eprintln!("note: {}", banklease::store::requests_sent());
+    }
+    match outcome {
         Ok(Outcome::Yes) => ExitCode::SUCCESS,
         Ok(Outcome::No) => ExitCode::from(1),
         Ok(Outcome::Failed) => ExitCode::from(2),

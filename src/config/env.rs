@@ -17,6 +17,8 @@ const KNOWN: &[&str] = &[
     "BANKLEASE_LOCK_SESSION",
     // How `lock run` and `run --lock` hold COMMAND's tree (`auto`, `cgroup`, `subreaper`).
     "BANKLEASE_TREE",
+    // `1`: the CLI prints the HTTP requests it sent as it exits.
+    "BANKLEASE_COUNT_REQUESTS",
 ];
 
 /// Prefixes of the variables this repository's own tests and tools use.

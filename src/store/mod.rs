@@ -4,12 +4,14 @@
 //!   and the sweep of their temporaries;
 //! - `swift`: the native OpenStack Swift client ([`SwiftStore`]);
 //! - `counting`: [`CountingStore`], a wrapper that counts requests by kind;
+//! - `sent`: [`requests_sent`], the HTTP requests this process sent, by method;
 //! - `cause`: [`classify`], what a store error means for an operator ([`StoreCause`]).
 
 pub(crate) mod cause;
 mod counting;
 mod etag;
 pub(crate) mod local;
+pub(crate) mod sent;
 pub(crate) mod swift;
 pub(crate) mod tls;
 
@@ -19,6 +21,7 @@ pub use cause::{classify, StoreCause};
 pub use counting::{Counters, CountingStore};
 pub(crate) use etag::unquoted;
 pub use etag::{EtagAdapter, EtagForm};
+pub use sent::{requests_sent, RequestsSent};
 pub use local::{FileSystem, LocalStore, StagedWrite, SweepWalk, TemporarySweep};
 pub use swift::{
     SwiftBuilder, SwiftConfigKey, SwiftHead, SwiftStore, SwiftWrite, DEFAULT_LIST_LIMIT,

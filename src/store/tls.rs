@@ -91,6 +91,7 @@ struct FailFastService {
 #[async_trait]
 impl HttpService for FailFastService {
     async fn call(&self, req: HttpRequest) -> std::result::Result<HttpResponse, HttpError> {
+        super::sent::count(req.method());
         match self.inner.execute(req).await {
             Err(e) if e.kind() == HttpErrorKind::Connect && super::cause::is_tls_failure(&e) => {
                 Err(HttpError::new(HttpErrorKind::Unknown, e))
