@@ -41,6 +41,15 @@ struct BankInner {
     prefix: Path,
     label: String,
     capabilities: tokio::sync::OnceCell<Capabilities>,
+    /// What the store is, for the record of what probes learnt about it (`learnt.rs`): its URL,
+    /// and the endpoint its client was configured with.
+    identity: String,
+    /// Whether this bank keeps what probes learn in the bank and reads it back (a bank opened
+    /// by URL: what every process of a host opens); one made on a caller's store probes in
+    /// each process, as before.
+    keeps_learnt: bool,
+    /// The record as this handle knows it: read back once, then as this handle updated it.
+    learnt: tokio::sync::OnceCell<std::sync::Mutex<Option<crate::learnt::Learnt>>>,
     /// The native Swift store behind `store`, when the bank is on Swift: the lease layer uses
     /// Swift's own primitives (X-Delete-After, POST) that the `ObjectStore` trait cannot carry.
     swift: Option<crate::store::swift::SwiftStore>,
@@ -206,6 +215,8 @@ impl Bank {
         // conditions are sent in (the wrapped store goes through the same adapter).
         inner.limits = self.inner.limits;
         inner.etag_form.clone_from(&self.inner.etag_form);
+        inner.identity.clone_from(&self.inner.identity);
+        inner.keeps_learnt = self.inner.keeps_learnt;
         bank.reading_only = self.reading_only;
         bank.collector = self.collector;
         bank
@@ -224,6 +235,9 @@ impl Bank {
                 prefix: Path::from(prefix.trim_matches('/')),
                 label: label.to_owned(),
                 capabilities: tokio::sync::OnceCell::new(),
+                identity: label.to_owned(),
+                keeps_learnt: false,
+                learnt: tokio::sync::OnceCell::new(),
                 swift,
                 local,
                 made_at_open: false,
@@ -329,21 +343,112 @@ impl Bank {
                 .is_some_and(|c| c.conditional_overwrite == crate::capability::Condition::Refused)
     }
 
-    /// What the store really enforces, probed once per bank and cached.
+    /// What the store really enforces, probed once per bank and cached. A bank opened by URL
+    /// first reads what an earlier probe of its store learnt and kept in the bank (one GET,
+    /// `_banklease/store.json`), and keeps what it probes there.
     pub async fn capabilities(&self) -> Result<&Capabilities> {
         self.inner
             .capabilities
-            .get_or_try_init(|| {
-                let path = Key::Probe(uuid::Uuid::new_v4().to_string()).path(self);
-                Capabilities::probe(
-                    self.store(),
-                    path,
-                    self.label(),
-                    self.swift().is_some(),
-                    self.inner.etag_form.as_ref(),
-                )
+            .get_or_try_init(|| async {
+                if let Some(learnt) = self.learnt().await? {
+                    return Ok(learnt.capabilities);
+                }
+                self.probe_capabilities().await
             })
             .await
+    }
+
+    /// Measure the store again whatever was learnt before (`init`, `doctor`), and keep what was
+    /// measured (the named-lock and fenced-write verdicts are measured again when next needed).
+    pub async fn measure_capabilities(&self) -> Result<Capabilities> {
+        let caps = self.probe_capabilities().await?;
+        // A handle whose capabilities were read before keeps them for its life; the next
+        // process reads what was just measured.
+        let _ = self.inner.capabilities.set(caps.clone());
+        Ok(caps)
+    }
+
+    async fn probe_capabilities(&self) -> Result<Capabilities> {
+        let path = Key::Probe(uuid::Uuid::new_v4().to_string()).path(self);
+        let caps = Capabilities::probe(
+            self.store(),
+            path,
+            self.label(),
+            self.swift().is_some(),
+            self.inner.etag_form.as_ref(),
+        )
+        .await?;
+        if self.inner.keeps_learnt {
+            let learnt = crate::learnt::Learnt::new(self, caps.clone());
+            self.remember(learnt.clone());
+            crate::learnt::write(self, &learnt).await;
+        }
+        Ok(caps)
+    }
+
+    /// What this handle now knows was learnt (what [`learnt`](Self::learnt) answers next).
+    fn remember(&self, learnt: crate::learnt::Learnt) {
+        match self.inner.learnt.get() {
+            Some(cell) => *cell.lock().expect("learnt record poisoned") = Some(learnt),
+            // Not read yet (or being read: the read then finds what was just written).
+            None => {
+                let _ = self.inner.learnt.set(std::sync::Mutex::new(Some(learnt)));
+            }
+        }
+    }
+
+    /// What earlier probes of this store learnt and kept in the bank (`None` for a bank made on
+    /// a caller's store, or when nothing usable is kept).
+    pub(crate) async fn learnt(&self) -> Result<Option<crate::learnt::Learnt>> {
+        if !self.inner.keeps_learnt {
+            return Ok(None);
+        }
+        let learnt = self
+            .inner
+            .learnt
+            .get_or_try_init(|| async {
+                crate::learnt::read(self)
+                    .await
+                    .map(std::sync::Mutex::new)
+            })
+            .await?;
+        Ok(learnt.lock().expect("learnt record poisoned").clone())
+    }
+
+    /// Keep `learnt`'s verdict on named locks or fenced writes in the bank, beside the
+    /// capabilities it has.
+    pub(crate) async fn learn(&self, update: impl FnOnce(&mut crate::learnt::Learnt)) {
+        if !self.inner.keeps_learnt {
+            return;
+        }
+        let Ok(caps) = self.capabilities().await else {
+            return;
+        };
+        let mut learnt = match self.learnt().await {
+            Ok(Some(l)) if l.capabilities == *caps => l,
+            _ => crate::learnt::Learnt::new(self, caps.clone()),
+        };
+        update(&mut learnt);
+        self.remember(learnt.clone());
+        crate::learnt::write(self, &learnt).await;
+    }
+
+    /// Whether this bank keeps what probes learn in the bank (opened by URL).
+    pub(crate) fn keeps_learnt(&self) -> bool {
+        self.inner.keeps_learnt
+    }
+
+    /// What the store is, for the record of what probes learnt about it.
+    pub(crate) fn identity(&self) -> &str {
+        &self.inner.identity
+    }
+
+    /// This bank (just opened by URL on a store `identity` names) keeps what probes learn.
+    pub(crate) fn keeping_learnt(mut self, identity: String) -> Self {
+        let inner = Arc::get_mut(&mut self.inner).expect("a bank just opened is not shared");
+        inner.identity = identity;
+        inner.keeps_learnt = true;
+        self
     }
 }
 

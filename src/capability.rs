@@ -16,12 +16,12 @@ use std::sync::Arc;
 
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
 /// How a store treats one kind of conditional write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Condition {
     /// The condition is checked: a write whose condition fails is rejected.
@@ -33,7 +33,7 @@ pub enum Condition {
 }
 
 /// How an owner renews its lease on this bank.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RenewalMechanism {
     /// One conditional overwrite (If-Match on the ETag the owner wrote last). Atomic.
@@ -53,7 +53,7 @@ pub enum RenewalMechanism {
 }
 
 /// The measured capabilities of a bank.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Capabilities {
     /// `PutMode::Create` on an existing key.
     pub create_if_absent: Condition,

@@ -227,7 +227,8 @@ pub async fn diagnose(
     let dir = Prefix::Doctor(&run).path(bank);
     let mut unquoted_etags = false;
     let (create_if_absent, conditional_overwrite, renewal, refused_for_leasing) =
-        match bank.capabilities().await {
+        // Measured afresh, and kept in the bank for every later process.
+        match bank.measure_capabilities().await {
             Ok(caps) => (
                 caps.create_if_absent,
                 caps.conditional_overwrite,

@@ -239,12 +239,15 @@ const HOUSEKEEPING: &str = "_banklease";
 pub async fn init(bank: &Bank) -> Result<Initialised> {
     if read(bank).await?.is_some() {
         check(bank).await?;
+        // `init` measures the store again: what was learnt before may be stale (the store's
+        // software changed), and `init` is what a refusal names to measure again.
+        bank.measure_capabilities().await?;
         return Ok(Initialised::Already);
     }
     let empty = top_level(bank).await?.is_none();
     // Only a store that can keep leases becomes a bank: the capability probe (which removes
     // its probe key) refuses one that ignores create-if-absent before anything is written.
-    bank.capabilities().await?;
+    bank.measure_capabilities().await?;
     let path = descriptor_path(bank);
     match write_descriptor(bank).await {
         Ok(_) => Ok(if empty {

@@ -102,6 +102,7 @@ pub mod observe;
 pub mod paths;
 pub mod process;
 mod race;
+mod learnt;
 pub mod store;
 mod windows;
 

@@ -96,6 +96,8 @@ pub enum Key {
     ClockProbe(String),
     /// `_banklease/probe/<id>`: a capability probe's scratch object.
     Probe(String),
+    /// `_banklease/store.json`: what the probes learnt about the store, for every process.
+    Learnt,
     /// `_banklease/race/<id>`: a race probe's scratch object.
     Race(String),
     /// `_banklease/set-aside/<name>`: the bytes of a record an operator's repair replaced.
@@ -194,6 +196,7 @@ impl Key {
             Key::GcReaped(owner) => join(bank, &["gc", "reaped", owner.as_str()]),
             Key::ClockProbe(probe) => join(bank, &["_banklease", "clock", probe]),
             Key::Probe(id) => join(bank, &["_banklease", "probe", id]),
+            Key::Learnt => join(bank, &["_banklease", "store.json"]),
             Key::Race(id) => join(bank, &["_banklease", "race", id]),
             Key::SetAside(name) => join(bank, &["_banklease", "set-aside", name]),
             Key::Lock { namespace, key } => {
@@ -242,6 +245,7 @@ impl Key {
             ["gc", "reaped", o] => Key::GcReaped(owner(o)?),
             ["_banklease", "clock", p] => Key::ClockProbe(p.to_string()),
             ["_banklease", "probe", p] => Key::Probe(p.to_string()),
+            ["_banklease", "store.json"] => Key::Learnt,
             ["_banklease", "race", p] => Key::Race(p.to_string()),
             ["_banklease", "set-aside", n] => Key::SetAside(n.to_string()),
             ["locks", ns, q, t] => {

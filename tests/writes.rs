@@ -111,6 +111,14 @@ const WRITES: &[(&str, usize, &str)] = &[
         "capability probes on their own scratch keys",
     ),
     (
+        "src/learnt.rs",
+        2,
+        "what the probes learnt about the store (`_banklease/store.json`), overwritten: a cache \
+         of measured facts, each writer writing what it measured or read; a lost update costs a \
+         measurement, and a verdict the store contradicts by refusing a condition fails safe \
+         (and its tests' unreadable record)",
+    ),
+    (
         "src/lock/support.rs",
         3,
         "the fencing support probe on its own scratch key",
@@ -136,7 +144,7 @@ const WRITES: &[(&str, usize, &str)] = &[
         4,
         "the Swift store: its implementation and doc example",
     ),
-    ("src/store/swift/tests.rs", 7, "the Swift store's tests"),
+    ("src/store/swift/tests.rs", 9, "the Swift store's tests"),
     (
         "src/store/counting.rs",
         4,

@@ -1,7 +1,7 @@
 //! `banklease init`: make the configured bank a bank (and, where banklease can, its bucket or
 //! container), recording its layout version.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use banklease::layout::{self, Initialised, LAYOUT_VERSION};
 use banklease::store::{classify, StoreCause};
 use serde::Serialize;
@@ -64,6 +64,12 @@ pub(crate) async fn init(ctx: &Ctx, create_container: bool) -> Result<Outcome> {
             return Err(anyhow::Error::new(e).context(format!("cannot initialise bank=`{label}`")))
         }
     };
+    // What every later command would otherwise measure of the store (the lock probe's racing
+    // writes, the stamps' resolution), measured once here and kept in the bank.
+    ctx.bank
+        .measure(&ctx.clock)
+        .await
+        .with_context(|| format!("cannot measure the store of bank=`{label}`"))?;
     if container_created && !ctx.json {
         if let Some(swift) = ctx.bank.swift() {
             out_line(&format!(

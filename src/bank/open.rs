@@ -53,13 +53,24 @@ impl Bank {
                  gs://bucket/prefix or swift://container/prefix",
             ));
         }
+        // Every bank opened by URL but an in-process one keeps what its store was measured to
+        // do, for the next process (`learnt.rs`), under the store's identity.
+        let keeping = |bank: Bank, identity: String| Ok(bank.keeping_learnt(identity));
         match Scheme::split(url) {
-            Some((Scheme::File, rest)) => open_file(url, rest, create),
+            Some((Scheme::File, rest)) => {
+                open_file(url, rest, create).and_then(|b| keeping(b, url.to_owned()))
+            }
             Some((Scheme::Memory, rest)) => open_memory(url, rest),
-            Some((Scheme::S3, rest)) => open_s3(url, rest, limits, ca_file),
-            Some((Scheme::Azure, rest)) => open_azure(url, rest, limits),
-            Some((Scheme::Gcs, rest)) => open_gcs(url, rest, limits),
-            Some((Scheme::Swift, rest)) => open_swift(url, rest, limits, ca_file),
+            Some((Scheme::S3, rest)) => open_s3(url, rest, limits, ca_file)
+                .and_then(|(b, endpoint)| keeping(b, format!("{url} endpoint={endpoint}"))),
+            Some((Scheme::Azure, rest)) => open_azure(url, rest, limits)
+                .and_then(|(b, endpoint)| keeping(b, format!("{url} endpoint={endpoint}"))),
+            Some((Scheme::Gcs, rest)) => {
+                open_gcs(url, rest, limits).and_then(|b| keeping(b, url.to_owned()))
+            }
+            Some((Scheme::Swift, rest)) => {
+                open_swift(url, rest, limits, ca_file).and_then(|b| keeping(b, url.to_owned()))
+            }
             None => Err(invalid(
                 url,
                 &format!(
@@ -200,13 +211,13 @@ fn open_memory(url: &str, rest: &str) -> Result<Bank> {
     Ok(bank)
 }
 
-/// `s3://…` (`rest` is what follows the scheme).
+/// `s3://…` (`rest` is what follows the scheme), and the endpoint it talks to.
 fn open_s3(
     url: &str,
     rest: &str,
     limits: ClientLimits,
     ca_file: Option<&std::path::Path>,
-) -> Result<Bank> {
+) -> Result<(Bank, String)> {
     let bad = |reason: &str| invalid(url, reason);
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.is_empty() {
@@ -233,6 +244,14 @@ fn open_s3(
         }
         builder = builder.with_client_options(crate::store::tls::with_roots(options, roots));
     }
+    let endpoint = builder
+        .get_config_value(&object_store::aws::AmazonS3ConfigKey::Endpoint)
+        .unwrap_or_else(|| {
+            let region = builder
+                .get_config_value(&object_store::aws::AmazonS3ConfigKey::Region)
+                .unwrap_or_default();
+            format!("aws:{region}")
+        });
     let store = builder
         .with_retry(limits.retry_config())
         .with_bucket_name(bucket)
@@ -240,11 +259,11 @@ fn open_s3(
         .with_http_connector(FailFast::new(DateRecorder::default()))
         .build()
         .map_err(|e| invalid_because(url, "cannot configure S3 from AWS_* variables", e))?;
-    Ok(Bank::from_s3_compatible(Arc::new(store), prefix, url))
+    Ok((Bank::from_s3_compatible(Arc::new(store), prefix, url), endpoint))
 }
 
-/// `az://…` (`rest` is what follows the scheme).
-fn open_azure(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
+/// `az://…` (`rest` is what follows the scheme), and the account or endpoint it talks to.
+fn open_azure(url: &str, rest: &str, limits: ClientLimits) -> Result<(Bank, String)> {
     let bad = |reason: &str| invalid(url, reason);
     let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     if container.is_empty() {
@@ -257,6 +276,15 @@ fn open_azure(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
             humantime::format_duration(timeout).to_string(),
         );
     }
+    let endpoint = [
+        object_store::azure::AzureConfigKey::Endpoint,
+        object_store::azure::AzureConfigKey::AccountName,
+        object_store::azure::AzureConfigKey::UseEmulator,
+    ]
+    .iter()
+    .filter_map(|k| builder.get_config_value(k))
+    .collect::<Vec<_>>()
+    .join(",");
     let store = builder
         .with_retry(limits.retry_config())
         .with_container_name(container)
@@ -270,7 +298,7 @@ fn open_azure(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
                 e,
             )
         })?;
-    Ok(Bank::from_store(Arc::new(store), prefix, url))
+    Ok((Bank::from_store(Arc::new(store), prefix, url), endpoint))
 }
 
 /// `gs://…` (`rest` is what follows the scheme).

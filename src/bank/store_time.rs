@@ -241,17 +241,42 @@ impl Bank {
         }))
     }
 
+    /// Measure afresh what commands would otherwise measure of this bank's store — its
+    /// conditions, whether it keeps named locks and fenced writes (over a hundred racing
+    /// writes), the resolution of its stamps — and keep it in the bank for every later process
+    /// (`banklease init` does, so that no job pays for it). A bank made on a caller's store
+    /// keeps nothing: only its conditions are measured.
+    pub async fn measure(&self, clock: &SharedClock) -> Result<()> {
+        self.measure_capabilities().await?;
+        if self.keeps_learnt() {
+            crate::lock::support::measure(self).await?;
+            self.measure_stamp_resolution(clock).await?;
+        }
+        Ok(())
+    }
+
     /// The resolution of the store's `last_modified` stamps, measured from three clock probes
     /// (six requests): 1 s, 1 ms, or zero when finer. A skew margin below it cannot absorb the
     /// truncation of every stamp.
+    ///
+    /// A bank opened by URL keeps it in the bank, beside what the capability probe learnt: a
+    /// later process reads it instead (see [`Bank::capabilities`]).
     pub async fn stamp_resolution(&self, clock: &SharedClock) -> Result<Duration> {
+        if let Some(ms) = self.learnt().await?.and_then(|l| l.stamp_resolution_ms) {
+            return Ok(Duration::from_millis(ms));
+        }
+        self.measure_stamp_resolution(clock).await
+    }
+
+    /// [`stamp_resolution`](Self::stamp_resolution) measured afresh, and kept.
+    async fn measure_stamp_resolution(&self, clock: &SharedClock) -> Result<Duration> {
         let mut stamps = Vec::with_capacity(3);
         for _ in 0..3 {
             stamps.push(self.store_time(clock).await?.at);
         }
-        Ok(Duration::from_millis(
-            crate::clock::store::stamp_resolution_ms(stamps.into_iter()),
-        ))
+        let ms = crate::clock::store::stamp_resolution_ms(stamps.into_iter());
+        self.learn(|l| l.stamp_resolution_ms = Some(ms)).await;
+        Ok(Duration::from_millis(ms))
     }
 }
 

@@ -192,14 +192,22 @@ pub(crate) async fn write_record(
     record: &LockRecord,
     mode: PutMode,
 ) -> Result<Written<LockRecord>> {
-    record_write(bank, clock, path)
+    let written = record_write(bank, clock, path)
         .send(
             record.to_payload(path)?,
             &record.token,
             &How::Put(mode),
             || read_found(bank, path),
         )
-        .await
+        .await;
+    // The store refused a condition it was measured to keep (its software changed): what was
+    // learnt about it is forgotten, and the next process measures it again.
+    if let Err(Error::Store { source, .. }) = &written {
+        if crate::capability::is_refusal(source) {
+            crate::learnt::forget(bank).await;
+        }
+    }
+    written
 }
 
 /// `PutMode::Update` on the version described by `meta`.

@@ -15,8 +15,9 @@
 //! `banklease::local` makes If-Match atomic there.
 //!
 //! The verdict is cached per store (a registry keyed by the store's identity, holding a weak
-//! reference so a dropped store's verdict is never reused for a new one). Store errors during the
-//! probe are not cached: the next lock operation probes again.
+//! reference so a dropped store's verdict is never reused for a new one), and a bank opened by
+//! URL keeps it in the bank for every later process (`learnt.rs`): a lock command then measures
+//! nothing. Store errors during the probe are not cached: the next lock operation probes again.
 
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -26,6 +27,7 @@ use object_store::ObjectStore;
 use crate::bank::Bank;
 use crate::capability::Condition;
 use crate::error::{Error, Result};
+use crate::learnt::Verdict;
 use crate::paths::Key;
 use crate::race::{probe_create_race, probe_update_race};
 
@@ -42,12 +44,6 @@ const IF_MATCH_REFUSED: &str = "conditional overwrite (If-Match) is refused by t
 /// What the bank is to be used for, in refusals.
 const USAGE: &str = "named locks";
 const FENCING_USAGE: &str = "fenced writes";
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Verdict {
-    Supported,
-    Refused(String),
-}
 
 impl Verdict {
     fn or_refuse(&self, bank: &Bank, usage: &'static str) -> Result<()> {
@@ -127,7 +123,19 @@ pub async fn ensure_fencing_supported(bank: &Bank) -> Result<()> {
             }
         }
     }
-    let verdict = fencing.get_or_try_init(|| probe_fencing(bank)).await?;
+    let verdict = fencing
+        .get_or_try_init(|| async {
+            if let Some(learnt) = bank.learnt().await? {
+                if let Some(kept) = &learnt.fencing {
+                    return Ok(kept.as_kept(&learnt));
+                }
+            }
+            let verdict = probe_fencing(bank).await?;
+            let kept = verdict.clone();
+            bank.learn(|l| l.fencing = Some(kept)).await;
+            Ok::<_, Error>(verdict)
+        })
+        .await?;
     verdict.or_refuse(bank, FENCING_USAGE)?;
     ensure_supported(bank).await
 }
@@ -195,10 +203,48 @@ pub(crate) async fn stale_condition_holds(
     result
 }
 
+/// Measure afresh whether `bank` keeps named locks and fenced writes, and keep both verdicts in
+/// the bank (`init`: no later command measures them). A bank made on a caller's store keeps
+/// nothing, and is measured when first used, as before.
+pub(crate) async fn measure(bank: &Bank) -> Result<()> {
+    if !bank.keeps_learnt() {
+        return Ok(());
+    }
+    let (cell, fencing) = cells_for(bank);
+    let locks = probe(bank).await?;
+    let fenced = match &locks {
+        Verdict::Supported => Some(probe_fencing(bank).await?),
+        Verdict::Refused(_) => None,
+    };
+    let (kept_locks, kept_fenced) = (locks.clone(), fenced.clone());
+    bank.learn(|l| {
+        l.locks = Some(kept_locks);
+        l.fencing = kept_fenced;
+    })
+    .await;
+    let _ = cell.set(locks);
+    if let Some(fenced) = fenced {
+        let _ = fencing.set(fenced);
+    }
+    Ok(())
+}
+
 /// Fail with [`Error::Unsupported`] unless `bank` can keep named locks (probed once per store).
 pub async fn ensure_supported(bank: &Bank) -> Result<()> {
     let cell = cell_for(bank);
-    let verdict = cell.get_or_try_init(|| probe(bank)).await?;
+    let verdict = cell
+        .get_or_try_init(|| async {
+            if let Some(learnt) = bank.learnt().await? {
+                if let Some(kept) = &learnt.locks {
+                    return Ok(kept.as_kept(&learnt));
+                }
+            }
+            let verdict = probe(bank).await?;
+            let kept = verdict.clone();
+            bank.learn(|l| l.locks = Some(kept)).await;
+            Ok::<_, Error>(verdict)
+        })
+        .await?;
     verdict.or_refuse(bank, USAGE)
 }
 

@@ -1,0 +1,227 @@
+//! What the probes learnt about a bank's store, kept in the bank (`_banklease/store.json`) so
+//! that every process finds it: the store's conditions ([`Capabilities`]), and whether it
+//! keeps named locks and fenced writes (the races of [`crate::lock::support`], over a hundred
+//! writes), and the resolution of its stamps (six requests). A process reads it once (one GET) instead of probing; `init` and `doctor` measure
+//! again and rewrite it, and a conditional write the store refuses against it removes it, so
+//! the next process measures afresh.
+//!
+//! Invariant: **a verdict is used only on the store it was measured on.** The record names the
+//! store (its URL and the endpoint its client was configured with, never a credential): a bank
+//! copied to another store, or reached through another endpoint, is measured again. A record
+//! that is unreadable, of another format, or of another store is ignored, never an error.
+
+use chrono::{DateTime, Utc};
+use object_store::{ObjectStoreExt, PutPayload};
+use serde::{Deserialize, Serialize};
+
+use crate::bank::Bank;
+use crate::capability::Capabilities;
+use crate::error::{Error, Result};
+use crate::paths::Key;
+
+/// The record's body format.
+const FORMAT: u32 = 1;
+
+/// A verdict on one use of the store (named locks, fenced writes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Verdict {
+    Supported,
+    Refused(String),
+}
+
+impl Verdict {
+    /// This verdict as read back from `learnt`: a refusal says when and by whom it was
+    /// measured, and how to measure again (the store may have changed since).
+    pub(crate) fn as_kept(&self, learnt: &Learnt) -> Verdict {
+        match self {
+            Verdict::Supported => Verdict::Supported,
+            Verdict::Refused(why) => Verdict::Refused(format!(
+                "{why} (measured at {} by {}; `banklease init` measures the store again)",
+                learnt.learnt_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                learnt.learnt_by
+            )),
+        }
+    }
+}
+
+/// The record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Learnt {
+    pub format: u32,
+    /// The store measured (see the module's invariant).
+    pub store: String,
+    pub capabilities: Capabilities,
+    /// Named locks; `None` until a lock command measured them.
+    #[serde(default)]
+    pub locks: Option<Verdict>,
+    /// Fenced writes; `None` until a fenced write measured them.
+    #[serde(default)]
+    pub fencing: Option<Verdict>,
+    /// The resolution of the store's `last_modified` stamps, in milliseconds
+    /// ([`Bank::stamp_resolution`]); `None` until measured.
+    #[serde(default)]
+    pub stamp_resolution_ms: Option<u64>,
+    /// When, on the writer's wall clock (for humans: nothing is judged by it).
+    pub learnt_at: DateTime<Utc>,
+    /// Which release, host and process measured it, and by which command.
+    pub learnt_by: String,
+}
+
+impl Learnt {
+    /// A record of `capabilities` just measured on `bank`'s store, nothing else known yet.
+    pub(crate) fn new(bank: &Bank, capabilities: Capabilities) -> Self {
+        Self {
+            format: FORMAT,
+            store: bank.identity().to_owned(),
+            capabilities,
+            locks: None,
+            fencing: None,
+            stamp_resolution_ms: None,
+            learnt_at: Utc::now(),
+            learnt_by: format!(
+                "banklease {} on host {} (pid {}, {})",
+                env!("CARGO_PKG_VERSION"),
+                crate::id::local_hostname(),
+                std::process::id(),
+                std::env::args()
+                    .next()
+                    .as_deref()
+                    .and_then(|a| std::path::Path::new(a).file_name()?.to_str().map(str::to_owned))
+                    .unwrap_or_default()
+            ),
+        }
+    }
+}
+
+/// The record of `bank`'s store, if there is one this release can use there.
+pub(crate) async fn read(bank: &Bank) -> Result<Option<Learnt>> {
+    let path = Key::Learnt.path(bank);
+    let bytes = match bank.store().get(&path).await {
+        Ok(r) => r.bytes().await.map_err(|e| Error::store("get", &path, e))?,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(Error::store("get", &path, e)),
+    };
+    let learnt: Learnt = match serde_json::from_slice(&bytes) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::debug!(path = %path, error = %e, "the store's learnt record is unreadable; measuring again");
+            return Ok(None);
+        }
+    };
+    if learnt.format != FORMAT || learnt.store != bank.identity() {
+        tracing::debug!(path = %path, store = %learnt.store, "the learnt record is another store's or format's; measuring again");
+        return Ok(None);
+    }
+    Ok(Some(learnt))
+}
+
+/// Keep `learnt` in the bank, best effort: a handle that only reads, or a credential that may
+/// not write, measures again next time, which costs requests, not correctness.
+pub(crate) async fn write(bank: &Bank, learnt: &Learnt) {
+    if bank.is_reading_only() {
+        return;
+    }
+    let path = Key::Learnt.path(bank);
+    let body = serde_json::to_vec_pretty(learnt).expect("a learnt record serialises");
+    if let Err(e) = bank.store().put(&path, PutPayload::from(body)).await {
+        tracing::debug!(path = %path, error = %e, "cannot keep what the probe learnt");
+    }
+}
+
+/// Forget the record: the store behaved against it (a condition it was said to keep was
+/// refused). Best effort, as [`write`].
+pub(crate) async fn forget(bank: &Bank) {
+    if bank.is_reading_only() {
+        return;
+    }
+    let path = Key::Learnt.path(bank);
+    tracing::warn!(bank = bank.label(), "the store refused a condition it was measured to keep; it will be measured again");
+    if let Err(e) = bank.store().delete(&path).await {
+        tracing::debug!(path = %path, error = %e, "cannot remove the learnt record");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use object_store::memory::InMemory;
+    use object_store::ObjectStore;
+
+    use super::*;
+    use crate::store::CountingStore;
+
+    /// Two processes' handles on one store: the first measures and keeps what it learnt, the
+    /// second reads it back with one GET and measures nothing.
+    #[tokio::test]
+    async fn a_second_process_reads_what_the_first_measured_and_writes_nothing() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let first = Bank::from_store(Arc::clone(&store), "b", "s3://b/p")
+            .keeping_learnt("s3://b/p endpoint=e".into());
+        let measured = first.capabilities().await.unwrap().clone();
+        let counting = Arc::new(CountingStore::new(Arc::clone(&store)));
+        let second = Bank::from_store(counting.clone(), "b", "s3://b/p")
+            .keeping_learnt("s3://b/p endpoint=e".into());
+        assert_eq!(*second.capabilities().await.unwrap(), measured);
+        let counts = counting.counters().snapshot();
+        assert_eq!(counts.get("get"), Some(&1), "{counts:?}");
+        assert_eq!(counts.get("put"), None, "{counts:?}");
+    }
+
+    /// A record the bank was copied with from another store (another endpoint), or one this
+    /// release cannot read, is not used: the store is measured again, and the record replaced.
+    #[tokio::test]
+    async fn another_stores_or_an_unreadable_record_is_measured_again() {
+        for body in [None, Some(b"{not json".to_vec())] {
+            let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+            let old = Bank::from_store(Arc::clone(&store), "b", "s3://b/p")
+                .keeping_learnt("s3://b/p endpoint=old".into());
+            old.capabilities().await.unwrap();
+            if let Some(body) = &body {
+                store
+                    .put(&Key::Learnt.path(&old), PutPayload::from(body.clone()))
+                    .await
+                    .unwrap();
+            }
+            let counting = Arc::new(CountingStore::new(Arc::clone(&store)));
+            let new = Bank::from_store(counting.clone(), "b", "s3://b/p")
+                .keeping_learnt("s3://b/p endpoint=new".into());
+            new.capabilities().await.unwrap();
+            let counts = counting.counters().snapshot();
+            // The record read, then the probe's writes, then the record written anew.
+            assert!(counts.get("put").copied().unwrap_or(0) >= 3, "{counts:?}");
+            let kept = read(&new).await.unwrap().expect("a record of the new store");
+            assert_eq!(kept.store, "s3://b/p endpoint=new");
+        }
+    }
+
+    /// A refusal read back says when and by whom it was measured, and how to measure again.
+    #[test]
+    fn a_kept_refusal_names_its_measurement() {
+        let learnt = Learnt {
+            format: FORMAT,
+            store: "s".into(),
+            capabilities: Capabilities {
+                create_if_absent: crate::capability::Condition::Enforced,
+                conditional_overwrite: crate::capability::Condition::Refused,
+                renewal: crate::capability::RenewalMechanism::VerifyThenOverwrite,
+                server_side_expiry: false,
+                unquoted_etags: false,
+            },
+            locks: Some(Verdict::Refused("If-Match is refused".into())),
+            fencing: None,
+            stamp_resolution_ms: None,
+            learnt_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+            learnt_by: "banklease 0.1.0 on host h (pid 7, banklease)".into(),
+        };
+        let Verdict::Refused(why) = learnt.locks.as_ref().unwrap().as_kept(&learnt) else {
+            panic!("still a refusal");
+        };
+        assert_eq!(
+            why,
+            "If-Match is refused (measured at 2027-01-15T08:00:00Z by banklease 0.1.0 on host h \
+             (pid 7, banklease); `banklease init` measures the store again)"
+        );
+    }
+}
