@@ -21,8 +21,8 @@ pub use cause::{classify, StoreCause};
 pub use counting::{Counters, CountingStore};
 pub(crate) use etag::unquoted;
 pub use etag::{EtagAdapter, EtagForm};
-pub use sent::{requests_sent, RequestsSent};
 pub use local::{FileSystem, LocalStore, StagedWrite, SweepWalk, TemporarySweep};
+pub use sent::{requests_sent, RequestsSent};
 pub use swift::{
     SwiftBuilder, SwiftConfigKey, SwiftHead, SwiftStore, SwiftWrite, DEFAULT_LIST_LIMIT,
 };
