@@ -38,7 +38,9 @@ impl Verdict {
             Verdict::Supported => Verdict::Supported,
             Verdict::Refused(why) => Verdict::Refused(format!(
                 "{why} (measured at {} by {}; `banklease init` measures the store again)",
-                learnt.learnt_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                learnt
+                    .learnt_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                 learnt.learnt_by
             )),
         }
@@ -87,7 +89,10 @@ impl Learnt {
                 std::env::args()
                     .next()
                     .as_deref()
-                    .and_then(|a| std::path::Path::new(a).file_name()?.to_str().map(str::to_owned))
+                    .and_then(|a| std::path::Path::new(a)
+                        .file_name()?
+                        .to_str()
+                        .map(str::to_owned))
                     .unwrap_or_default()
             ),
         }
@@ -136,7 +141,10 @@ pub(crate) async fn forget(bank: &Bank) {
         return;
     }
     let path = Key::Learnt.path(bank);
-    tracing::warn!(bank = bank.label(), "the store refused a condition it was measured to keep; it will be measured again");
+    tracing::warn!(
+        bank = bank.label(),
+        "the store refused a condition it was measured to keep; it will be measured again"
+    );
     if let Err(e) = bank.store().delete(&path).await {
         tracing::debug!(path = %path, error = %e, "cannot remove the learnt record");
     }
@@ -191,7 +199,10 @@ mod tests {
             let counts = counting.counters().snapshot();
             // The record read, then the probe's writes, then the record written anew.
             assert!(counts.get("put").copied().unwrap_or(0) >= 3, "{counts:?}");
-            let kept = read(&new).await.unwrap().expect("a record of the new store");
+            let kept = read(&new)
+                .await
+                .unwrap()
+                .expect("a record of the new store");
             assert_eq!(kept.store, "s3://b/p endpoint=new");
         }
     }

@@ -96,13 +96,13 @@ pub mod doctor;
 pub mod error;
 pub mod id;
 pub mod layout;
+mod learnt;
 pub mod lease;
 pub mod lock;
 pub mod observe;
 pub mod paths;
 pub mod process;
 mod race;
-mod learnt;
 pub mod store;
 mod windows;
 

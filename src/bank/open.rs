@@ -259,7 +259,10 @@ fn open_s3(
         .with_http_connector(FailFast::new(DateRecorder::default()))
         .build()
         .map_err(|e| invalid_because(url, "cannot configure S3 from AWS_* variables", e))?;
-    Ok((Bank::from_s3_compatible(Arc::new(store), prefix, url), endpoint))
+    Ok((
+        Bank::from_s3_compatible(Arc::new(store), prefix, url),
+        endpoint,
+    ))
 }
 
 /// `az://…` (`rest` is what follows the scheme), and the account or endpoint it talks to.
