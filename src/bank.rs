@@ -250,15 +250,14 @@ impl Bank {
     }
 
     /// This bank for a command that only reads and judges (listing, showing, `validity-check`,
-    /// a dry run): it leaves nothing new in the bank. Its store-clock reading writes no probe
-    /// on a `file:` bank whose file system keeps exact stamps (the host's clock is that bank's
-    /// clock: every write there is stamped with it), and elsewhere rewrites this host's one
-    /// probe (`_banklease/clock/host-…`, [`own_clock_probe`](Self::own_clock_probe)) instead of
-    /// adding one per command. When the store refuses that write (a user who may only read),
-    /// the store's time is what it says without a write: on a `file:` bank the host's clock, on
-    /// an object store the `Date` of an answer, to the second. It never adopts a bank without a
-    /// descriptor. Owners and collectors never get it: they fail on a refused probe as on any
-    /// refused write.
+    /// a dry run): it writes nothing. Its store-clock reading is this host's clock on a `file:`
+    /// bank whose file system keeps exact stamps (the host's clock is that bank's clock: every
+    /// write there is stamped with it), and on a server the `Date` of its answer to one read,
+    /// to the second (a reader and a writer judge alike, the reader a second more cautiously).
+    /// Only where neither serves does it rewrite this host's one probe
+    /// (`_banklease/clock/host-…`, [`own_clock_probe`](Self::own_clock_probe)), and a refused
+    /// write there refuses the command. It never adopts a bank without a descriptor. Owners and
+    /// collectors never get it: they fail on a refused probe as on any refused write.
     pub fn reading_only(&self) -> Self {
         Self {
             inner: Arc::clone(&self.inner),
@@ -407,9 +406,7 @@ impl Bank {
             .inner
             .learnt
             .get_or_try_init(|| async {
-                crate::learnt::read(self)
-                    .await
-                    .map(std::sync::Mutex::new)
+                crate::learnt::read(self).await.map(std::sync::Mutex::new)
             })
             .await?;
         Ok(learnt.lock().expect("learnt record poisoned").clone())

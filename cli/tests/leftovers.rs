@@ -170,7 +170,11 @@ fn runs_of_every_shape_and_ending_leave_nothing_behind() {
             for ending in ENDINGS {
                 n += 1;
                 let run = n.to_string();
-                let which = if n.is_multiple_of(3) { "run-lock" } else { "lock-run" };
+                let which = if n.is_multiple_of(3) {
+                    "run-lock"
+                } else {
+                    "lock-run"
+                };
                 let name = format!("{which}-{shape:?}-{ending:?}-{round}");
                 let mut args: Vec<String> = match which {
                     "lock-run" => ["lock", "run", "--duration", "4s", "--kill-after", "300ms"]

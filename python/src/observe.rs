@@ -165,7 +165,9 @@ impl LeaseObserver {
         let margin = opt_duration("skew_margin", skew_margin)?
             .unwrap_or(banklease::config::LeaseConfig::default().skew_margin);
         let staleness = opt_duration("read_staleness", read_staleness)?.unwrap_or_default();
-        let bank = bank.get().inner.clone();
+        // A reader: it judges by the store's `Date` and writes nothing (README: read-only
+        // access), as `validity-check` does.
+        let bank = bank.get().inner.reading_only();
         let inner = banklease::LeaseObserver::new(bank.clone(), Arc::new(SystemClock), margin)
             .with_read_staleness(staleness);
         Ok(Self {
@@ -175,9 +177,10 @@ impl LeaseObserver {
         })
     }
 
-    /// Read and judge `owner_id`'s lease (three requests: the store's clock, then the lease;
-    /// the first view also measures the store's timestamp resolution and checks that the URL
-    /// holds a bank, raising `LayoutError` when it does not). `validity_window`
+    /// Read and judge `owner_id`'s lease, writing nothing (two requests: the store's `Date`,
+    /// then the lease; the first view also checks that the URL holds a bank, raising
+    /// `LayoutError` when it does not, and reads the store's timestamp resolution that
+    /// `banklease init` measured). `validity_window`
     /// (seconds) overrides the owner's declared one. Raises `StoreError` only when the store's
     /// clock cannot be read; an unreadable lease is a view with `error`.
     #[pyo3(signature = (owner_id, validity_window=None))]

@@ -13,11 +13,13 @@
 //! version is *unverified*: its stamp may come from after a step no comparison saw, so the
 //! GC judges nothing on it.
 //!
-//! Invariant: **a read command leaves nothing new in the bank.** A reading-only handle reads
-//! the store's time without adding an object: on a `file:` bank on a local file system the
-//! host's clock (which stamps every write there), elsewhere one probe per host rewritten in place; where the store refuses
-//! that write, the `Date` of its answer (widened by a second), and without one the command is
-//! refused as [`Error::ReadOnly`], naming the write to allow.
+//! Invariant: **a read command writes nothing.** A reading-only handle reads the store's time
+//! without a write: on a `file:` bank on a local file system the host's clock (which stamps
+//! every write there), on a server the `Date` of its answer to one read (to the second: the
+//! reading is widened by [`DATE_RESOLUTION`](crate::clock::store::DATE_RESOLUTION)). Only
+//! where neither serves (a `file:` bank whose file system rounds stamps or is a network one, a
+//! store whose answers carry no `Date`) does it rewrite its host's one probe, and where that
+//! write is refused the command is refused as [`Error::ReadOnly`], naming the write to allow.
 
 use std::time::Duration;
 
@@ -51,6 +53,12 @@ impl Bank {
         if self.is_reading_only() {
             if let Some(reading) = self.store_time_without_probe(clock) {
                 return Ok(reading);
+            }
+            // A server dates its answers: one read, nothing written, to the second.
+            if self.local().is_none() {
+                if let Some(reading) = self.store_time_from_date(clock).await? {
+                    return Ok(reading);
+                }
             }
         }
         // One key per host: a read-back of another version is a lagging replica's (an older

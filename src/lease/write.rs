@@ -205,7 +205,10 @@ impl<'a> CondWrite<'a> {
                     };
                 }
                 Err(e) => {
-                    let err = Error::store("put", self.path, e);
+                    // A user who may not write: the operator's one line, not a failed request
+                    // on one of banklease's own objects (nor retries of it).
+                    let err =
+                        crate::store::cause::write_failed(self.bank.label(), "put", self.path, e);
                     if !err.is_transient() {
                         return Err(err);
                     }
