@@ -47,6 +47,7 @@ from ._banklease import (
     LeaseWindows,
     OwnerLease,
     __version__,
+    requests_sent,
 )
 from . import _banklease
 from .errors import (
@@ -87,6 +88,7 @@ __all__ = [
     "doctor_async",
     "read_checkpoint",
     "read_checkpoint_async",
+    "requests_sent",
     "run_pass",
     "run_pass_async",
     "__version__",

@@ -52,7 +52,9 @@ impl Bank {
     /// Make this bank a bank, as `banklease init` does: write its descriptor unless it has one.
     /// Returns `"created"`, `"adopted"` (a bank made before descriptors existed) or `"already"`;
     /// raises `LayoutError` for a prefix holding anything but a bank's objects. Every owner,
-    /// GC pass and doctor refuses a prefix that holds no bank.
+    /// GC pass and doctor refuses a prefix that holds no bank. Like `banklease init`, it then
+    /// measures the store once (its conditions, named locks, the resolution of its stamps) and
+    /// keeps that in the bank, so that no later process pays for it.
     fn init(&self, py: Python<'_>) -> PyResult<&'static str> {
         let bank = self.inner.clone();
         block_on(py, async move { init(&bank).await })
@@ -96,7 +98,11 @@ impl Bank {
 
 async fn init(bank: &banklease::Bank) -> PyResult<&'static str> {
     use banklease::layout::Initialised;
-    Ok(match banklease::layout::init(bank).await.map_err(to_py)? {
+    let outcome = banklease::layout::init(bank).await.map_err(to_py)?;
+    // As `banklease init`: what every later process would otherwise measure, measured once.
+    let clock: banklease::clock::SharedClock = std::sync::Arc::new(banklease::clock::SystemClock);
+    bank.measure(&clock).await.map_err(to_py)?;
+    Ok(match outcome {
         Initialised::Created => "created",
         Initialised::Adopted => "adopted",
         Initialised::Already => "already",

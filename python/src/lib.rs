@@ -25,6 +25,17 @@ mod lease;
 mod observe;
 mod runtime;
 
+/// The HTTP requests this process has sent to stores, by method, with `total` and `writes`
+/// (every request but GET and HEAD): what an embedder's calls cost.
+#[pyfunction]
+fn requests_sent() -> std::collections::BTreeMap<&'static str, u64> {
+    let sent = banklease::store::requests_sent();
+    let mut counts: std::collections::BTreeMap<_, _> = sent.by_method().into_iter().collect();
+    counts.insert("total", sent.total());
+    counts.insert("writes", sent.writes());
+    counts
+}
+
 /// Blocking threads of the module's runtime: `file:` banks run every call there; a GC pass keeps
 /// `gc.concurrency` (16 by default) in flight.
 const BLOCKING_THREADS: usize = 32;
@@ -55,5 +66,6 @@ fn _banklease(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gc::run_pass_async, m)?)?;
     m.add_function(wrap_pyfunction!(gc::doctor, m)?)?;
     m.add_function(wrap_pyfunction!(gc::doctor_async, m)?)?;
+    m.add_function(wrap_pyfunction!(requests_sent, m)?)?;
     Ok(())
 }

@@ -31,6 +31,25 @@ def test_the_plugin_names_work_as_before(backend):
     assert not plugin.check_lease_existence(owner)
 
 
+def test_check_lease_existence_writes_nothing(backend):
+    """A reader's question costs reads only: the store's clock is judged by the `Date` of its
+    answer (on servers; on `file:` the host's clock), never by writing a probe."""
+    # Not renewed in the background: its renewals would be writes of this process.
+    owner = BankPluginLease(backend.bank, backend.windows, keep=False)
+    owner.acquire_lease()
+    admin = BankPluginLease(backend.bank, backend.windows, skew_margin=backend.margin)
+    try:
+        before = banklease.requests_sent()
+        assert admin.check_lease_existence(owner.get_owner_id())
+        assert not admin.check_lease_existence("nobody-has-this-id")
+        after = banklease.requests_sent()
+        assert after["writes"] == before["writes"], (before, after)
+        if backend.name in ("swift", "s3"):
+            assert after["total"] > before["total"], (before, after)
+    finally:
+        owner.release_lease()
+
+
 def test_renewing_by_hand(backend):
     plugin = BankPluginLease(backend.bank, backend.windows, keep=False)
     plugin.acquire_lease()

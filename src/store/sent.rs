@@ -55,14 +55,19 @@ impl RequestsSent {
     pub fn of(&self, method: &Method) -> u64 {
         self.0[METHODS.iter().position(|m| m == method).unwrap_or(5)]
     }
+
+    /// Each method's count: `GET`, `HEAD`, `PUT`, `POST`, `DELETE`, `other`.
+    pub fn by_method(&self) -> [(&'static str, u64); 6] {
+        let names = ["GET", "HEAD", "PUT", "POST", "DELETE", "other"];
+        std::array::from_fn(|i| (names[i], self.0[i]))
+    }
 }
 
 impl fmt::Display for RequestsSent {
     /// `requests=7 writes=3 GET=2 HEAD=2 PUT=3` (methods never sent left out).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "requests={} writes={}", self.total(), self.writes())?;
-        let names = ["GET", "HEAD", "PUT", "POST", "DELETE", "other"];
-        for (name, n) in names.iter().zip(self.0) {
+        for (name, n) in self.by_method() {
             if n > 0 {
                 write!(f, " {name}={n}")?;
             }
