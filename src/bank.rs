@@ -350,6 +350,13 @@ impl Bank {
             .capabilities
             .get_or_try_init(|| async {
                 if let Some(learnt) = self.learnt().await? {
+                    // The form its conditions are sent in is part of what was learnt (Ceph
+                    // RGW honours only unquoted ETags): every handle sends it from the start.
+                    if learnt.capabilities.unquoted_etags {
+                        if let Some(form) = &self.inner.etag_form {
+                            form.use_unquoted();
+                        }
+                    }
                     return Ok(learnt.capabilities);
                 }
                 self.probe_capabilities().await
@@ -428,6 +435,15 @@ impl Bank {
         update(&mut learnt);
         self.remember(learnt.clone());
         crate::learnt::write(self, &learnt).await;
+    }
+
+    /// Whether conditions are sent with unquoted ETags (what the probe, or its record, says).
+    #[cfg(test)]
+    pub(crate) fn sends_unquoted(&self) -> bool {
+        self.inner
+            .etag_form
+            .as_ref()
+            .is_some_and(crate::store::EtagForm::is_unquoted)
     }
 
     /// Whether this bank keeps what probes learn in the bank (opened by URL).

@@ -207,6 +207,25 @@ mod tests {
         }
     }
 
+    /// Ceph RGW honours only unquoted ETags in `If-Match`: a record saying so has every new
+    /// handle send them unquoted from its first write, as the probe would have. (Before, a
+    /// handle that read the record sent quoted ones, which RGW refused: the end-to-end
+    /// scenario on RGW failed.)
+    #[tokio::test]
+    async fn a_record_of_unquoted_etags_has_conditions_sent_unquoted() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let first = Bank::from_s3_compatible(Arc::clone(&store), "b", "s3://b/p")
+            .keeping_learnt("s3://b/p endpoint=rgw".into());
+        let mut caps = first.capabilities().await.unwrap().clone();
+        caps.unquoted_etags = true;
+        write(&first, &Learnt::new(&first, caps)).await;
+        let second = Bank::from_s3_compatible(Arc::clone(&store), "b", "s3://b/p")
+            .keeping_learnt("s3://b/p endpoint=rgw".into());
+        assert!(!second.sends_unquoted());
+        assert!(second.capabilities().await.unwrap().unquoted_etags);
+        assert!(second.sends_unquoted());
+    }
+
     /// A refusal read back says when and by whom it was measured, and how to measure again.
     #[test]
     fn a_kept_refusal_names_its_measurement() {
