@@ -422,7 +422,8 @@ impl Bank {
     /// Keep `learnt`'s verdict on named locks or fenced writes in the bank, beside the
     /// capabilities it has.
     pub(crate) async fn learn(&self, update: impl FnOnce(&mut crate::learnt::Learnt)) {
-        if !self.inner.keeps_learnt {
+        // A reader keeps nothing, and must not probe capabilities (writes) to fill a record.
+        if !self.inner.keeps_learnt || self.is_reading_only() {
             return;
         }
         let Ok(caps) = self.capabilities().await else {

@@ -226,6 +226,21 @@ mod tests {
         assert!(second.sends_unquoted());
     }
 
+    /// A reader keeps nothing, and never measures the store to have something to keep (the
+    /// capability probe writes). Before, Python's `check_lease_existence` on a bank without a
+    /// record wrote 5 times on S3 this way.
+    #[tokio::test]
+    async fn a_reader_learns_nothing_and_writes_nothing() {
+        let counting = Arc::new(CountingStore::new(InMemory::new()));
+        let reader = Bank::from_store(counting.clone(), "b", "s3://b/p")
+            .keeping_learnt("s3://b/p endpoint=e".into())
+            .reading_only();
+        reader.learn(|l| l.stamp_resolution_ms = Some(1000)).await;
+        let counts = counting.counters().snapshot();
+        assert_eq!(counts.get("put"), None, "{counts:?}");
+        assert_eq!(counts.get("delete"), None, "{counts:?}");
+    }
+
     /// A refusal read back says when and by whom it was measured, and how to measure again.
     #[test]
     fn a_kept_refusal_names_its_measurement() {

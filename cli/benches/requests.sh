@@ -3,7 +3,8 @@
 # environment configures (S3 from AWS_* when AWS_ENDPOINT is set, Swift from ST_* when ST_AUTH
 # is set), on a fresh bank, counted by the binary itself (BANKLEASE_COUNT_REQUESTS=1: every HTTP
 # request it sent, retries and authentications included). Python's check_lease_existence is
-# counted with `banklease.requests_sent()` when PYTHON names an interpreter with the package.
+# counted with `banklease.requests_sent()` when PYTHON names an interpreter with the package
+# (once per store, on the bank the last binary made).
 #
 #   eval "$(bash .ci/start-s3.sh | grep '^export ')"; eval "$(bash .ci/start-swift.sh | grep '^export ')"
 #   cargo build -p banklease-cli
@@ -48,7 +49,8 @@ for store in "${stores[@]}"; do
     row "lease list" b lease list
     row "validity-check" b validity-check --owner o1
     row "gc (empty bank)" b gc
-    if [ -n "${PYTHON:-}" ]; then
+    # The installed package, once per store: on the last binary's bank.
+    if [ -n "${PYTHON:-}" ] && [ "$bin" = "${@: -1}" ]; then
       py=$("$PYTHON" - "$bank" <<'EOF' 2>/dev/null || echo "? ?"
 import sys
 import banklease
