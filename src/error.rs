@@ -654,6 +654,9 @@ fn store_kind(source: &object_store::Error) -> ErrorKind {
     match crate::store::cause::classify(source) {
         StoreCause::CredentialsRefused { .. } => ErrorKind::RefusedByStore,
         StoreCause::ContainerMissing { .. } => ErrorKind::Store,
+        // A CA that is missing or a leaf given as one fails the same way every time: retrying
+        // (a Python retry loop on `.transient`) would spin on a configuration mistake.
+        StoreCause::Tls => ErrorKind::Store,
         _ => ErrorKind::Transient,
     }
 }

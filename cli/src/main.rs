@@ -154,8 +154,8 @@ fn failure_exit(kind: Option<ErrorKind>, supervises: bool) -> u8 {
     }
 }
 
-/// Whether `command` only reads the bank: it leaves nothing new there (at most this host's
-/// clock probe, rewritten in place) and works for a user who may only read.
+/// Whether `command` only reads the bank: it writes nothing there (the store's time is the
+/// `Date` of a read) and works for a user who may only read.
 fn reads_only(command: &Command) -> bool {
     use lock::LockCommand as L;
     matches!(

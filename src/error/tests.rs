@@ -206,6 +206,24 @@ fn a_missing_bucket_is_a_definite_answer_however_the_request_reports_it() {
     assert!(flaky.is_transient(), "{flaky}");
 }
 
+/// A TLS failure (a CA missing, a leaf given as the CA) is the same on every retry: not
+/// transient, so that a retry loop on `.transient` (Python's) does not spin on it.
+#[test]
+fn a_tls_failure_is_a_definite_answer() {
+    let untrusted = Error::store(
+        "get",
+        &Path::from("p"),
+        object_store::Error::Generic {
+            store: "S3",
+            source: "error sending request: client error (Connect): invalid peer certificate: \
+                     UnknownIssuer"
+                .into(),
+        },
+    );
+    assert_eq!(untrusted.kind(), crate::ErrorKind::Store, "{untrusted}");
+    assert!(!untrusted.is_transient(), "{untrusted}");
+}
+
 /// A message that names its cause keeps it as the source too; the one line says it once, and a
 /// source with more to say is still appended.
 #[test]
