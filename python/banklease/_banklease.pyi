@@ -254,3 +254,7 @@ def doctor(bank: Bank, *, race_rounds: Optional[int] = None) -> str:
     """The measurements as JSON text (``banklease.doctor`` makes a ``DoctorReport``)."""
 
 def doctor_async(bank: Bank, *, race_rounds: Optional[int] = None) -> Awaitable[str]: ...
+def requests_sent() -> Dict[str, int]:
+    """The HTTP requests this process has sent to stores: ``total``, ``writes`` and each of
+    ``GET``, ``HEAD``, ``PUT``, ``POST``, ``DELETE``, ``other``."""
+    ...

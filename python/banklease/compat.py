@@ -32,7 +32,17 @@ Where the semantics are stricter than the seed design's:
   lease cannot be read or judged; it never answers False on doubt.
 - **Validity is time left, counted with suspends.** ``check_lease_validity()`` is True while at
   least ``validity_window`` of lease time is left, on a clock that counts time the host spent
-  suspended; it sends no request.
+  suspended; it sends no request. In a process forked from the holder it is False: the lease
+  and its keeper are the parent's.
+- **No ``lease_expire_time``.** The seed design kept the expiry as an attribute on this host's
+  wall clock; banklease never judges a lease on a host's clock (it may step, and it is not the
+  store's), so there is none. Use ``check_lease_validity()`` or ``lease.remaining()`` for this
+  process's lease, ``check_lease_existence(owner_id)`` for anyone's.
+- **No re-acquiring.** The seed design took a lost lease again under the same owner id; here a
+  lost lease is final (another owner may have judged it dead and collected its checkpoints):
+  make a new ``BankPluginLease``.
+- **The lease itself.** ``lease`` is the ``OwnerLease`` held (None before ``acquire_lease()``):
+  a bank plugin creates its checkpoints under it, ``Checkpoint.create(plugin.lease, id)``.
 """
 
 from __future__ import annotations
@@ -82,6 +92,13 @@ class BankPluginLease:
         """This owner's id (None before ``acquire_lease()`` unless one was given)."""
         return self._lease.owner_id if self._lease is not None else self._owner_id
 
+    @property
+    def lease(self) -> Optional[OwnerLease]:
+        """The ``OwnerLease`` this plugin holds (None before ``acquire_lease()``): a bank plugin
+        creates its checkpoints under it (``Checkpoint.create(lease, ...)``), so that every write
+        is checked against the lease it holds."""
+        return self._lease
+
     def get_owner_id(self) -> Optional[str]:
         """The seed design's name for ``owner_id``."""
         return self.owner_id
@@ -115,8 +132,8 @@ class BankPluginLease:
 
     def check_lease_validity(self) -> bool:
         """True while at least ``validity_window`` of lease time is left: an update may start.
-        No request is sent. False before ``acquire_lease()``, and for good once lost or
-        released."""
+        No request is sent. False before ``acquire_lease()``, for good once lost or released,
+        and in a process forked from this one (the lease and its keeper are the parent's)."""
         lease = self._lease
         return lease is not None and lease.check_validity()
 

@@ -270,18 +270,23 @@ impl OwnerLease {
 
     /// May an update start now? At least `validity_window` of lease time is left. Zero
     /// requests: answered from memory, on a clock that counts time the host spent suspended.
+    /// False in a process forked from the one that holds the lease: the lease is the parent's.
     fn check_validity(&self) -> bool {
-        self.inner.check_validity()
+        !crate::runtime::forked() && self.inner.check_validity()
     }
 
     /// `check_validity()` as an exception that says why not: `NotValid` (too little time
     /// left: wait for the keeper) or `LeaseLost` (final).
     fn ensure_valid(&self) -> PyResult<()> {
+        crate::runtime::runtime()?;
         self.inner.ensure_valid().map_err(to_py)
     }
 
     /// Seconds of lease time left (0 once lost or released). Zero requests.
     fn remaining(&self) -> f64 {
+        if crate::runtime::forked() {
+            return 0.0;
+        }
         self.inner.remaining().as_secs_f64()
     }
 

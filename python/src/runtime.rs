@@ -14,6 +14,15 @@ const SIGNAL_POLL: Duration = Duration::from_millis(100);
 /// The process that started the module's runtime.
 static RUNTIME_PID: OnceLock<u32> = OnceLock::new();
 
+/// Whether this process was forked from the one that started the module's runtime: it holds
+/// none of that process's leases (their keepers did not come along, and the lease is the
+/// parent's), so a lease inherited in memory answers as not held.
+pub(crate) fn forked() -> bool {
+    RUNTIME_PID
+        .get()
+        .is_some_and(|pid| *pid != std::process::id())
+}
+
 /// The module's runtime, refused in a process forked from the one that started it: the fork
 /// has none of its threads, so any call would hang.
 pub(crate) fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {

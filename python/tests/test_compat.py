@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 
@@ -48,6 +49,43 @@ def test_check_lease_existence_writes_nothing(backend):
             assert after["total"] > before["total"], (before, after)
     finally:
         owner.release_lease()
+
+
+def test_a_forked_child_holds_none_of_its_parents_lease(file_backend):
+    plugin = BankPluginLease(file_backend.bank, file_backend.windows)
+    plugin.acquire_lease()
+    try:
+        assert plugin.check_lease_validity()
+        assert plugin.lease is not None and plugin.lease.owner_id == plugin.get_owner_id()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: answers without touching the runtime, then leaves at once
+            try:
+                valid = plugin.check_lease_validity()
+                left = plugin.lease.remaining()
+                os.write(w, b"%d %f" % (valid, left))
+            finally:
+                os._exit(0)
+        os.close(w)
+        answer = os.read(r, 64).decode()
+        os.close(r)
+        os.waitpid(pid, 0)
+        assert answer.split()[0] == "0", answer
+        assert float(answer.split()[1]) == 0.0, answer
+        assert plugin.check_lease_validity()
+    finally:
+        plugin.release_lease()
+
+
+def test_a_plugin_creates_checkpoints_under_the_lease_it_holds(file_backend):
+    plugin = BankPluginLease(file_backend.bank, file_backend.windows)
+    assert plugin.lease is None
+    plugin.acquire_lease()
+    try:
+        checkpoint = banklease.Checkpoint.create(plugin.lease, "cp-plugin-1")
+        assert checkpoint.id == "cp-plugin-1"
+    finally:
+        plugin.release_lease()
 
 
 def test_renewing_by_hand(backend):
