@@ -19,6 +19,10 @@
 //! | `banklease_gc_oldest_zombie_age_seconds` | gauge | how long the longest-dead owner whose protecting checkpoints the last completed pass left behind has been dead; 0 when none is left |
 //! | `banklease_gc_leases{state}` | gauge | owner leases by state (`alive`, `expired`, `missing`, `unreadable`), as of the last completed pass |
 //! | `banklease_gc_requests_total{kind}` | counter | store requests made by passes, by kind (`get`, `put`, `list`, `delete`, ...) |
+//! | `banklease_gc_failed_checkpoints` | gauge | failed checkpoints kept (not failed for `gc.keep_failed_for` yet, or kept for ever), as of the last completed pass |
+//! | `banklease_gc_failed_checkpoint_bytes` | gauge | the bytes of their data |
+//! | `banklease_gc_oldest_failed_checkpoint_age_seconds` | gauge | how long the longest-failed of them has been failed (store clock); 0 when none is kept |
+//! | `banklease_gc_retired_total` | counter | failed checkpoints retired (past `gc.keep_failed_for`; dry run: that would have been) |
 //!
 //! **API boundary:** the endpoint serves only these two read-only paths; it has no way to change
 //! the daemon. Bind it to a loopback or otherwise protected address.
@@ -119,6 +123,10 @@ pub struct Metrics {
     held_back_until: Gauge,
     leases: Family<StateLabels, Gauge>,
     requests: Family<KindLabels, Counter>,
+    failed_kept: Gauge,
+    failed_kept_bytes: Gauge,
+    failed_oldest_age: Gauge,
+    retired: Counter,
 }
 
 impl fmt::Debug for Metrics {
@@ -251,7 +259,36 @@ impl Metrics {
             "Store requests made by GC passes, by kind",
             requests.clone(),
         );
+        let failed_kept = Gauge::default();
+        registry.register(
+            "banklease_gc_failed_checkpoints",
+            "Failed checkpoints kept, as of the last completed pass",
+            failed_kept.clone(),
+        );
+        let failed_kept_bytes = Gauge::default();
+        registry.register(
+            "banklease_gc_failed_checkpoint_bytes",
+            "Bytes of the data of the failed checkpoints kept, as of the last completed pass",
+            failed_kept_bytes.clone(),
+        );
+        let failed_oldest_age = Gauge::default();
+        registry.register_with_unit(
+            "banklease_gc_oldest_failed_checkpoint_age",
+            "How long the longest-failed checkpoint kept has been failed (store clock)",
+            Unit::Seconds,
+            failed_oldest_age.clone(),
+        );
+        let retired = Counter::default();
+        registry.register(
+            "banklease_gc_retired",
+            "Failed checkpoints retired past gc.keep_failed_for (or, in a dry run, that would have been)",
+            retired.clone(),
+        );
         Self {
+            failed_kept,
+            failed_kept_bytes,
+            failed_oldest_age,
+            retired,
             last_success,
             protecting,
             oldest_zombie_age,
@@ -311,6 +348,12 @@ impl Metrics {
         }
         self.passes.get_or_create(&PassLabels { outcome }).inc();
         self.collected.inc_by(report.collected);
+        self.retired.inc_by(report.retired);
+        self.failed_kept.set(saturating_i64(report.failed_kept));
+        self.failed_kept_bytes
+            .set(saturating_i64(report.failed_kept_bytes));
+        self.failed_oldest_age
+            .set(saturating_i64(report.failed_oldest_age_ms / 1000));
         self.late_data_swept.inc_by(report.late_data_swept);
         self.temporaries_swept.inc_by(report.temporaries_swept);
         self.errors.inc_by(report.errors);
@@ -457,6 +500,10 @@ mod tests {
                 errors: 1,
                 duration_ms: 1500,
                 requests: map(&[("get", 7), ("list", 2)]),
+                retired: 2,
+                failed_kept: 3,
+                failed_kept_bytes: 4096,
+                failed_oldest_age_ms: 7_200_500,
                 ..PassReport::default()
             },
             at(1_000),
@@ -471,6 +518,10 @@ mod tests {
                 leases: map(&[("alive", 4), ("expired", 1)]),
                 oldest_zombie_age_ms: 90_500,
                 requests: map(&[("get", 1)]),
+                retired: 1,
+                failed_kept: 1,
+                failed_kept_bytes: 10,
+                failed_oldest_age_ms: 3_600_900,
                 ..PassReport::default()
             },
             at(2_000),
@@ -481,6 +532,17 @@ mod tests {
         assert_eq!(m.passes(Outcome::Braked), 1);
         assert_eq!(m.passes(Outcome::Failed), 1);
         assert_eq!(sample(&text, "banklease_gc_collected_total"), Some(5.0));
+        // What piles up: retirements add up, the kept ones are the last pass's.
+        assert_eq!(sample(&text, "banklease_gc_retired_total"), Some(3.0));
+        assert_eq!(sample(&text, "banklease_gc_failed_checkpoints"), Some(1.0));
+        assert_eq!(
+            sample(&text, "banklease_gc_failed_checkpoint_bytes"),
+            Some(10.0)
+        );
+        assert_eq!(
+            sample(&text, "banklease_gc_oldest_failed_checkpoint_age_seconds"),
+            Some(3600.0)
+        );
         // One inside a pass, one failed pass.
         assert_eq!(sample(&text, "banklease_gc_errors_total"), Some(2.0));
         // Gauges are the last completed pass's, untouched by the failed one.

@@ -46,8 +46,11 @@ impl Lock {
                 Failure::Retrying(error) => HeartbeatFailure { error, lost: false },
                 Failure::Final(error) => HeartbeatFailure { error, lost: true },
             };
+            // Closed: the holder stopped watching (it is ending, and says why itself); full:
+            // it has older failures unread. Neither is the operator's business (a job's mail
+            // carried this line beside the failure it was about).
             if let Err(e) = tx.try_send(failure) {
-                tracing::warn!(error = %e, "heartbeat failure not reported: the channel is full or closed");
+                tracing::debug!(error = %e, "heartbeat failure not reported: the channel is full or closed");
             }
         };
         let running = Running::spawn(self.clone(), jitter, jitter_fraction, report);

@@ -99,6 +99,9 @@ pub struct PassReport {
     pub failed_kept: u64,
     /// ... and the bytes of their data: what the setting keeps.
     pub failed_kept_bytes: u64,
+    /// How long the longest-failed of them has been failed, on the store's clock (0 when none
+    /// is kept, and for one whose age no earlier reading of the clock vouches for).
+    pub failed_oldest_age_ms: u64,
     /// Every checkpoint the pass collected, retired, repaired or skipped (with `dry_run`: would
     /// have), with its owner and why, the first [`MAX_NAMED`] of them: a skipped one is a
     /// protecting checkpoint left alone. Errors are in `problems` instead.
@@ -144,6 +147,12 @@ pub struct PassReport {
 }
 
 impl PassReport {
+    /// A failed checkpoint kept, failed for `failed_for`: the oldest one's age.
+    pub(crate) fn keep_oldest_failed(&mut self, failed_for: std::time::Duration) {
+        let ms = u64::try_from(failed_for.as_millis()).unwrap_or(u64::MAX);
+        self.failed_oldest_age_ms = self.failed_oldest_age_ms.max(ms);
+    }
+
     /// Say why an owner or a checkpoint waits longer than the grace.
     pub(crate) fn wait(&mut self, why: String) {
         tracing::info!(%why, "held back past the grace");

@@ -128,24 +128,26 @@ pub(crate) async fn retire_failed(ctx: &PassContext, report: &mut PassReport) {
             let outcome = one(ctx, &id, failed_for, meta.size > 0, taken, limit)
                 .await
                 .map_err(|e| (format!("checkpoint `{id}`"), e))?;
-            Ok(Some((id, outcome)))
+            Ok(Some((id, outcome, failed_for)))
         })
         .buffer_unordered(ctx.options.concurrency);
     while let Some(result) = results.next().await {
         match result {
-            Ok(None) | Ok(Some((_, Outcome::Stale))) => {}
-            Ok(Some((_, Outcome::Foreign(what)))) => report.foreign(what),
-            Ok(Some((_, Outcome::Kept(bytes)))) => {
+            Ok(None) | Ok(Some((_, Outcome::Stale, _))) => {}
+            Ok(Some((_, Outcome::Foreign(what), _))) => report.foreign(what),
+            Ok(Some((_, Outcome::Kept(bytes), failed_for))) => {
                 report.failed_kept += 1;
                 report.failed_kept_bytes += bytes;
+                report.keep_oldest_failed(failed_for);
             }
-            Ok(Some((id, Outcome::Retired(owner, why)))) => {
+            Ok(Some((id, Outcome::Retired(owner, why), _))) => {
                 report.retired += 1;
                 report.name(id, owner, Action::Retire, why);
             }
-            Ok(Some((id, Outcome::Deferred(owner, bytes)))) => {
+            Ok(Some((id, Outcome::Deferred(owner, bytes), failed_for))) => {
                 report.failed_kept += 1;
                 report.failed_kept_bytes += bytes;
+                report.keep_oldest_failed(failed_for);
                 let why = "due for retirement, but over this pass's limit (gc.max_deletions); \
                            the next pass retires it";
                 report.name(id, owner, Action::Skip, why.to_owned());
