@@ -342,32 +342,38 @@ impl Bank {
                 .is_some_and(|c| c.conditional_overwrite == crate::capability::Condition::Refused)
     }
 
-    /// What the store really enforces, probed once per bank and cached. A bank opened by URL
-    /// first reads what an earlier probe of its store learnt and kept in the bank (one GET,
-    /// `_banklease/store.json`), and keeps what it probes there.
+    /// What the store really enforces, probed once per bank handle and cached. Always measured
+    /// here, never taken from what an earlier process kept in the bank: owners, collectors and
+    /// deciders rest the product's promise on it (a bank copied to a store that ignores
+    /// create-if-absent must be refused, whatever the copy says). A bank opened by URL keeps
+    /// what it measured (`_banklease/store.json`) for named locks and readers.
     pub async fn capabilities(&self) -> Result<&Capabilities> {
         self.inner
             .capabilities
-            .get_or_try_init(|| async {
-                if let Some(learnt) = self.learnt().await? {
-                    // The form its conditions are sent in is part of what was learnt (Ceph
-                    // RGW honours only unquoted ETags): every handle sends it from the start.
-                    if learnt.capabilities.unquoted_etags {
-                        if let Some(form) = &self.inner.etag_form {
-                            form.use_unquoted();
-                        }
-                    }
-                    return Ok(learnt.capabilities);
-                }
-                self.probe_capabilities().await
-            })
+            .get_or_try_init(|| self.probe_capabilities())
             .await
+    }
+
+    /// Send conditions in the form the kept record says this store honours (Ceph RGW: unquoted
+    /// ETags), for a lock command that takes the kept verdict instead of measuring.
+    pub(crate) fn use_kept_etag_form(&self, learnt: &crate::learnt::Learnt) {
+        if learnt.capabilities.unquoted_etags {
+            if let Some(form) = &self.inner.etag_form {
+                form.use_unquoted();
+            }
+        }
     }
 
     /// Measure the store again whatever was learnt before (`init`, `doctor`), and keep what was
     /// measured (the named-lock and fenced-write verdicts are measured again when next needed).
     pub async fn measure_capabilities(&self) -> Result<Capabilities> {
         let caps = self.probe_capabilities().await?;
+        if self.inner.keeps_learnt && !self.is_reading_only() {
+            // Everything kept before was measured on what may be another store now.
+            let learnt = crate::learnt::Learnt::new(self, caps.clone());
+            self.remember(learnt.clone());
+            crate::learnt::write(self, &learnt).await;
+        }
         // A handle whose capabilities were read before keeps them for its life; the next
         // process reads what was just measured.
         let _ = self.inner.capabilities.set(caps.clone());
@@ -384,12 +390,27 @@ impl Bank {
             self.inner.etag_form.as_ref(),
         )
         .await?;
-        if self.inner.keeps_learnt {
-            let learnt = crate::learnt::Learnt::new(self, caps.clone());
-            self.remember(learnt.clone());
-            crate::learnt::write(self, &learnt).await;
+        if self.inner.keeps_learnt && !self.is_reading_only() {
+            // Kept as measured: the other verdicts stay while the conditions are the same,
+            // and go with them when they changed (they were measured on what they were).
+            let kept = crate::learnt::update(self, &caps, |l| {
+                if l.capabilities != caps {
+                    *l = crate::learnt::Learnt::new(self, caps.clone());
+                }
+            })
+            .await;
+            if let Some(kept) = kept {
+                self.remember(kept);
+            }
         }
         Ok(caps)
+    }
+
+    /// The store behaved against the record: this handle no longer answers from it.
+    pub(crate) fn forget_remembered(&self) {
+        if let Some(cell) = self.inner.learnt.get() {
+            *cell.lock().expect("learnt record poisoned") = None;
+        }
     }
 
     /// What this handle now knows was learnt (what [`learnt`](Self::learnt) answers next).
@@ -419,8 +440,10 @@ impl Bank {
         Ok(learnt.lock().expect("learnt record poisoned").clone())
     }
 
-    /// Keep `learnt`'s verdict on named locks or fenced writes in the bank, beside the
-    /// capabilities it has.
+    /// Keep one more thing measured (`update` sets that field alone) in the bank's record: the
+    /// record is read afresh and written on the version read, so that what `init` or `doctor`
+    /// measured meanwhile is never overwritten with this handle's older view; a lost race
+    /// costs a measurement later, nothing else.
     pub(crate) async fn learn(&self, update: impl FnOnce(&mut crate::learnt::Learnt)) {
         // A reader keeps nothing, and must not probe capabilities (writes) to fill a record.
         if !self.inner.keeps_learnt || self.is_reading_only() {
@@ -429,13 +452,9 @@ impl Bank {
         let Ok(caps) = self.capabilities().await else {
             return;
         };
-        let mut learnt = match self.learnt().await {
-            Ok(Some(l)) if l.capabilities == *caps => l,
-            _ => crate::learnt::Learnt::new(self, caps.clone()),
-        };
-        update(&mut learnt);
-        self.remember(learnt.clone());
-        crate::learnt::write(self, &learnt).await;
+        if let Some(learnt) = crate::learnt::update(self, caps, update).await {
+            self.remember(learnt);
+        }
     }
 
     /// Whether conditions are sent with unquoted ETags (what the probe, or its record, says).

@@ -64,6 +64,11 @@ pub(crate) struct Learnt {
     /// ([`Bank::stamp_resolution`]); `None` until measured.
     #[serde(default)]
     pub stamp_resolution_ms: Option<u64>,
+    /// Whether the `Date` of the store's answers agrees with its stamps (within a second each
+    /// way), as `init` found it: read commands judge by `Date` only where it does (a proxy
+    /// that dates answers with its own clock does not); `None` until measured.
+    #[serde(default)]
+    pub date_agrees: Option<bool>,
     /// When, on the writer's wall clock (for humans: nothing is judged by it).
     pub learnt_at: DateTime<Utc>,
     /// Which release, host and process measured it, and by which command.
@@ -80,6 +85,7 @@ impl Learnt {
             locks: None,
             fencing: None,
             stamp_resolution_ms: None,
+            date_agrees: None,
             learnt_at: Utc::now(),
             learnt_by: format!(
                 "banklease {} on host {} (pid {}, {})",
@@ -134,12 +140,63 @@ pub(crate) async fn write(bank: &Bank, learnt: &Learnt) {
     }
 }
 
+/// Read the record afresh, change what `update` measured, and write it on the version read
+/// (create-if-absent when there is none; a record of another store, or unreadable, is
+/// replaced by one holding `measured`, the conditions this handle measured). Nothing is
+/// written when nothing changed. `None` when the write lost a race or failed: what was
+/// measured is measured again later.
+pub(crate) async fn update(
+    bank: &Bank,
+    measured: &Capabilities,
+    update: impl FnOnce(&mut Learnt),
+) -> Option<Learnt> {
+    use object_store::{PutMode, PutOptions, UpdateVersion};
+    let path = Key::Learnt.path(bank);
+    let fresh = || async { Some(Learnt::new(bank, measured.clone())) };
+    let (mut learnt, mode) = match bank.store().get(&path).await {
+        Ok(got) => {
+            let version = PutMode::Update(UpdateVersion {
+                e_tag: got.meta.e_tag.clone(),
+                version: got.meta.version.clone(),
+            });
+            let bytes = got.bytes().await.ok()?;
+            match serde_json::from_slice::<Learnt>(&bytes) {
+                Ok(l) if l.format == FORMAT && l.store == bank.identity() => (l, version),
+                _ => (fresh().await?, version),
+            }
+        }
+        Err(object_store::Error::NotFound { .. }) => (fresh().await?, PutMode::Create),
+        Err(e) => {
+            tracing::debug!(path = %path, error = %e, "cannot read the learnt record to update it");
+            return None;
+        }
+    };
+    let before = learnt.clone();
+    update(&mut learnt);
+    if learnt == before && matches!(mode, PutMode::Update(_)) {
+        return Some(learnt);
+    }
+    let body = serde_json::to_vec_pretty(&learnt).expect("a learnt record serialises");
+    match bank
+        .store()
+        .put_opts(&path, PutPayload::from(body), PutOptions::from(mode))
+        .await
+    {
+        Ok(_) => Some(learnt),
+        Err(e) => {
+            tracing::debug!(path = %path, error = %e, "what was measured is not kept this time");
+            None
+        }
+    }
+}
+
 /// Forget the record: the store behaved against it (a condition it was said to keep was
 /// refused). Best effort, as [`write`].
 pub(crate) async fn forget(bank: &Bank) {
-    if bank.is_reading_only() {
+    if bank.is_reading_only() || !bank.keeps_learnt() {
         return;
     }
+    bank.forget_remembered();
     let path = Key::Learnt.path(bank);
     tracing::warn!(
         bank = bank.label(),
@@ -160,32 +217,36 @@ mod tests {
     use super::*;
     use crate::store::CountingStore;
 
-    /// Two processes' handles on one store: the first measures and keeps what it learnt, the
-    /// second reads it back with one GET and measures nothing.
+    /// Two processes' handles on one store: the first measures whether named locks can be
+    /// kept (over a hundred racing writes) and keeps the verdict; the second reads it back
+    /// with one GET and writes nothing. Its conditions it measures itself, as every handle.
     #[tokio::test]
-    async fn a_second_process_reads_what_the_first_measured_and_writes_nothing() {
+    async fn a_second_process_takes_the_kept_lock_verdict_and_writes_nothing() {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let first = Bank::from_store(Arc::clone(&store), "b", "s3://b/p")
             .keeping_learnt("s3://b/p endpoint=e".into());
-        let measured = first.capabilities().await.unwrap().clone();
+        crate::lock::support::measure(&first).await.unwrap();
         let counting = Arc::new(CountingStore::new(Arc::clone(&store)));
         let second = Bank::from_store(counting.clone(), "b", "s3://b/p")
             .keeping_learnt("s3://b/p endpoint=e".into());
-        assert_eq!(*second.capabilities().await.unwrap(), measured);
+        crate::lock::support::ensure_supported(&second)
+            .await
+            .unwrap();
         let counts = counting.counters().snapshot();
         assert_eq!(counts.get("get"), Some(&1), "{counts:?}");
         assert_eq!(counts.get("put"), None, "{counts:?}");
     }
 
     /// A record the bank was copied with from another store (another endpoint), or one this
-    /// release cannot read, is not used: the store is measured again, and the record replaced.
+    /// release cannot read, is not used: named locks are measured again, and the verdict kept
+    /// under the new store's name.
     #[tokio::test]
     async fn another_stores_or_an_unreadable_record_is_measured_again() {
         for body in [None, Some(b"{not json".to_vec())] {
             let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
             let old = Bank::from_store(Arc::clone(&store), "b", "s3://b/p")
                 .keeping_learnt("s3://b/p endpoint=old".into());
-            old.capabilities().await.unwrap();
+            crate::lock::support::measure(&old).await.unwrap();
             if let Some(body) = &body {
                 store
                     .put(&Key::Learnt.path(&old), PutPayload::from(body.clone()))
@@ -195,35 +256,64 @@ mod tests {
             let counting = Arc::new(CountingStore::new(Arc::clone(&store)));
             let new = Bank::from_store(counting.clone(), "b", "s3://b/p")
                 .keeping_learnt("s3://b/p endpoint=new".into());
-            new.capabilities().await.unwrap();
+            crate::lock::support::ensure_supported(&new).await.unwrap();
             let counts = counting.counters().snapshot();
-            // The record read, then the probe's writes, then the record written anew.
-            assert!(counts.get("put").copied().unwrap_or(0) >= 3, "{counts:?}");
+            // The races: dozens of writes.
+            assert!(counts.get("put").copied().unwrap_or(0) > 20, "{counts:?}");
             let kept = read(&new)
                 .await
                 .unwrap()
                 .expect("a record of the new store");
             assert_eq!(kept.store, "s3://b/p endpoint=new");
+            assert_eq!(kept.locks, Some(Verdict::Supported));
         }
     }
 
-    /// Ceph RGW honours only unquoted ETags in `If-Match`: a record saying so has every new
-    /// handle send them unquoted from its first write, as the probe would have. (Before, a
-    /// handle that read the record sent quoted ones, which RGW refused: the end-to-end
-    /// scenario on RGW failed.)
+    /// Ceph RGW honours only unquoted ETags in `If-Match`: a lock command that takes the kept
+    /// verdict instead of measuring sends them unquoted from its first write, as the probe
+    /// would have set it. (Before, such a handle sent quoted ones, which RGW refused: the
+    /// end-to-end scenario on RGW failed.)
     #[tokio::test]
-    async fn a_record_of_unquoted_etags_has_conditions_sent_unquoted() {
+    async fn a_kept_record_of_unquoted_etags_has_conditions_sent_unquoted() {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let first = Bank::from_s3_compatible(Arc::clone(&store), "b", "s3://b/p")
             .keeping_learnt("s3://b/p endpoint=rgw".into());
         let mut caps = first.capabilities().await.unwrap().clone();
         caps.unquoted_etags = true;
-        write(&first, &Learnt::new(&first, caps)).await;
+        let mut learnt = Learnt::new(&first, caps);
+        learnt.locks = Some(Verdict::Supported);
+        write(&first, &learnt).await;
         let second = Bank::from_s3_compatible(Arc::clone(&store), "b", "s3://b/p")
             .keeping_learnt("s3://b/p endpoint=rgw".into());
         assert!(!second.sends_unquoted());
-        assert!(second.capabilities().await.unwrap().unquoted_etags);
+        crate::lock::support::ensure_supported(&second)
+            .await
+            .unwrap();
         assert!(second.sends_unquoted());
+    }
+
+    /// What `init` measured is never overwritten with an older handle's view: a handle keeping
+    /// one more thing changes that field alone, on the version it read.
+    #[tokio::test]
+    async fn keeping_one_thing_changes_that_field_alone() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let old = Bank::from_store(Arc::clone(&store), "b", "s3://b/p")
+            .keeping_learnt("s3://b/p endpoint=e".into());
+        old.capabilities().await.unwrap();
+        // `init` elsewhere, meanwhile: the conditions measured again, and found refused.
+        let init = Bank::from_store(Arc::clone(&store), "b", "s3://b/p")
+            .keeping_learnt("s3://b/p endpoint=e".into());
+        let mut caps = init.capabilities().await.unwrap().clone();
+        caps.conditional_overwrite = crate::capability::Condition::Refused;
+        let mut measured = Learnt::new(&init, caps.clone());
+        measured.locks = Some(Verdict::Refused("If-Match is refused".into()));
+        write(&init, &measured).await;
+        // The old handle keeps a stamp resolution it measured.
+        old.learn(|l| l.stamp_resolution_ms = Some(1000)).await;
+        let kept = read(&old).await.unwrap().unwrap();
+        assert_eq!(kept.capabilities, caps);
+        assert_eq!(kept.locks, measured.locks);
+        assert_eq!(kept.stamp_resolution_ms, Some(1000));
     }
 
     /// A reader keeps nothing, and never measures the store to have something to keep (the
@@ -257,6 +347,7 @@ mod tests {
             locks: Some(Verdict::Refused("If-Match is refused".into())),
             fencing: None,
             stamp_resolution_ms: None,
+            date_agrees: None,
             learnt_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
             learnt_by: "banklease 0.1.0 on host h (pid 7, banklease)".into(),
         };

@@ -112,11 +112,12 @@ const WRITES: &[(&str, usize, &str)] = &[
     ),
     (
         "src/learnt.rs",
-        2,
-        "what the probes learnt about the store (`_banklease/store.json`), overwritten: a cache \
-         of measured facts, each writer writing what it measured or read; a lost update costs a \
-         measurement, and a verdict the store contradicts by refusing a condition fails safe \
-         (and its tests' unreadable record)",
+        3,
+        "what the probes learnt about the store (`_banklease/store.json`): a fresh measurement \
+         of the conditions overwrites it (`init`, `doctor`, each writer's own probe); one more \
+         thing measured is kept on the version read (create-if-absent when there is none), so \
+         an older view never overwrites a newer one; a lost race costs a measurement (and its \
+         tests' unreadable record)",
     ),
     (
         "src/lock/support.rs",

@@ -54,8 +54,13 @@ impl Bank {
             if let Some(reading) = self.store_time_without_probe(clock) {
                 return Ok(reading);
             }
-            // A server dates its answers: one read, nothing written, to the second.
-            if self.local().is_none() {
+            // A server dates its answers: one read, nothing written, to the second — unless
+            // `init` found its `Date` disagreeing with its stamps (a proxy's own clock).
+            let date_disagrees = self
+                .learnt()
+                .await?
+                .is_some_and(|l| l.date_agrees == Some(false));
+            if self.local().is_none() && !date_disagrees {
                 if let Some(reading) = self.store_time_from_date(clock).await? {
                     return Ok(reading);
                 }
@@ -259,8 +264,32 @@ impl Bank {
         if self.keeps_learnt() {
             crate::lock::support::measure(self).await?;
             self.measure_stamp_resolution(clock).await?;
+            if self.local().is_none() {
+                let agrees = self.date_agrees_with_stamps(clock).await?;
+                self.learn(|l| l.date_agrees = agrees).await;
+            }
         }
         Ok(())
+    }
+
+    /// Whether the `Date` of a read's answer agrees with the stamp of a probe written just
+    /// before (a second each way for the truncation of both): `None` when answers carry no
+    /// `Date`.
+    async fn date_agrees_with_stamps(&self, clock: &SharedClock) -> Result<Option<bool>> {
+        let probe = self.store_time(clock).await?;
+        let Some(dated) = self.store_time_from_date(clock).await? else {
+            return Ok(None);
+        };
+        let second = chrono::Duration::seconds(1);
+        let elapsed =
+            chrono::Duration::from_std(dated.observed.saturating_duration_since(probe.sent))
+                .unwrap_or_else(|_| chrono::Duration::seconds(60));
+        let agrees = dated.at >= probe.at - second && dated.at <= probe.at + elapsed + second * 2;
+        if !agrees {
+            tracing::warn!(bank = self.label(), stamp = %probe.at, date = %dated.at,
+                "the store's Date disagrees with its stamps (a proxy dating answers with its own clock?): read commands write this host's clock probe instead");
+        }
+        Ok(Some(agrees))
     }
 
     /// The resolution of the store's `last_modified` stamps, measured from three clock probes
@@ -276,8 +305,9 @@ impl Bank {
         self.measure_stamp_resolution(clock).await
     }
 
-    /// [`stamp_resolution`](Self::stamp_resolution) measured afresh, and kept.
-    async fn measure_stamp_resolution(&self, clock: &SharedClock) -> Result<Duration> {
+    /// [`stamp_resolution`](Self::stamp_resolution) measured afresh (what a collector or a
+    /// decider rests its margin on), and kept.
+    pub async fn measure_stamp_resolution(&self, clock: &SharedClock) -> Result<Duration> {
         let mut stamps = Vec::with_capacity(3);
         for _ in 0..3 {
             stamps.push(self.store_time(clock).await?.at);

@@ -115,6 +115,10 @@ fn cells_for(bank: &Bank) -> (Cell, Cell) {
 /// passes both, so that `lock put` on S3 is refused at once.
 pub async fn ensure_fencing_supported(bank: &Bank) -> Result<()> {
     let (cell, fencing) = cells_for(bank);
+    // A kept verdict on named locks answers the cheap checks too.
+    if bank.learnt().await?.is_some_and(|l| l.locks.is_some()) {
+        ensure_supported(bank).await?;
+    }
     match cell.get() {
         Some(verdict) => verdict.or_refuse(bank, USAGE)?,
         None => {
@@ -236,6 +240,9 @@ pub async fn ensure_supported(bank: &Bank) -> Result<()> {
         .get_or_try_init(|| async {
             if let Some(learnt) = bank.learnt().await? {
                 if let Some(kept) = &learnt.locks {
+                    // Not measured here: conditions go in the form the record says this store
+                    // honours (Ceph RGW's unquoted ETags), as the probe would have set it.
+                    bank.use_kept_etag_form(&learnt);
                     return Ok(kept.as_kept(&learnt));
                 }
             }

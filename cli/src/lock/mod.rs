@@ -323,7 +323,7 @@ fn locks(ctx: &Ctx, ns: &Namespace) -> Result<Locks> {
 /// judge a holder expired before the holder's own `valid_until`).
 async fn writer_locks_in(ctx: &Ctx, ns: &str) -> Result<Locks> {
     let locks = locks_in(ctx, ns)?;
-    banklease_gc::time::timing::check_skew_margin(
+    banklease_gc::time::timing::check_skew_margin_kept(
         &ctx.bank,
         &ctx.clock,
         ctx.config.lease.skew_margin,

@@ -742,13 +742,33 @@ pub(crate) async fn write_floor(
 
 /// Refuse to collect with a skew margin below the store's timestamp resolution (1 s on S3 and
 /// Swift's Last-Modified): no judgement could then absorb the truncation of every stamp. The
-/// daemon checks before it starts, a one-shot pass (CLI, Python) before it runs.
+/// daemon checks before it starts, a one-shot pass (CLI, Python) before it runs: a writer
+/// measures the resolution itself (six requests), a reader takes what `init` kept.
 pub async fn check_skew_margin(
     bank: &Bank,
     clock: &banklease::clock::SharedClock,
     margin: Duration,
 ) -> banklease::Result<()> {
+    let resolution = if bank.is_reading_only() {
+        bank.stamp_resolution(clock).await?
+    } else {
+        bank.measure_stamp_resolution(clock).await?
+    };
+    refuse_below(bank, resolution, margin)
+}
+
+/// [`check_skew_margin`] on the resolution `init` measured and kept in the bank (measured here
+/// only when none is kept): for lock commands, whose cost is a handful of requests.
+pub async fn check_skew_margin_kept(
+    bank: &Bank,
+    clock: &banklease::clock::SharedClock,
+    margin: Duration,
+) -> banklease::Result<()> {
     let resolution = bank.stamp_resolution(clock).await?;
+    refuse_below(bank, resolution, margin)
+}
+
+fn refuse_below(bank: &Bank, resolution: Duration, margin: Duration) -> banklease::Result<()> {
     if margin < resolution {
         return Err(banklease::Error::Config {
             message: format!(
