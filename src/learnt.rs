@@ -15,7 +15,7 @@ use object_store::{ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use crate::bank::Bank;
-use crate::capability::Capabilities;
+use crate::capability::{Capabilities, Condition};
 use crate::error::{Error, Result};
 use crate::paths::Key;
 
@@ -155,10 +155,16 @@ pub(crate) async fn update(
     let fresh = || async { Some(Learnt::new(bank, measured.clone())) };
     let (mut learnt, mode) = match bank.store().get(&path).await {
         Ok(got) => {
-            let version = PutMode::Update(UpdateVersion {
-                e_tag: got.meta.e_tag.clone(),
-                version: got.meta.version.clone(),
-            });
+            // On a store that does not keep If-Match (Swift) the record is overwritten: a
+            // race lost there costs a measurement later, as any lost race here.
+            let version = if measured.conditional_overwrite == Condition::Enforced {
+                PutMode::Update(UpdateVersion {
+                    e_tag: got.meta.e_tag.clone(),
+                    version: got.meta.version.clone(),
+                })
+            } else {
+                PutMode::Overwrite
+            };
             let bytes = got.bytes().await.ok()?;
             match serde_json::from_slice::<Learnt>(&bytes) {
                 Ok(l) if l.format == FORMAT && l.store == bank.identity() => (l, version),
@@ -173,7 +179,7 @@ pub(crate) async fn update(
     };
     let before = learnt.clone();
     update(&mut learnt);
-    if learnt == before && matches!(mode, PutMode::Update(_)) {
+    if learnt == before && !matches!(mode, PutMode::Create) {
         return Some(learnt);
     }
     let body = serde_json::to_vec_pretty(&learnt).expect("a learnt record serialises");
