@@ -17,6 +17,7 @@ use crate::error::Result;
 use crate::id::OwnerId;
 use crate::paths::{Key, Prefixed};
 
+mod learnt;
 mod open;
 mod store_time;
 #[cfg(feature = "collector")]
@@ -370,9 +371,9 @@ impl Bank {
         let caps = self.probe_capabilities().await?;
         if self.inner.keeps_learnt && !self.is_reading_only() {
             // Everything kept before was measured on what may be another store now.
-            let learnt = crate::learnt::Learnt::new(self, caps.clone());
+            let learnt = crate::learnt::Learnt::new(self.identity(), caps.clone());
             self.remember(learnt.clone());
-            crate::learnt::write(self, &learnt).await;
+            learnt::write(self, &learnt).await;
         }
         // A handle whose capabilities were read before keeps them for its life; the next
         // process reads what was just measured.
@@ -393,9 +394,9 @@ impl Bank {
         if self.inner.keeps_learnt && !self.is_reading_only() {
             // Kept as measured: the other verdicts stay while the conditions are the same,
             // and go with them when they changed (they were measured on what they were).
-            let kept = crate::learnt::update(self, &caps, |l| {
+            let kept = learnt::update(self, &caps, |l| {
                 if l.capabilities != caps {
-                    *l = crate::learnt::Learnt::new(self, caps.clone());
+                    *l = crate::learnt::Learnt::new(self.identity(), caps.clone());
                 }
             })
             .await;
@@ -404,6 +405,12 @@ impl Bank {
             }
         }
         Ok(caps)
+    }
+
+    /// The store refused a condition it was measured to keep: the record is forgotten, here
+    /// and in the bank (the next process measures again).
+    pub(crate) async fn forget_learnt(&self) {
+        learnt::forget(self).await;
     }
 
     /// The store behaved against the record: this handle no longer answers from it.
@@ -433,9 +440,7 @@ impl Bank {
         let learnt = self
             .inner
             .learnt
-            .get_or_try_init(|| async {
-                crate::learnt::read(self).await.map(std::sync::Mutex::new)
-            })
+            .get_or_try_init(|| async { learnt::read(self).await.map(std::sync::Mutex::new) })
             .await?;
         Ok(learnt.lock().expect("learnt record poisoned").clone())
     }
@@ -452,7 +457,7 @@ impl Bank {
         let Ok(caps) = self.capabilities().await else {
             return;
         };
-        if let Some(learnt) = crate::learnt::update(self, caps, update).await {
+        if let Some(learnt) = learnt::update(self, caps, update).await {
             self.remember(learnt);
         }
     }

@@ -111,7 +111,7 @@ const WRITES: &[(&str, usize, &str)] = &[
         "capability probes on their own scratch keys",
     ),
     (
-        "src/learnt.rs",
+        "src/bank/learnt.rs",
         3,
         "what the probes learnt about the store (`_banklease/store.json`): a fresh measurement \
          of the conditions overwrites it (`init`, `doctor`, each writer's own probe); one more \

@@ -204,7 +204,7 @@ pub(crate) async fn write_record(
     // learnt about it is forgotten, and the next process measures it again.
     if let Err(Error::Store { source, .. }) = &written {
         if crate::capability::is_refusal(source) {
-            crate::learnt::forget(bank).await;
+            bank.forget_learnt().await;
         }
     }
     written
