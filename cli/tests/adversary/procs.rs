@@ -42,7 +42,8 @@ fn read_proc(pid: i32) -> Option<Proc> {
     })
 }
 
-/// Every live process carrying `mark` (zombies have no environment left and are not listed).
+/// Every live process carrying `mark` (zombies have no environment left and are not listed;
+/// nor is a process in the middle of an exec, whose environment reads empty for a moment).
 pub fn marked(mark: &str) -> Vec<Proc> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -74,11 +75,14 @@ pub fn signal(mark: &str, pid: i32, signal: Signal) -> bool {
 /// `limit` passes; the processes left, if any.
 pub fn sweep(mark: &str, limit: Duration) -> Vec<Proc> {
     let rounds = (limit.as_millis() / 50).max(1);
+    // Empty twice in a row: a process in the middle of an exec reads an empty environment.
+    let mut empty_before = false;
     for _ in 0..rounds {
         let left = marked(mark);
-        if left.is_empty() {
+        if left.is_empty() && empty_before {
             return left;
         }
+        empty_before = left.is_empty();
         for p in &left {
             signal(mark, p.pid, Signal::KILL);
         }
