@@ -12,5 +12,7 @@ echo "python/test.sh: building and installing the package (pip install ./python)
 # The daemon test runs the Rust GC daemon on a Python owner's zombies.
 cargo build -q --manifest-path "$root/Cargo.toml" -p banklease-gc-daemon --bin banklease-gc
 export BANKLEASE_GC_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/banklease-gc"
+# An S3 bank without keys asks the AWS credential chain: never the instance metadata address.
+export AWS_EC2_METADATA_DISABLED="${AWS_EC2_METADATA_DISABLED:-true}"
 cd "$root"
 exec "$venv/bin/pytest" -q python/tests "$@"

@@ -13,6 +13,7 @@ use object_store::ObjectStore;
 
 use crate::capability::Capabilities;
 use crate::config::{BankConfig, ClientLimits};
+use crate::credentials::Credentials;
 use crate::error::Result;
 use crate::id::OwnerId;
 use crate::paths::{Key, Prefixed};
@@ -110,11 +111,40 @@ impl Bank {
     fn open_configured_limits(url: &str, create: bool) -> Result<Self> {
         let section = crate::config::BankConfig::configured()?;
         let limits = section.limits();
-        let mut bank = Self::open_with(url, create, limits, section.ca_file.as_deref())?;
+        let mut bank = Self::open_with(
+            url,
+            create,
+            limits,
+            section.ca_file.as_deref(),
+            section.credentials.as_ref(),
+        )?;
         Arc::get_mut(&mut bank.inner)
             .expect("a bank just built is not shared")
             .limits = limits;
         Ok(bank)
+    }
+
+    /// [`open`](Self::open) with `credentials` instead of the environment's (an embedder
+    /// holding them in its own configuration): S3 keys for an `s3://` bank, a `clouds.yaml`
+    /// cloud or OpenStack options for a `swift://` bank. Given for another kind of bank, they
+    /// are refused ([`Error::InvalidUrl`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> banklease::Result<()> {
+    /// use banklease::{Bank, Credentials};
+    /// let bank = Bank::open_with_credentials(
+    ///     "s3://backups/tenant-a",
+    ///     Credentials::s3("AKIDEXAMPLE", "secret"),
+    /// )?;
+    /// assert_eq!(bank.prefix().as_ref(), "tenant-a");
+    /// assert!(Bank::open_with_credentials("memory://", Credentials::s3("a", "b")).is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn open_with_credentials(url: &str, credentials: Credentials) -> Result<Self> {
+        let mut config = crate::config::BankConfig::configured()?;
+        config.url = url.to_owned();
+        config.credentials = Some(credentials);
+        Self::open_configured(&config, false)
     }
 
     /// [`open`](Self::open), creating a `file:` bank's directory when it is missing (what
@@ -132,6 +162,7 @@ impl Bank {
             create,
             config.limits(),
             config.ca_file.as_deref(),
+            config.credentials.as_ref(),
         )?;
         Arc::get_mut(&mut bank.inner)
             .expect("a bank just built is not shared")

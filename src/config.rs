@@ -80,6 +80,10 @@ pub struct BankConfig {
     /// A PEM file of CA certificates the store's TLS endpoint is trusted by, beside the
     /// system's roots and the store's own variable (`OS_CACERT`, `AWS_CA_BUNDLE`).
     pub ca_file: Option<std::path::PathBuf>,
+    /// Credentials given in code, used instead of the environment's (never read from a file
+    /// or variable: those are the store's own, `AWS_PROFILE`, `OS_CLOUD`, ...).
+    #[serde(skip)]
+    pub credentials: Option<crate::Credentials>,
 }
 
 impl BankConfig {

@@ -92,6 +92,7 @@ pub mod clock;
 #[cfg(feature = "collector")]
 pub mod collector;
 pub mod config;
+pub mod credentials;
 pub mod doctor;
 pub mod error;
 pub mod id;
@@ -116,6 +117,7 @@ pub use capability::Capabilities;
 pub use checkpoint::upload::DataUpload;
 pub use checkpoint::{Checkpoint, Status};
 pub use config::Config;
+pub use credentials::Credentials;
 pub use error::{Error, ErrorKind, Result};
 pub use id::{CheckpointId, OwnerId};
 pub use lease::{Keeper, LeaseRecord, LeaseState, OwnerLease};

@@ -22,6 +22,7 @@ async fn gives_up_inside_the_budget(url: &str, proxy: &StallingProxy) {
         request_timeout: Some(Duration::from_secs(1)),
         retry_timeout: Some(Duration::from_secs(2)),
         ca_file: None,
+        credentials: None,
     };
     let bank = Bank::open_configured(&config, false).unwrap();
     let budget = bank.retry_budget();

@@ -1,6 +1,7 @@
 //! `Bank`: where checkpoints and leases live.
 
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use crate::errors::to_py;
 use crate::runtime::{awaitable, block_on, opt_duration};
@@ -25,13 +26,19 @@ impl Bank {
     /// `request_timeout` and `retry_timeout` (seconds) bound its store client as `[bank]
     /// request_timeout` and `retry_timeout` do (left out, the configuration's apply, where it
     /// sets them); its owners declare the budget they give, and a GC pass judges them by it.
+    /// `credentials` (a dict) replaces the environment's: `{"access_key_id": ...,
+    /// "secret_access_key": ..., "session_token": ...}` for an `s3://` bank; `{"cloud":
+    /// "name"}` (a cloud of `clouds.yaml`) or a cloud's options (`{"auth_url": ...,
+    /// "username": ..., "password": ..., "project_name": ..., "region_name": ...}`, or with
+    /// them under `"auth"` as `clouds.yaml` holds them) for a `swift://` bank.
     #[staticmethod]
-    #[pyo3(signature = (url, *, create = false, request_timeout = None, retry_timeout = None))]
+    #[pyo3(signature = (url, *, create = false, request_timeout = None, retry_timeout = None, credentials = None))]
     fn open(
         url: &str,
         create: bool,
         request_timeout: Option<Bound<'_, PyAny>>,
         retry_timeout: Option<Bound<'_, PyAny>>,
+        credentials: Option<Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         // What the caller leaves out, the configuration sets where it sets it (the file
         // `BANKLEASE_CONFIG` names, `BANKLEASE_BANK__*`): the budget declared is the client's.
@@ -43,6 +50,7 @@ impl Bank {
             retry_timeout: opt_duration("retry_timeout", retry_timeout.as_ref())?
                 .or(configured.retry_timeout),
             ca_file: configured.ca_file,
+            credentials: credentials.as_ref().map(to_credentials).transpose()?,
         };
         banklease::Bank::open_configured(&config, create)
             .map(|inner| Bank { inner })
@@ -107,4 +115,68 @@ async fn init(bank: &banklease::Bank) -> PyResult<&'static str> {
         Initialised::Adopted => "adopted",
         Initialised::Already => "already",
     })
+}
+
+/// `Bank.open`'s `credentials` dict as [`banklease::Credentials`].
+fn to_credentials(given: &Bound<'_, PyDict>) -> PyResult<banklease::Credentials> {
+    let bad = |why: String| pyo3::exceptions::PyValueError::new_err(format!("credentials: {why}"));
+    let mut options = std::collections::BTreeMap::new();
+    for (key, value) in given.iter() {
+        let key: String = key
+            .extract()
+            .map_err(|_| bad("keys are strings".to_owned()))?;
+        if key == "auth" {
+            let auth = value
+                .cast::<PyDict>()
+                .map_err(|_| bad("`auth` is a dict, as in clouds.yaml".to_owned()))?;
+            for (k, v) in auth.iter() {
+                let k: String = k
+                    .extract()
+                    .map_err(|_| bad("keys are strings".to_owned()))?;
+                let v: String = v.str()?.extract()?;
+                options.insert(k, v);
+            }
+            continue;
+        }
+        if value.is_none() {
+            continue;
+        }
+        let value: String = value.str()?.extract()?;
+        options.insert(key, value);
+    }
+    if let Some(name) = options.get("cloud") {
+        if options.len() > 1 {
+            return Err(bad(
+                "`cloud` names a cloud of clouds.yaml; give it alone, or the options without it"
+                    .to_owned(),
+            ));
+        }
+        return Ok(banklease::Credentials::Cloud { name: name.clone() });
+    }
+    if options.contains_key("access_key_id") || options.contains_key("secret_access_key") {
+        let mut take = |k: &str| options.remove(k);
+        let (Some(access_key_id), Some(secret_access_key)) =
+            (take("access_key_id"), take("secret_access_key"))
+        else {
+            return Err(bad(
+                "S3 credentials need both `access_key_id` and `secret_access_key`".to_owned(),
+            ));
+        };
+        let session_token = take("session_token");
+        if let Some(extra) = options.keys().next() {
+            return Err(bad(format!(
+                "`{extra}` is not an S3 credential (access_key_id, secret_access_key, \
+                 session_token)"
+            )));
+        }
+        return Ok(banklease::Credentials::S3 {
+            access_key_id,
+            secret_access_key,
+            session_token,
+        });
+    }
+    if options.is_empty() {
+        return Err(bad("the dict is empty".to_owned()));
+    }
+    Ok(banklease::Credentials::OpenStack { options })
 }

@@ -9,6 +9,7 @@ use super::scheme::Scheme;
 use super::{file_url_path, Bank};
 use crate::clock::store::DateRecorder;
 use crate::config::ClientLimits;
+use crate::credentials::Credentials;
 use crate::error::{Error, Result};
 use crate::store::tls::FailFast;
 
@@ -38,12 +39,14 @@ const CLIENT_KEYS: [ClientConfigKey; 20] = [
 ];
 
 impl Bank {
-    /// `ca_file`: `[bank] ca_file`, a private CA trusted beside the system's roots.
+    /// `ca_file`: `[bank] ca_file`, a private CA trusted beside the system's roots;
+    /// `credentials`: given by an embedder, used instead of the environment's.
     pub(super) fn open_with(
         url: &str,
         create: bool,
         limits: ClientLimits,
         ca_file: Option<&std::path::Path>,
+        credentials: Option<&Credentials>,
     ) -> Result<Self> {
         let url = url.trim();
         if url.is_empty() {
@@ -56,21 +59,39 @@ impl Bank {
         // Every bank opened by URL but an in-process one keeps what its store was measured to
         // do, for the next process (`learnt.rs`), under the store's identity.
         let keeping = |bank: Bank, identity: String| Ok(bank.keeping_learnt(identity));
+        let scheme = Scheme::split(url).map(|(scheme, _)| scheme);
+        if let Some(given) = credentials {
+            let fits = match given {
+                Credentials::S3 { .. } => scheme == Some(Scheme::S3),
+                Credentials::Cloud { .. } | Credentials::OpenStack { .. } => {
+                    scheme == Some(Scheme::Swift)
+                }
+            };
+            if !fits {
+                return Err(invalid(
+                    url,
+                    &format!(
+                        "{} credentials were given for it; S3 credentials are for s3:// \
+                         banks, OpenStack ones for swift:// banks",
+                        given.kind()
+                    ),
+                ));
+            }
+        }
         match Scheme::split(url) {
             Some((Scheme::File, rest)) => {
                 open_file(url, rest, create).and_then(|b| keeping(b, url.to_owned()))
             }
             Some((Scheme::Memory, rest)) => open_memory(url, rest),
-            Some((Scheme::S3, rest)) => open_s3(url, rest, limits, ca_file)
+            Some((Scheme::S3, rest)) => open_s3(url, rest, limits, ca_file, credentials)
                 .and_then(|(b, endpoint)| keeping(b, format!("{url} endpoint={endpoint}"))),
             Some((Scheme::Azure, rest)) => open_azure(url, rest, limits)
                 .and_then(|(b, endpoint)| keeping(b, format!("{url} endpoint={endpoint}"))),
             Some((Scheme::Gcs, rest)) => {
                 open_gcs(url, rest, limits).and_then(|b| keeping(b, url.to_owned()))
             }
-            Some((Scheme::Swift, rest)) => {
-                open_swift(url, rest, limits, ca_file).and_then(|b| keeping(b, url.to_owned()))
-            }
+            Some((Scheme::Swift, rest)) => open_swift(url, rest, limits, ca_file, credentials)
+                .and_then(|b| keeping(b, url.to_owned())),
             None => Err(invalid(
                 url,
                 &format!(
@@ -217,13 +238,56 @@ fn open_s3(
     rest: &str,
     limits: ClientLimits,
     ca_file: Option<&std::path::Path>,
+    credentials: Option<&Credentials>,
 ) -> Result<(Bank, String)> {
+    use object_store::aws::AmazonS3ConfigKey as Key;
     let bad = |reason: &str| invalid(url, reason);
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.is_empty() {
         return Err(bad("no bucket; use s3://bucket/prefix"));
     }
     let mut builder = object_store::aws::AmazonS3Builder::from_env();
+    // The shared files' region and endpoint for the profile in force, where no variable
+    // sets them (`aws_chain.rs`).
+    let unset = |builder: &object_store::aws::AmazonS3Builder, key: Key| {
+        builder.get_config_value(&key).is_none_or(|v| v.is_empty())
+    };
+    if unset(&builder, Key::Region) || unset(&builder, Key::Endpoint) {
+        let (region, endpoint) = crate::store::aws_chain::profile_settings();
+        if let Some(region) = region.filter(|_| unset(&builder, Key::Region)) {
+            builder = builder.with_region(region);
+        }
+        if let Some(endpoint) = endpoint.filter(|_| unset(&builder, Key::Endpoint)) {
+            builder = builder.with_endpoint(endpoint);
+        }
+    }
+    match credentials {
+        Some(Credentials::S3 {
+            access_key_id,
+            secret_access_key,
+            session_token,
+        }) => {
+            builder = builder
+                .with_access_key_id(access_key_id)
+                .with_secret_access_key(secret_access_key);
+            if let Some(token) = session_token {
+                builder = builder.with_token(token);
+            }
+        }
+        // Keys in the environment, or requests unsigned: object_store's own reading.
+        _ if !unset(&builder, Key::AccessKeyId) => {}
+        _ if builder
+            .get_config_value(&Key::SkipSignature)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true")) => {}
+        // Else the standard AWS chain.
+        _ => {
+            let region = builder
+                .get_config_value(&Key::Region)
+                .filter(|r| !r.is_empty());
+            builder =
+                builder.with_credentials(Arc::new(crate::store::aws_chain::AwsChain::new(region)));
+        }
+    }
     if let Some(timeout) = limits.request_timeout {
         builder = builder.with_config(
             object_store::aws::AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
@@ -335,18 +399,53 @@ fn open_gcs(url: &str, rest: &str, limits: ClientLimits) -> Result<Bank> {
 }
 
 /// `swift://…` (`rest` is what follows the scheme).
+///
+/// Its credentials: those given, alone; else the cloud `OS_CLOUD` names in `clouds.yaml`
+/// with the `ST_*`/`OS_*` variables over it (as the `openstack` CLI does); else the variables.
 fn open_swift(
     url: &str,
     rest: &str,
     limits: ClientLimits,
     ca_file: Option<&std::path::Path>,
+    credentials: Option<&Credentials>,
 ) -> Result<Bank> {
+    use crate::store::swift::clouds;
     let bad = |reason: &str| invalid(url, reason);
     let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     if container.is_empty() {
         return Err(bad("no container; use swift://container/prefix"));
     }
-    let mut builder = crate::store::swift::SwiftBuilder::from_env();
+    let from_env_cloud = std::env::var("OS_CLOUD").ok().filter(|c| !c.is_empty());
+    let (options, origin, with_env) = match credentials {
+        Some(Credentials::Cloud { name }) => {
+            let found = clouds::find(name)?;
+            (Some(found.options), cloud_origin(name, &found.files), false)
+        }
+        Some(Credentials::OpenStack { options }) => (
+            Some(options.clone()),
+            "the credentials given".to_owned(),
+            false,
+        ),
+        _ => match &from_env_cloud {
+            Some(name) => {
+                let found = clouds::find(name)?;
+                (Some(found.options), cloud_origin(name, &found.files), true)
+            }
+            None => (None, String::new(), true),
+        },
+    };
+    let mut builder = crate::store::swift::SwiftBuilder::new();
+    let mut cloud_ca = None;
+    if let Some(options) = &options {
+        let (settings, cacert) = clouds::settings(options, &origin)?;
+        for (key, value) in settings {
+            builder = builder.with_config(key, value);
+        }
+        cloud_ca = cacert;
+    }
+    if with_env {
+        builder = builder.with_env();
+    }
     if let Some(timeout) = limits.request_timeout {
         builder = builder.with_request_timeout(timeout);
     }
@@ -355,9 +454,16 @@ fn open_swift(
             .with_retry(limits.retry_config())
             .with_one_retry_cutoff();
     }
-    // A private CA (OS_CACERT, as an openrc sets it) for Keystone and Swift, beside the
-    // system's roots.
-    for root in crate::store::tls::extra_roots(crate::store::tls::OS_CACERT, ca_file)? {
+    // A private CA (OS_CACERT, as an openrc sets it; a cloud's `cacert`) for Keystone and
+    // Swift, beside the system's roots.
+    let mut roots = crate::store::tls::extra_roots(crate::store::tls::OS_CACERT, ca_file)?;
+    if let Some(path) = &cloud_ca {
+        roots.extend(crate::store::tls::file_roots(
+            &format!("{origin} cacert"),
+            path,
+        )?);
+    }
+    for root in roots {
         builder = builder.with_root_certificate(root);
     }
     let store = builder
@@ -367,9 +473,16 @@ fn open_swift(
         .map_err(|e| {
             invalid_because(
                 url,
-                "cannot configure Swift from the ST_* (TempAuth) or OS_* (Keystone v3) variables",
+                "cannot configure Swift from the ST_* (TempAuth) or OS_* (Keystone v3) \
+                 variables, OS_CLOUD's clouds.yaml or the credentials given",
                 e,
             )
         })?;
     Ok(Bank::from_swift(store, prefix, url))
+}
+
+/// A cloud of `clouds.yaml`, for messages: its name and the files it was read from.
+fn cloud_origin(name: &str, files: &[std::path::PathBuf]) -> String {
+    let files: Vec<String> = files.iter().map(|f| format!("`{}`", f.display())).collect();
+    format!("cloud `{name}` of {}", files.join(" and "))
 }

@@ -7,6 +7,7 @@
 //! - `sent`: [`requests_sent`], the HTTP requests this process sent, by method;
 //! - `cause`: [`classify`], what a store error means for an operator ([`StoreCause`]).
 
+pub(crate) mod aws_chain;
 pub(crate) mod cause;
 mod counting;
 mod etag;

@@ -35,6 +35,11 @@ pub fn extra_roots(variable: &str, ca_file: Option<&Path>) -> Result<Vec<Certifi
     Ok(roots)
 }
 
+/// The CA certificates of the PEM file at `path`, which `named` named (a cloud's `cacert`).
+pub(crate) fn file_roots(named: &str, path: &Path) -> Result<Vec<Certificate>> {
+    read_roots(named, path)
+}
+
 /// The CA certificates of the PEM file at `path`, which `named` named.
 fn read_roots(named: &str, path: &Path) -> Result<Vec<Certificate>> {
     let shown = path.display();

@@ -229,6 +229,7 @@ impl Backend {
                     request_timeout: SWIFT_TEST_LIMITS.request_timeout,
                     retry_timeout: SWIFT_TEST_LIMITS.retry_timeout,
                     ca_file: None,
+                    credentials: None,
                 },
                 false,
             )

@@ -242,7 +242,14 @@ impl SwiftBuilder {
     /// A builder filled from the environment variables of [`SwiftConfigKey`] (empty values are
     /// ignored). The container is not taken from the environment.
     pub fn from_env() -> Self {
-        let mut builder = Self::new();
+        Self::new().with_env()
+    }
+
+    /// This builder with the environment variables of [`SwiftConfigKey`] set over it (empty
+    /// values are ignored): the variables beside a `clouds.yaml` cloud win, as with the
+    /// `openstack` CLI.
+    pub fn with_env(self) -> Self {
+        let mut builder = self;
         for (name, value) in std::env::vars_os() {
             let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else {
                 continue;

@@ -77,6 +77,7 @@ mod auth;
 mod builder;
 mod bulk;
 mod client;
+pub(crate) mod clouds;
 mod error;
 mod headers;
 mod list;
