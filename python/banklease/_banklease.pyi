@@ -23,12 +23,18 @@ class Bank:
         create: bool = False,
         request_timeout: Optional[Seconds] = None,
         retry_timeout: Optional[Seconds] = None,
+        credentials: Optional[Dict[str, Any]] = None,
     ) -> Bank:
         """Open the bank at ``url`` (``memory://``, ``file:///path``, ``s3://bucket/prefix``,
         ``swift://container/prefix``, ``az://...``, ``gs://...``); sends no request. A
         ``file:`` bank's directory must exist unless ``create`` is true. ``request_timeout``
         and ``retry_timeout`` bound the store client as ``[bank]`` does; a GC pass judges its
-        timing rules on the retry budget they give."""
+        timing rules on the retry budget they give. ``credentials`` replace the
+        environment's: ``{"access_key_id", "secret_access_key", "session_token"}`` for S3;
+        ``{"cloud": name}`` (``clouds.yaml``) or a cloud's options (``auth_url``,
+        ``username``, ``password``, ``project_name``, ``region_name``, ..., flat or under
+        ``"auth"``) for Swift. Without them: the AWS chain (keys, ``AWS_PROFILE``, ...),
+        ``OS_CLOUD`` or ``ST_*``/``OS_*``."""
     def init(self) -> str:
         """Make this bank a bank (``banklease init``): ``"created"``, ``"adopted"`` or
         ``"already"``. Owners, GC passes and doctor refuse a prefix that holds no bank."""
