@@ -81,6 +81,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "KEY")]
     lock: Option<String>,
 
+    /// Do not let a waiter on this host take the --lock as soon as the kernel shows `run` and
+    /// COMMAND's tree gone (after `kill -9`): it waits for the lock's duration instead. For a
+    /// COMMAND whose work goes on outside this host's processes (`docker run`'s container,
+    /// `ssh`'s remote side), and for hosts cloned from one memory snapshot.
+    #[arg(long, requires = "lock")]
+    no_same_host_handoff: bool,
+
     /// How long each renewal of the --lock holds it.
     #[arg(long, value_name = "DURATION", default_value = "30s", requires = "lock",
           value_parser = banklease::config::parse_duration)]
@@ -224,12 +231,14 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     if let Some(kept) = &lock {
         proof = proof.lock(kept.lock(), lock_margin);
     }
-    // No early handoff for `run --lock` (see `Proof::bind_locks`).
-    let guarded = lock.is_some().then_some((&proof, kill_after, false));
+    // A waiter on this host takes the lock as soon as the kernel proves this process and
+    // COMMAND's tree gone, as with `lock run`: what the agent sent from here before it died
+    // is this owner's checkpoints, which the next job (another owner) never touches.
+    let handoff = !args.no_same_host_handoff;
+    let guarded = lock.is_some().then_some((&proof, kill_after, handoff));
     let started = start(ctx, &args, &lease, lock_env, guarded).await;
     if let Ok((.., child)) = &started {
-        // No handoff: the agent's writes, sent from this process, may land after it died.
-        if let Some(to) = child.binding(false) {
+        if let Some(to) = child.binding(handoff) {
             proof.bind_locks(&to);
         }
     }
@@ -304,10 +313,15 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         return Ok(EXIT_LEASE_LOST);
     }
     release_lock(&mut lock).await;
+    // Unguarded, what COMMAND left running is not stopped: said once.
+    let left = child.left_in_group();
     child.finish().await;
 
     match ended {
         Ok(Ended::Exited(status)) => {
+            if !left.is_empty() {
+                eprintln!("{}", child::left_running_note(&left));
+            }
             if drained {
                 finish_protecting(&agent).await;
             } else {

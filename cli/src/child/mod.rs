@@ -196,6 +196,29 @@ impl Running {
         }
     }
 
+    /// What COMMAND left running in its process group as it exited, unguarded (plain `run`,
+    /// which does not stop it): each process's pid and name. Empty when guarded (the guard
+    /// stops the tree) or when nothing is left.
+    pub fn left_in_group(&self) -> Vec<(u32, String)> {
+        let Inner::Plain { group, .. } = &self.inner else {
+            return Vec::new();
+        };
+        let group = group.as_raw_pid().unsigned_abs();
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| {
+                banklease::process::proc_stat(pid).is_some_and(|s| s.group == group && !s.zombie)
+            })
+            .map(|pid| {
+                let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                (pid, name.trim().to_owned())
+            })
+            .collect()
+    }
+
     /// After COMMAND's hold was released (or left to run out): stop the guard and remove the
     /// tree's cgroup, or its marker's directory. Until then the guard has kept its last
     /// deadline.
@@ -807,6 +830,29 @@ pub fn left_to_run_out(stuck: &[u32], key: &str) -> String {
     format!(
         "error: processes of COMMAND's tree could not be stopped ({which}); the lock \
          key=`{key}` is left to run out instead of being released beside them"
+    )
+}
+
+/// Plain `run`'s one `note:` on what COMMAND left running in its process group.
+pub fn left_running_note(left: &[(u32, String)]) -> String {
+    const SHOWN: usize = 5;
+    let mut named: Vec<String> = left
+        .iter()
+        .take(SHOWN)
+        .map(|(pid, name)| format!("pid {pid} `{name}`"))
+        .collect();
+    if left.len() > SHOWN {
+        named.push(format!("{} more", left.len() - SHOWN));
+    }
+    let (count, it) = match left.len() {
+        1 => ("1 process".to_owned(), "it"),
+        n => (format!("{n} processes"), "them"),
+    };
+    format!(
+        "note: COMMAND exited and left {count} of its process group running ({}); plain `run` \
+         does not stop {it} (`run --lock KEY` holds COMMAND's whole tree and stops what it \
+         leaves)",
+        named.join(", ")
     )
 }
 

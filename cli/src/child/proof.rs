@@ -80,9 +80,7 @@ impl Proof {
     /// releases the lock while they live, a waiter on this host does not take it past its
     /// expiry while the tree runs, and with `to.handoff` takes it as soon as the kernel proves
     /// them all gone, not at its expiry ([`Lock::bind_to_processes`]). A renewal that fails here
-    /// is the heartbeat's to retry. No handoff for `run --lock`: its agent writes checkpoints
-    /// from the supervisor, and a write sent before it died may still land (it drains them
-    /// before it releases), so its lock runs out instead.
+    /// is the heartbeat's to retry.
     pub fn bind_locks(&self, to: &banklease::lock::process::Processes) {
         for hold in &self.holds {
             let Hold::Lock { lock, .. } = hold else {
