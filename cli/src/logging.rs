@@ -46,7 +46,10 @@ pub fn init(verbose: u8) {
         .event_format(OneLine)
         .with_writer(std::io::stderr)
         .with_filter(filter_fn(move |meta| {
-            *meta.level() == Level::WARN && meta.target() != problems
+            // A hold's renewals: the supervisor says its own warning and error line.
+            *meta.level() == Level::WARN
+                && meta.target() != problems
+                && meta.target() != banklease::lease::RENEWAL_TARGET
         }));
     tracing_subscriber::registry().with(layer).init();
 }

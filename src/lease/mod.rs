@@ -28,3 +28,9 @@ pub(crate) use holding::{Held, Holding, Phase, Words};
 pub(crate) use record::{encode, new_token, parse_versioned, read_bounded};
 pub(crate) use renewal::{Cadence, Failure, Renewable, Running};
 pub(crate) use write::{renew, CondWrite, Found, How, Landed, Renewed, Tokened, Written};
+
+/// The target of a keeper's warnings about its own renewals and release (a renewal failed and
+/// is retried, a release left to expiry): a daemon's log shows them; a supervisor that says its
+/// own one `warning:` and `error:` line about the hold (the CLI's `run`, `lock run`) leaves them
+/// out.
+pub const RENEWAL_TARGET: &str = "banklease::renewal";

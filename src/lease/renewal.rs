@@ -130,7 +130,7 @@ async fn keep<R: Renewable>(
                 match holding.held() {
                     Ok(_) => continue,
                     Err(e) => {
-                        tracing::warn!(error = %e, "time ran out while a renewal was in flight; abandoned it");
+                        tracing::warn!(target: crate::lease::RENEWAL_TARGET, error = %e, "time ran out while a renewal was in flight; abandoned it");
                         return report(Failure::Final(e));
                     }
                 }
@@ -156,7 +156,7 @@ async fn keep<R: Renewable>(
                 }
                 // Retry with backoff while time remains; the sleep above is capped by
                 // `valid_until`, so running out of time ends as Lost, never as a silent stop.
-                tracing::warn!(%error, retry_in = ?backoff, "renewal failed");
+                tracing::warn!(target: crate::lease::RENEWAL_TARGET, %error, retry_in = ?backoff, "renewal failed");
                 report(Failure::Retrying(error));
                 next = clock.now() + jitter.shorten(backoff, fraction);
                 backoff = (backoff * 2).min(cadence.max_backoff);

@@ -212,7 +212,8 @@ impl<'a> CondWrite<'a> {
                     if !err.is_transient() {
                         return Err(err);
                     }
-                    tracing::warn!(path = %self.path, attempt, error = %err,
+                    // Internal: the caller says what a failure that lasts means.
+                    tracing::debug!(path = %self.path, attempt, error = %err,
                         "conditional write failed; reading back, then retrying with the same token");
                     // It may have landed: then it is ours, and done.
                     if let Some(Ok(ours @ Written::Ours(_))) =

@@ -46,6 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::api::{AGENT_ENV, BANK_ENV, OWNER_ENV};
 use super::server::{self, Agent};
+use crate::child::overdue::{self, OneWarning};
 use crate::child::{self, describe, exit_code, Ended, Proof, Signals};
 use crate::lock::hold::{self, validity_margin, Kept};
 use crate::lock::{LockNamespace, Who};
@@ -261,7 +262,12 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         }
     };
 
-    // COMMAND is stopped when the lease or the lock can no longer be proved held.
+    // COMMAND is stopped when the lease or the lock can no longer be proved held; one
+    // warning before, whichever of them it is about.
+    let warning = OneWarning::default();
+    if let Some(kept) = lock.as_mut() {
+        kept.share_warning(&warning);
+    }
     let hold_ended = async {
         let lock_ended = async {
             match lock.as_mut() {
@@ -270,7 +276,7 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
             }
         };
         tokio::select! {
-            reason = validity_ended(&lease, &ctx.clock) => reason,
+            reason = validity_ended(&lease, &ctx.clock, &warning) => reason,
             reason = lock_ended => reason,
         }
     };
@@ -311,6 +317,11 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
             tracing::debug!(error = %error_chain(&e), "the lease was not released");
         }
         return Ok(EXIT_LEASE_LOST);
+    }
+    if let (Some(kept), Ok(Ended::Stopped { .. })) = (lock.as_mut(), &ended) {
+        // The `error:` line below says the job was stopped: a release that cannot reach the
+        // store adds nothing to it.
+        kept.said_ended();
     }
     release_lock(&mut lock).await;
     // Unguarded, what COMMAND left running is not stopped: said once.
@@ -458,20 +469,33 @@ async fn start(
 
 /// Completes when a write sent now would be refused for good reason: the lease is Lost or
 /// released, or has less than `validity_window` left. Sends no request.
-async fn validity_ended(lease: &OwnerLease, clock: &SharedClock) -> String {
+async fn validity_ended(lease: &OwnerLease, clock: &SharedClock, warning: &OneWarning) -> String {
     let validity = lease.windows().validity_window;
     let short = format!(
         "less than validity_window={} left before it runs out",
         human(validity)
     );
-    child::hold_ended(
+    let ended = child::hold_ended(
         lease.subscribe(),
         || lease.remaining(),
         validity,
         &short,
         clock,
-    )
-    .await
+    );
+    let what = format!("the lease of owner_id=`{}`", lease.owner_id());
+    let overdue = overdue::watch(
+        &what,
+        || lease.remaining(),
+        lease.windows().renew_window,
+        validity,
+        || None,
+        warning,
+        clock,
+    );
+    tokio::select! {
+        reason = ended => reason,
+        never = overdue => match never {},
+    }
 }
 
 /// Complete as `error` what COMMAND left protecting: it will never finish them.

@@ -18,6 +18,7 @@
 mod exec;
 mod guard;
 mod marker;
+pub mod overdue;
 mod proof;
 mod tree;
 

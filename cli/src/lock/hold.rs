@@ -23,6 +23,7 @@ use rustix::process::Signal;
 use tokio::sync::mpsc;
 
 use super::{writer_locks_in, Holder, Who};
+use crate::child::overdue::{self, OneWarning};
 use crate::child::Signals;
 use crate::{human, Ctx};
 
@@ -176,6 +177,8 @@ impl Held {
             heartbeat,
             failures,
             taken: false,
+            ended: false,
+            warning: OneWarning::default(),
         }
     }
 }
@@ -187,6 +190,11 @@ pub struct Kept {
     failures: mpsc::Receiver<HeartbeatFailure>,
     /// Its record was seen naming another holding: nothing of ours is left to release.
     taken: bool,
+    /// [`Kept::ended`] completed: the caller's `error:` line says why, and a release that
+    /// cannot reach the store adds nothing to it.
+    ended: bool,
+    /// The job's one warning about its holds, shared with its other hold's watch.
+    warning: OneWarning,
 }
 
 /// The part of a lock's duration that must be left for it to count as held: a quarter. The
@@ -200,7 +208,12 @@ pub fn validity_margin(duration: Duration) -> Duration {
 /// us (`lock release --token`), or removed — so that COMMAND's tree is stopped then, not at
 /// the next heartbeat. One GET every eighth of the duration (between 250 ms and 2 s); a read
 /// that fails is the heartbeat's to judge.
-async fn taken_under_us(lock: &Lock, clock: &banklease::clock::SharedClock) -> String {
+/// A failed read's cause is kept in `cause`, for the job's one warning.
+async fn taken_under_us(
+    lock: &Lock,
+    clock: &banklease::clock::SharedClock,
+    cause: &std::cell::RefCell<Option<String>>,
+) -> String {
     let every = (lock.duration().unwrap_or_default() / 8)
         .clamp(Duration::from_millis(250), Duration::from_secs(2));
     loop {
@@ -213,8 +226,11 @@ async fn taken_under_us(lock: &Lock, clock: &banklease::clock::SharedClock) -> S
             }
             // Released by us, or lost already: the other watch says so.
             Ok(false) => return std::future::pending().await,
-            Err(e) => tracing::debug!(key = %lock.full_key(), error = %error_chain(&e),
-                "cannot read the lock's record; the heartbeat judges it"),
+            Err(e) => {
+                tracing::debug!(key = %lock.full_key(), error = %error_chain(&e),
+                    "cannot read the lock's record; the heartbeat judges it");
+                *cause.borrow_mut() = Some(failure_cause(&e));
+            }
         }
     }
 }
@@ -240,20 +256,46 @@ impl Kept {
             &clock,
         );
         tokio::pin!(ended);
-        let taken = taken_under_us(&lock, &clock);
+        let cause = std::cell::RefCell::new(None);
+        let taken = taken_under_us(&lock, &clock, &cause);
         tokio::pin!(taken);
+        let what = format!("the lock key=`{}`", lock.full_key());
+        let overdue = overdue::watch(
+            &what,
+            || lock.remaining(),
+            lock.duration().unwrap_or_default() / 2,
+            margin,
+            || cause.borrow().clone(),
+            &self.warning,
+            &clock,
+        );
+        tokio::pin!(overdue);
         let mut reporting = true;
         loop {
             tokio::select! {
-                reason = &mut ended => return reason,
-                reason = &mut taken => {
-                    self.taken = true;
+                reason = &mut ended => {
+                    self.ended = true;
                     return reason;
                 }
+                reason = &mut taken => {
+                    self.taken = true;
+                    self.ended = true;
+                    return reason;
+                }
+                never = &mut overdue => match never {},
                 failure = self.failures.recv(), if reporting => match failure {
-                    // Retried; if the lock ends for it, the `error:` line says why.
-                    Some(f) if !f.lost => tracing::info!(key = %lock.full_key(),
-                        error = %error_chain(&f.error), "lock heartbeat failed; retrying"),
+                    // The first failed renewal is the job's one warning (unless given), with
+                    // the time left; if the lock ends for it, the `error:` line says why.
+                    Some(f) if !f.lost => {
+                        let why = failure_cause(&f.error);
+                        tracing::info!(key = %lock.full_key(), error = %error_chain(&f.error),
+                            "lock heartbeat failed; retrying");
+                        if self.warning.first() {
+                            eprintln!("{}", overdue::line(&what, None, Some(&why),
+                                lock.remaining(), margin));
+                        }
+                        *cause.borrow_mut() = Some(why);
+                    }
                     Some(_) => {}
                     None => reporting = false,
                 },
@@ -264,6 +306,17 @@ impl Kept {
     /// The lock being kept.
     pub fn lock(&self) -> &Lock {
         self.heartbeat.lock()
+    }
+
+    /// The caller says in its `error:` line that the job was stopped (the other hold ended):
+    /// a release that cannot reach the store adds nothing to it.
+    pub fn said_ended(&mut self) {
+        self.ended = true;
+    }
+
+    /// Share the job's one warning with its other hold (`run --lock`'s owner lease).
+    pub fn share_warning(&mut self, warning: &OneWarning) {
+        self.warning = warning.clone();
     }
 
     /// Stop the heartbeat and leave the lock to run out on its own: processes of COMMAND's
@@ -292,7 +345,13 @@ impl Kept {
             self.heartbeat.stop().await;
             return;
         }
+        let said = self.ended;
         let ran_out_line = || {
+            if said {
+                // After the `error:` line that the lock could no longer be proved held.
+                tracing::debug!(key = %key, "the lock lapsed before its release could land");
+                return;
+            }
             eprintln!(
                 "warning: the lock key=`{key}` was not released before it ran out (the store \
                  did not answer in time); it has lapsed on its own"
@@ -303,6 +362,8 @@ impl Kept {
                 Ok(()) => {}
                 // The library gives the release up when the hold runs out: say that, once.
                 Err(_) if lock.remaining().is_zero() => ran_out_line(),
+                Err(e) if said => tracing::debug!(key = %key, error = %error_chain(&e),
+                    "releasing the lock failed; it lapses on its own"),
                 Err(e) => eprintln!(
                     "warning: releasing the lock key=`{key}` failed ({}); it lapses on its own",
                     error_chain(&e)
@@ -325,5 +386,13 @@ impl Kept {
             () = release => {}
             () = ran_out => ran_out_line(),
         }
+    }
+}
+
+/// What made a renewal fail, in the words of its cause (a store's answer, classified).
+pub fn failure_cause(error: &banklease::Error) -> String {
+    match error {
+        banklease::Error::Store { source, .. } => banklease::store::classify(source).to_string(),
+        other => other.to_string(),
     }
 }

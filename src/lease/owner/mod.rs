@@ -251,7 +251,9 @@ impl OwnerLease {
             Ok(h) => h,
             Err(_) => {
                 if let Phase::Lost(reason) = self.holding().phase() {
-                    tracing::warn!(owner_id = %self.shared.owner, reason = %reason,
+                    // The holder was told it was lost (its state); nothing to add for an
+                    // operator.
+                    tracing::debug!(owner_id = %self.shared.owner, reason = %reason,
                         "releasing a lost lease: leaving its object alone");
                 }
                 self.holding().set_released();
@@ -263,7 +265,7 @@ impl OwnerLease {
         // and delete the successor's lease.
         let left = held.valid_until.saturating_duration_since(self.now());
         if left < self.shared.windows.validity_window {
-            tracing::warn!(owner_id = %self.shared.owner, left = ?left,
+            tracing::warn!(target: crate::lease::RENEWAL_TARGET, owner_id = %self.shared.owner, left = ?left,
                 "releasing with less than validity_window left: leaving the lease object to \
                  expire");
             self.holding().set_released();
@@ -289,7 +291,7 @@ impl OwnerLease {
             }
             Some(Err(e)) => Err(Error::store("delete", path, e)),
             None => {
-                tracing::warn!(owner_id = %self.shared.owner,
+                tracing::warn!(target: crate::lease::RENEWAL_TARGET, owner_id = %self.shared.owner,
                     "release abandoned: the delete outlasted the validity; the lease object \
                      expires on the store clock");
                 Ok(())
