@@ -656,7 +656,7 @@ fn store_kind(source: &object_store::Error) -> ErrorKind {
         StoreCause::ContainerMissing { .. } => ErrorKind::Store,
         // A CA that is missing or a leaf given as one fails the same way every time: retrying
         // (a Python retry loop on `.transient`) would spin on a configuration mistake.
-        StoreCause::Tls => ErrorKind::Store,
+        StoreCause::Tls { .. } => ErrorKind::Store,
         _ => ErrorKind::Transient,
     }
 }

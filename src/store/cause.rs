@@ -43,8 +43,12 @@ pub enum StoreCause {
     ConnectionRefused,
     /// The endpoint's host name does not resolve.
     UnknownHost,
-    /// TLS failed: a certificate not trusted, or `https://` to a plain-HTTP endpoint.
-    Tls,
+    /// TLS failed: a certificate not trusted, expired or for another name, or `https://` to a
+    /// plain-HTTP endpoint.
+    Tls {
+        /// Why, as far as the error tells.
+        cause: TlsCause,
+    },
     /// The endpoint is plain `http://`, which the client refuses unless allowed.
     HttpNotAllowed,
     /// The store did not answer in time.
@@ -88,12 +92,7 @@ impl fmt::Display for StoreCause {
                     "the endpoint's host name does not resolve; check the endpoint"
                 )
             }
-            StoreCause::Tls => write!(
-                f,
-                "TLS failed; check the endpoint's scheme (`https://` to a plain-HTTP port fails) \
-                 and that its certificate is trusted: a private CA is named by OS_CACERT for \
-                 Swift and Keystone, AWS_CA_BUNDLE for S3 (not retried)"
-            ),
+            StoreCause::Tls { cause } => write!(f, "TLS failed: {cause} (not retried)"),
             StoreCause::HttpNotAllowed => write!(
                 f,
                 "the endpoint is plain http://, which the client refuses; for a local or test \
@@ -108,6 +107,122 @@ impl fmt::Display for StoreCause {
             StoreCause::Other { status: s, message } => write!(f, "{message}{}", status(s)),
         }
     }
+}
+
+/// Where a private CA can be named, for every line that may need one.
+const CA_PLACES: &str = "`[bank] ca_file` (any store), AWS_CA_BUNDLE (S3), OS_CACERT or a \
+                         clouds.yaml cloud's `cacert` (Swift and Keystone)";
+
+/// Why TLS failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsCause {
+    /// The endpoint's certificate is signed by a CA this host does not trust.
+    UnknownIssuer,
+    /// The endpoint's certificate has expired.
+    Expired,
+    /// The endpoint's certificate is not valid yet.
+    NotValidYet,
+    /// The endpoint's certificate is for another host name.
+    NameMismatch,
+    /// `https://` to an endpoint that does not speak TLS.
+    PlainHttp,
+    /// Something else, in the TLS library's words.
+    Other {
+        /// Its message.
+        message: String,
+    },
+}
+
+impl fmt::Display for TlsCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlsCause::UnknownIssuer => write!(
+                f,
+                "the endpoint's certificate is signed by a CA this host does not trust (unknown \
+                 issuer); name that CA's certificate (PEM, not the server's own) in {CA_PLACES}"
+            ),
+            TlsCause::Expired => write!(
+                f,
+                "the endpoint's certificate has expired; renew it on the server, or check this \
+                 host's clock"
+            ),
+            TlsCause::NotValidYet => write!(
+                f,
+                "the endpoint's certificate is not valid yet; check this host's clock"
+            ),
+            TlsCause::NameMismatch => write!(
+                f,
+                "the endpoint's certificate is not valid for the host name in its URL; use a \
+                 name the certificate holds in the endpoint (AWS_ENDPOINT, OS_AUTH_URL, the \
+                 catalog's URL), or reissue the certificate"
+            ),
+            TlsCause::PlainHttp => write!(
+                f,
+                "the endpoint does not speak TLS (`https://` to a plain-HTTP port); use \
+                 `http://` there (S3: with AWS_ALLOW_HTTP=true)"
+            ),
+            TlsCause::Other { message } => write!(
+                f,
+                "{message}; check the endpoint's certificate (a private CA is named in \
+                 {CA_PLACES})"
+            ),
+        }
+    }
+}
+
+/// What a TLS library error says, if `error` is one (the HTTP clients' rustls, directly or in an
+/// I/O error).
+fn tls_cause(error: &(dyn std::error::Error + 'static)) -> Option<TlsCause> {
+    use rustls::CertificateError as C;
+    // The HTTP client nests it in I/O errors (`Other` around `InvalidData` around it), whose
+    // `source()` skips what they hold.
+    let mut inner: &(dyn std::error::Error + 'static) = error;
+    let tls = loop {
+        if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
+            break tls;
+        }
+        match inner
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(held) => inner = held,
+            None => return None,
+        }
+    };
+    Some(match tls {
+        rustls::Error::InvalidCertificate(c) => match c {
+            C::UnknownIssuer => TlsCause::UnknownIssuer,
+            C::Expired | C::ExpiredContext { .. } => TlsCause::Expired,
+            C::NotValidYet | C::NotValidYetContext { .. } => TlsCause::NotValidYet,
+            C::NotValidForName | C::NotValidForNameContext { .. } => TlsCause::NameMismatch,
+            other => TlsCause::Other {
+                message: format!("the endpoint's certificate was refused: {other}"),
+            },
+        },
+        rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType) => {
+            TlsCause::PlainHttp
+        }
+        other => TlsCause::Other {
+            message: other.to_string(),
+        },
+    })
+}
+
+/// `text` without what names things — backticked spans and URLs — so that a word matched in
+/// it is the error's, not a bucket's, path's or host's (`ssl-backups`, `certificate-store`).
+fn without_names(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for (i, part) in text.split('`').enumerate() {
+        // Odd parts were between backticks.
+        if i % 2 == 0 {
+            out.push_str(part);
+        }
+    }
+    out.split_whitespace()
+        .filter(|w| !w.contains("://"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Whether the store refused a write for lack of permission (credentials that may only read, a
@@ -220,10 +335,7 @@ pub(crate) fn transport_cause(error: &(dyn std::error::Error + 'static)) -> Stri
     match classify_chain(error) {
         StoreCause::ConnectionRefused => "connection refused".to_owned(),
         StoreCause::UnknownHost => "its host name does not resolve".to_owned(),
-        StoreCause::Tls => "TLS failed (an https:// URL on a plain-HTTP port, or a certificate \
-                            that is not trusted: a private CA is named by OS_CACERT for Swift \
-                            and Keystone, AWS_CA_BUNDLE for S3; not retried)"
-            .to_owned(),
+
         StoreCause::HttpNotAllowed => "plain http:// is not allowed".to_owned(),
         StoreCause::TimedOut => "no answer in time".to_owned(),
         other => other.to_string(),
@@ -233,7 +345,7 @@ pub(crate) fn transport_cause(error: &(dyn std::error::Error + 'static)) -> Stri
 /// Whether a transport failure is TLS's (a certificate not trusted, `https://` on a plain
 /// port): the same every time, so not retried ([`crate::store::tls::FailFast`]).
 pub(crate) fn is_tls_failure(error: &(dyn std::error::Error + 'static)) -> bool {
-    matches!(classify_chain(error), StoreCause::Tls)
+    matches!(classify_chain(error), StoreCause::Tls { .. })
 }
 
 /// [`classify`] on any error chain (the `NotFound` variant aside).
@@ -251,10 +363,16 @@ fn classify_chain(error: &(dyn std::error::Error + 'static)) -> StoreCause {
                 message: auth.to_string(),
             };
         }
+        if let Some(cause) = tls_cause(c) {
+            return StoreCause::Tls { cause };
+        }
         texts.push(c.to_string());
         cause = c.source();
     }
     let all = texts.join("\n").to_lowercase();
+    // TLS's words are looked for only outside names (a bucket `ssl-backups`).
+    let unnamed = without_names(&all);
+    let tls_has = |needles: &[&str]| needles.iter().any(|n| unnamed.contains(n));
     let status = http_status(&all);
     let has = |needles: &[&str]| needles.iter().any(|n| all.contains(n));
     if io_kind == Some(std::io::ErrorKind::ConnectionRefused) || has(&["connection refused"]) {
@@ -270,14 +388,28 @@ fn classify_chain(error: &(dyn std::error::Error + 'static)) -> StoreCause {
     if has(&["url scheme is not allowed"]) {
         return StoreCause::HttpNotAllowed;
     }
-    if has(&[
-        "invalidcontenttype",
-        "certificate",
+    // The words of a TLS error that did not come as rustls's (another client's, a proxy's).
+    if tls_has(&["invalidcontenttype", "wrong version number"]) {
+        return StoreCause::Tls {
+            cause: TlsCause::PlainHttp,
+        };
+    }
+    if tls_has(&["unknownissuer", "unknown issuer"]) {
+        return StoreCause::Tls {
+            cause: TlsCause::UnknownIssuer,
+        };
+    }
+    if tls_has(&[
+        "invalid peer certificate",
+        "certificate verify failed",
         "tls handshake",
-        "ssl",
-        "wrong version number",
+        "ssl routines",
     ]) {
-        return StoreCause::Tls;
+        return StoreCause::Tls {
+            cause: TlsCause::Other {
+                message: one_line(texts.last().map(String::as_str).unwrap_or_default(), 200),
+            },
+        };
     }
     if has(&[
         "nosuchbucket",
@@ -368,7 +500,9 @@ mod tests {
             classify(&generic(
                 "client error (Connect): received corrupt message of type InvalidContentType"
             )),
-            StoreCause::Tls
+            StoreCause::Tls {
+                cause: TlsCause::PlainHttp
+            }
         );
         assert_eq!(
             classify(&generic(
@@ -396,6 +530,53 @@ mod tests {
             source: "404".into(),
         };
         assert_eq!(classify(&missing), StoreCause::NotFound);
+    }
+
+    #[test]
+    fn a_word_in_a_name_is_not_the_errors() {
+        // A bucket, path or host holding `ssl` or `certificate` is no TLS failure.
+        let e = generic(
+            "GET https://ssl-backups.example/certificate-store/x: path=`ssl/certificate`: \
+             500 Internal Server Error",
+        );
+        assert!(
+            !matches!(classify(&e), StoreCause::Tls { .. }),
+            "{:?}",
+            classify(&e)
+        );
+        // The error's own words still are.
+        let e = generic("client error (Connect): invalid peer certificate: BadSignature");
+        assert!(matches!(
+            classify(&e),
+            StoreCause::Tls {
+                cause: TlsCause::Other { .. }
+            }
+        ));
+        let e = generic("invalid peer certificate: UnknownIssuer");
+        assert_eq!(
+            classify(&e),
+            StoreCause::Tls {
+                cause: TlsCause::UnknownIssuer
+            }
+        );
+    }
+
+    #[test]
+    fn a_rustls_error_nested_in_io_errors_is_read_for_its_cause() {
+        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::Expired);
+        let inner = std::io::Error::new(std::io::ErrorKind::InvalidData, tls);
+        let outer = std::io::Error::other(inner);
+        let e = object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(outer),
+        };
+        assert_eq!(
+            classify(&e),
+            StoreCause::Tls {
+                cause: TlsCause::Expired
+            }
+        );
+        assert!(classify(&e).to_string().contains("has expired"));
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub(crate) mod tls;
 
 pub use crate::capability::is_refusal;
 pub use crate::clock::store::{dated, DateRecorder, DATE_RESOLUTION};
-pub use cause::{classify, StoreCause};
+pub use cause::{classify, StoreCause, TlsCause};
 pub use counting::{Counters, CountingStore};
 pub(crate) use etag::unquoted;
 pub use etag::{EtagAdapter, EtagForm};

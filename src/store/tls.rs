@@ -52,7 +52,36 @@ fn read_roots(named: &str, path: &Path) -> Result<Vec<Certificate>> {
     if roots.is_empty() {
         return Err(refused("it holds no certificate".to_owned()));
     }
+    if let Some(leaf) = only_leaves(&pem) {
+        return Err(refused(format!(
+            "it holds no CA certificate: `{leaf}` is a server's own (basicConstraints \
+             CA:FALSE), not the CA that signed it (a leaf given as the CA)"
+        )));
+    }
     Ok(roots)
+}
+
+/// When every certificate of the PEM bundle `pem` is a leaf (basicConstraints CA:FALSE, or
+/// none in a certificate another issued): the first one's subject. A CA or a v1 root without
+/// extensions counts as a CA; what does not parse is left to the TLS library to judge.
+fn only_leaves(pem: &[u8]) -> Option<String> {
+    let mut first_leaf = None;
+    for block in x509_parser::pem::Pem::iter_from_buffer(pem) {
+        let Ok(block) = block else { return None };
+        let Ok(cert) = block.parse_x509() else {
+            return None;
+        };
+        let ca = match cert.basic_constraints() {
+            Ok(Some(bc)) => bc.value.ca,
+            Ok(None) => cert.subject() == cert.issuer(),
+            Err(_) => return None,
+        };
+        if ca {
+            return None;
+        }
+        first_leaf.get_or_insert_with(|| cert.subject().to_string());
+    }
+    first_leaf
 }
 
 /// `options` with `roots` added to the system's trust.
