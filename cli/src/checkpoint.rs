@@ -26,6 +26,9 @@ pub(crate) struct CheckpointRow {
     /// What the decision said: `available`, `error` (owner) or `deleted` (gc).
     outcome: Option<String>,
     decided_at: Option<String>,
+    /// Who removed (or is removing) a checkpoint after its owner decided it: `gc` (the
+    /// retention of failed checkpoints) or ``operator `name` `` (`checkpoint delete`).
+    removed_by: Option<String>,
 }
 
 /// `checkpoint show --json`: the row plus what is in the bank for it.
@@ -86,6 +89,12 @@ pub(crate) fn checkpoint_row(
         decided_by: decision.map(|d| d.by.to_string()),
         outcome: decision.map(|d| d.outcome.to_string()),
         decided_at: decision.map(|d| d.decided_at.to_rfc3339()),
+        removed_by: index
+            .and_then(|i| i.removal.as_ref())
+            .map(|r| match r.by.as_str() {
+                "gc" => "gc".to_owned(),
+                by => format!("{by} `{}`", r.name),
+            }),
     }
 }
 
@@ -212,6 +221,7 @@ pub(crate) async fn checkpoint_list(
                 opt(row.owner_id),
                 opt(row.created_at),
                 opt(row.decided_by),
+                opt(row.removed_by),
             ]);
         }
     }
@@ -222,7 +232,14 @@ pub(crate) async fn checkpoint_list(
             row[3] = to_second(&row[3]);
         }
         out_table(
-            &["ID", "STATUS", "OWNER", "CREATED_AT", "DECIDED_BY"],
+            &[
+                "ID",
+                "STATUS",
+                "OWNER",
+                "CREATED_AT",
+                "DECIDED_BY",
+                "REMOVED_BY",
+            ],
             &rows,
         )?;
     }
@@ -286,6 +303,7 @@ pub(crate) async fn checkpoint_show(ctx: &Ctx, id: &str) -> Result<Outcome> {
             ("decided_by", opt(&detail.row.decided_by)),
             ("outcome", opt(&detail.row.outcome)),
             ("decided_at", opt(&detail.row.decided_at)),
+            ("removed_by", opt(&detail.row.removed_by)),
             ("index.json", yes_no(detail.index)),
             (
                 "marker",

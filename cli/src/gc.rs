@@ -63,10 +63,14 @@ pub(crate) async fn gc(
             #[serde(flatten)]
             lease: &'a banklease_gc::PassLease,
         }
-        out_json(&Line {
+        let mut line = serde_json::to_value(Line {
             report,
             lease: &single.lease,
         })?;
+        if report.dry_run {
+            dry_run_names(&mut line);
+        }
+        out_json(&line)?;
     } else {
         let verb = if report.dry_run {
             "would collect"
@@ -282,4 +286,22 @@ pub(crate) async fn staged_for(
             })
         })
         .collect()
+}
+
+/// A dry run's JSON names what it would do as such: `would_collect`, not `collected` (nothing
+/// was).
+fn dry_run_names(line: &mut serde_json::Value) {
+    let Some(fields) = line.as_object_mut() else {
+        return;
+    };
+    for (done, would) in [
+        ("collected", "would_collect"),
+        ("repaired", "would_repair"),
+        ("retired", "would_retire"),
+        ("leases_reaped", "would_reap_leases"),
+    ] {
+        if let Some(value) = fields.remove(done) {
+            fields.insert(would.to_owned(), value);
+        }
+    }
 }

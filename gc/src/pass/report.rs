@@ -73,7 +73,9 @@ pub struct PassReport {
     pub collected: u64,
     /// Checkpoints found already decided by their owner, whose move the GC finished.
     pub repaired: u64,
-    /// Protecting checkpoints left alone (live, doubtful, too young, or held back by limits).
+    /// Checkpoints left alone and named as skipped: protecting ones (live, doubtful, too
+    /// young, or held back by limits) and failed ones due for retirement but over the pass's
+    /// limit (those are in [`failed_kept`](Self::failed_kept) too).
     pub skipped: u64,
     /// Errors met (each one leaves its checkpoint for the next pass).
     pub errors: u64,

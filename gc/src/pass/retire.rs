@@ -145,6 +145,9 @@ pub(crate) async fn retire_failed(ctx: &PassContext, report: &mut PassReport) {
                 report.name(id, owner, Action::Retire, why);
             }
             Ok(Some((id, Outcome::Deferred(owner, bytes), failed_for))) => {
+                // Kept, and named as skipped: counted as such, so that the summary's count is
+                // the list's.
+                report.skipped += 1;
                 report.failed_kept += 1;
                 report.failed_kept_bytes += bytes;
                 report.keep_oldest_failed(failed_for);
