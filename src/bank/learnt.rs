@@ -149,6 +149,49 @@ mod tests {
         assert_eq!(counts.get("put"), None, "{counts:?}");
     }
 
+    /// An owner's renewal that the store refuses (it no longer keeps If-Match) makes the bank
+    /// forget what it learnt, as a lock write does: the next lock command measures again.
+    #[tokio::test]
+    async fn a_renewal_the_store_refuses_forgets_what_was_learnt() {
+        use banklease_testkit::failing::FailingStore;
+        let failing = FailingStore::new(InMemory::new());
+        let store: Arc<dyn ObjectStore> = Arc::new(failing.clone());
+        let bank = Bank::from_store(Arc::clone(&store), "b", "s3://b/p")
+            .keeping_learnt("s3://b/p endpoint=e".into());
+        crate::layout::init(&bank).await.unwrap();
+        crate::lock::support::measure(&bank).await.unwrap();
+        let record = Key::Learnt.path(&bank);
+        assert!(store.head(&record).await.is_ok(), "the verdict is kept");
+        let lease = crate::OwnerLease::acquire(
+            &bank,
+            crate::OwnerId::random(),
+            crate::LeaseWindows::default(),
+            Arc::new(crate::clock::SystemClock),
+        )
+        .await
+        .unwrap();
+        failing.set_refuse_updates(true);
+        lease.renew().await.unwrap_err();
+        assert!(
+            store.head(&record).await.is_err(),
+            "the record of a store that refused a condition is forgotten"
+        );
+    }
+
+    /// One store, however its URL is spelt, has one identity; another endpoint or bucket is
+    /// another store.
+    #[test]
+    fn spellings_of_one_store_share_its_identity() {
+        let identity = |url: &str| Bank::open(url).unwrap().identity().to_owned();
+        let one = identity("s3://b/p");
+        for same in ["s3://b/p/", "s3://b//p", " s3://b/p "] {
+            assert_eq!(identity(same), one, "{same}");
+        }
+        assert_ne!(identity("s3://b/q"), one);
+        assert_ne!(identity("s3://c/p"), one);
+        assert!(one.contains(" endpoint="), "{one}");
+    }
+
     /// A record the bank was copied with from another store (another endpoint), or one this
     /// release cannot read, is not used: named locks are measured again, and the verdict kept
     /// under the new store's name.

@@ -58,7 +58,10 @@ impl Bank {
         }
         // Every bank opened by URL but an in-process one keeps what its store was measured to
         // do, for the next process (`learnt.rs`), under the store's identity.
-        let keeping = |bank: Bank, identity: String| Ok(bank.keeping_learnt(identity));
+        let keeping = |bank: Bank, endpoint: Option<&str>| {
+            let identity = store_identity(url, &bank, endpoint);
+            Ok(bank.keeping_learnt(identity))
+        };
         let scheme = Scheme::split(url).map(|(scheme, _)| scheme);
         if let Some(given) = credentials {
             let fits = match given {
@@ -80,18 +83,17 @@ impl Bank {
         }
         match Scheme::split(url) {
             Some((Scheme::File, rest)) => {
-                open_file(url, rest, create).and_then(|b| keeping(b, url.to_owned()))
+                open_file(url, rest, create).and_then(|b| keeping(b, None))
             }
             Some((Scheme::Memory, rest)) => open_memory(url, rest),
             Some((Scheme::S3, rest)) => open_s3(url, rest, limits, ca_file, credentials)
-                .and_then(|(b, endpoint)| keeping(b, format!("{url} endpoint={endpoint}"))),
-            Some((Scheme::Azure, rest)) => open_azure(url, rest, limits)
-                .and_then(|(b, endpoint)| keeping(b, format!("{url} endpoint={endpoint}"))),
-            Some((Scheme::Gcs, rest)) => {
-                open_gcs(url, rest, limits).and_then(|b| keeping(b, url.to_owned()))
+                .and_then(|(b, endpoint)| keeping(b, Some(&endpoint))),
+            Some((Scheme::Azure, rest)) => {
+                open_azure(url, rest, limits).and_then(|(b, endpoint)| keeping(b, Some(&endpoint)))
             }
+            Some((Scheme::Gcs, rest)) => open_gcs(url, rest, limits).and_then(|b| keeping(b, None)),
             Some((Scheme::Swift, rest)) => open_swift(url, rest, limits, ca_file, credentials)
-                .and_then(|b| keeping(b, url.to_owned())),
+                .and_then(|(b, endpoint)| keeping(b, Some(&endpoint))),
             None => Err(invalid(
                 url,
                 &format!(
@@ -408,7 +410,7 @@ fn open_swift(
     limits: ClientLimits,
     ca_file: Option<&std::path::Path>,
     credentials: Option<&Credentials>,
-) -> Result<Bank> {
+) -> Result<(Bank, String)> {
     use crate::store::swift::clouds;
     let bad = |reason: &str| invalid(url, reason);
     let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -466,6 +468,7 @@ fn open_swift(
     for root in roots {
         builder = builder.with_root_certificate(root);
     }
+    let endpoint = builder.endpoint();
     let store = builder
         .with_container(container)
         .with_http_connector(FailFast::new(DateRecorder::default()))
@@ -478,11 +481,31 @@ fn open_swift(
                 e,
             )
         })?;
-    Ok(Bank::from_swift(store, prefix, url))
+    Ok((Bank::from_swift(store, prefix, url), endpoint))
 }
 
 /// A cloud of `clouds.yaml`, for messages: its name and the files it was read from.
 fn cloud_origin(name: &str, files: &[std::path::PathBuf]) -> String {
     let files: Vec<String> = files.iter().map(|f| format!("`{}`", f.display())).collect();
     format!("cloud `{name}` of {}", files.join(" and "))
+}
+
+/// The store a bank's learnt record vouches for, however its URL was spelt (`s3://b/p/`,
+/// `s3://b//p`, `S3://b/p`): the scheme, the bucket or container, the prefix as the bank reads
+/// it, and the endpoint its client talks to (lowercased, without a trailing `/`); a `file:`
+/// bank's label is its canonical path already.
+fn store_identity(url: &str, bank: &Bank, endpoint: Option<&str>) -> String {
+    let Some((scheme, rest)) = Scheme::split(url) else {
+        return url.to_owned();
+    };
+    if scheme == Scheme::File {
+        return bank.label().to_owned();
+    }
+    let container = rest.split_once('/').map_or(rest, |(c, _)| c);
+    let mut identity = format!("{}{container}/{}", scheme.prefix(), bank.prefix());
+    if let Some(endpoint) = endpoint {
+        identity.push_str(" endpoint=");
+        identity.push_str(&endpoint.trim().trim_end_matches('/').to_ascii_lowercase());
+    }
+    identity
 }

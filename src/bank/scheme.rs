@@ -38,6 +38,14 @@ impl Scheme {
             .find_map(|(scheme, prefix)| url.strip_prefix(prefix).map(|rest| (*scheme, rest)))
     }
 
+    /// The prefix of its URLs (`s3://`).
+    pub(crate) fn prefix(self) -> &'static str {
+        PREFIXES
+            .iter()
+            .find(|(scheme, _)| *scheme == self)
+            .map_or("", |(_, prefix)| prefix)
+    }
+
     /// `url`'s scheme.
     pub(crate) fn of(url: &str) -> Option<Scheme> {
         Self::split(url).map(|(scheme, _)| scheme)

@@ -205,6 +205,12 @@ impl<'a> CondWrite<'a> {
                     };
                 }
                 Err(e) => {
+                    // The store refused a condition it was measured to keep (its software
+                    // changed): what was learnt about it is forgotten, and the next process
+                    // measures it again. Lease, decision and lock writes alike.
+                    if crate::capability::is_refusal(&e) {
+                        self.bank.forget_learnt().await;
+                    }
                     // A user who may not write: the operator's one line, not a failed request
                     // on one of banklease's own objects (nor retries of it).
                     let err =

@@ -192,22 +192,15 @@ pub(crate) async fn write_record(
     record: &LockRecord,
     mode: PutMode,
 ) -> Result<Written<LockRecord>> {
-    let written = record_write(bank, clock, path)
+    // A condition the store refuses makes the bank forget what it learnt (`CondWrite::send`).
+    record_write(bank, clock, path)
         .send(
             record.to_payload(path)?,
             &record.token,
             &How::Put(mode),
             || read_found(bank, path),
         )
-        .await;
-    // The store refused a condition it was measured to keep (its software changed): what was
-    // learnt about it is forgotten, and the next process measures it again.
-    if let Err(Error::Store { source, .. }) = &written {
-        if crate::capability::is_refusal(source) {
-            bank.forget_learnt().await;
-        }
-    }
-    written
+        .await
 }
 
 /// `PutMode::Update` on the version described by `meta`.

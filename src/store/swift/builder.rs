@@ -295,6 +295,17 @@ impl SwiftBuilder {
         self
     }
 
+    /// Where this builder's client goes first, for naming the store (never a secret): the
+    /// storage URL when given, else the Keystone or TempAuth URL; empty when none is set.
+    pub(crate) fn endpoint(&self) -> String {
+        [&self.storage_url, &self.os_auth_url, &self.auth_url]
+            .into_iter()
+            .flatten()
+            .next()
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// TempAuth credentials (`ST_AUTH`, `ST_USER`, `ST_KEY`).
     pub fn with_tempauth(
         self,

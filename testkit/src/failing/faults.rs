@@ -55,6 +55,7 @@ pub(super) struct Script {
     create_after: f64,
     partitioned: bool,
     pub(super) ignore_conditions: bool,
+    pub(super) refuse_updates: bool,
     calls: HashMap<Op, u64>,
     /// Calls started and not yet answered (or given up on).
     in_flight: usize,
@@ -86,6 +87,7 @@ impl Default for Script {
             create_after: 0.0,
             partitioned: false,
             ignore_conditions: false,
+            refuse_updates: false,
             calls: HashMap::new(),
             in_flight: 0,
             rng: StdRng::seed_from_u64(0),
@@ -307,6 +309,13 @@ impl<T: ObjectStore> FailingStore<T> {
     /// that reports success: a store that silently ignores conditions.
     pub fn set_ignore_conditions(&self, ignore: bool) {
         self.script().ignore_conditions = ignore;
+    }
+
+    /// Answer every update-if-match put `NotImplemented`, as a store whose software stopped
+    /// keeping the condition (Swift's native backend answers so): what a bank learnt of it
+    /// must then be forgotten.
+    pub fn set_refuse_updates(&self, refuse: bool) {
+        self.script().refuse_updates = refuse;
     }
 
     /// Puts, gets, heads, copies and renames started and not yet answered (or given up on);

@@ -142,6 +142,12 @@ impl<T: ObjectStore> ObjectStore for FailingStore<T> {
         if self.script().ignore_conditions {
             opts.mode = object_store::PutMode::Overwrite;
         }
+        if self.script().refuse_updates && matches!(opts.mode, object_store::PutMode::Update(_)) {
+            return Err(object_store::Error::NotImplemented {
+                operation: "put if-match".into(),
+                implementer: "FailingStore (refuse_updates)".into(),
+            });
+        }
         let inner = Arc::clone(&self.inner);
         let this = self.clone();
         self.run_as(Op::Put, create, async move {
