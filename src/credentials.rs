@@ -59,11 +59,31 @@ impl Credentials {
     }
 }
 
-/// Options whose values are secrets.
-pub(crate) fn is_secret_option(name: &str) -> bool {
+/// Options whose values are shown (`Debug`): names and places, never a credential. Any other
+/// option, a misspelt one included, is taken for a secret.
+pub(crate) fn is_shown_option(name: &str) -> bool {
     matches!(
         name,
-        "password" | "application_credential_secret" | "token" | "secret"
+        "auth_url"
+            | "auth_type"
+            | "username"
+            | "user_id"
+            | "project_name"
+            | "project_id"
+            | "tenant_name"
+            | "tenant_id"
+            | "user_domain_name"
+            | "user_domain_id"
+            | "project_domain_name"
+            | "project_domain_id"
+            | "domain_name"
+            | "domain_id"
+            | "region_name"
+            | "interface"
+            | "cacert"
+            | "application_credential_id"
+            | "application_credential_name"
+            | "identity_api_version"
     )
 }
 
@@ -85,7 +105,7 @@ impl fmt::Debug for Credentials {
                 let shown: BTreeMap<&str, &str> = options
                     .iter()
                     .map(|(k, v)| {
-                        let v = if is_secret_option(k) { "***" } else { v };
+                        let v = if is_shown_option(k) { v } else { "***" };
                         (k.as_str(), v)
                     })
                     .collect();
@@ -116,12 +136,17 @@ mod tests {
                     "application_credential_secret".to_owned(),
                     "app-secret".to_owned(),
                 ),
+                (
+                    "aws_secret_access_key".to_owned(),
+                    "misspelt-secret".to_owned(),
+                ),
             ]
             .into(),
         };
         for shown in [format!("{s3:?}"), format!("{os:?}")] {
             assert!(!shown.contains("very-secret") && !shown.contains("token-secret"));
             assert!(!shown.contains("app-secret"), "{shown}");
+            assert!(!shown.contains("misspelt-secret"), "{shown}");
         }
         assert!(format!("{s3:?}").contains("AKIDEXAMPLE"));
         assert!(format!("{os:?}").contains("svc"));

@@ -19,6 +19,17 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
 
+/// Set while a supervisor (`run`, `lock run`) keeps a hold: it says its own one warning and
+/// `error:` line about it ([`crate::child::overdue`]), so the keepers' warnings
+/// ([`banklease::lease::RENEWAL_TARGET`]) are left out of the one-line stderr. Other commands
+/// (a `gc` pass's lease) show them.
+static SUPERVISING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// This process supervises a job from now on (see [`SUPERVISING`]).
+pub fn supervising() {
+    SUPERVISING.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Install stderr's subscriber for `-v` given `verbose` times.
 pub fn init(verbose: u8) {
     // A pass's problems are printed from its report, one `error:` line each: not logged twice.
@@ -49,7 +60,8 @@ pub fn init(verbose: u8) {
             // A hold's renewals: the supervisor says its own warning and error line.
             *meta.level() == Level::WARN
                 && meta.target() != problems
-                && meta.target() != banklease::lease::RENEWAL_TARGET
+                && !(meta.target() == banklease::lease::RENEWAL_TARGET
+                    && SUPERVISING.load(std::sync::atomic::Ordering::Relaxed))
         }));
     tracing_subscriber::registry().with(layer).init();
 }

@@ -195,7 +195,9 @@ fn with_no_credentials_the_line_names_every_source_tried() {
     let all = text(&out);
     assert_ne!(out.status.code(), Some(0), "{all}");
     assert!(
-        all.contains(&format!("instance metadata at {imds} (no answer)")),
+        all.contains(&format!(
+            "instance metadata at {imds} (no answer or no role)"
+        )),
         "{all}"
     );
     assert!(all.contains("profile `nightly` (AWS_PROFILE)"), "{all}");

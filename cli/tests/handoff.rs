@@ -15,7 +15,7 @@ use rustix::process::Signal;
 
 mod common;
 
-use common::work::{signal, state, Env, Store};
+use common::work::{now_ns, signal, state, Env, Store};
 use common::{output_text as text, wait_child, wait_for};
 
 /// The start time of process `pid`, in clock ticks after boot (field 22 of `/proc/PID/stat`).
@@ -30,10 +30,11 @@ fn sleeper(name: &str) -> String {
     format!(r#"echo $$ > "$WORK/{name}.pid"; exec sleep 60"#)
 }
 
-/// A COMMAND that says whether process `$WORK/<of>.pid` still lives (a zombie does not).
+/// A COMMAND that writes when it started (`$WORK/witness-at`, ns) and says whether process
+/// `$WORK/<of>.pid` still lives (a zombie does not).
 fn witness(of: &str) -> String {
     format!(
-        r#"p=$(cat "$WORK/{of}.pid"); s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); if [ -n "$s" ] && [ "$s" != Z ]; then echo overlap; else echo alone; fi > "$WORK/witness""#
+        r#"date +%s%N > "$WORK/witness-at"; p=$(cat "$WORK/{of}.pid"); s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); if [ -n "$s" ] && [ "$s" != Z ]; then echo overlap; else echo alone; fi > "$WORK/witness""#
     )
 }
 
@@ -122,11 +123,17 @@ fn killed_holder_hands_over(env: &Env, how: &str) {
         "{store:?}: the waiter waits"
     );
 
-    let killed = Instant::now();
+    let killed = now_ns();
     let supervisor = holder.id();
     signal(&holder, Signal::KILL);
     let status = wait_child(&mut waiter);
-    let took = killed.elapsed();
+    // From the kill to the next holder's COMMAND starting (not its own release and exit).
+    let started: u128 = env
+        .read("witness-at")
+        .trim()
+        .parse()
+        .expect("the waiter's COMMAND ran");
+    let took = Duration::from_nanos(started.saturating_sub(killed) as u64);
     holder.wait().unwrap();
     // The guard's word served its one reader: the next holder removed it.
     let words: Vec<String> = std::fs::read_dir("/dev/shm")

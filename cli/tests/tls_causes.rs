@@ -30,8 +30,31 @@ fn openssl(dir: &Path, args: &[&str]) {
 }
 
 /// A CA (`ca.pem`), and leaves it signed: `good` (127.0.0.1), `other` (other.example),
-/// `expired` (127.0.0.1, valid in 2020 only).
+/// `expired` (127.0.0.1, valid in 2020 only); and `pinned`, a self-signed server certificate
+/// (CA:FALSE, 127.0.0.1), as MinIO's and Go's generators make them.
 fn make_certs(dir: &Path) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "pinned.key",
+            "-out",
+            "pinned.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=pinned",
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+    );
     openssl(
         dir,
         &[
@@ -224,6 +247,20 @@ fn each_tls_cause_has_its_own_line() {
         );
     }
     drop(good);
+
+    // A self-signed server certificate given as its own CA: trusted, not refused as a leaf.
+    let pinned = Server::start(dir.path(), "pinned");
+    let own = dir.path().join("pinned.pem").display().to_string();
+    let out = list(
+        &format!("https://127.0.0.1:{}", pinned.1),
+        &[("AWS_CA_BUNDLE", &own)],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("TLS failed") && !err.contains("leaf given"),
+        "{err}"
+    );
+    drop(pinned);
 
     let other = Server::start(dir.path(), "other");
     let line = error_line(

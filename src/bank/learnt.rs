@@ -108,9 +108,10 @@ pub(crate) async fn forget(bank: &Bank) {
     }
     bank.forget_remembered();
     let path = Key::Learnt.path(bank);
-    tracing::warn!(
+    // The refused write's own error says what failed; this is bookkeeping.
+    tracing::info!(
         bank = bank.label(),
-        "the store refused a condition it was measured to keep; it will be measured again"
+        "the store refused a condition: what was learnt of it is forgotten, and measured again"
     );
     if let Err(e) = bank.store().delete(&path).await {
         tracing::debug!(path = %path, error = %e, "cannot remove the learnt record");

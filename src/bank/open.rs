@@ -264,17 +264,22 @@ fn open_s3(
         }
     }
     match credentials {
+        // The only ones used: a provider wins over every key, token or `AWS_SKIP_SIGNATURE`
+        // the builder read from the environment.
         Some(Credentials::S3 {
             access_key_id,
             secret_access_key,
             session_token,
         }) => {
             builder = builder
-                .with_access_key_id(access_key_id)
-                .with_secret_access_key(secret_access_key);
-            if let Some(token) = session_token {
-                builder = builder.with_token(token);
-            }
+                .with_skip_signature(false)
+                .with_credentials(Arc::new(object_store::StaticCredentialProvider::new(
+                    object_store::aws::AwsCredential {
+                        key_id: access_key_id.clone(),
+                        secret_key: secret_access_key.clone(),
+                        token: session_token.clone(),
+                    },
+                )));
         }
         // Keys in the environment, or requests unsigned: object_store's own reading.
         _ if !unset(&builder, Key::AccessKeyId) => {}
@@ -420,7 +425,7 @@ fn open_swift(
     let from_env_cloud = std::env::var("OS_CLOUD").ok().filter(|c| !c.is_empty());
     let (options, origin, with_env) = match credentials {
         Some(Credentials::Cloud { name }) => {
-            let found = clouds::find(name)?;
+            let found = clouds::find(name, &format!("the cloud `{name}` given"))?;
             (Some(found.options), cloud_origin(name, &found.files), false)
         }
         Some(Credentials::OpenStack { options }) => (
@@ -430,7 +435,7 @@ fn open_swift(
         ),
         _ => match &from_env_cloud {
             Some(name) => {
-                let found = clouds::find(name)?;
+                let found = clouds::find(name, &format!("OS_CLOUD=`{name}`"))?;
                 (Some(found.options), cloud_origin(name, &found.files), true)
             }
             None => (None, String::new(), true),
@@ -491,7 +496,7 @@ fn cloud_origin(name: &str, files: &[std::path::PathBuf]) -> String {
 }
 
 /// The store a bank's learnt record vouches for, however its URL was spelt (`s3://b/p/`,
-/// `s3://b//p`, `S3://b/p`): the scheme, the bucket or container, the prefix as the bank reads
+/// `s3://b//p`, ` s3://b/p`): the scheme, the bucket or container, the prefix as the bank reads
 /// it, and the endpoint its client talks to (lowercased, without a trailing `/`); a `file:`
 /// bank's label is its canonical path already.
 fn store_identity(url: &str, bank: &Bank, endpoint: Option<&str>) -> String {

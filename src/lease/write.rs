@@ -180,6 +180,7 @@ impl<'a> CondWrite<'a> {
         Fut: Future<Output = Result<Option<Found<R>>>>,
     {
         let mut last_err = None;
+        let mut forgot = false;
         for attempt in 0..self.attempts {
             let Some(answer) = self.in_time(self.put(body.clone(), how)).await else {
                 return Err(self.gave_up());
@@ -208,8 +209,10 @@ impl<'a> CondWrite<'a> {
                     // The store refused a condition it was measured to keep (its software
                     // changed): what was learnt about it is forgotten, and the next process
                     // measures it again. Lease, decision and lock writes alike.
-                    if crate::capability::is_refusal(&e) {
-                        self.bank.forget_learnt().await;
+                    if !forgot && crate::capability::is_refusal(&e) {
+                        forgot = true;
+                        // Within the write's deadline, as everything it waits for.
+                        let _ = self.in_time(self.bank.forget_learnt()).await;
                     }
                     // A user who may not write: the operator's one line, not a failed request
                     // on one of banklease's own objects (nor retries of it).

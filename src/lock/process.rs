@@ -1,6 +1,7 @@
 //! A holding bound to processes of one host: proved over by that host's kernel.
 //!
-//! `lock run` holds a lock for the life of a supervisor and of COMMAND's process tree. Its
+//! `lock run` and `run --lock` hold a lock for the life of a supervisor and of COMMAND's
+//! process tree. Its
 //! records name them ([`ProcessBinding`]): the supervisor, COMMAND, COMMAND's process group
 //! (led by the guard), and the cgroup that holds the tree where the host delegates one
 //! ([`TreeCgroup`]), with what makes the names mean the same processes to another reader: the
@@ -14,8 +15,11 @@
 //! Invariant: **a lock is taken before its expiry only from processes the kernel proved gone.**
 //! Every process that acts under the hold (the supervisor that renews and releases it, the
 //! guard, COMMAND and everything it started) is dead when [`ProcessBinding::gone`] answers
-//! true: a dead process sends nothing more, and a request it sent before it died is a
-//! conditional write on the ETag it knew, which the taker's write has replaced. Any doubt — a
+//! true: a dead process sends nothing more, and a request it sent before it died is either a
+//! conditional write on the lock's record with the ETag it knew, which the taker's write has
+//! replaced, or its own work, which the lock never fenced (COMMAND's files, `run --lock`'s
+//! checkpoints, its owner's): what a late write must not overwrite is written fenced
+//! (`BANKLEASE_LOCK_TOKEN`, `lock put --token`), as across hosts. Any doubt — a
 //! `/proc` or a cgroup that cannot be read, another boot or namespace, a process that may be
 //! ours — answers false.
 //!
@@ -81,8 +85,8 @@ pub struct Processes {
     /// have exited by the time the binding is made (`sh -c 'daemon &'`).
     pub command_start_ticks: Option<u64>,
     /// Whether a waiter on this host may take the lock as soon as all are proved gone (`lock
-    /// run`); otherwise the binding serves only the checks that need no early takeover: the
-    /// holder-only rule and the wait past expiry (`run --lock`, `--no-same-host-handoff`).
+    /// run`, `run --lock`); otherwise the binding serves only the checks that need no early
+    /// takeover: the holder-only rule and the wait past expiry (`--no-same-host-handoff`).
     pub handoff: bool,
 }
 

@@ -23,8 +23,8 @@
 //! ([`ProcessBinding`]) asks the kernel every `LOCAL_POLL` (10 ms; `/proc`, a `kill(-group, 0)`
 //! and the cgroup, no store request) and looks at the lock again when the answer changes — the
 //! supervisor exiting after a release, or everything gone — so a handoff takes tens of
-//! milliseconds rather than a store poll. `lock run --no-same-host-handoff` and `run --lock`
-//! allow no early takeover: their lock runs out instead.
+//! milliseconds rather than a store poll. `--no-same-host-handoff` (of `lock run` and `run
+//! --lock`) allows no early takeover: the lock runs out instead.
 
 use std::future::Future;
 use std::str::FromStr;

@@ -67,8 +67,8 @@ pub struct LockRecord {
     /// that outlives its process (`lock acquire`) and in records of earlier releases.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<ProcessBinding>,
-    /// The processes a holding's work runs in when no early takeover is allowed (`run
-    /// --lock`, `lock run --no-same-host-handoff`): named for the checks that need none — only
+    /// The processes a holding's work runs in when no early takeover is allowed
+    /// (`--no-same-host-handoff`): named for the checks that need none — only
     /// its holder takes or releases it while they live, and a waiter on their host does not take
     /// it past its expiry while COMMAND's tree runs. A key of its own, so that a reader of an
     /// older version, which would take a `process` binding over early, ignores it.

@@ -2,9 +2,10 @@
 //! conditional write — the step that acquisitions and claims share.
 //!
 //! Invariant: **a held lock is taken or released only by its holder.** A record bound to
-//! processes not proved gone (`lock run`'s, and `run --lock`'s and `--no-same-host-handoff`'s,
-//! whose binding allows no early takeover) is neither re-entered by a taker with the same holder
-//! name nor released by name ([`Locks::release`]): both answer [`LockHolder::Running`], naming
+//! processes not proved gone (`lock run`'s and `run --lock`'s, and those of
+//! `--no-same-host-handoff`, whose binding allows no early takeover) is neither re-entered by a
+//! taker with the same holder name nor released by name ([`Locks::release`]): both answer
+//! [`LockHolder::Running`], naming
 //! the supervisor's pid and host, since the name alone does not make the caller the process
 //! that holds it. [`Locks::release_token`] releases it deliberately, writing a free record that
 //! still names the tree, so a waiter on its host does not take the lock beside what is left of

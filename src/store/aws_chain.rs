@@ -6,8 +6,9 @@
 //! `endpoint_url` apply where no variable sets them.
 //!
 //! When no source yields credentials, the error is one line naming each source tried and why
-//! it gave nothing (never a secret), instead of the instance-metadata endpoint's answer that a
-//! host outside a cloud gets.
+//! it gave nothing, instead of the instance-metadata endpoint's answer that a host outside a
+//! cloud gets; a source that was set up and failed is named by its own error (a
+//! `credential_process` by what it printed).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,8 +24,21 @@ use object_store::CredentialProvider;
 
 use super::cause::AuthFailure;
 
-/// Credentials are fetched again this long before they expire (the SDK's own margin).
+/// Credentials are fetched again this long before they expire: a refresh that fails then
+/// leaves the kept ones in use until they do.
 const REFRESH_BEFORE_EXPIRY: Duration = Duration::from_secs(5 * 60);
+
+/// Credentials the chain gave without an expiry (a profile's keys, a `credential_process`
+/// that names none) are fetched again after this long, as the SDK's own cache does.
+const REFRESH_UNDATED: Duration = Duration::from_secs(15 * 60);
+
+/// How long one fetch from the chain may take (STS, SSO, the container or instance endpoint,
+/// a `credential_process`): requests wait for it, lease renewals among them.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// After a refresh failed while the kept credentials still serve, how long before the next
+/// try (each try may take [`FETCH_TIMEOUT`], and requests wait for it).
+const RETRY_REFRESH: Duration = Duration::from_secs(30);
 
 /// The standard AWS credential chain, as object_store's credential provider; credentials are
 /// kept until [`REFRESH_BEFORE_EXPIRY`] before their expiry.
@@ -33,8 +47,19 @@ pub(crate) struct AwsChain {
     /// The region the S3 client signs for (the chain's STS calls use it too).
     region: Option<String>,
     chain: tokio::sync::OnceCell<DefaultCredentialsChain>,
-    /// Held across a refresh, so that concurrent requests wait for one fetch.
-    kept: tokio::sync::Mutex<Option<(Arc<AwsCredential>, Option<SystemTime>)>>,
+    /// Held across a refresh, so that concurrent requests wait for one fetch (bounded by
+    /// [`FETCH_TIMEOUT`]).
+    kept: tokio::sync::Mutex<Option<Kept>>,
+}
+
+/// Credentials as the chain gave them, and until when they serve.
+#[derive(Debug)]
+struct Kept {
+    credential: Arc<AwsCredential>,
+    /// When they expire, if the chain said.
+    expiry: Option<SystemTime>,
+    /// When they are to be fetched again.
+    refresh_at: SystemTime,
 }
 
 impl AwsChain {
@@ -53,9 +78,10 @@ impl CredentialProvider for AwsChain {
 
     async fn get_credential(&self) -> object_store::Result<Arc<AwsCredential>> {
         let mut kept = self.kept.lock().await;
-        if let Some((credential, expiry)) = kept.as_ref() {
-            if expiry.is_none_or(|at| !expires_soon(&at)) {
-                return Ok(Arc::clone(credential));
+        let now = now();
+        if let Some(k) = kept.as_ref() {
+            if now < k.refresh_at {
+                return Ok(Arc::clone(&k.credential));
             }
         }
         let chain = self
@@ -72,32 +98,57 @@ impl CredentialProvider for AwsChain {
                 .await
             })
             .await;
-        match chain.provide_credentials().await {
+        let fetched = match tokio::time::timeout(FETCH_TIMEOUT, chain.provide_credentials()).await {
+            Ok(result) => result,
+            Err(_) => Err(CredentialsError::provider_timed_out(FETCH_TIMEOUT)),
+        };
+        match fetched {
             Ok(c) => {
                 let credential = Arc::new(AwsCredential {
                     key_id: c.access_key_id().to_owned(),
                     secret_key: c.secret_access_key().to_owned(),
                     token: c.session_token().map(str::to_owned),
                 });
-                *kept = Some((Arc::clone(&credential), c.expiry()));
+                let expiry = c.expiry();
+                let refresh_at = match expiry.map(|at| at.duration_since(now).unwrap_or_default()) {
+                    Some(left) if left > REFRESH_BEFORE_EXPIRY => {
+                        now + (left - REFRESH_BEFORE_EXPIRY)
+                    }
+                    // Short-lived: halfway through their life.
+                    Some(left) => now + left / 2,
+                    None => now + REFRESH_UNDATED,
+                };
+                *kept = Some(Kept {
+                    credential: Arc::clone(&credential),
+                    expiry,
+                    refresh_at,
+                });
                 Ok(credential)
             }
-            Err(e) => Err(object_store::Error::Generic {
-                store: "S3",
-                source: Box::new(AuthFailure(Box::new(NoCredentials {
-                    line: failure_line(&e, &Sources::from_env()),
-                }))),
-            }),
+            // A refresh that failed while the kept credentials still serve: they are used
+            // until they expire (undated ones: until the chain gives others).
+            Err(e) => match kept.as_mut() {
+                Some(k) if k.expiry.is_none_or(|at| now < at) => {
+                    tracing::warn!(error = %chain_text(&e),
+                        "refreshing the S3 credentials failed; the current ones are used until they expire");
+                    k.refresh_at = now + RETRY_REFRESH;
+                    Ok(Arc::clone(&k.credential))
+                }
+                _ => Err(object_store::Error::Generic {
+                    store: "S3",
+                    source: Box::new(AuthFailure(Box::new(NoCredentials {
+                        line: failure_line(&e, &Sources::from_env()),
+                    }))),
+                }),
+            },
         }
     }
 }
 
-/// Whether credentials expiring `at` are to be fetched again now.
+/// The host's wall clock: credential expiries are stated on it.
 #[allow(clippy::disallowed_methods)] // an expiry the SDK states on the host's clock
-fn expires_soon(at: &SystemTime) -> bool {
-    at.duration_since(SystemTime::now())
-        .is_ok_and(|left| left < REFRESH_BEFORE_EXPIRY)
-        || SystemTime::now() >= *at
+fn now() -> SystemTime {
+    SystemTime::now()
 }
 
 /// The chain gave no credentials: [`failure_line`] says what it tried.
@@ -117,6 +168,8 @@ impl std::error::Error for NoCredentials {}
 /// What the chain's sources are set to in this process (never a secret).
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Sources {
+    /// `AWS_SECRET_ACCESS_KEY` set without `AWS_ACCESS_KEY_ID`.
+    pub(crate) secret_only: bool,
     pub(crate) profile: Option<String>,
     pub(crate) credentials_file: Option<PathBuf>,
     pub(crate) config_file: Option<PathBuf>,
@@ -136,6 +189,7 @@ impl Sources {
                 .or_else(|| home.as_ref().map(|h| h.join(".aws").join(default)))
         };
         Self {
+            secret_only: var("AWS_SECRET_ACCESS_KEY").is_some(),
             profile: var("AWS_PROFILE"),
             credentials_file: file("AWS_SHARED_CREDENTIALS_FILE", "credentials"),
             config_file: file("AWS_CONFIG_FILE", "config"),
@@ -173,15 +227,20 @@ pub(crate) fn failure_line(error: &CredentialsError, sources: &Sources) -> Strin
         "instance metadata (disabled by AWS_EC2_METADATA_DISABLED)".to_owned()
     } else {
         format!(
-            "instance metadata at {} (no answer)",
+            "instance metadata at {} (no answer or no role)",
             sources
                 .imds_endpoint
                 .as_deref()
                 .unwrap_or("http://169.254.169.254")
         )
     };
+    let keys = if sources.secret_only {
+        "AWS_ACCESS_KEY_ID (not set, though AWS_SECRET_ACCESS_KEY is)"
+    } else {
+        "AWS_ACCESS_KEY_ID (not set)"
+    };
     format!(
-        "no S3 credentials: tried AWS_ACCESS_KEY_ID (not set), {profile} in {} and {}, \
+        "no S3 credentials: tried {keys}, {profile} in {} and {}, \
          web identity ({}), the container endpoint ({}) and {imds}; set AWS_PROFILE to a \
          profile with keys, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (a daemon: in \
          its unit's EnvironmentFile=)",
@@ -215,9 +274,36 @@ fn chain_text(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// What the shared files set for the profile in force: its `region` and `endpoint_url` (for
-/// S3), read by the SDK's own loader. Run on a thread of its own: opening a bank is
-/// synchronous, and may happen inside a runtime.
+/// S3), read by the SDK's own loader, once per process for the variables that name the
+/// profile and its files. Read on a thread of its own: opening a bank is synchronous, and may
+/// happen inside a runtime.
 pub(crate) fn profile_settings() -> (Option<String>, Option<String>) {
+    type Settings = (Option<String>, Option<String>);
+    static READ: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<Vec<Option<std::ffi::OsString>>, Settings>>,
+    > = std::sync::OnceLock::new();
+    let key: Vec<_> = [
+        "AWS_PROFILE",
+        "AWS_CONFIG_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_ENDPOINT_URL",
+        "HOME",
+    ]
+    .iter()
+    .map(std::env::var_os)
+    .collect();
+    let read = READ.get_or_init(Default::default);
+    if let Some(found) = read.lock().expect("profile settings poisoned").get(&key) {
+        return found.clone();
+    }
+    let found = read_profile_settings();
+    read.lock()
+        .expect("profile settings poisoned")
+        .insert(key, found.clone());
+    found
+}
+
+fn read_profile_settings() -> (Option<String>, Option<String>) {
     std::thread::scope(|scope| {
         scope
             .spawn(|| {

@@ -54,16 +54,17 @@ fn read_roots(named: &str, path: &Path) -> Result<Vec<Certificate>> {
     }
     if let Some(leaf) = only_leaves(&pem) {
         return Err(refused(format!(
-            "it holds no CA certificate: `{leaf}` is a server's own (basicConstraints \
-             CA:FALSE), not the CA that signed it (a leaf given as the CA)"
+            "it holds no CA certificate: `{leaf}` is a server's own, issued by a CA \
+             (basicConstraints CA:FALSE), not that CA (a leaf given as the CA)"
         )));
     }
     Ok(roots)
 }
 
-/// When every certificate of the PEM bundle `pem` is a leaf (basicConstraints CA:FALSE, or
-/// none in a certificate another issued): the first one's subject. A CA or a v1 root without
-/// extensions counts as a CA; what does not parse is left to the TLS library to judge.
+/// When every certificate of the PEM bundle `pem` is a leaf another issued (basicConstraints
+/// CA:FALSE or none): the first one's subject. A CA, and a self-signed certificate (a server's
+/// own, pinned: the TLS library trusts it as an anchor), are not; what does not parse is left
+/// to the TLS library to judge.
 fn only_leaves(pem: &[u8]) -> Option<String> {
     let mut first_leaf = None;
     for block in x509_parser::pem::Pem::iter_from_buffer(pem) {
@@ -71,9 +72,10 @@ fn only_leaves(pem: &[u8]) -> Option<String> {
         let Ok(cert) = block.parse_x509() else {
             return None;
         };
+        let self_signed = cert.subject() == cert.issuer();
         let ca = match cert.basic_constraints() {
-            Ok(Some(bc)) => bc.value.ca,
-            Ok(None) => cert.subject() == cert.issuer(),
+            Ok(Some(bc)) => bc.value.ca || self_signed,
+            Ok(None) => self_signed,
             Err(_) => return None,
         };
         if ca {

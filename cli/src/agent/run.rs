@@ -160,6 +160,8 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> Outcome {
 }
 
 async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
+    // Its holds' warnings are its own one line (logging.rs).
+    crate::logging::supervising();
     let windows = ctx.config.lease.windows;
     let kill_after = args.kill_after.unwrap_or(windows.validity_window / 2);
     if kill_after >= windows.validity_window {
@@ -233,8 +235,11 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         proof = proof.lock(kept.lock(), lock_margin);
     }
     // A waiter on this host takes the lock as soon as the kernel proves this process and
-    // COMMAND's tree gone, as with `lock run`: what the agent sent from here before it died
-    // is this owner's checkpoints, which the next job (another owner) never touches.
+    // COMMAND's tree gone, as with `lock run`. A write the agent had sent before it died may
+    // still land (as one COMMAND had sent under `lock run`): this owner's checkpoints, which
+    // the next job (another owner) never writes; what a late write must not overwrite is
+    // written fenced (`lock put --token`). On a normal exit, the agent's writes are drained
+    // before the release.
     let handoff = !args.no_same_host_handoff;
     let guarded = lock.is_some().then_some((&proof, kill_after, handoff));
     let started = start(ctx, &args, &lease, lock_env, guarded).await;
@@ -303,8 +308,8 @@ async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         server.abort();
     }
     drop(socket_dir);
-    // The lock goes with the lease, once COMMAND's writes in flight are done: a second
-    // `run --lock` job must not start while they may still land. Until it is released, the
+    // The lock goes with the lease, once COMMAND's writes in flight are done: on a normal exit
+    // the next `run --lock` job starts after they landed. Until it is released, the
     // guard keeps what COMMAND left in the background from outliving it.
     if let Some(stuck) = child.left() {
         // Released, the lock would go to the next holder beside them (see `lock run`).

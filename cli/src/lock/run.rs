@@ -114,6 +114,8 @@ pub(crate) async fn run(ctx: &Ctx, args: RunArgs) -> Outcome {
 pub(crate) const MIN_DURATION: Duration = Duration::from_secs(2);
 
 async fn supervise(ctx: &Ctx, args: RunArgs) -> Result<u8> {
+    // Its holds' warnings are its own one line (logging.rs).
+    crate::logging::supervising();
     if args.duration < MIN_DURATION {
         anyhow::bail!(
             "--duration={} is shorter than the {} a `lock run` can keep: it renews at half the \

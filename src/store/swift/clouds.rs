@@ -67,19 +67,20 @@ fn candidates(variable: &str, stem: &str) -> Vec<PathBuf> {
     files
 }
 
-/// The cloud `name` of the first `clouds.yaml` found, with `secure.yaml`'s keys over it.
-pub(crate) fn find(name: &str) -> Result<Found> {
+/// The cloud `name` of the first `clouds.yaml` found, with `secure.yaml`'s keys over it;
+/// `named` says where the name came from, for messages (``OS_CLOUD=`prod` ``).
+pub(crate) fn find(name: &str, named: &str) -> Result<Found> {
     let tried = candidates("OS_CLIENT_CONFIG_FILE", "clouds");
     let Some(file) = tried.iter().find(|p| p.is_file()) else {
         return Err(config(format!(
-            "OS_CLOUD=`{name}` but no clouds.yaml was found (looked for {}); write the cloud \
+            "{named} but no clouds.yaml was found (looked for {}); write the cloud \
              there, name the file with OS_CLIENT_CONFIG_FILE, or use OS_* variables",
             shown(&tried)
         )));
     };
     let mut options = read_cloud(file, name)?.ok_or_else(|| {
         config(format!(
-            "OS_CLOUD=`{name}` names no cloud in `{}`; check the name under `clouds:`",
+            "{named} names no cloud in `{}`; check the name under `clouds:`",
             file.display()
         ))
     })?;
