@@ -875,6 +875,32 @@ mod tests {
         );
     }
 
+    /// A dry run's reading is a `Date`: whole seconds rounded down, its send widened a second
+    /// below. Against a collector's reading whose stamp is rounded down too, the two seconds
+    /// look like a step hiding in the advance at a collector's tolerance (the reading is
+    /// floored, and the dry run holds back what a pass collects), and fit at a dry run's, a
+    /// second more (`ClockProbe::step_tolerance`).
+    #[test]
+    fn a_date_reading_fits_a_rounded_stamp_only_with_the_dates_second() {
+        let base = Instant::now();
+        // S3's margin (its stamps are whole seconds), the Python suite's grace.
+        let collectors = Duration::from_millis(1100);
+        let grace = Duration::from_millis(200);
+        for (tolerance, floored) in [
+            (collectors, true),
+            (collectors + banklease::store::DATE_RESOLUTION, false),
+        ] {
+            let watch = ClockWatch::default();
+            // The real pass: a stamp of 10 s read at 10.95 s.
+            watch.offer(probe(base, 10_940, 10_950, 10_000));
+            // The dry run about 5 s later: `Date` 16 s, answered at 16.06 s, sent a second
+            // before 16.05 s.
+            let dry = probe(base, 15_050, 16_060, 16_000);
+            let checked = watch.start(&dry, tolerance, grace, false, None).unwrap();
+            assert_eq!(checked.floored, floored, "tolerance {tolerance:?}");
+        }
+    }
+
     /// A reading judged a step is no floor: only a later reading that fits it (and still not
     /// the reference) confirms the step, and the floor is then the step's stamp, kept.
     #[test]
