@@ -7,13 +7,11 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use banklease_testkit::backends::Backend;
 use banklease_testkit::stall::StallingProxy;
-
-use common::BIN;
 
 #[test]
 fn an_outage_mails_one_warning_and_one_error() {
@@ -45,13 +43,9 @@ fn an_outage_mails_one_warning_and_one_error() {
         proxy.resume();
         let _ = std::fs::remove_file(&flag);
         let job = format!("touch '{}'; sleep 60", flag.display());
-        let mut cmd = Command::new(BIN);
-        for (var, _) in std::env::vars_os() {
-            let var = var.to_string_lossy();
-            if var.starts_with("BANKLEASE_") || var == "RUST_LOG" {
-                cmd.env_remove(&*var);
-            }
-        }
+        // As an operator runs it: no `RUST_LOG`, so stderr is the one-line kind.
+        let mut cmd = common::bare();
+        cmd.env_remove("RUST_LOG");
         let mut child = cmd
             .args(["--bank", &url])
             .args(&head)

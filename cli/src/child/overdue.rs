@@ -57,6 +57,10 @@ pub async fn watch(
     warning: &OneWarning,
     clock: &SharedClock,
 ) -> Infallible {
+    // No renewal interval known (a hold without one): nothing can be overdue.
+    if period.is_zero() {
+        return std::future::pending().await;
+    }
     let overdue = period + period / 4;
     let look = (period / 8).clamp(Duration::from_millis(50), Duration::from_secs(1));
     // The time left just after the last renewal: a renewal that lands raises it.
